@@ -77,17 +77,20 @@ class Images(Dataset):
 
 
 class SiamesePairs(Dataset):
-    """One pair per training row per epoch, drawn from (seed, epoch, row): reproducible anywhere."""
+    """``pairs_per_row`` pairs per training row per epoch (upstream: one), item ``k`` drawn for row
+    ``k % rows`` from (seed, epoch, k): reproducible anywhere, and each repeat a fresh pair."""
 
-    def __init__(self, root: Path, sampler: SiamesePairSampler, size: int, seed: int) -> None:
+    def __init__(self, root: Path, sampler: SiamesePairSampler, size: int, seed: int, pairs_per_row: int = 1) -> None:
         self.root, self.sampler, self.size, self.seed = root, sampler, size, seed
+        self.pairs_per_row = pairs_per_row
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return len(self.sampler) * self.pairs_per_row
 
     def __getitem__(self, item: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-        pair = self.sampler.sample(item, np.random.default_rng([self.seed, self.epoch, item]))
+        rng = np.random.default_rng([self.seed, self.epoch, item])
+        pair = self.sampler.sample(item % len(self.sampler), rng)
         first = load_image(image_path(self.root, pair.first), self.size)
         second = load_image(image_path(self.root, pair.second), self.size)
         return first, second, float(pair.label)

@@ -23,6 +23,8 @@ class TrainProfile(BaseModel):
     workers: int = Field(ge=0, description="DataLoader worker processes")
     max_targets: int = Field(ge=1, description="train images paired with a validation question")
     pos_prob: float = Field(gt=0, lt=1, description="probability of a positive training pair")
+    pairs_per_row: int = Field(default=1, ge=1, description="siamese pairs drawn per training row per epoch")
+    siamese_lr: float | None = Field(default=None, gt=0, description="the siamese run's lr; None: lr")
     dropout: float = Field(ge=0, lt=1)
     optimizer: Literal["sgd", "adamw"] = "sgd"
     siamese_trunk_init: Literal["scratch", "counting"] = Field(
@@ -37,10 +39,11 @@ PROFILES: dict[str, TrainProfile] = {
     "full": TrainProfile(epochs=40, batch_size=128, lr=0.1, momentum=0.9, weight_decay=1e-4, lr_step_epochs=10,
                          lr_gamma=0.1, image_size=224, workers=8, max_targets=20, pos_prob=0.5, dropout=0.5),
     # Minutes on 2 CPU cores: the same architecture, 64 px input, AdamW (converges in a few epochs
-    # from scratch where SGD at this data size needs dozens), 8 epochs.
+    # from scratch where SGD at this data size needs dozens), 8 epochs. The siamese run draws 3
+    # pairs per row per epoch at lr 3e-4: with one pair at 1e-3 its head collapsed to a constant.
     "demo": TrainProfile(epochs=8, batch_size=32, lr=1e-3, momentum=0.9, weight_decay=0.05, lr_step_epochs=6,
                          lr_gamma=0.1, image_size=64, workers=2, max_targets=20, pos_prob=0.5, dropout=0.2,
-                         optimizer="adamw"),
+                         optimizer="adamw", pairs_per_row=3, siamese_lr=3e-4),
 }
 
 

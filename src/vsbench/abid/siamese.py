@@ -125,6 +125,8 @@ def train_siamese(
     trunk_checkpoint: Path | None = None,
 ) -> SiameseRun:
     suffix = "_hard" if hard else ""
+    if profile.siamese_lr is not None:  # the 4096-wide head from scratch wants a gentler lr than counting
+        profile = profile.model_copy(update={"lr": profile.siamese_lr})
     train_rows = json.loads((tasks_dir / f"obj_verification_train{suffix}.json").read_text())
     questions = json.loads((tasks_dir / f"obj_verification_val{suffix}.json").read_text())
     metadata = json.loads((tasks_dir / "metadata.json").read_text())
@@ -143,7 +145,7 @@ def train_siamese(
     rows = [[idx, [o for o in objects if o[1]]] for idx, objects in rows]
     rows = [row for row in rows if row[1]]
     sampler = SiamesePairSampler(rows, _asins_by_index(metadata, candidates), pos_prob=profile.pos_prob)
-    dataset = SiamesePairs(images_dir, sampler, profile.image_size, seed)
+    dataset = SiamesePairs(images_dir, sampler, profile.image_size, seed, profile.pairs_per_row)
     scorer = VerificationScorer(questions, images_dir, profile, device, seed)
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     if profile.siamese_freeze_trunk and trunk_checkpoint is None:

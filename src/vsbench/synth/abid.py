@@ -10,9 +10,10 @@ the parts of the real data those consumers depend on:
   identical bytes, some images without metadata and some metadata without an image;
 * the metadata schema, field order, ``indent=4`` formatting and its quirks: dict keys that are
   not the asin, entries missing fields, floats with the ugly precision of unit conversions;
-* the statistics that make the tasks what they are: about 5 items a bin with a long tail, a few
-  percent empty bins, and heavy-tailed asin repetition across bins (many asins seen once or
-  twice, a few often) so that object verification has positives to find;
+* the statistics that make the tasks what they are: about 5 items a bin with a long tail, made of
+  about two distinct asins in several units each, a few percent empty bins, and heavy-tailed
+  asin repetition across bins (many asins seen once or twice, a few often) so that object
+  verification has positives to find;
 * images that make counting and verification learnable but not trivial: every product has a
   fixed appearance (shape, colours, texture, size from its physical dims) and every unit of
   quantity is drawn as its own instance, back to front, partly hidden by other items and by
@@ -54,19 +55,24 @@ _RENDER_STREAM = 3
 
 # --- bin contents -------------------------------------------------------------------------------
 # Tuned (see tests/unit/test_synth_abid.py) to the published ABID statistics: mean 5.1 items a
-# bin, 90% of bins under 10 items, a few percent empty; most asins in a bin are single units.
+# bin, 90% of bins under 10 items, a few percent empty. The published repetition counts (459,476
+# asins: 164,255 in one bin, 164,356 in two, 3,038 in ten) add up to about 1.1 M (bin, asin)
+# appearances over 535,234 bins if the counts keep falling past ten as they do from two to ten:
+# about two distinct asins a bin, so a bin's ~5 items are ~2.5 units of each asin on average.
+# (An earlier version drew ~3.9 distinct asins of mostly single units; a shared asin was then a
+# quarter of a bin and verification had almost nothing to see.)
 EMPTY_FRACTION = 0.04
-_DISTINCT_NB_N = 6  # distinct asins in a bin = 1 + NegBinomial(n, p) (mean 1 + 3), capped
-_DISTINCT_NB_P = 6 / (6 + 3.0)
+_DISTINCT_NB_N = 4  # distinct asins in a bin = 1 + NegBinomial(n, p) (mean 1 + 1.1), capped
+_DISTINCT_NB_P = 4 / (4 + 1.1)
 _MAX_DISTINCT = 12
 _MAX_QUANTITY = 24  # items a bin at most ("a few up to ~20")
-_UNIT_QUANTITIES = np.array([1, 2, 3, 4])
-_UNIT_QUANTITY_P = np.array([0.80, 0.13, 0.045, 0.025])
+_UNIT_QUANTITIES = np.array([1, 2, 3, 4, 5, 6, 8, 10, 12])
+_UNIT_QUANTITY_P = np.array([0.47, 0.20, 0.12, 0.08, 0.05, 0.035, 0.025, 0.015, 0.005])
 # Asin popularity: Zipf-like p(rank) ~ (rank + offset)^-exponent over a catalog of about 0.7 asin
 # slots per slot drawn; gives many asins seen once or twice and a few seen in dozens of bins.
 _ZIPF_EXPONENT = 0.7
 _ZIPF_OFFSET = 10.0
-_CATALOG_PER_BIN = 2.7  # ~0.7 x the ~3.85 distinct asins an average bin holds
+_CATALOG_PER_BIN = 1.4  # ~0.7 x the ~2 distinct asins an average bin holds
 _MIN_CATALOG = 64
 
 # --- bucket and metadata quirks -----------------------------------------------------------------
@@ -88,8 +94,8 @@ _BOOK_FRACTION = 0.03  # products with a 10-digit ISBN as their asin
 # --- rendering ----------------------------------------------------------------------------------
 _WIDTH_RANGE = (430, 470)
 _HEIGHT_RANGE = (350, 390)
-_PX_PER_INCH = 14.0
-_SPRITE_PX = (32, 210)  # smallest / largest side of a product's face at scale 1
+_PX_PER_INCH = 22.0
+_SPRITE_PX = (44, 260)  # smallest / largest side of a product's face at scale 1
 _JPEG_QUALITY = 90
 _GRAIN_SIGMA = 5.0  # sensor-like grain: realistic texture and a realistic 40-70 kB JPEG size
 
@@ -577,6 +583,7 @@ def _product_sprite(product: Product) -> Image.Image:
     rng = np.random.default_rng(product.pattern_seed)
     face = Image.new("RGB", (w, h), product.base_color)
     _draw_texture(ImageDraw.Draw(face), product.texture, w, h, product.secondary_color, rng)
+    _draw_emblem(ImageDraw.Draw(face), w, h, product.base_color, rng)
 
     # Shading: cylinders (bottles, round items, bags) fall off at both sides; boxes lit from the
     # upper left.
@@ -624,6 +631,28 @@ def _product_sprite(product: Product) -> Image.Image:
         face_draw.line(points + points[:1], fill=outline, width=2)
     face.putalpha(mask)
     return face
+
+
+def _draw_emblem(
+    draw: ImageDraw.ImageDraw, w: int, h: int, base: tuple[int, int, int], rng: np.random.Generator
+) -> None:
+    """The brand mark: a product-specific shape in a third colour at a product-specific place.
+
+    Real packaging carries logos and pictures that make one product recognisable among thousands;
+    base colour, print and outline alone leave many near-twins in a large catalog."""
+    accent = _contrasting_color(base, rng)
+    radius = min(w, h) * rng.uniform(0.16, 0.3)
+    cx, cy = w * rng.uniform(0.3, 0.7), h * rng.uniform(0.3, 0.7)
+    corners = int(rng.integers(3, 9))  # 3..8: triangle to octagon; 8 drawn as a disc
+    rotation = rng.uniform(0.0, 2 * math.pi)
+    if corners == 8:
+        draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=accent)
+    else:
+        angles = rotation + 2 * math.pi * np.arange(corners) / corners
+        draw.polygon([(cx + radius * math.cos(a), cy + radius * math.sin(a)) for a in angles], fill=accent)
+    inner = _contrasting_color(accent, rng)  # a dot of a fourth colour inside the mark
+    r2 = radius * rng.uniform(0.25, 0.5)
+    draw.ellipse([cx - r2, cy - r2, cx + r2, cy + r2], fill=inner)
 
 
 def _draw_texture(
