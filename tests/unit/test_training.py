@@ -85,6 +85,7 @@ def test_siamese_interrupted_and_resumed_ends_in_the_same_state(tiny, tmp_path):
         train_siamese(tasks, images, tmp_path / "b", profile, device, seed=2, progress=False,
                       on_epoch_end=_interrupt_after(1))
     resumed = train_siamese(tasks, images, tmp_path / "b", profile, device, seed=2, progress=False)
+    assert profile.siamese_lr is not None and straight.fit.history[0]["lr"] == profile.siamese_lr
     _same_state(tmp_path / "a", tmp_path / "b")
     assert resumed.predictions == straight.predictions
     lines = (tmp_path / "b" / "obj_verification_result.txt").read_text().splitlines()
