@@ -39,11 +39,11 @@ PROFILES: dict[str, TrainProfile] = {
     "full": TrainProfile(epochs=40, batch_size=128, lr=0.1, momentum=0.9, weight_decay=1e-4, lr_step_epochs=10,
                          lr_gamma=0.1, image_size=224, workers=8, max_targets=20, pos_prob=0.5, dropout=0.5),
     # Minutes on 2 CPU cores: the same architecture, 64 px input, AdamW (converges in a few epochs
-    # from scratch where SGD at this data size needs dozens), 8 epochs. The siamese run draws 3
+    # from scratch where SGD at this data size needs dozens), 8 epochs. The siamese run draws 6
     # pairs per row per epoch at lr 3e-4: with one pair at 1e-3 its head collapsed to a constant.
     "demo": TrainProfile(epochs=8, batch_size=32, lr=1e-3, momentum=0.9, weight_decay=0.05, lr_step_epochs=6,
                          lr_gamma=0.1, image_size=64, workers=2, max_targets=20, pos_prob=0.5, dropout=0.2,
-                         optimizer="adamw", pairs_per_row=3, siamese_lr=3e-4),
+                         optimizer="adamw", pairs_per_row=6, siamese_lr=3e-4),
 }
 
 
