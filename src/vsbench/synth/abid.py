@@ -582,8 +582,9 @@ def _product_sprite(product: Product) -> Image.Image:
     w, h = product.size_px
     rng = np.random.default_rng(product.pattern_seed)
     face = Image.new("RGB", (w, h), product.base_color)
-    _draw_texture(ImageDraw.Draw(face), product.texture, w, h, product.secondary_color, rng)
-    _draw_emblem(ImageDraw.Draw(face), w, h, product.base_color, rng)
+    draw = ImageDraw.Draw(face)
+    _draw_texture(draw, product.texture, w, h, product.secondary_color, rng)
+    _draw_emblem(draw, w, h, product.base_color, rng)
 
     # Shading: cylinders (bottles, round items, bags) fall off at both sides; boxes lit from the
     # upper left.
@@ -638,12 +639,12 @@ def _draw_emblem(
 ) -> None:
     """The brand mark: a product-specific shape in a third colour at a product-specific place.
 
-    Real packaging carries logos and pictures that make one product recognisable among thousands;
-    base colour, print and outline alone leave many near-twins in a large catalog."""
+    Real packaging carries logos; the mark lets two products of the same colour and print differ.
+    Drawn after the print from the same stream, so the print itself is unchanged by it."""
     accent = _contrasting_color(base, rng)
     radius = min(w, h) * rng.uniform(0.16, 0.3)
     cx, cy = w * rng.uniform(0.3, 0.7), h * rng.uniform(0.3, 0.7)
-    corners = int(rng.integers(3, 9))  # 3..8: triangle to octagon; 8 drawn as a disc
+    corners = int(rng.integers(3, 9))  # 3..7: triangle to heptagon; 8: a disc
     rotation = rng.uniform(0.0, 2 * math.pi)
     if corners == 8:
         draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=accent)
