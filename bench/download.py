@@ -132,7 +132,7 @@ def s5cmd_binary() -> str:
 
 def via_s5cmd(endpoint: str, dest: Path, workers: int | None) -> None:
     """``s5cmd cp 's3://bucket/*' DIR/``; its per-object output lines are discarded."""
-    from vsbench.local_s3 import without_aws_credentials
+    from vsbench.platform.local_s3 import without_aws_credentials
 
     command = [s5cmd_binary(), "--endpoint-url", endpoint, "--no-sign-request"]
     if workers is not None:
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
 
-    from vsbench.local_s3 import LocalS3
+    from vsbench.platform.local_s3 import LocalS3
     from vsbench.storage import upload_tree
 
     root = cached_abid(args.workdir, args.bins, args.seed)

@@ -10,7 +10,7 @@ the artifacts carry manifests.
 from kfp import dsl
 from kfp.dsl import Artifact, ClassificationMetrics, Metrics, Output
 
-from vsbench.images import CPU_IMAGE, GPU_IMAGE
+from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)

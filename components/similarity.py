@@ -4,7 +4,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Metrics, Output
 
-from vsbench.images import CPU_IMAGE, GPU_IMAGE
+from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)

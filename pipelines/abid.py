@@ -19,7 +19,7 @@ from vsbench.components.abid import (
 from vsbench.components.similarity import shard_list
 from vsbench.pipelines.tracked import tracked_run
 
-from vsbench.cluster import RETRIES, ClusterSettings, apply
+from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 
 PIPELINE_NAME = "vsbench-abid"
 

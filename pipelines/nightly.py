@@ -14,7 +14,7 @@ from vsbench.components.nightly import comparison_report, regression_check
 from vsbench.components.similarity import embed_shard, evaluate, shard_list
 from vsbench.pipelines.tracked import tracked_run
 
-from vsbench.cluster import RETRIES, ClusterSettings, apply
+from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 from vsbench.suite import Suite
 
 PIPELINE_NAME = "vsbench-nightly"

@@ -8,7 +8,7 @@ from kfp import dsl
 from vsbench.components.similarity import embed_shard, evaluate, shard_list
 from vsbench.pipelines.tracked import tracked_run
 
-from vsbench.cluster import RETRIES, ClusterSettings, apply
+from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 
 PIPELINE_NAME = "vsbench-similarity"
 

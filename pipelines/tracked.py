@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from kfp import dsl
 from vsbench.components.abid import close_tracking, open_tracking
 
-from vsbench.cluster import ClusterSettings, apply
+from vsbench.platform.cluster import ClusterSettings, apply
 
 
 @contextmanager

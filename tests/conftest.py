@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vsbench.local_s3 import LocalS3
+from vsbench.platform.local_s3 import LocalS3
 
 _bucket_numbers = itertools.count()
 

@@ -139,7 +139,7 @@ def abid_run_local(
     pipeline_root: Annotated[Path | None, typer.Option(help="Where kfp.local keeps step outputs.")] = None,
 ) -> None:
     """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI)."""
-    from vsbench.local_run import run_abid_pipeline_locally
+    from vsbench.platform.local_run import run_abid_pipeline_locally
 
     report = run_abid_pipeline_locally(
         data_root=data_root.resolve(), pipeline_root=(pipeline_root or data_root / "_kfp").resolve(),
@@ -216,12 +216,12 @@ def similarity_models() -> None:
 @app.command("compile")
 def compile_pipelines(
     out: Annotated[Path, typer.Option(help="Folder for the compiled pipeline YAML files.")],
-    cluster_config: Annotated[Path | None, typer.Option(help="YAML of vsbench.cluster.ClusterSettings fields.")] = None,
+    cluster_config: Annotated[Path | None, typer.Option(help="YAML of vsbench.platform.cluster.ClusterSettings fields.")] = None,
     suite: Annotated[Path | None, typer.Option(help="Nightly suite YAML (default: the one shipped).")] = None,
 ) -> None:
     """Compile every pipeline to YAML for upload to a Kubeflow cluster."""
-    from vsbench.cluster import ClusterSettings
-    from vsbench.compile import compile_all
+    from vsbench.platform.cluster import ClusterSettings
+    from vsbench.platform.compile import compile_all
 
     for path in compile_all(out, ClusterSettings.load(cluster_config), suite):
         typer.echo(str(path))
@@ -242,9 +242,9 @@ def submit(
     namespace: Annotated[str | None, typer.Option(help="Kubeflow profile namespace.")] = None,
 ) -> None:
     """Compile a pipeline with the cluster settings and start one run of it."""
-    from vsbench.cluster import ClusterSettings
-    from vsbench.kfp_client import parse_arguments
-    from vsbench.kfp_client import submit as submit_run
+    from vsbench.platform.cluster import ClusterSettings
+    from vsbench.platform.kfp_client import parse_arguments
+    from vsbench.platform.kfp_client import submit as submit_run
 
     with user_errors():
         run_id = submit_run(host, pipeline, arguments=parse_arguments(arg or [], pipeline=pipeline),
@@ -266,9 +266,9 @@ def schedule(
     namespace: Annotated[str | None, typer.Option(help="Kubeflow profile namespace.")] = None,
 ) -> None:
     """Upload a pipeline (a new version if it exists) and create its recurring run."""
-    from vsbench.cluster import ClusterSettings
-    from vsbench.kfp_client import parse_arguments
-    from vsbench.kfp_client import schedule as schedule_run
+    from vsbench.platform.cluster import ClusterSettings
+    from vsbench.platform.kfp_client import parse_arguments
+    from vsbench.platform.kfp_client import schedule as schedule_run
 
     with user_errors():
         job_id = schedule_run(host, pipeline, cron=cron, arguments=parse_arguments(arg or [], pipeline=pipeline),

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from vsbench.local_run import run_abid_pipeline_locally
-from vsbench.local_s3 import LocalS3
+from vsbench.platform.local_run import run_abid_pipeline_locally
+from vsbench.platform.local_s3 import LocalS3
 from vsbench.storage import atomic_write_json, upload_tree
 from vsbench.tracking import ARTIFACT_LOCATION_ENV
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from vsbench.local_s3 import free_port
+from vsbench.platform.local_s3 import free_port
 from vsbench.tracking import close_parent_run, log_to_parent, open_parent_run
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from vsbench.abid.download import MANIFEST_NAME, download_abid, plan_objects
-from vsbench.local_s3 import LocalS3
+from vsbench.platform.local_s3 import LocalS3
 from vsbench.storage import is_temporary
 
 from .flaky_proxy import FlakyProxy
@@ -132,7 +132,7 @@ def test_plan_prefers_the_unpadded_spelling():
 def test_signed_requests_when_the_environment_has_credentials(local_s3, public_bucket, tmp_path, monkeypatch):
     """With credentials present the downloader signs (boto3) instead of plain anonymous GETs."""
     from vsbench.abid import download
-    from vsbench.local_s3 import ACCESS_KEY, SECRET_KEY
+    from vsbench.platform.local_s3 import ACCESS_KEY, SECRET_KEY
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from kfp import compiler, dsl
 
-from vsbench.cluster import ClusterSettings
-from vsbench.compile import PIPELINES, load_pipeline
-from vsbench.kfp_client import parse_arguments, schedule, submit, validate_cron
+from vsbench.platform.cluster import ClusterSettings
+from vsbench.platform.compile import PIPELINES, load_pipeline
+from vsbench.platform.kfp_client import parse_arguments, schedule, submit, validate_cron
 
 from .kfp_standin import KfpStandIn
 

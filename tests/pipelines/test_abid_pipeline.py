@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vsbench.local_run import run_abid_pipeline_locally
+from vsbench.platform.local_run import run_abid_pipeline_locally
 from vsbench.storage import upload_tree
 from vsbench.synth.abid import generate_abid
 from vsbench.tracking import ARTIFACT_LOCATION_ENV, KFP_RUN_TAG, PARENT_TAG, STEP_TAG
@@ -72,7 +72,7 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
 
 
 def test_unreachable_tracking_server_does_not_fail_the_step(tmp_path, monkeypatch, capsys):
-    from vsbench.local_s3 import free_port
+    from vsbench.platform.local_s3 import free_port
     from vsbench.steps import abid_prepare_step
     from vsbench.tracking import open_parent_run
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vsbench.cluster import ClusterSettings
-from vsbench.compile import PIPELINES, compile_all
-from vsbench.images import CPU_IMAGE, GPU_IMAGE
+from vsbench.platform.cluster import ClusterSettings
+from vsbench.platform.compile import PIPELINES, compile_all
+from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE
 
 GPU_STEPS = {"abid": {"abid-train-counting", "abid-train-siamese"}, "similarity": {"embed-shard", "evaluate"},
              "nightly": {"embed-shard", "evaluate"}}

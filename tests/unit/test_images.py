@@ -1,7 +1,7 @@
 """The container images, checked without a Docker engine.
 
 What the Dockerfiles install must satisfy pyproject.toml, both images must run as a non-root
-user, hadolint must pass, and the image names must come from ``vsbench.images`` everywhere: in
+user, hadolint must pass, and the image names must come from ``vsbench.platform.images`` everywhere: in
 the build script and in every Kubeflow component (``base_image=CPU_IMAGE`` or ``GPU_IMAGE``).
 """
 
@@ -25,7 +25,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from vsbench import images
+from vsbench.platform import images
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
@@ -83,8 +83,12 @@ def pinned(requirement: Requirement) -> Version:
     return Version(specs[0].version)
 
 
-def pip_files(dockerfile: Path, flag: str) -> list[Path]:
-    """The images/ files a Dockerfile passes to ``pip install`` with ``flag`` (-r or -c).
+TORCH_VARIANTS = ("cpu-index", "pypi")  # Dockerfile.cpu's ARG TORCH: images/torch-<variant>.txt
+
+
+def pip_files(dockerfile: Path, flag: str, torch: str = "cpu-index") -> list[Path]:
+    """The images/ files a Dockerfile passes to ``pip install`` with ``flag`` (-r or -c), with
+    ``${TORCH}`` read as ``torch``.
 
     Each must also be COPYed into the image from images/, so the file the test reads is the
     file the build uses.
@@ -100,14 +104,14 @@ def pip_files(dockerfile: Path, flag: str) -> list[Path]:
         words = shlex.split(args.replace("\\", " "))
         for i, word in enumerate(words[:-1]):
             if word == flag:
-                name = Path(words[i + 1]).name
+                name = Path(words[i + 1].replace("${TORCH}", torch)).name
                 assert f"images/{name}" in copied, f"{dockerfile.name} uses {name} without COPYing it"
                 found.append(IMAGES / name)
     return found
 
 
-def installed(kind: str) -> dict[str, Requirement]:
-    files = pip_files(DOCKERFILES[kind], "-r")
+def installed(kind: str, torch: str = "cpu-index") -> dict[str, Requirement]:
+    files = pip_files(DOCKERFILES[kind], "-r", torch)
     assert files, f"{DOCKERFILES[kind].name} installs no requirements file"
     found: dict[str, Requirement] = {}
     for path in files:
@@ -173,13 +177,25 @@ def test_cuda_image_installs_the_gpu_extra_and_not_faiss_cpu() -> None:
 
 
 def test_torch_builds_match_the_image() -> None:
-    cpu, cuda = installed("cpu"), installed("cuda")
+    """The CPU image takes either PyTorch's +cpu build or PyPI's (CUDA) one, of the same release."""
+    cpu_index, cpu_pypi, cuda = installed("cpu", "cpu-index"), installed("cpu", "pypi"), installed("cuda")
     for name in ("torch", "torchvision"):
-        assert pinned(cpu[name]).local == "cpu", f"the CPU image must use the +cpu {name} build"
+        assert pinned(cpu_index[name]).local == "cpu", f"the cpu-index variant must use the +cpu {name} build"
+        assert pinned(cpu_pypi[name]) == pinned(cuda[name]), f"the pypi variant is the CUDA image's {name}"
         assert pinned(cuda[name]).local is None, f"the CUDA image uses PyPI's (CUDA) {name} build"
-        assert pinned(cpu[name]).public == pinned(cuda[name]).public, f"{name} differs between images"
+        assert pinned(cpu_index[name]).public == pinned(cuda[name]).public, f"{name} differs between images"
     dockerfile = DOCKERFILES["cpu"].read_text()
     assert "download.pytorch.org/whl/cpu" in dockerfile and "--extra-index-url" in dockerfile
+    assert "ARG TORCH=cpu-index" in dockerfile
+
+
+@pytest.mark.parametrize("torch", TORCH_VARIANTS)
+def test_both_cpu_image_variants_install_every_dependency(torch: str) -> None:
+    have = installed("cpu", torch)
+    for line in PYPROJECT["dependencies"]:
+        name = canonicalize_name(Requirement(line).name)
+        assert name in have, f"Dockerfile.cpu with TORCH={torch} does not install {name}"
+        assert Requirement(line).specifier.contains(pinned(have[name]), prereleases=True)
 
 
 def test_the_server_driver_for_the_mlflow_backend_store_is_in_the_cpu_image() -> None:
@@ -273,7 +289,7 @@ def test_dockerfiles_and_build_script_do_not_name_the_images() -> None:
         text = path.read_text()
         assert images.REGISTRY not in text and "ghcr.io" not in text, f"{path.name} names a registry"
         assert not re.search(r"vsbench-(cpu|cuda):", text), f"{path.name} names an image tag"
-    assert "from vsbench.images import CPU_IMAGE, GPU_IMAGE" in BUILD_SH.read_text()
+    assert "from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE" in BUILD_SH.read_text()
 
 
 def _build_sh(*args: str, registry: str) -> str:
@@ -285,7 +301,7 @@ def _build_sh(*args: str, registry: str) -> str:
 
 def _images_for(registry: str) -> list[str]:
     env = {**os.environ, "VSBENCH_IMAGE_REGISTRY": registry}
-    code = "from vsbench.images import CPU_IMAGE, GPU_IMAGE; print(CPU_IMAGE); print(GPU_IMAGE)"
+    code = "from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE; print(CPU_IMAGE); print(GPU_IMAGE)"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60, check=True).stdout.split()
 
@@ -310,7 +326,7 @@ def test_build_script_builds_and_pushes_the_images_named_by_vsbench_images() -> 
     assert cpu_image in only_cpu and gpu_image not in only_cpu and " push " not in only_cpu
 
 
-# ---- every component takes its image from vsbench.images ------------------------------------
+# ---- every component takes its image from vsbench.platform.images ------------------------------------
 
 COMPONENT_FILES = sorted(path for path in (ROOT / "components").glob("*.py") if path.name != "__init__.py")
 
@@ -335,7 +351,7 @@ def test_there_are_components_to_check() -> None:
 def test_every_component_uses_a_base_image_from_vsbench_images(path: Path) -> None:
     tree = ast.parse(path.read_text())
     imported = {alias.asname or alias.name: alias.name for node in tree.body
-                if isinstance(node, ast.ImportFrom) and node.module == "vsbench.images"
+                if isinstance(node, ast.ImportFrom) and node.module == "vsbench.platform.images"
                 for alias in node.names}
     for function, decorator in _component_decorators(tree):
         where = f"{path.name}:{function}"
@@ -344,7 +360,7 @@ def test_every_component_uses_a_base_image_from_vsbench_images(path: Path) -> No
         image = keywords.get("base_image")
         assert isinstance(image, ast.Name), f"{where}: base_image must be CPU_IMAGE or GPU_IMAGE"
         assert imported.get(image.id) in IMAGE_NAMES, (
-            f"{where}: base_image={image.id} is not CPU_IMAGE/GPU_IMAGE imported from vsbench.images")
+            f"{where}: base_image={image.id} is not CPU_IMAGE/GPU_IMAGE imported from vsbench.platform.images")
         assert image.id == imported[image.id], f"{where}: import CPU_IMAGE/GPU_IMAGE under their own names"
         install = keywords.get("install_kfp_package")
         assert isinstance(install, ast.Constant) and install.value is False, (

@@ -97,7 +97,7 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
                          steps: tuple[str, ...], suite_path: Path | None = None) -> tuple[bool, float, Path | None, str]:
     from kfp import local
 
-    from vsbench.compile import load_pipeline
+    from vsbench.platform.compile import load_pipeline
 
     # The components name the production image; locally this environment is that image's twin.
     warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")

@@ -1,6 +1,6 @@
 """Compile every pipeline to YAML (``vsbench compile --out DIR``) for upload to Kubeflow.
 
-Compiled pipelines carry the cluster settings (``vsbench.cluster``): GPU limits and node pools on
+Compiled pipelines carry the cluster settings (``vsbench.platform.cluster``): GPU limits and node pools on
 the train/embed/index steps, resources, secrets and config as environment variables, the data
 volume, retries. ``load_pipeline`` without settings gives the plain pipeline kfp.local runs.
 """
@@ -11,7 +11,7 @@ import importlib
 import tempfile
 from pathlib import Path
 
-from vsbench.cluster import ClusterSettings
+from vsbench.platform.cluster import ClusterSettings
 
 # name -> (module, factory taking ClusterSettings | None); one entry per pipeline in pipelines/.
 PIPELINES: dict[str, tuple[str, str]] = {

@@ -1,7 +1,7 @@
 """Submit a pipeline run, or schedule a recurring one, on a Kubeflow Pipelines cluster.
 
 ``vsbench submit`` and ``vsbench schedule`` are thin wrappers over :func:`submit` and :func:`schedule`.
-Both compile the named pipeline (``vsbench.compile.load_pipeline``) with the cluster settings, so what
+Both compile the named pipeline (``vsbench.platform.compile.load_pipeline``) with the cluster settings, so what
 reaches the cluster is exactly what ``vsbench compile`` writes and the tests assert: GPUs, node pools,
 secrets, the data volume.
 
@@ -39,8 +39,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vsbench.cluster import ClusterSettings
-from vsbench.compile import load_pipeline
+from vsbench.platform.cluster import ClusterSettings
+from vsbench.platform.compile import load_pipeline
 
 if TYPE_CHECKING:
     import kfp
