@@ -72,9 +72,15 @@ def test_duplicate_prediction_is_an_error(score) -> None:
 
 
 @pytest.mark.parametrize("score", BOTH)
-def test_duplicate_ground_truth_is_an_error(score) -> None:
-    with pytest.raises(ValueError, match="duplicate ground-truth"):
-        score(["a"], ["x"], [0.1], ["a", "a"], ["x", "x"])
+def test_duplicate_ground_truth_counts_twice_as_isc2021(score) -> None:
+    # isc2021: N_gt = len(gt_matches) = 3, and both copies of (a, x) are at rank 0.
+    m = score(["a", "b"], ["x", "y"], [0.9, 0.1], ["a", "a", "b"], ["x", "x", "y"])
+    assert m.num_ground_truth == 3
+    assert m.uap == pytest.approx((1 + 1) / 3) and m.recall_at_p90 == pytest.approx(2 / 3)
+    assert m.accuracy_at_1 == pytest.approx(1.0)
+    assert len(m.notes) == 1 and "more than once" in m.notes[0]
+    once = score(["a", "b"], ["x", "y"], [0.9, 0.1], ["a", "a", "b"], ["x", "x", "y"], ground_truth_duplicates="once")
+    assert once.num_ground_truth == 2 and once.uap == pytest.approx(1.0) and not once.notes
 
 
 @pytest.mark.parametrize("score", BOTH)
@@ -88,16 +94,52 @@ def test_duplicate_message_names_rows() -> None:
         copy_detection_metrics(["a", "b", "a"], ["x", "y", "x"], [0.1, 0.2, 0.3], ["a"], ["x"])
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_non_finite_score_is_an_error(bad: float) -> None:
-    with pytest.raises(ValueError, match="row 1 is not finite"):
-        copy_detection_metrics(["a", "b"], ["x", "y"], [0.1, bad], ["a"], ["x"])
+def test_nan_score_is_an_error() -> None:
+    with pytest.raises(ValueError, match="row 1 is NaN"):
+        copy_detection_metrics(["a", "b"], ["x", "y"], [0.1, np.nan], ["a"], ["x"])
 
 
-def test_integer_ids_match_string_ids() -> None:
+@pytest.mark.parametrize("score", BOTH)
+def test_infinite_scores_rank_as_isc2021(score) -> None:
+    # +inf ranks first, -inf last; two +inf in one query tie at the top (rank 1 for both).
+    m = score(["a", "a", "b", "c"], ["x", "z", "y", "w"], [np.inf, np.inf, -np.inf, 0.5], ["a", "b"], ["x", "y"])
+    # Worst order: inf FP, inf TP (P 1/2) | 0.5 FP | -inf TP (P 2/4).
+    assert m.uap == pytest.approx((1 / 2 + 2 / 4) / 2)
+    assert m.accuracy_at_1 == 0.5  # a: tie at the top counts against; b: its only prediction
+    assert m.recall_at_p90 == 0.0
+
+
+def test_integer_ids_match_integer_ids() -> None:
     as_int = copy_detection_metrics([1, 1, 2, 3, 9], [1, 5, 2, 3, 1], [0.9, 0.8, 0.8, 0.7, 0.6],
                                     [1, 2, 4], [1, 2, 4])
     assert as_int.uap == pytest.approx(5 / 9) and as_int.accuracy_at_1 == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("score", BOTH)
+def test_integer_ids_never_match_string_ids(score) -> None:
+    # isc2021 compares (query, db) tuples: 1 != "1", so nothing is a true positive.
+    m = score([1, 2], [1, 2], [0.9, 0.8], ["1", "2"], ["1", "2"])
+    assert m.uap == 0.0 and m.accuracy_at_1 == 0.0 and m.num_true_positives == 0
+
+
+def test_ids_compare_as_python_does() -> None:
+    # 1 == 1.0 == True in Python, so these match; mixed object arrays take the same path.
+    m = copy_detection_metrics(np.array([1.0, 2.0]), np.array([1, 2], dtype=np.uint8), [0.9, 0.8],
+                               np.array([1, 2], dtype=np.int64), np.array([1.0, 2.0]))
+    assert m.uap == 1.0
+    mixed = copy_detection_metrics(np.array(["1", 1], dtype=object), [7, 7], [0.9, 0.8], [1], [7])
+    assert mixed.num_true_positives == 1 and mixed.uap == pytest.approx(1 / 2)
+
+
+def test_tie_ranges() -> None:
+    # One query, a true pair tied with a false one at the top: isc2021 takes the worst order.
+    m = copy_detection_metrics(["a", "a"], ["x", "y"], [0.5, 0.5], ["a"], ["x"])
+    assert (m.uap, m.accuracy_at_1, m.recall_at_p90) == (0.5, 0.0, 0.0)
+    assert m.ties["uap"].best == 1.0 and m.ties["accuracy_at_1"].best == 1.0 and m.ties["recall_at_p90"].best == 1.0
+    record = m.as_dict()
+    assert record["uap_worst"] == 0.5 and record["uap_best"] == 1.0
+    untied = copy_detection_metrics(["a", "a"], ["x", "y"], [0.6, 0.5], ["a"], ["x"])
+    assert all(span.is_point for span in untied.ties.values()) and "uap_best" not in untied.as_dict()
 
 
 def test_equals_sklearn_ap_scaled_by_retrieved_fraction_without_ties() -> None:

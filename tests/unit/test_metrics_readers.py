@@ -38,21 +38,41 @@ def test_predictions_parse(tmp_path: Path) -> None:
         (GOOD_PREDS + "Q1,R2,0.1\n",
          r"p\.csv:5: duplicate prediction \(query 'Q1', reference 'R2'\); first given on line 3"),
         (GOOD_PREDS + "Q3,R3,nan\n", r"p\.csv:5: score is NaN"),
-        (GOOD_PREDS + "Q3,R3,inf\n", r"p\.csv:5: score 'inf' is not finite"),
         (GOOD_PREDS + "Q3,R3,high\n", r"p\.csv:5: score 'high' is not a number"),
         (GOOD_PREDS + "Q3,R3,\n", r"p\.csv:5: empty score"),
-        (GOOD_PREDS + "Q3,R3\n", r"p\.csv:5: empty score"),
-        (GOOD_PREDS + ",R3,0.2\n", r"p\.csv:5: empty query_id"),
+        (GOOD_PREDS + "Q3,R3\n", r"p\.csv:5: expected 3 comma-separated fields .* found 2"),
         ("query_id,reference_id,score\nQ1,R1,0.9\n\nQ2,R1,0.1\n", r"p\.csv:3: blank line"),
-        ("query_id,reference_id,score\nQ1,R1,0.9,7\n", r"p\.csv:2: malformed CSV"),
+        ("query_id,reference_id,score\nQ1,R1,0.9,7\n", r"p\.csv:2: expected 3 comma-separated fields"),
         ("query_id,score\nQ1,0.9\n", r"p\.csv:1: missing column\(s\) reference_id"),
-        ("Q1,R1,0.9\n", r"p\.csv:1: missing column\(s\) query_id, reference_id, score"),
         ("", r"p\.csv: file is empty"),
+        ("query_id,reference_id,score\n", r"p\.csv: no predictions"),
     ],
 )
 def test_bad_predictions(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
         readers.read_copy_detection_predictions(_write(tmp_path, "p.csv", text))
+
+
+def test_predictions_as_isc2021_reads_them(tmp_path: Path) -> None:
+    # No header, inf scores, Python float syntax, CR line ends, the header repeated mid-file.
+    text = "Q1,R1,inf\rQ1,R2,-inf\r\nquery_id,reference_id,score\nQ2,R1,1_000\n,R3, 2.5 \n"
+    p = readers.read_copy_detection_predictions(_write(tmp_path, "p.csv", text))
+    assert p.query_ids.tolist() == ["Q1", "Q1", "Q2", ""] and p.scores.tolist() == [np.inf, -np.inf, 1000.0, 2.5]
+    assert not p.notes
+    # Columns named in another order, with an extra one (isc2021 fails on this file).
+    named = readers.read_copy_detection_predictions(_write(tmp_path, "n.csv", "score,x,reference_id,query_id\n0.5,a,R1,Q1\n"))
+    assert (named.query_ids.tolist(), named.reference_ids.tolist(), named.scores.tolist()) == (["Q1"], ["R1"], [0.5])
+
+
+def test_padded_and_quoted_ids_are_literal_with_a_note(tmp_path: Path) -> None:
+    path = _write(tmp_path, "p.csv", 'Q1, R1,0.9\n"Q2",R2,0.5\n')
+    literal = readers.read_copy_detection_predictions(path)
+    assert literal.query_ids.tolist() == ["Q1", '"Q2"'] and literal.reference_ids.tolist() == [" R1", "R2"]
+    assert len(literal.notes) == 2 and all("--normalize-ids" in n for n in literal.notes)
+    assert "line 2: '\"Q2\"'" in literal.notes[0] and "line 1: ' R1'" in literal.notes[1]
+    clean = readers.read_copy_detection_predictions(path, normalize_ids=True)
+    assert clean.query_ids.tolist() == ["Q1", "Q2"] and clean.reference_ids.tolist() == ["R1", "R2"]
+    assert not clean.notes
 
 
 def test_ground_truth_header_optional_and_empty_reference(tmp_path: Path) -> None:
@@ -62,15 +82,26 @@ def test_ground_truth_header_optional_and_empty_reference(tmp_path: Path) -> Non
         assert gt.listed_queries.tolist() == ["Q1", "Q2", "Q3"]
 
 
-def test_ground_truth_duplicate_pair_names_both_lines(tmp_path: Path) -> None:
-    path = _write(tmp_path, "gt.csv", "query_id,reference_id\nQ1,R1\nQ2,\nQ2,\nQ1,R1\n")  # repeated empty: fine
-    with pytest.raises(InputError, match=r"gt\.csv:5: duplicate ground-truth pair .* first given on line 2"):
-        readers.read_copy_detection_ground_truth(path)
+def test_ground_truth_duplicate_pairs_are_kept(tmp_path: Path) -> None:
+    gt = readers.read_copy_detection_ground_truth(_write(tmp_path, "gt.csv", "query_id,reference_id\nQ1,R1\nQ2,\nQ1,R1\n"))
+    assert gt.query_ids.tolist() == ["Q1", "Q1"]  # isc2021 counts the pair twice; the scorer notes it
 
 
-def test_ground_truth_without_any_pair(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"gt\.csv: no \(query, reference\) pair"):
-        readers.read_copy_detection_ground_truth(_write(tmp_path, "gt.csv", "query_id,reference_id\nQ1,\n"))
+def test_ground_truth_odd_header_is_a_pair_as_in_isc2021(tmp_path: Path) -> None:
+    path = _write(tmp_path, "gt.csv", "query_id, reference_id\nQ1,R1\n")
+    gt = readers.read_copy_detection_ground_truth(path)
+    assert gt.query_ids.tolist() == ["query_id", "Q1"] and "looks like a header" in gt.notes[0]
+    assert readers.read_copy_detection_ground_truth(path, normalize_ids=True).query_ids.tolist() == ["Q1"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("query_id,reference_id\nQ1,\n", r"gt\.csv: no \(query, reference\) pair"),
+    ("Q1,R1\n\nQ2,R2\n", r"gt\.csv:2: blank line"),
+    ("Q1,R1,R2\n", r"gt\.csv:1: expected 2 comma-separated fields"),
+])
+def test_bad_ground_truth(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        readers.read_copy_detection_ground_truth(_write(tmp_path, "gt.csv", text))
 
 
 def test_unknown_queries_are_counted_not_rejected(tmp_path: Path) -> None:
