@@ -16,6 +16,7 @@ from vsbench.index import (
     SearchError,
     parse_codecs,
     parse_score_norm,
+    parse_score_norms,
     search,
     search_all,
 )
@@ -228,15 +229,42 @@ def test_parse_score_norm() -> None:
     assert parse_score_norm("2[4]") == ScoreNorm(2.0, 4, 4)  # SSCD: beta[i] is beta[i,i]
     assert parse_score_norm("") is None
     assert parse_score_norm("None") is None
-    for text in ["1.00[0,2]", "0.50[1,3]", "0.125[0,0]", "-1.00[2,5]"]:
-        assert str(parse_score_norm(text)) == text
-    bad_texts = ["1.0", "[0,2]", "1.0[0,2", "x[0,2]", "1.0[2,0]", "1.0[-1,2]", "1.0[0,2];0.5[1,1]",
-                 "inf[0,1]"]
-    bad_texts.append("1e999[0,1]")
+    # SSCD's label: f"{weight:.2f}[{start},{end}]".
+    for text, label in [("1.00[0,2]", "1.00[0,2]"), ("1.234[0,2]", "1.23[0,2]"), ("0.125[0,0]", "0.12[0,0]"),
+                        ("-1[2,5]", "-1.00[2,5]"), ("1e0[-1,2]", "1.00[-1,2]")]:
+        assert str(parse_score_norm(text)) == label
+    bad_texts = ["1.0", "[0,2]", "1.0[0,2", "x[0,2]", "1.0[0,2,3]", "inf[0,1]", "1e999[0,1]"]
     for bad in bad_texts:
-        message = rf"score normalization '{re.escape(bad)}': .*expected beta\[first,last\]"
+        message = rf"score normalization '{re.escape(bad)}': .*"
         with pytest.raises(ValueError, match=message):
             parse_score_norm(bad)
+    with pytest.raises(ValueError, match=r"selects no neighbour rank .* did you mean \[0,2\]"):
+        parse_score_norm("1.0[2,0]")  # SSCD averages an empty slice: every score NaN
+
+
+def test_negative_first_rank_slices_as_sscd_does() -> None:
+    # SSCD: D[:, -1:3] of the 3 best training similarities is the third one alone.
+    norm = parse_score_norm("1.0[-1,2]")
+    assert norm is not None and list(norm.ranks) == [2]
+    assert norm.note is not None and "did you mean [0,2]" in norm.note and "1.00[2,2]" in norm.note
+    a = search(Q, R, k=3, train=T, score_norm=norm)
+    b = search(Q, R, k=3, train=T, score_norm=ScoreNorm(1.0, 2, 2))
+    assert rows(a) == rows(b)
+    assert ScoreNorm(1.0, 0, 2).note is None
+
+
+def test_several_score_norms_each_give_rows() -> None:
+    assert parse_score_norms("1.0[0,2];0.5[1,3]") == [ScoreNorm(1.0, 0, 2), ScoreNorm(0.5, 1, 3)]
+    assert parse_score_norms("") == []
+    with pytest.raises(ValueError, match="would label two rows alike"):
+        parse_score_norms("1.234[0,2];1.231[0,2]")
+    rng = np.random.default_rng(2)
+    queries, refs, train = (rng.standard_normal((n, 6)) for n in (4, 12, 30))
+    runs = search_all(queries, refs, codecs="Flat", score_norm="1.0[0,2];0.5[1,3]", train=train, k=3,
+                      global_cap=None, metric="ip", use_gpu=None)
+    assert [label for _, label, _ in runs] == ["none", "1.00[0,2]", "0.50[1,3]"]
+    alone = search(queries, refs, k=3, train=train, score_norm=ScoreNorm(0.5, 1, 3))
+    assert rows(runs[2][2]) == rows(alone)
 
 
 def test_parse_codecs() -> None:

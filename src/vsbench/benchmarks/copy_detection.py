@@ -127,12 +127,12 @@ class DiscBenchmark:
 
     def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
         """uAP / accuracy at 1 / recall at P90 for every codec, without and with score normalization."""
-        from vsbench.index.search import parse_score_norm  # faiss: imported only when scoring
+        from vsbench.index.search import parse_score_norms  # faiss: imported only when scoring
 
         queries = aligned_features(features, "query", self.queries)
         references = aligned_features(features, "reference", self.references)
         train = aligned_features(features, "train", self.train) if self.train is not None else None
-        if train is None and parse_score_norm(settings.score_norm) is not None:
+        if train is None and parse_score_norms(settings.score_norm):
             raise ValueError(f"score normalization {settings.score_norm!r} needs the training images; "
                              "load the dataset with a train_dir or evaluate with score_norm=''")
         runs = _search_runs(queries.features, references.features, None if train is None else train.features,
@@ -209,26 +209,20 @@ def _search_runs(queries: np.ndarray, references: np.ndarray, train: np.ndarray 
                  settings: EvalSettings) -> list[tuple[str, str, Candidates]]:
     """``search_all``'s runs with SSCD's metrics: L2 without score normalization, inner product with it.
 
-    On unit-norm descriptors (SSCD's ``is_l2_normalized`` test) ``-|q - r|^2 = 2 q.r - 2`` ranks and
-    scores like the inner product, so one inner-product search serves both variants. Otherwise the
-    two metrics differ and each variant gets the search SSCD gives it.
+    SSCD's ``disc_eval`` searches its unnormalized rows with ``METRIC_L2`` whatever the descriptors,
+    and its normalized rows by inner product on augmented vectors. On unit-norm descriptors the two
+    rank alike, but SSCD's own unit-norm test is loose (mean ``|norm - 1| < 0.01``) and rankings do
+    differ inside that tolerance, so each row gets exactly the search SSCD gives it.
     """
-    from vsbench.index.search import parse_score_norm, search_all
+    from vsbench.index.search import parse_score_norms, search_all
 
     common = {"codecs": settings.codecs, "train": train, "k": settings.k, "global_cap": settings.global_cap,
               "use_gpu": settings.use_gpu}
-    if _unit_norm(queries) and _unit_norm(references):
-        return search_all(queries, references, score_norm=settings.score_norm, metric="ip", **common)
     runs = search_all(queries, references, score_norm="", metric="l2", **common)
-    if parse_score_norm(settings.score_norm) is not None:
-        normalized = search_all(queries, references, score_norm=settings.score_norm, metric="ip", **common)
-        runs += [run for run in normalized if run[1] != NO_NORM]
+    if parse_score_norms(settings.score_norm):
+        runs += search_all(queries, references, score_norm=settings.score_norm, metric="ip", unnormalized=False,
+                           **common)
     return runs
-
-
-def _unit_norm(features: np.ndarray) -> bool:
-    """SSCD ``disc_eval.is_l2_normalized``: mean deviation of the row norms from 1 below 0.01."""
-    return bool(np.abs(np.linalg.norm(features.astype(np.float64), axis=1) - 1).mean() < 0.01)
 
 
 def disc_csv_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -6,10 +6,11 @@ from vsbench.index.search import (
     SearchError,
     parse_codecs,
     parse_score_norm,
+    parse_score_norms,
     search,
     search_all,
 )
 
 __all__ = [
-    "Candidates", "ScoreNorm", "SearchError", "parse_codecs", "parse_score_norm", "search", "search_all",
+    "Candidates", "ScoreNorm", "SearchError", "parse_codecs", "parse_score_norm", "parse_score_norms", "search", "search_all",
 ]

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import math
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -81,7 +81,13 @@ class SearchError(ValueError):
 @dataclass(frozen=True)
 class ScoreNorm:
     """SSCD's ``beta[first,last]``: subtract ``beta`` x the mean similarity of each query to its
-    training-set neighbours ``first..last`` (0-based, inclusive ranks)."""
+    training-set neighbours ``first..last`` (0-based, inclusive ranks).
+
+    As in SSCD, the ranks averaged are the Python slice ``D[:, first:last + 1]`` of the ``last + 1``
+    nearest training similarities, so a negative ``first`` counts from the end: ``[-1,2]`` averages
+    rank 2 only (:attr:`note` says so). A slice that selects nothing (``[2,0]``) is refused: SSCD
+    would average an empty slice and score every pair NaN.
+    """
 
     beta: float
     first: int
@@ -90,35 +96,75 @@ class ScoreNorm:
     def __post_init__(self) -> None:
         if not math.isfinite(self.beta):
             raise SearchError(f"score normalization beta must be finite, got {self.beta}")
-        if not 0 <= self.first <= self.last:
-            raise SearchError(f"score normalization needs 0 <= first <= last, got [{self.first},{self.last}]")
+        if self.last < 0:
+            raise SearchError(f"score normalization needs last >= 0 (it searches last + 1 training neighbours), "
+                              f"got [{self.first},{self.last}]")
+        if not self.ranks:
+            raise SearchError(f"score normalization [{self.first},{self.last}] selects no neighbour rank "
+                              f"(SSCD averages the empty slice D[:, {self.first}:{self.last + 1}] and scores every "
+                              f"pair NaN); did you mean [{min(self.first, self.last)},{max(self.first, self.last)}]?")
+
+    @property
+    def ranks(self) -> range:
+        """The neighbour ranks averaged: SSCD's slice ``first:last + 1`` of ``range(last + 1)``."""
+        return range(self.last + 1)[self.first : self.last + 1]
+
+    @property
+    def note(self) -> str | None:
+        """A one-line warning when SSCD's slice reads other ranks than ``first..last`` say."""
+        if self.ranks == range(self.first, self.last + 1):
+            return None
+        return (f"score normalization {self}: SSCD's slice D[:, {self.first}:{self.last + 1}] averages neighbour "
+                f"rank(s) {self.ranks.start}..{self.ranks.stop - 1} only (a negative first counts from the end); "
+                f"that is what is computed; did you mean [0,{self.last}]? write "
+                f"{self.beta:.2f}[{self.ranks.start},{self.ranks.stop - 1}] to say it plainly")
 
     def __str__(self) -> str:
-        """SSCD's label (``1.00[0,2]``, as in its disc_metrics.csv), exact when two decimals are not."""
-        beta = f"{self.beta:.2f}" if float(f"{self.beta:.2f}") == self.beta else repr(self.beta)
-        return f"{beta}[{self.first},{self.last}]"
-
-
-_SCORE_NORM = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\[\s*(\d+)\s*(?:,\s*(\d+)\s*)?\]")
+        """SSCD's label, ``f"{weight:.2f}[{start},{end}]"`` (``1.00[0,2]``, as in its disc_metrics.csv)."""
+        return f"{self.beta:.2f}[{self.first},{self.last}]"
 
 
 def parse_score_norm(text: str) -> ScoreNorm | None:
-    """``"1.00[0,2]"`` -> ``ScoreNorm(1.0, 0, 2)``; ``""`` or ``"none"`` -> None (no normalization).
+    """One ``beta[first,last]`` as SSCD's ``ScoreNormalization.parse`` reads it; ``""``/``"none"`` -> None.
 
-    As in SSCD's ``ScoreNormalization.parse``, ``beta[i]`` means ``beta[i,i]``.
+    SSCD: ``weight, spec = spec.split("[", 1)``, the rest must end with ``]``, ``first,last`` or a
+    single ``i`` (meaning ``i,i``), ``float(weight)``, ``int(first)``, ``int(last)``. So ``[2,0]``
+    and ``[-1,2]`` parse there; see :class:`ScoreNorm` for what they mean and which one is refused.
+    Surrounding spaces are allowed here (SSCD fails on a space after ``]``).
     """
     stripped = text.strip()
     if stripped == "" or stripped.lower() == NO_NORM_LABEL:
         return None
-    expected = "expected beta[first,last] with 0 <= first <= last, e.g. '1.00[0,2]', or '' / 'none'"
-    match = _SCORE_NORM.fullmatch(stripped)
-    if match is None:
+    expected = "expected beta[first,last], e.g. '1.00[0,2]', or '' / 'none'"
+    weight, bracket, spec = stripped.partition("[")
+    if not bracket or not spec.endswith("]"):
         raise SearchError(f"score normalization {text!r}: {expected}")
-    beta, first, last = match.groups()
+    first, _, last = spec[:-1].partition(",")
     try:
-        return ScoreNorm(float(beta), int(first), int(first if last is None else last))
-    except SearchError as exc:
-        raise SearchError(f"score normalization {text!r}: {exc}; {expected}") from None
+        return ScoreNorm(float(weight), int(first), int(last if last else first))
+    except ValueError as exc:
+        if isinstance(exc, SearchError):
+            raise SearchError(f"score normalization {text!r}: {exc}") from None
+        raise SearchError(f"score normalization {text!r}: {expected}") from None
+
+
+def parse_score_norms(text: str) -> list[ScoreNorm]:
+    """SSCD's ``--score_norm``: several ``beta[first,last]`` separated by ``;``, each its own rows.
+
+    ``""`` or ``"none"`` give no normalization. Two specs with the same label (``1.234[0,2]`` and
+    ``1.231[0,2]`` are both ``1.23[0,2]``) are refused: SSCD would write two rows nobody can tell apart.
+    """
+    if text.strip() == "" or text.strip().lower() == NO_NORM_LABEL:
+        return []
+    norms = [parse_score_norm(part) for part in text.split(";")]
+    if any(norm is None for norm in norms):
+        raise SearchError(f"score normalization {text!r}: an empty or 'none' entry in a ';' list")
+    labels = [str(norm) for norm in norms]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise SearchError(f"score normalization {text!r}: {repeated} would label two rows alike; "
+                          "give betas that differ at two decimals")
+    return [norm for norm in norms if norm is not None]
 
 
 def parse_codecs(text: str) -> list[str]:
@@ -168,32 +214,40 @@ def search(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat",
     contiguous float32 only where they are not already.
     """
     _check_settings(k, global_cap, metric)
-    q, r, t = _validated(queries, references, train, score_norm)
-    similarity, ids, adjustment = _search_codec(q, r, t, codec=codec, k=k, score_norm=score_norm,
-                                                metric=metric, on_gpu=_use_gpu(use_gpu))
-    return _candidates(similarity, ids, adjustment, global_cap)
+    norms = [] if score_norm is None else [score_norm]
+    q, r, t = _validated(queries, references, train, norms)
+    raw, normalized = _search_codec(q, r, t, codec=codec, k=k, score_norms=norms, raw=score_norm is None,
+                                    metric=metric, on_gpu=_use_gpu(use_gpu))
+    similarity, ids = normalized[0] if norms else raw
+    return _candidates(similarity, ids, global_cap)
 
 
 def search_all(queries: np.ndarray, references: np.ndarray, *, codecs: str, score_norm: str,
                train: np.ndarray | None, k: int, global_cap: int | None, metric: Metric,
-               use_gpu: bool | None) -> list[tuple[str, str, Candidates]]:
-    """``(codec, score_norm_label, candidates)`` for every codec, without normalization (``"none"``)
-    and, unless ``score_norm`` is ``""``, with it (labelled ``str(ScoreNorm)``, e.g. ``1.00[0,2]``).
+               use_gpu: bool | None, unnormalized: bool = True) -> list[tuple[str, str, Candidates]]:
+    """``(codec, score_norm_label, candidates)`` for every codec, without normalization (``"none"``,
+    unless ``unnormalized=False``) and with each ``;``-separated normalization of ``score_norm``
+    (labelled ``str(ScoreNorm)``, e.g. ``1.00[0,2]``).
 
-    Rows come in SSCD's disc_metrics.csv order: every codec unnormalized, then every codec normalized.
-    Each codec is trained and searched once; both variants share that search.
+    Rows come in SSCD's disc_metrics.csv order: every codec unnormalized, then every codec with the
+    first normalization, and so on. Each codec is trained once.
     """
     _check_settings(k, global_cap, metric)
     codec_list = parse_codecs(codecs)
-    norm = parse_score_norm(score_norm)
-    q, r, t = _validated(queries, references, train, norm)
+    norms = parse_score_norms(score_norm)
+    for norm in norms:
+        if norm.note:
+            logger.warning(norm.note)
+    q, r, t = _validated(queries, references, train, norms)
     on_gpu = _use_gpu(use_gpu)
-    raw = [(codec, *_search_codec(q, r, t, codec=codec, k=k, score_norm=norm, metric=metric, on_gpu=on_gpu))
-           for codec in codec_list]
-    results = [(codec, NO_NORM_LABEL, _candidates(sim, ids, None, global_cap)) for codec, sim, ids, _ in raw]
-    if norm is not None:
-        label = str(norm)
-        results += [(codec, label, _candidates(sim, ids, adj, global_cap)) for codec, sim, ids, adj in raw]
+    found = [(codec, *_search_codec(q, r, t, codec=codec, k=k, score_norms=norms, raw=unnormalized, metric=metric,
+                                    on_gpu=on_gpu))
+             for codec in codec_list]
+    results = []
+    if unnormalized:
+        results += [(codec, NO_NORM_LABEL, _candidates(*raw, global_cap)) for codec, raw, _ in found]
+    for number, norm in enumerate(norms):
+        results += [(codec, str(norm), _candidates(*normalized[number], global_cap)) for codec, _, normalized in found]
     return results
 
 
@@ -211,11 +265,11 @@ def _is_positive_int(value: object) -> bool:
 
 
 def _validated(queries: np.ndarray, references: np.ndarray, train: np.ndarray | None,
-               score_norm: ScoreNorm | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+               score_norms: Sequence[ScoreNorm]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     q = _as_matrix("queries", queries)
     r = _as_matrix("references", references, q.shape[1])
     t = None if train is None else _as_matrix("train", train, q.shape[1])
-    if score_norm is not None:
+    for score_norm in score_norms:
         if t is None:
             raise SearchError(f"score normalization {score_norm} needs training descriptors (train=...)")
         if len(t) <= score_norm.last:
@@ -257,10 +311,20 @@ def _use_gpu(use_gpu: bool | None) -> bool:
     return available if use_gpu is None else bool(use_gpu and available)
 
 
+Found = tuple[np.ndarray, np.ndarray]  # (similarities, reference ids or -1), FAISS's (n_queries, k) layout
+
+
 def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: str, k: int,
-                  score_norm: ScoreNorm | None, metric: Metric,
-                  on_gpu: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Train ``codec``, search: (similarities, reference ids or -1, per-query adjustment or None)."""
+                  score_norms: Sequence[ScoreNorm], raw: bool, metric: Metric,
+                  on_gpu: bool) -> tuple[Found | None, list[Found]]:
+    """Train ``codec`` and search: the unnormalized results (when ``raw``) and one per normalization.
+
+    With an exact (``Flat``) final index and inner products, each normalization is searched as SSCD's
+    ``apply_score_norm`` does: the query gets the extra coordinate ``-beta * mean`` (float32, as SSCD
+    computes it), every reference a 1, and FAISS ranks the augmented vectors; so scores and tie
+    orders are SSCD's to the bit. Other final indexes subtract the same adjustment from the
+    unnormalized scores (SSCD has no such codecs).
+    """
     try:
         factory = faiss.index_factory(q.shape[1], codec, _FAISS_METRICS[metric])
     except RuntimeError as exc:
@@ -272,9 +336,9 @@ def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: 
         if t is None:
             raise SearchError(f"codec {codec!r} must be trained: pass training descriptors (train=...)")
         _check_training_size(codec, transforms, len(t))
-    q, r, t = _project(codec, transforms, q, r, t, keep_train=score_norm is not None or not final.is_trained)
+    q, r, t = _project(codec, transforms, q, r, t, keep_train=bool(score_norms) or not final.is_trained)
     k = min(k, len(r))
-    norm_k = 0 if score_norm is None else score_norm.last + 1
+    norm_k = max((norm.last + 1 for norm in score_norms), default=0)
     index = _to_device(final, on_gpu, codec, max(k, norm_k))
     if not index.is_trained:
         try:
@@ -283,11 +347,54 @@ def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: 
             raise SearchError(f"codec {codec!r} could not be trained on {len(t)} training rows: "
                               f"{_faiss_message(exc)}") from None
     index.add(r)
-    distances, ids = index.search(q, k)
-    similarity = _similarity(distances, ids, metric, codec)
-    if score_norm is None:
-        return similarity, ids, None
-    return similarity, ids, _norm_adjustment(index, q, t, score_norm, metric, codec)
+    augmented = isinstance(final, faiss.IndexFlat) and metric == "ip"
+    unnormalized = None
+    if raw or (score_norms and not augmented):
+        distances, ids = index.search(q, k)
+        unnormalized = (_similarity(distances, ids, metric, codec), ids)
+    if not score_norms:
+        return unnormalized, []
+    training = _training_similarities(index, q, t, norm_k, metric, codec)
+    normalized = []
+    for norm in score_norms:
+        adjustment = _norm_adjustment(training, norm)
+        if augmented:
+            normalized.append(_augmented_search(q, r, adjustment, k, on_gpu, codec))
+        else:
+            assert unnormalized is not None
+            normalized.append((unnormalized[0] + adjustment, unnormalized[1]))
+    return (unnormalized if raw else None), normalized
+
+
+def _training_similarities(index: faiss.Index, q: np.ndarray, t: np.ndarray, norm_k: int, metric: Metric,
+                           codec: str) -> np.ndarray:
+    """Each query's ``norm_k`` best similarities to the training rows, by the codec's trained index
+    emptied of the references (SSCD: a fresh ``IndexFlatIP`` over the training set, the same thing)."""
+    index.reset()  # keeps what training learnt (centroids, codebooks)
+    index.add(t)
+    distances, ids = index.search(q, norm_k)
+    if (ids < 0).any():
+        raise SearchError(f"codec {codec!r}: the training index returned fewer than {norm_k} neighbours "
+                          "for some queries, which score normalization needs; use an exhaustive codec")
+    return _similarity(distances, ids, metric, codec)
+
+
+def _norm_adjustment(training: np.ndarray, norm: ScoreNorm) -> np.ndarray:
+    """SSCD's ``-weight * np.mean(D[:, start:end + 1], axis=1, keepdims=True)``, float32 as there, with
+    ``D`` the ``end + 1`` best training similarities (so a negative start slices as SSCD's does)."""
+    neighbours = np.ascontiguousarray(training[:, : norm.last + 1])
+    return -norm.beta * np.mean(neighbours[:, norm.first : norm.last + 1], axis=1, keepdims=True)
+
+
+def _augmented_search(q: np.ndarray, r: np.ndarray, adjustment: np.ndarray, k: int, on_gpu: bool,
+                      codec: str) -> Found:
+    """SSCD's normalized search: ``[q, adjustment] . [r, 1]`` by exact inner product."""
+    queries = np.ascontiguousarray(np.concatenate([q, adjustment.astype(np.float32)], axis=1))
+    references = np.ascontiguousarray(np.concatenate([r, np.ones_like(r[:, :1])], axis=1))
+    index = _to_device(faiss.IndexFlatIP(queries.shape[1]), on_gpu, codec, k)
+    index.add(references)
+    distances, ids = index.search(queries, k)
+    return _similarity(distances, ids, "ip", codec), ids
 
 
 def _project(codec: str, transforms: list[faiss.VectorTransform], q: np.ndarray, r: np.ndarray,
@@ -307,22 +414,6 @@ def _project(codec: str, transforms: list[faiss.VectorTransform], q: np.ndarray,
         q = _apply(transform, q, codec, "queries")
         r = _apply(transform, r, codec, "references")
     return q, r, t
-
-
-def _norm_adjustment(index: faiss.Index, q: np.ndarray, t: np.ndarray, score_norm: ScoreNorm, metric: Metric,
-                     codec: str) -> np.ndarray:
-    """``beta`` x each query's mean similarity to its training neighbours ``first..last``, computed with
-    the codec's trained index emptied of the references and filled with the training rows."""
-    norm_k = score_norm.last + 1
-    index.reset()  # keeps what training learnt (centroids, codebooks)
-    index.add(t)
-    distances, ids = index.search(q, norm_k)
-    if (ids[:, score_norm.first:] < 0).any():
-        raise SearchError(f"codec {codec!r}: the training index returned fewer than {norm_k} neighbours "
-                          f"for some queries, which score normalization {score_norm} needs; "
-                          "use an exhaustive codec")
-    neighbours = _similarity(distances, ids, metric, codec)[:, score_norm.first:norm_k]
-    return (score_norm.beta * neighbours.mean(axis=1, dtype=np.float64)).astype(np.float32)
 
 
 def _split(index: faiss.Index) -> tuple[list[faiss.VectorTransform], faiss.Index]:
@@ -386,15 +477,12 @@ def _similarity(distances: np.ndarray, ids: np.ndarray, metric: Metric, codec: s
     return similarity
 
 
-def _candidates(similarity: np.ndarray, ids: np.ndarray, adjustment: np.ndarray | None,
-                global_cap: int | None) -> Candidates:
-    """Flatten FAISS's (n_queries, k) results, drop missing (-1) slots, normalize, sort and cap."""
+def _candidates(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None) -> Candidates:
+    """Flatten FAISS's (n_queries, k) results, drop missing (-1) slots, sort and cap."""
     found = ids >= 0
     query = np.broadcast_to(np.arange(len(ids), dtype=np.int64)[:, None], ids.shape)[found]
     reference = ids[found].astype(np.int64, copy=False)
     score = similarity[found]
-    if adjustment is not None:
-        score = score - adjustment[query]
     order = np.lexsort((reference, -score, query))
     query, reference, score = query[order], reference[order], score[order]
     if global_cap is not None and global_cap < len(score):
