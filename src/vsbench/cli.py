@@ -21,6 +21,16 @@ app.add_typer(similarity_app, name="similarity")
 app.add_typer(score_app, name="score", help="Score result files exactly as the original benchmarks do.")
 
 EndpointOpt = Annotated[str | None, typer.Option(help="S3 endpoint URL (for a local or non-AWS S3).")]
+RunnerOpt = Annotated[str, typer.Option(
+    help="'subprocess': each step a process of this environment; 'container': each step in the vsbench image "
+         "as a pod runs it (UID 10001, read-only root, tmpfs /tmp; docker or podman, started as needed).")]
+ImageOpt = Annotated[str | None, typer.Option(
+    help="Image every step runs in with --runner container (default: the CPU image that `make images` builds).")]
+
+
+def _check_runner(runner: str, choices: tuple[str, ...] = ("subprocess", "container")) -> None:
+    if runner not in choices:
+        raise typer.BadParameter(f"must be one of {', '.join(choices)}, not {runner!r}", param_hint="--runner")
 
 
 def _print_summary(title: str, data: dict, keys: list[str]) -> None:
@@ -137,16 +147,20 @@ def abid_run_local(
     device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda'.")] = "auto",
     experiment: Annotated[str, typer.Option(help="MLflow experiment.")] = "vsbench-abid",
     pipeline_root: Annotated[Path | None, typer.Option(help="Where kfp.local keeps step outputs.")] = None,
+    runner: RunnerOpt = "subprocess",
+    image: ImageOpt = None,
 ) -> None:
     """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI)."""
     from vsbench.platform.local_run import run_abid_pipeline_locally
 
+    _check_runner(runner)
     report = run_abid_pipeline_locally(
         data_root=data_root.resolve(), pipeline_root=(pipeline_root or data_root / "_kfp").resolve(),
         arguments={"source": source, "endpoint_url": endpoint_url, "limit": limit, "seed": seed, "size": size,
                    "max_per_class": max_per_class, "train_profile": train_profile,
                    "train_overrides": train_overrides, "device": device,
                    "experiment": experiment},
+        runner=runner, image=image,
     )
     typer.echo(report.render())
     if not report.succeeded:
@@ -180,27 +194,52 @@ def similarity_run(
     num_shards: Annotated[int, typer.Option(min=1, help="Embed in this many shards (run here one after another).")] = 1,
     batch_size: int = 64,
     device: str = "auto",
+    runner: Annotated[str, typer.Option(
+        help="'inline': every step in this process; 'subprocess' or 'container': the similarity pipeline with "
+             "kfp.local, each step a process of this environment or a container of the vsbench image.")] = "inline",
+    image: ImageOpt = None,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment (pipeline runners).")] = "vsbench-similarity",
 ) -> None:
     """Embed every image set, search, score; prints the benchmark's own table."""
     from vsbench.similarity import load_json_option
     from vsbench.steps import similarity_embed_step, similarity_evaluate_step
 
+    _check_runner(runner, ("inline", "subprocess", "container"))
     try:
         bench_opts = load_json_option(benchmark_options, "--benchmark-options")
         model_opts = load_json_option(model_options, "--model-options")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if runner != "inline":
+        from vsbench.platform.local_run import run_similarity_pipeline_locally
+
+        run = run_similarity_pipeline_locally(
+            root.resolve(), out.resolve(), runner=runner, image=image,
+            arguments={"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts),
+                       "benchmark_options": json.dumps(bench_opts), "codecs": codecs, "k": k,
+                       "global_cap": global_cap, "score_norm": score_norm, "num_shards": num_shards,
+                       "batch_size": batch_size, "device": device, "experiment": experiment})
+        if not run.succeeded:
+            typer.echo(f"similarity pipeline failed: {run.error}", err=True)
+            raise typer.Exit(1)
+        _print_similarity_table(out, json.loads((out / "metrics.json").read_text()))
+        typer.echo(f"ran in: {run.ran_in}")
+        return
     for shard in range(num_shards):
         similarity_embed_step(benchmark, str(root), str(out), model, shard=shard, num_shards=num_shards,
                               benchmark_options=bench_opts, model_options=model_opts, batch_size=batch_size,
                               device=device)
     result = similarity_evaluate_step(benchmark, str(root), str(out), model=model, codecs=codecs, k=k,
                                       global_cap=global_cap, score_norm=score_norm, benchmark_options=bench_opts)
-    csv_name = result.manifest.get("csv")
+    _print_similarity_table(out, result.manifest)
+
+
+def _print_similarity_table(out: Path, manifest: dict) -> None:
+    csv_name = manifest.get("csv")
     if csv_name and (out / csv_name).exists():
         typer.echo((out / csv_name).read_text().rstrip())
     else:
-        typer.echo(json.dumps(result.manifest["records"], indent=2))
+        typer.echo(json.dumps(manifest.get("records", []), indent=2))
     typer.echo(f"metrics: {out / 'metrics.json'}")
 
 
@@ -284,7 +323,7 @@ def compare(
     report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
 ) -> None:
     """Leaderboard of pipeline runs (model x benchmark x metric, best marked) and an HTML report."""
-    from vsbench.compare import collect_runs, leaderboard, render_leaderboard, write_report
+    from vsbench.compare import collect_runs, leaderboard, render_leaderboard, render_runs, write_report
 
     with user_errors(LookupError):  # a missing experiment
         runs = collect_runs(experiment, last=last)
@@ -292,6 +331,8 @@ def compare(
         typer.echo(f"no finished pipeline runs in experiment {experiment!r}", err=True)
         raise typer.Exit(1)
     typer.echo(render_leaderboard(leaderboard(runs)))
+    typer.echo("")
+    typer.echo(render_runs(runs))
     write_report(runs, report, title=f"{experiment}" + (f": last {last} runs" if last else ""))
     typer.echo(f"report: {report}")
 
@@ -302,11 +343,14 @@ def demo(
     bins: Annotated[int, typer.Option(min=20, help="Generated bins (scale the demo up with this).")] = DEFAULT_BINS,
     seed: int = 0,
     profile: Annotated[str, typer.Option(help="Training profile: 'demo' (CPU minutes) or 'full' (the challenge's).")] = "demo",
+    runner: RunnerOpt = "subprocess",
+    image: ImageOpt = None,
 ) -> None:
     """The ABID pipeline end to end on generated data served from a local S3 endpoint."""
     from vsbench.demo import run_demo
 
-    raise typer.Exit(run_demo(out.resolve(), bins=bins, seed=seed, profile=profile))
+    _check_runner(runner)
+    raise typer.Exit(run_demo(out.resolve(), bins=bins, seed=seed, profile=profile, runner=runner, image=image))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from vsbench.storage import atomic_write_text
-from vsbench.tracking import KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
+from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
 
 ABID_PIPELINE = "vsbench-abid"
 SEPARATOR = "__"
@@ -362,17 +362,37 @@ def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataF
             f"</section>")
 
 
-def _runs_table(records: list[RunRecord]) -> str:
+def ran_in(record: RunRecord) -> str:
+    """The image a run's steps ran in ("name (id)"), "host venv", or "-" for runs from before the tag."""
+    image = record.tags.get(IMAGE_TAG, "-")
+    image_id = record.tags.get(IMAGE_ID_TAG, "")
+    return f"{image} ({image_id.removeprefix('sha256:')[:12]})" if image_id else image
+
+
+def _runs_by_id(records: list[RunRecord]) -> dict[str, list[RunRecord]]:
     runs: dict[str, list[RunRecord]] = {}
     for record in sorted(records, key=lambda r: r.start_time, reverse=True):
         runs.setdefault(record.run_id, []).append(record)
+    return runs
+
+
+def render_runs(records: list[RunRecord]) -> str:
+    """The runs behind the leaderboard, newest first, with where their steps ran."""
+    rows = [["MLflow run", "started (UTC)", "pipeline", "ran in"]] + [
+        [run_id, f"{group[0].start_time:%Y-%m-%d %H:%M:%S}", group[0].pipeline, ran_in(group[0])]
+        for run_id, group in _runs_by_id(records).items()]
+    return _text_table(rows)
+
+
+def _runs_table(records: list[RunRecord]) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(run_id)}</td><td>{group[0].start_time:%Y-%m-%d %H:%M:%S} UTC</td>"
         f"<td>{html.escape(group[0].pipeline)}</td><td>{html.escape(group[0].tags.get(KFP_RUN_TAG, ''))}</td>"
+        f'<td class="ran-in">{html.escape(ran_in(group[0]))}</td>'
         f"<td>{html.escape(', '.join(f'{r.model} on {r.benchmark}' for r in group))}</td></tr>"
-        for run_id, group in runs.items())
+        for run_id, group in _runs_by_id(records).items())
     return ('<table class="runs"><thead><tr><th>MLflow run</th><th>started</th><th>pipeline</th><th>KFP run</th>'
-            f"<th>model on benchmark</th></tr></thead><tbody>{rows}</tbody></table>")
+            f"<th>ran in</th><th>model on benchmark</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
 def write_report(runs: list[RunRecord], path: Path, *, title: str) -> Path:

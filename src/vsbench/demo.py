@@ -39,7 +39,8 @@ def _synthesize(out: Path, bins: int, seed: int) -> tuple[Path, float]:
     return target, time.perf_counter() - started
 
 
-def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str = "demo") -> int:
+def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str = "demo",
+             runner: str = "subprocess", image: str | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{out / 'mlflow.db'}"
     os.environ[ARTIFACT_LOCATION_ENV] = str(out / "mlartifacts")
@@ -54,12 +55,14 @@ def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str
         upload_seconds = time.perf_counter() - started
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
             os.environ.pop(key, None)  # the pipeline reads anonymously, as from the real public bucket
-        print("[3/3] running the ABID pipeline with kfp.local ...", flush=True)
+        where = "in the vsbench image" if runner == "container" else "as processes of this environment"
+        print(f"[3/3] running the ABID pipeline with kfp.local, every step {where} ...", flush=True)
         report = run_abid_pipeline_locally(
             data_root=out / "data", pipeline_root=out / "kfp",
             arguments={"source": f"s3://{BUCKET}", "endpoint_url": s3.endpoint_url, "seed": seed,
                        "max_per_class": 20000, "experiment": EXPERIMENT, "train_profile": profile,
                        "params_json": json.dumps({"demo_bins": bins, "demo_seed": seed})},
+            runner=runner, image=image,
         )
 
     print()

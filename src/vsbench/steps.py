@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vsbench.platform.images import running_image
 from vsbench.storage import atomic_write_json
 from vsbench.tracking import child_run
 
@@ -32,6 +33,7 @@ def _numbers(data: dict[str, Any], keys: list[str]) -> dict[str, float]:
 def _finish(tracker, result: StepResult, manifest_path: str | None, artifact_name: str, started: float) -> StepResult:
     result.metrics["step_seconds"] = round(time.perf_counter() - started, 3)
     result.manifest["metrics"] = result.metrics
+    result.manifest["ran_in"] = running_image()
     if manifest_path:
         atomic_write_json(Path(manifest_path), result.manifest)
     tracker.log_metrics(result.metrics)

@@ -24,6 +24,8 @@ from typing import Any
 KFP_RUN_TAG = "kfp.run_id"
 PIPELINE_TAG = "vsbench.pipeline"
 STEP_TAG = "vsbench.step"
+IMAGE_TAG = "vsbench.image"
+IMAGE_ID_TAG = "vsbench.image_id"
 PARENT_TAG = "mlflow.parentRunId"
 ARTIFACT_LOCATION_ENV = "VSBENCH_MLFLOW_ARTIFACT_LOCATION"
 DEFAULT_EXPERIMENT = "vsbench"
@@ -32,6 +34,14 @@ DEFAULT_EXPERIMENT = "vsbench"
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
+
+def _image_tags() -> dict[str, str]:
+    """Where the step runs (image name and id, or "host venv"): compare and the report show it."""
+    from vsbench.platform.images import running_image
+
+    ran_in = running_image()
+    return {IMAGE_TAG: ran_in["image"], **({IMAGE_ID_TAG: ran_in["image_id"]} if ran_in["image_id"] else {})}
 
 
 def _flat(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,7 +175,8 @@ def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Map
         if existing:
             return existing
         run = client.create_run(experiment_id, run_name=f"{pipeline}-{kfp_run_id}",
-                                tags={KFP_RUN_TAG: kfp_run_id, PIPELINE_TAG: pipeline, STEP_TAG: "pipeline"})
+                                tags={KFP_RUN_TAG: kfp_run_id, PIPELINE_TAG: pipeline, STEP_TAG: "pipeline",
+                                      **_image_tags()})
     except Exception as exc:  # noqa: BLE001
         Tracker(None, None)._go_offline(f"open parent run: {type(exc).__name__}: {exc}")
         return ""
@@ -190,7 +201,7 @@ def child_run(parent_run_id: str, step: str, params: Mapping[str, Any] | None = 
                 parent.info.experiment_id, run_name=step,
                 tags={PARENT_TAG: parent_run_id, STEP_TAG: step,
                       KFP_RUN_TAG: parent.data.tags.get(KFP_RUN_TAG, ""),
-                      PIPELINE_TAG: parent.data.tags.get(PIPELINE_TAG, "")},
+                      PIPELINE_TAG: parent.data.tags.get(PIPELINE_TAG, ""), **_image_tags()},
             )
             tracker = Tracker(run.info.run_id, client)
         except Exception as exc:  # noqa: BLE001

@@ -1,20 +1,29 @@
 """Run a pipeline on this machine with ``kfp.local`` and summarize what each step did.
 
-``SubprocessRunner(use_venv=False)`` executes exactly the lightweight components a cluster runs,
-each in a subprocess of this Python environment (which holds vsbench). kfp.local keeps every
-task's outputs under ``<pipeline_root>/<pipeline>-<timestamp>/<task>/``; the report reads the
-step manifests from there.
+Two runners execute exactly the lightweight components a cluster runs:
+
+- ``subprocess``: ``SubprocessRunner(use_venv=False)``, each step a subprocess of this Python
+  environment (which holds vsbench);
+- ``container``: ``DockerRunner``, each step in the vsbench image as a pod would run it (see
+  :mod:`vsbench.platform.containers`).
+
+kfp.local keeps every task's outputs under ``<pipeline_root>/<pipeline>-<timestamp>/<task>/``;
+the report reads the step manifests from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+RUNNERS = ("subprocess", "container")
 
 ABID_STEPS = ("abid-download", "abid-prepare", "abid-resize", "abid-train-counting", "abid-train-siamese",
               "abid-quantity", "abid-score")
@@ -42,6 +51,7 @@ class LocalRunReport:
     parent_run_id: str
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str = ""
+    ran_in: str = "host venv"
 
     def scores(self) -> dict[str, float]:
         return {k: v for k, v in self.steps.get("abid-score", {}).get("metrics", {}).items()
@@ -56,6 +66,7 @@ class LocalRunReport:
             counts = ", ".join([f"{k} {int(metrics[k])}" for k in STEP_COUNTS.get(step, []) if k in metrics]
                                + [f"{k} {metrics[k]:.4f}" for k in STEP_SCORES.get(step, []) if k in metrics])
             lines.append(f"  {step:<20} {metrics.get('step_seconds', float('nan')):7.1f} s   {counts}")
+        lines.append(f"  ran in:         {self.ran_in}")
         lines.append(f"  data root:      {self.data_root}")
         lines.append(f"  step outputs:   {self.run_dir}")
         lines.append(f"  MLflow run:     {self.parent_run_id or '(tracking offline)'}")
@@ -93,22 +104,99 @@ def merge_shard_manifests(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     return {"metrics": metrics, "shards": manifests}
 
 
+@dataclass(frozen=True)
+class LocalRun:
+    succeeded: bool
+    seconds: float
+    run_dir: Path | None
+    error: str
+    ran_in: str = "host venv"
+
+    def __iter__(self) -> Iterator[Any]:  # (succeeded, seconds, run_dir, error), as callers unpack it
+        return iter((self.succeeded, self.seconds, self.run_dir, self.error))
+
+
+def tracking_locations(experiment: str) -> tuple[list[Path], list[Path], dict[str, str]]:
+    """What a step in a container needs of MLflow: (folders, files, environment).
+
+    The tracking URI is resolved here, absolute, because a step's working folder is not the
+    caller's; a local store (sqlite file or folder) and the experiment's local artifact root are
+    mounted. The experiment is created here when missing, so its artifact root is known."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking import ensure_experiment
+
+    uri = mlflow.get_tracking_uri()
+    folders: list[Path] = []
+    files: list[Path] = []
+    if uri.startswith("sqlite:///"):
+        database = Path(uri[len("sqlite:///"):]).resolve()
+        database.parent.mkdir(parents=True, exist_ok=True)
+        uri = f"sqlite:///{database}"
+        files.append(database)
+    elif uri.startswith("file:") or "://" not in uri:
+        folder = Path(uri.removeprefix("file://").removeprefix("file:")).resolve()
+        uri = f"file://{folder}"
+        folders.append(folder)
+    environment = {"MLFLOW_TRACKING_URI": uri}
+    try:
+        client = MlflowClient(uri)
+        location = client.get_experiment(ensure_experiment(client, experiment)).artifact_location
+    except Exception as exc:  # noqa: BLE001 - tracking must not stop a run; the steps go offline
+        print(f"[vsbench] MLflow unavailable before the run ({type(exc).__name__}: {str(exc)[:200]})")
+        return folders, files, environment
+    if location.startswith("file://") or location.startswith("/"):
+        folders.append(Path(location.removeprefix("file://")))
+    return folders, files, environment
+
+
+@contextlib.contextmanager
+def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, data: tuple[Path, ...] = (),
+               read_only: tuple[Path, ...] = (), experiment: str = "") -> Iterator[tuple[Any, str]]:
+    """(kfp.local runner, where the steps run) for ``runner``; ``data`` are the folders the steps
+    write, ``read_only`` those they only read (both mounted at the same path in a container)."""
+    from kfp import local
+
+    if runner == "subprocess":
+        yield local.SubprocessRunner(use_venv=False), "host venv"
+        return
+    if runner != "container":
+        raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, not {runner!r}")
+    from vsbench.platform.containers import ContainerPlan, container_runner, step_environment
+    from vsbench.platform.images import CPU_IMAGE
+
+    folders, files, environment = tracking_locations(experiment) if experiment else ([], [], {})
+    plan = ContainerPlan(image=image or CPU_IMAGE, folders=(*data, *folders), files=tuple(files),
+                         read_only=read_only,
+                         environment=tuple({**step_environment(), **environment}.items()))
+    with container_runner(plan, pipeline_root) as (docker_runner, identity):
+        yield docker_runner, f"{identity.name} ({identity.image_id[:19]})"
+
+
 def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dict[str, Any],
-                         steps: tuple[str, ...], suite_path: Path | None = None) -> tuple[bool, float, Path | None, str]:
+                         steps: tuple[str, ...], suite_path: Path | None = None, *, runner: str = "subprocess",
+                         image: str | None = None, data: tuple[Path, ...] = (),
+                         read_only: tuple[Path, ...] = ()) -> LocalRun:
+    """Run one pipeline with kfp.local; a failed step is reported, never raised."""
     from kfp import local
 
     from vsbench.platform.compile import load_pipeline
 
-    # The components name the production image; locally this environment is that image's twin.
+    # The components name the production image; the subprocess runner's environment is its twin.
     warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
+    pipeline_root = pipeline_root.resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
     before = set(pipeline_root.iterdir())
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root),
-               raise_on_error=True)  # a failed task fails the run, after the exit handler ran
     started = time.perf_counter()
     error = ""
+    ran_in = runner
     try:
-        load_pipeline(pipeline_name, suite_path=suite_path)(**arguments)
+        with kfp_runner(runner, pipeline_root, image=image, data=data, read_only=read_only,
+                        experiment=str(arguments.get("experiment", ""))) as (chosen, ran_in):
+            local.init(runner=chosen, pipeline_root=str(pipeline_root),
+                       raise_on_error=True)  # a failed task fails the run, after the exit handler ran
+            load_pipeline(pipeline_name, suite_path=suite_path)(**arguments)
     except Exception as exc:  # noqa: BLE001 - reported, the caller decides the exit code
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - started
@@ -117,14 +205,18 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
     if not succeeded and not error:
         missing = [s for s in steps if run_dir is None or not step_manifests(run_dir, s)]
         error = f"steps without output: {', '.join(missing)} (see the log above)"
-    return succeeded, seconds, run_dir, error
+    return LocalRun(succeeded, seconds, run_dir, error, ran_in)
 
 
-def run_abid_pipeline_locally(data_root: Path, pipeline_root: Path, arguments: dict[str, Any]) -> LocalRunReport:
+def run_abid_pipeline_locally(data_root: Path, pipeline_root: Path, arguments: dict[str, Any], *,
+                              runner: str = "subprocess", image: str | None = None) -> LocalRunReport:
+    """The ABID pipeline with kfp.local; ``runner`` "container" runs every step in ``image``."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    succeeded, seconds, run_dir, error = run_pipeline_locally(
-        "abid", pipeline_root, {"data_root": str(data_root), **arguments}, ABID_STEPS)
-    report = LocalRunReport(succeeded, seconds, run_dir, data_root, "", error=error)
+    data_root = data_root.resolve()
+    run = run_pipeline_locally("abid", pipeline_root, {"data_root": str(data_root), **arguments}, ABID_STEPS,
+                               runner=runner, image=image, data=(data_root,))
+    run_dir = run.run_dir
+    report = LocalRunReport(run.succeeded, run.seconds, run_dir, data_root, "", error=run.error, ran_in=run.ran_in)
     if run_dir is not None:
         output = _read_json(run_dir / "open-tracking" / "executor_output.json")
         report.parent_run_id = str(output.get("parameterValues", {}).get("Output", ""))
@@ -133,3 +225,12 @@ def run_abid_pipeline_locally(data_root: Path, pipeline_root: Path, arguments: d
             if manifests:
                 report.steps[step] = merge_shard_manifests(manifests)
     return report
+
+
+def run_similarity_pipeline_locally(root: Path, out: Path, arguments: dict[str, Any], *, runner: str = "subprocess",
+                                    image: str | None = None) -> LocalRun:
+    """The similarity pipeline with kfp.local over ``root`` (read only) into ``out``."""
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return run_pipeline_locally("similarity", out / "_kfp", {**arguments, "root": str(root), "out": str(out)},
+                                ("embed-shard", "evaluate"), runner=runner, image=image, data=(out,),
+                                read_only=(root,))
