@@ -20,6 +20,7 @@ SSCD's ``disc_metrics.csv`` (``codec,score_norm,uAP,accuracy-at-1,recall-at-p90`
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,12 +33,15 @@ from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, register
 from vsbench.features import FeatureError, FeatureSet
 from vsbench.metrics.copy_detection import copy_detection_metrics
 from vsbench.metrics.readers import InputError, read_copy_detection_ground_truth
+from vsbench.metrics.ties import tie_fields
 from vsbench.storage import safe_join
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from vsbench.index.search import Candidates
+
+logger = logging.getLogger(__name__)
 
 QUERY_DIR = "val_query"
 REFERENCE_DIR = "val_ref"
@@ -145,7 +149,8 @@ class DiscBenchmark:
             metrics = copy_detection_metrics(query_ids[found.query], reference_ids[found.reference], found.score,
                                              self.gt_query, self.gt_reference)
             records.append({"codec": codec, "score_norm": score_norm, "uap": metrics.uap,
-                            "accuracy_at_1": metrics.accuracy_at_1, "recall_at_p90": metrics.recall_at_p90})
+                            "accuracy_at_1": metrics.accuracy_at_1, "recall_at_p90": metrics.recall_at_p90,
+                            **tie_fields(metrics.ties)})
             is_tp = np.isin(found.query * len(reference_ids) + found.reference, gt_keys)
             precision, recall = precision_recall_curve(found.score, is_tp, len(self.gt_query))
             curves.setdefault(codec, []).append((score_norm, metrics.uap, precision, recall))
@@ -154,11 +159,13 @@ class DiscBenchmark:
                           csv_rows=disc_csv_rows(records), figures=figures)
 
     def _ground_truth_keys(self) -> np.ndarray:
-        """Each positive pair as ``query_row * n_references + reference_row`` (rows of the image sets)."""
+        """Each findable positive pair as ``query_row * n_references + reference_row`` (rows of the image
+        sets); pairs naming an image outside the sets cannot be predicted and have no key."""
         query_row = {image_id: n for n, image_id in enumerate(self.queries.ids)}
         reference_row = {image_id: n for n, image_id in enumerate(self.references.ids)}
         return np.asarray([query_row[q] * len(reference_row) + reference_row[r]
-                           for q, r in zip(self.gt_query.tolist(), self.gt_reference.tolist())], dtype=np.int64)
+                           for q, r in zip(self.gt_query.tolist(), self.gt_reference.tolist())
+                           if q in query_row and r in reference_row], dtype=np.int64)
 
 
 @register("disc")
@@ -178,8 +185,8 @@ def load_disc(
     ``train_dir=None`` leaves the training images out (then no PCA codec and no score
     normalization). ``*_list`` restrict a folder to the ids an isc2021-style list file names; the
     ground truth then keeps the rows of the listed queries (isc2021's subsets are evaluated so).
-    Every ground-truth query must be an image of the query folder and every kept ground-truth
-    reference one of the (listed) references: an unknown id is an error naming the CSV line.
+    A ground-truth id that names no image (of the folder, or of the list) is kept, as SSCD keeps it:
+    a positive that can never be retrieved. A warning names its CSV line.
     """
     root = Path(root)
 
@@ -194,12 +201,15 @@ def load_disc(
     train = None if train_dir is None else image_set(train_dir, train_list, "training images")[1]
     gt_path = safe_join(root, ground_truth)
     truth = read_copy_detection_ground_truth(gt_path)
-    _check_known(gt_path, 0, truth.listed_queries, all_queries, f"a query image in {query_dir}")
-    kept = np.isin(truth.query_ids, queries.ids)
+    # Rows of queries left out by the query list go; queries with no image at all stay, as in SSCD.
+    kept = np.isin(truth.query_ids, queries.ids) | ~np.isin(truth.query_ids, all_queries.ids)
     gt_query, gt_reference = truth.query_ids[kept], truth.reference_ids[kept]
     listed = " listed in " + reference_list if reference_list else ""
-    _check_known(gt_path, 1, gt_reference, references, f"a reference image in {reference_dir}{listed}")
-    if not gt_query.size:
+    for note in (*truth.notes, _unknown_note(gt_path, 0, gt_query, all_queries, f"a query image in {query_dir}"),
+                 _unknown_note(gt_path, 1, gt_reference, references, f"a reference image in {reference_dir}{listed}")):
+        if note:
+            logger.warning(note)
+    if not np.isin(gt_query, queries.ids).any():
         raise InputError(gt_path, f"none of the {len(queries.ids)} queries has a copy: nothing to score")
     return DiscBenchmark(root=root, queries=queries, references=references, train=train, gt_query=gt_query,
                          gt_reference=gt_reference, ground_truth_path=gt_path)
@@ -247,18 +257,21 @@ def precision_recall_curve(scores: np.ndarray, is_tp: np.ndarray, num_ground_tru
     return precision, true_positives / num_ground_truth
 
 
-def _check_known(path: Path, column: int, listed: np.ndarray, images: ImageSet, what: str) -> None:
-    """Every id the ground truth names in ``column`` is in ``images``; else an error at its first line."""
+def _unknown_note(path: Path, column: int, listed: np.ndarray, images: ImageSet, what: str) -> str | None:
+    """A one-line warning when ground-truth ids in ``column`` name no image of ``images``.
+
+    SSCD keeps such pairs: they count in ``N_gt`` and are never retrieved, so recall cannot reach 1.
+    vsbench scores them the same way and says so, naming the first line.
+    """
     known = set(images.ids)
     unknown = {i for i in listed.tolist() if i not in known}
     if not unknown:
-        return
-    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
-        fields = [field.strip() for field in line.split(",")]
-        if len(fields) > column and fields[column] in unknown:
-            raise InputError(path, f"{fields[column]!r} is not {what} ({len(unknown)} unknown id(s) in this column)",
-                             number)
-    raise AssertionError(f"{path}: the reader found ids {sorted(unknown)[:3]} that no line holds")
+        return None
+    first = next((number for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+                  if len(fields := line.strip().split(",")) > column and fields[column] in unknown), None)
+    return (f"{path}:{first}: {len(unknown)} id(s) in column {column + 1} are not {what} (e.g. {sorted(unknown)[0]!r}); "
+            "SSCD counts their pairs as positives never retrieved, which caps recall, and so does this score; "
+            "remove those lines (or add the images) to score only what can be found")
 
 
 def aligned_features(features: Mapping[str, FeatureSet], name: str, images: ImageSet) -> FeatureSet:
