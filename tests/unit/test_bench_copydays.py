@@ -14,7 +14,6 @@ from vsbench.benchmarks.copydays import (
     CSV_NAME,
     copydays_csv_rows,
     load_copydays,
-    result_matrix,
     strong_positives,
 )
 from vsbench.features import FeatureSet
@@ -68,11 +67,12 @@ def test_queries_blocks_and_ground_truth_from_file_names(copydays_root: Path) ->
 
 
 def test_strong_prefix_rule_by_hand() -> None:
-    originals = ("200000", "200050", "200100")  # two originals share the prefix 2000
-    assert strong_positives("200001", originals, Path("strong/200001.jpg")) == {0, 1}
-    assert strong_positives("200199", originals, Path("strong/200199.jpg")) == {2}
+    originals = ("200000.jpg", "200050.jpg", "200100.jpg")  # two originals share the prefix 2000
+    assert strong_positives("200001.jpg", originals, Path("strong/200001.jpg")) == {0, 1}
+    assert strong_positives("200199.jpg", originals, Path("strong/200199.jpg")) == {2}
     with pytest.raises(ValueError, match=r"strong/200301.jpg: no original shares its first 4 characters '2003'"):
-        strong_positives("200301", originals, Path("strong/200301.jpg"))
+        strong_positives("200301.jpg", originals, Path("strong/200301.jpg"))
+    assert strong_positives("12.jpg", ("12.jpg", "120.jpg"), Path("strong/12.jpg")) == {0}  # SSCD: "12.j"
 
 
 def test_blocks_with_other_names_map_by_position_like_sscd(copydays_root: Path) -> None:
@@ -138,12 +138,6 @@ def test_hand_worked_strong_map(copydays_root: Path) -> None:
     assert rows == [{"codec": "Flat", "strong_mAP": record["strong_map"], "overall_uAP": record["overall_uap"]}]
     assert set(result.figures) == {"copydays_blocks.png"}
     _close(result.figures)
-
-
-def test_result_matrix_pads_short_result_lists() -> None:
-    ids, distances = result_matrix(np.array([0, 0, 2]), np.array([5, 7, 1]), np.array([0.1, 0.3, 0.2]), 3, 2)
-    assert ids.tolist() == [[5, 7], [-1, -1], [1, -1]]
-    assert distances.tolist() == [[0.1, 0.3], [np.inf, np.inf], [0.2, np.inf]]
 
 
 def _close(figures: dict[str, object]) -> None:

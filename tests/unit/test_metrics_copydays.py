@@ -36,7 +36,8 @@ def test_copydays_metrics_by_hand() -> None:
     distances = np.array([[0.1, 0.2, 0.3], [0.1, 0.4, 0.5], [0.2, 0.3, 0.6]])
     # Per query: q0 (strong, 1 positive) ranks [1] -> 1/4; q1 (strong, 2 positives) ranks [0, 2] -> 19/24;
     # q2 (not strong) ranks [0] -> 1.  strong_map = (1/4 + 19/24) / 2 = 25/48.
-    # Pooled by distance, negatives first on ties: 0.1 N(q0) P(q1) | 0.2 P P | 0.3 N N | 0.4 N | 0.5 P | 0.6 N
+    # Pooled by distance (numpy's argsort keeps this small input's order on ties, as SSCD's call does):
+    # 0.1 N(q0) P(q1) | 0.2 P P | 0.3 N N | 0.4 N | 0.5 P | 0.6 N
     # -> positive ranks 1, 2, 3, 7 over 3 queries:
     #    k=0 r=1: (0 + 1/2)/2;  k=1 r=2: (1/2 + 2/3)/2;  k=2 r=3: (2/3 + 3/4)/2;  k=3 r=7: (3/7 + 4/8)/2
     pooled = sum((F(k, r) + F(k + 1, r + 1)) / 2 for k, r in enumerate([1, 2, 3, 7])) / 3
@@ -44,14 +45,25 @@ def test_copydays_metrics_by_hand() -> None:
     assert m.strong_map == pytest.approx(25 / 48)
     assert m.overall_uap == pytest.approx(float(pooled))  # 337/504
     assert (m.num_queries, m.num_strong_queries) == (3, 2)
-    assert set(m.as_dict()) == {"strong_map", "overall_uap", "num_queries", "num_strong_queries"}
+    # The 0.1 tie could put q1's positive first: ranks 0, 2, 3, 7.
+    best = sum((F(k, r) + F(k + 1, r + 1)) / 2 if r else (1 + F(k + 1, r + 1)) / 2
+               for k, r in enumerate([0, 2, 3, 7])) / 3
+    assert m.ties["overall_uap"].worst == pytest.approx(float(pooled))
+    assert m.ties["overall_uap"].best == pytest.approx(float(best))
+    assert m.ties["strong_map"].is_point  # no tie inside a result list
+    assert set(m.as_dict()) == {"strong_map", "overall_uap", "num_queries", "num_strong_queries",
+                                "overall_uap_worst", "overall_uap_best"}
 
 
-def test_pooled_ties_put_negatives_first() -> None:
-    # One query, both results at the same distance: negative first -> positive at rank 1 -> 1/4.
+def test_pooled_ties_follow_numpys_argsort_and_report_the_range() -> None:
+    # One query, both results at the same distance. SSCD's value is whatever np.argsort does with the
+    # tie; the range is 1/4 (negative first) to 1 (positive first).
     m = copydays_metrics([[True, False]], [[0.5, 0.5]], [1], [True])
-    assert m.overall_uap == pytest.approx(0.25)
+    order = np.argsort(np.array([0.5, 0.5]))
+    assert m.overall_uap == pytest.approx(1.0 if order[0] == 0 else 0.25)
+    assert (m.ties["overall_uap"].worst, m.ties["overall_uap"].best) == (pytest.approx(0.25), pytest.approx(1.0))
     assert m.strong_map == pytest.approx(1.0)  # per-query AP keeps the search order: rank 0
+    assert (m.ties["strong_map"].worst, m.ties["strong_map"].best) == (pytest.approx(0.25), pytest.approx(1.0))
 
 
 def test_copydays_hits_from_ids() -> None:

@@ -40,6 +40,7 @@ from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, register
 from vsbench.benchmarks.copy_detection import aligned_features, list_images
 from vsbench.features import FeatureSet
 from vsbench.metrics.copydays import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
+from vsbench.metrics.ties import tie_fields
 from vsbench.storage import safe_join
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class CopydaysBenchmark:
 
     def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
         """strong mAP, overall uAP and per-block mAP for every codec (no score normalization, as SSCD)."""
-        from vsbench.index.search import parse_codecs, search  # faiss: imported only when scoring
+        from vsbench.index.search import knn, parse_codecs  # faiss: imported only when scoring
 
         queries = aligned_features(features, "query", self.queries).features
         index = queries[: self.num_originals]
@@ -94,13 +95,15 @@ class CopydaysBenchmark:
         num_positives = np.asarray([len(p) for p in self.positives])
         records = []
         for codec in parse_codecs(settings.codecs):
-            found = search(queries, index, codec=codec, train=train, k=self.k, metric="l2", use_gpu=settings.use_gpu)
-            ids, distances = result_matrix(found.query, found.reference, -found.score.astype(np.float64),
-                                           len(queries), min(self.k, len(index)))
+            # FAISS's own result lists, as SSCD scores them: ties keep FAISS's order, and the pooled
+            # sort sees the float32 distances SSCD sorts.
+            similarity, ids = knn(queries, index, codec=codec, train=train, k=self.k, metric="l2",
+                                  use_gpu=settings.use_gpu)
+            distances = np.where(ids >= 0, -similarity, np.float32(np.inf))
             hits = copydays_hits(ids, self.positives)
             metrics = copydays_metrics(hits, distances, num_positives, blocks == STRONG)
             record: dict[str, Any] = {"codec": codec, "strong_map": metrics.strong_map,
-                                      "overall_uap": metrics.overall_uap}
+                                      "overall_uap": metrics.overall_uap, **tie_fields(metrics.ties)}
             aps = np.asarray([trapezoid_ap_from_ranks(np.flatnonzero(row), n) for row, n in zip(hits, num_positives)])
             for block in dict.fromkeys(self.blocks):
                 if block != STRONG:  # its mAP is strong_map
@@ -141,7 +144,7 @@ def load_copydays(
     positives: list[frozenset[int]] = []
     for block, images in per_block.items():
         positives += (
-            [strong_positives(stem, originals.ids, path) for stem, path in zip(images.ids, images.paths)]
+            [strong_positives(path.name, [p.name for p in originals.paths], path) for path in images.paths]
             if block == STRONG else _one_to_one(block, images, originals.ids)
         )
         ids += [f"{block}/{stem}" for stem in images.ids]
@@ -156,30 +159,16 @@ def load_copydays(
     )
 
 
-def strong_positives(stem: str, original_stems: Sequence[str], path: Path) -> frozenset[int]:
-    """Rows of the originals sharing the first 4 file-name characters with a strong attack (SSCD's rule)."""
-    rows = frozenset(n for n, o in enumerate(original_stems) if o[:STRONG_PREFIX] == stem[:STRONG_PREFIX])
-    if not rows:
-        raise ValueError(f"{path}: no original shares its first {STRONG_PREFIX} characters {stem[:STRONG_PREFIX]!r}")
-    return rows
+def strong_positives(name: str, original_names: Sequence[str], path: Path) -> frozenset[int]:
+    """Rows of the originals sharing the first 4 file-name characters with a strong attack (SSCD's rule,
+    ``bname[:4] == qname[:4]`` on file names, extension included: ``12.jpg`` has the prefix ``12.j``).
 
-
-def result_matrix(query: np.ndarray, reference: np.ndarray, distance: np.ndarray, num_queries: int,
-                  k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat, query-sorted search results -> (num_queries x k) index ids and distances.
-
-    A query with fewer than k results (FAISS found fewer) is padded with id -1 and distance +inf,
-    which is never a positive and sorts last in the pooled ranking.
+    A strong image no original matches is an error (SSCD divides by its zero positives).
     """
-    counts = np.bincount(query, minlength=num_queries)
-    if counts.max(initial=0) > k:
-        raise ValueError(f"a query has {counts.max()} results for k = {k}")
-    rank = np.arange(query.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    ids = np.full((num_queries, k), -1, dtype=np.int64)
-    distances = np.full((num_queries, k), np.inf)
-    ids[query, rank] = reference
-    distances[query, rank] = distance
-    return ids, distances
+    rows = frozenset(n for n, o in enumerate(original_names) if o[:STRONG_PREFIX] == name[:STRONG_PREFIX])
+    if not rows:
+        raise ValueError(f"{path}: no original shares its first {STRONG_PREFIX} characters {name[:STRONG_PREFIX]!r}")
+    return rows
 
 
 def copydays_csv_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

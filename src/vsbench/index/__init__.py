@@ -4,6 +4,7 @@ from vsbench.index.search import (
     Candidates,
     ScoreNorm,
     SearchError,
+    knn,
     parse_codecs,
     parse_score_norm,
     parse_score_norms,
@@ -12,5 +13,5 @@ from vsbench.index.search import (
 )
 
 __all__ = [
-    "Candidates", "ScoreNorm", "SearchError", "parse_codecs", "parse_score_norm", "parse_score_norms", "search", "search_all",
+    "Candidates", "ScoreNorm", "SearchError", "knn", "parse_codecs", "parse_score_norm", "parse_score_norms", "search", "search_all",
 ]

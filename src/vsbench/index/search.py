@@ -222,6 +222,22 @@ def search(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat",
     return _candidates(similarity, ids, global_cap)
 
 
+def knn(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat", train: np.ndarray | None = None,
+        k: int = 10, metric: Metric = "ip", use_gpu: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """FAISS's own ``(n_queries, k)`` result under ``codec``: similarities and reference ids (-1 where
+    FAISS found fewer), each row in FAISS's order, ties as FAISS leaves them.
+
+    :func:`search` re-sorts ties by reference index; a benchmark whose original scores FAISS's
+    order itself (SSCD's Copydays ranks) takes this instead, so that its tie order is the original's.
+    """
+    _check_settings(k, None, metric)
+    q, r, t = _validated(queries, references, train, [])
+    found, _ = _search_codec(q, r, t, codec=codec, k=k, score_norms=[], raw=True, metric=metric,
+                             on_gpu=_use_gpu(use_gpu))
+    assert found is not None
+    return found
+
+
 def search_all(queries: np.ndarray, references: np.ndarray, *, codecs: str, score_norm: str,
                train: np.ndarray | None, k: int, global_cap: int | None, metric: Metric,
                use_gpu: bool | None, unnormalized: bool = True) -> list[tuple[str, str, Candidates]]:

@@ -10,30 +10,40 @@ ranked result list (k = 100 in SSCD). Two numbers come out:
 * ``overall_uap``: the same trapezoidal AP over all (query, result) pairs of all queries pooled and
   sorted by distance, ascending, with the number of *queries* as the number of positives (upstream's
   choice; a query with several positives can push the recall past 1 in principle).
-  Ties: upstream uses numpy's default, unstable sort, so tied distances fall in an unspecified
-  order; here negatives go first on equal distances (the worst case, as for DISC uAP), which makes
-  the number reproducible.
+
+Ties. SSCD sorts the pooled distances with ``np.argsort``'s default, *unstable* quicksort, so where
+positives and negatives share a distance its ``overall_uAP`` depends on numpy's sort implementation
+(its version and the CPU's SIMD sort: differences up to 0.065 have been seen). vsbench computes
+exactly that sort, on the distances' own dtype, so it gives SSCD's number on the same machine and
+numpy; and it reports the range over every order of tied distances (``ties``: worst = negatives
+first, best = positives first), the same for ``strong_map`` over the ties inside each result list
+(SSCD keeps FAISS's order there, and so does the reported value).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from vsbench.metrics.ties import TieRange, tie_fields
+
 
 @dataclass(frozen=True)
 class CopydaysMetrics:
+    """SSCD's two Copydays numbers; ``ties`` maps each to its range over the orders of tied distances."""
+
     strong_map: float
     overall_uap: float
     num_queries: int
     num_strong_queries: int
+    ties: Mapping[str, TieRange] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | int]:
         return {"strong_map": self.strong_map, "overall_uap": self.overall_uap, "num_queries": self.num_queries,
-                "num_strong_queries": self.num_strong_queries}
+                "num_strong_queries": self.num_strong_queries, **tie_fields(self.ties)}
 
 
 def trapezoid_ap_from_ranks(positive_ranks: ArrayLike, num_positives: int) -> float:
@@ -68,14 +78,18 @@ def _row_aps(hits: np.ndarray, num_positives: np.ndarray) -> np.ndarray:
 
 def copydays_metrics(hits: ArrayLike, distances: ArrayLike, num_positives: ArrayLike,
                      strong: ArrayLike) -> CopydaysMetrics:
-    """strong mAP and overall uAP from the search results of every Copydays query.
+    """strong mAP and overall uAP from the search results of every Copydays query, as SSCD computes them.
 
     ``hits[i, j]``: result j of query i is a positive; ``distances`` the matching search distances
-    (lower = closer; +inf allowed for padded results, NaN refused); ``num_positives[i]`` the number
-    of positives query i has in the database; ``strong[i]`` marks the strong-block queries.
+    (lower = closer), in the dtype the search returned them (FAISS: float32; SSCD sorts that array,
+    and a float64 copy may sort ties differently); ``num_positives[i]`` the number of positives
+    query i has in the database; ``strong[i]`` marks the strong-block queries. NaN distances are
+    refused (no order is defined for them).
     """
     hit = np.asarray(hits, dtype=bool)
-    dist = np.asarray(distances, dtype=np.float64)
+    dist = np.asarray(distances)
+    if not np.issubdtype(dist.dtype, np.floating):
+        dist = dist.astype(np.float64)
     n_pos = np.asarray(num_positives, dtype=np.float64)
     is_strong = np.asarray(strong, dtype=bool)
     rows = (hit.shape[0],) if hit.ndim == 2 else None
@@ -85,20 +99,33 @@ def copydays_metrics(hits: ArrayLike, distances: ArrayLike, num_positives: Array
     if np.isnan(dist).any():
         raise ValueError("distances contain NaN")
     if (n_pos <= 0).any():
-        raise ValueError("every query needs at least one positive")
+        raise ValueError("every query needs at least one positive (SSCD divides by zero there)")
     if not is_strong.any():
         raise ValueError("no strong query: strong mAP is undefined")
-    aps = _row_aps(hit, n_pos)
+    strong_map = float(_row_aps(hit, n_pos)[is_strong].mean())
+    flat_hits, flat_dist = hit.ravel(), dist.ravel()
+    overall = _pooled_ap(flat_hits[np.argsort(flat_dist)], hit.shape[0])  # SSCD: np.reshape(dis, (-1)).argsort()
     return CopydaysMetrics(
-        strong_map=float(aps[is_strong].mean()),
-        overall_uap=_pooled_ap(hit.ravel(), dist.ravel(), hit.shape[0]),
+        strong_map=strong_map,
+        overall_uap=overall,
         num_queries=int(hit.shape[0]),
         num_strong_queries=int(is_strong.sum()),
+        ties={"strong_map": TieRange(*(float(_row_aps(_rows_tie_ordered(hit, dist, first), n_pos)[is_strong].mean())
+                                       for first in (False, True))),
+              "overall_uap": TieRange(*(_pooled_ap(flat_hits[np.lexsort((~flat_hits if first else flat_hits,
+                                                                          flat_dist))], hit.shape[0])
+                                        for first in (False, True)))},
     )
 
 
-def _pooled_ap(hits: np.ndarray, distances: np.ndarray, num_positives: int) -> float:
-    """Pool all results, distance ascending with negatives first on ties, then the trapezoid AP."""
-    negatives_first = np.concatenate([np.flatnonzero(~hits), np.flatnonzero(hits)])
-    order = negatives_first[np.argsort(distances[negatives_first], kind="stable")]
-    return trapezoid_ap_from_ranks(np.flatnonzero(hits[order]), num_positives)
+def _rows_tie_ordered(hits: np.ndarray, distances: np.ndarray, positives_first: bool) -> np.ndarray:
+    """Each result list re-ordered inside its groups of equal distances, positives last (worst) or first."""
+    row = np.repeat(np.arange(hits.shape[0]), hits.shape[1])
+    flat = hits.ravel()
+    order = np.lexsort((~flat if positives_first else flat, distances.ravel(), row))
+    return flat[order].reshape(hits.shape)
+
+
+def _pooled_ap(ranked_hits: np.ndarray, num_positives: int) -> float:
+    """The trapezoid AP of the pooled, ranked results (SSCD ``score_macro_AP``)."""
+    return trapezoid_ap_from_ranks(np.flatnonzero(ranked_hits), num_positives)
