@@ -22,6 +22,7 @@ from vsbench.metrics.abid import counting_metrics, verification_metrics
 from vsbench.metrics.copy_detection import copy_detection_metrics
 from vsbench.metrics.patch_pairs import mean_pr_ap, patch_pair_grid
 from vsbench.metrics.product_search import product_search_metrics
+from vsbench.metrics.ties import tie_fields
 from vsbench.storage import atomic_write_json
 
 score_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -32,6 +33,8 @@ HPATCHES_POSITIVES = {"easy": "test_pos_easy.results", "hard": "test_pos_hard.re
 HPATCHES_NEGATIVES = {"diffseq": "test_neg_diffseq.results", "sameseq": "test_neg_sameseq.results"}
 
 OutputOpt = Annotated[Path, typer.Option(help="Where the metrics JSON goes.")]
+StrictOpt = Annotated[bool, typer.Option(
+    "--strict", help="Refuse short result files and out-of-range answers (the challenge script scores them).")]
 
 
 def _fail(message: str) -> NoReturn:
@@ -76,13 +79,29 @@ def _scalar_rows(record: dict[str, Any], prefix: str = "") -> Iterator[tuple[str
             yield f"{prefix}{key}", value
 
 
+def _warn(notes: tuple[str, ...] | list[str]) -> None:
+    """Each note (an input the original scores silently, and the option that changes it) on one line."""
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
+
+
 def _report(title: str, record: dict[str, Any], output: Path) -> None:
-    """Print the record's numbers as a two-column table, then write the whole record."""
-    rows = list(_scalar_rows(record))
+    """Print the record's numbers as a two-column table, then write the whole record.
+
+    A metric with a ``<name>_worst``/``<name>_best`` range (ties that other orders would break
+    otherwise) shows it beside its value, and the JSON keeps both keys.
+    """
+    ranges = {key[: -len("_worst")] for key in record if key.endswith("_worst") and
+              key[: -len("_worst")] + "_best" in record}
+    shown = {k: v for k, v in record.items() if not any(k in (f"{n}_worst", f"{n}_best") for n in ranges)}
+    rows = [(key, f"{value:.4f}  (ties: {record[key + '_worst']:.4f} to {record[key + '_best']:.4f})"
+             if key in ranges else value) for key, value in _scalar_rows(shown)]
     width = max((len(key) for key, _ in rows), default=0)
     typer.echo(title)
     for key, value in rows:
         typer.echo(f"  {key:<{width}}  {value:.4f}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+    if ranges:
+        typer.echo("  (ties: the range over every order of tied scores; the value is the original's order)")
     with _clean_errors():
         atomic_write_json(output, record)
     typer.echo(f"metrics: {output}")
@@ -94,13 +113,16 @@ def abid_counting(
     gt: Annotated[Path, typer.Option(help="counting_val.json (or *_hard.json).")],
     output: OutputOpt,
     num_classes: Annotated[int | None, typer.Option(min=1, help="Classes 0..N-1 (default: inferred).")] = None,
+    strict: StrictOpt = False,
 ) -> None:
     """ABID counting: accuracy, RMSE, per-class accuracy and RMSE, confusion matrix."""
     from vsbench.metrics import readers
 
     with _clean_errors():
         truth = readers.read_counting_ground_truth(gt)
-        m = counting_metrics(readers.read_abid_predictions(pred, truth.size, gt, binary=False), truth, num_classes)
+        result = readers.read_abid_result(pred, truth.size, gt, binary=False, strict=strict)
+        m = counting_metrics(result.values, truth[: result.values.size], num_classes)
+    _warn(result.notes)
     for cls in np.flatnonzero(m.per_class_count == 0).tolist():
         typer.echo(f"note: class {cls} has no ground-truth example; its per-class values are null", err=True)
     record = {
@@ -119,13 +141,16 @@ def abid_verification(
     pred: Annotated[Path, typer.Option(help="obj_verification_result.txt: 0/1 per line.")],
     gt: Annotated[Path, typer.Option(help="obj_verification_val.json.")],
     output: OutputOpt,
+    strict: StrictOpt = False,
 ) -> None:
     """ABID object verification: accuracy, precision and recall of "yes"."""
     from vsbench.metrics import readers
 
     with _clean_errors():
         truth = readers.read_verification_ground_truth(gt)
-        m = verification_metrics(readers.read_abid_predictions(pred, truth.size, gt, binary=True), truth)
+        result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
+        m = verification_metrics(result.values, truth[: result.values.size])
+    _warn(result.notes)
     _report("abid verification", {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}, output)
 
 
@@ -134,13 +159,16 @@ def abid_quantity(
     pred: Annotated[Path, typer.Option(help="Quantity verification result: 0/1 per line.")],
     gt: Annotated[Path, typer.Option(help="obj_num_verification_val.json.")],
     output: OutputOpt,
+    strict: StrictOpt = False,
 ) -> None:
     """ABID quantity verification: accuracy."""
     from vsbench.metrics import readers
 
     with _clean_errors():
         truth = readers.read_quantity_ground_truth(gt)
-        m = verification_metrics(readers.read_abid_predictions(pred, truth.size, gt, binary=True), truth)
+        result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
+        m = verification_metrics(result.values, truth[: result.values.size])
+    _warn(result.notes)
     _report("abid quantity verification", {"accuracy": m.accuracy}, output)
 
 
@@ -149,21 +177,27 @@ def copy_detection(
     predictions: Annotated[Path, typer.Option(help="CSV query_id,reference_id,score.")],
     gt: Annotated[Path, typer.Option(help="CSV query_id,reference_id (empty reference: no copy).")],
     output: OutputOpt,
+    normalize_ids: Annotated[bool, typer.Option(
+        "--normalize-ids", help="Strip spaces, quotes and byte-order marks around ids (isc2021 keeps them).")] = False,
+    gt_duplicates: Annotated[str, typer.Option(
+        help="A ground-truth pair listed twice: 'count' it twice (isc2021) or count it 'once'.")] = "count",
 ) -> None:
-    """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9."""
+    """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them."""
     from vsbench.metrics import readers
 
     with _clean_errors():
-        preds = readers.read_copy_detection_predictions(predictions)
-        truth = readers.read_copy_detection_ground_truth(gt)
+        preds = readers.read_copy_detection_predictions(predictions, normalize_ids=normalize_ids)
+        truth = readers.read_copy_detection_ground_truth(gt, normalize_ids=normalize_ids)
         m = copy_detection_metrics(preds.query_ids, preds.reference_ids, preds.scores,
-                                   truth.query_ids, truth.reference_ids)
+                                   truth.query_ids, truth.reference_ids,
+                                   ground_truth_duplicates=gt_duplicates)  # type: ignore[arg-type]
+    _warn(preds.notes + truth.notes + m.notes)
     unknown = readers.count_unknown_queries(preds, truth)
     if unknown:
         typer.echo(f"warning: {unknown} predictions are for queries absent from {gt}; "
                    "they count as false positives", err=True)
-    _report("copy detection",
-            {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90}, output)
+    _report("copy detection", {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
+                               **tie_fields(m.ties)}, output)
 
 
 @score_app.command("pairs")

@@ -62,8 +62,8 @@ def test_counting_hard_task_counts_above_five() -> None:
     ("pred", "gt", "num_classes", "message"),
     [
         ([0, 1], [0], None, "2 predictions for 1"),
-        ([0, -1], [0, 1], None, "non-negative"),
-        ([0, 6], [0, 1], 6, "outside the 6 classes"),
+        ([0, 1], [0, -1], None, "non-negative"),
+        ([0, 1], [0, 6], 6, "outside the 6 classes"),
         ([], [], None, "no examples"),
         ([0.5], [1], None, "integers"),
     ],
@@ -92,6 +92,18 @@ def test_verification_without_positives_is_zero_like_sklearn() -> None:
     assert m.accuracy == pytest.approx(2 / 3)
 
 
-def test_verification_rejects_non_binary() -> None:
+def test_verification_rejects_non_binary_truth_and_scores_any_prediction() -> None:
     with pytest.raises(ValueError, match="0 or 1"):
-        verification_metrics([0, 2], [0, 1])
+        verification_metrics([0, 1], [0, 2])
+    m = verification_metrics([0, 2, 1], [0, 1, 1])  # upstream: pred == gt, so 2 is a wrong answer
+    assert m.accuracy == pytest.approx(2 / 3) and m.recall == pytest.approx(1 / 2) and m.precision == 1.0
+
+
+def test_counting_scores_predictions_outside_the_classes_as_upstream() -> None:
+    # counting/evaluate.py: correct += pred == gt, dist += (pred - gt)^2, per ground-truth class.
+    m = counting_metrics(np.array([7, -1, 2]), np.array([5, 0, 2]), 6)
+    assert m.accuracy == pytest.approx(1 / 3)
+    assert m.rmse == pytest.approx(np.sqrt((4 + 1 + 0) / 3))
+    assert m.per_class_rmse[5] == pytest.approx(2.0) and m.per_class_accuracy[2] == 1.0
+    assert m.confusion_matrix.shape == (6, 8) and m.confusion_matrix[5, 7] == 1
+    assert m.confusion_matrix.sum() == 2  # the -1 prediction has no column

@@ -6,8 +6,9 @@ and both again per ground-truth class. Differences from upstream, on purpose:
 
 * Upstream fixes six classes and crashes on a ground truth of 6 or more (the hard task); here the
   number of classes is given or inferred from the data.
-* Upstream silently scores a prefix when the result file is shorter than the ground truth; here the
-  lengths must match (the readers check it, and so do these functions).
+* Predictions are any integers, as upstream scores them: a count of 7 or -1, or a verification
+  answer of 2, is simply wrong. (Upstream also scores the prefix of a short result file: the reader
+  ``read_abid_result`` does the same, with a note; these functions take arrays of equal length.)
 * A class with no ground-truth example has no per-class accuracy or RMSE: upstream prints ``nan``
   (0/0); here the arrays hold NaN too, ``as_dict`` leaves those classes out (MLflow keeps only
   real numbers) and JSON writers should emit ``null`` for them.
@@ -77,26 +78,29 @@ def _paired_int_arrays(pred: ArrayLike, gt: ArrayLike) -> tuple[np.ndarray, np.n
 def counting_metrics(pred: ArrayLike, gt: ArrayLike, num_classes: int | None = None) -> CountingMetrics:
     """Accuracy, RMSE, per-ground-truth-class accuracy and RMSE, and the confusion matrix.
 
-    ``num_classes`` sets the class range ``0..num_classes-1`` (6 for the moderate task); by default
-    it is ``max(pred, gt) + 1``. Counts must be non-negative, and within the range when it is given.
+    ``num_classes`` sets the ground-truth class range ``0..num_classes-1`` (6 for the moderate task);
+    by default it is ``max(pred, gt) + 1``. Ground-truth counts must be in that range; predictions may
+    be any integer (upstream: ``int(pred == gt)`` and ``(pred - gt)^2``, whatever ``pred`` is). The
+    confusion matrix has a column per count ``0..max(num_classes, max(pred) + 1) - 1``; a negative
+    prediction has no column (it still counts in accuracy and RMSE).
     Per class ``c`` the scores use only examples with ``gt == c``; with none they are NaN.
     """
     p, g = _paired_int_arrays(pred, gt)
-    if min(p.min(), g.min()) < 0:
-        raise ValueError("counts must be non-negative")
-    top = int(max(p.max(), g.max()))
+    if g.min() < 0:
+        raise ValueError("ground-truth counts must be non-negative")
     if num_classes is None:
-        num_classes = top + 1
-    elif top >= num_classes:
-        raise ValueError(f"count {top} is outside the {num_classes} classes 0..{num_classes - 1}")
+        num_classes = int(max(p.max(), g.max())) + 1
+    elif g.max() >= num_classes:
+        raise ValueError(f"ground-truth count {int(g.max())} is outside the {num_classes} classes 0..{num_classes - 1}")
     correct = (p == g).astype(np.float64)
     squared = (p - g).astype(np.float64) ** 2
     count = np.bincount(g, minlength=num_classes)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_acc = np.bincount(g, weights=correct, minlength=num_classes) / count
         per_rmse = np.sqrt(np.bincount(g, weights=squared, minlength=num_classes) / count)
-    confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
-    np.add.at(confusion, (g, p), 1)
+    confusion = np.zeros((num_classes, max(num_classes, int(p.max()) + 1)), dtype=np.int64)
+    counted = p >= 0
+    np.add.at(confusion, (g[counted], p[counted]), 1)
     return CountingMetrics(
         accuracy=float(correct.mean()),
         rmse=float(np.sqrt(squared.mean())),
@@ -115,13 +119,14 @@ def _ratio_or_zero(numerator: int, denominator: int) -> float:
 def verification_metrics(pred: ArrayLike, gt: ArrayLike) -> VerificationMetrics:
     """Accuracy (the challenge metric), plus precision and recall of the "yes" answer.
 
-    Answers are 0 (no) or 1 (yes). Precision with no predicted "yes", and recall with no true
-    "yes", are 0.0 (sklearn's ``zero_division=0``) so that the record stays numeric.
-    Quantity verification uses the same function (only its accuracy is reported).
+    True answers are 0 (no) or 1 (yes); predictions may be any integer, as upstream's ``pred == gt``
+    scores them (anything but the true answer is wrong; only 1 is a "yes"). Precision with no
+    predicted "yes", and recall with no true "yes", are 0.0 (sklearn's ``zero_division=0``) so that
+    the record stays numeric. Quantity verification uses the same function (only its accuracy is reported).
     """
     p, g = _paired_int_arrays(pred, gt)
-    if not (np.isin(p, (0, 1)).all() and np.isin(g, (0, 1)).all()):
-        raise ValueError("verification answers must be 0 or 1")
+    if not np.isin(g, (0, 1)).all():
+        raise ValueError("true verification answers must be 0 or 1")
     true_pos = int(np.count_nonzero((p == 1) & (g == 1)))
     return VerificationMetrics(
         accuracy=float(np.mean(p == g)),

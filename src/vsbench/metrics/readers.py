@@ -37,7 +37,6 @@ import pandas as pd
 
 FEATURE_DIM = 128
 NORM_TOLERANCE = 1e-3
-_INT_RE = re.compile(r"^[+-]?\d+$")
 
 
 class InputError(ValueError):
@@ -350,9 +349,10 @@ def read_int_lines(path: str | Path) -> np.ndarray:
         text = line.strip()
         if not text:
             raise InputError(path, "blank line", number)
-        if not _INT_RE.match(text):
-            raise InputError(path, f"{text!r} is not an integer", number)
-        values.append(int(text))
+        try:
+            values.append(int(text))  # Python's int(), as the challenge scripts parse each line
+        except ValueError:
+            raise InputError(path, f"{text!r} is not an integer", number) from None
     if not values:
         raise InputError(path, "file is empty")
     return np.asarray(values, dtype=np.int64)
@@ -428,17 +428,51 @@ def read_quantity_ground_truth(path: str | Path) -> np.ndarray:
     return np.asarray(labels, dtype=np.int64)
 
 
-def read_abid_predictions(path: str | Path, expected: int, truth_path: str | Path, *, binary: bool) -> np.ndarray:
-    """A result file checked against its ground truth: same length; 0/1 answers or counts >= 0."""
+@dataclass(frozen=True)
+class AbidResult:
+    """A result file as the challenge scripts score it: ``values[i]`` answers ground-truth entry i."""
+
+    values: np.ndarray
+    notes: tuple[str, ...] = ()  # one-line warnings: what upstream scores silently
+
+
+STRICT_HINT = "strict=True (--strict) refuses such files"
+
+
+def read_abid_result(path: str | Path, expected: int, truth_path: str | Path, *, binary: bool,
+                     strict: bool = False) -> AbidResult:
+    """A result file read as the challenge's ``evaluate.py`` reads it, with notes where that misleads.
+
+    Upstream loops over the result lines: a shorter file scores only its prefix (so a truncated file
+    can score 100%), any integer is an answer (a count of 7 or -1, a verification answer of 2: wrong,
+    not refused). vsbench gives those numbers and notes them; ``strict`` refuses them instead. A file
+    longer than the ground truth is refused (upstream fails on it).
+    """
     path = Path(path)
     values = read_int_lines(path)
-    if values.size != expected:
-        raise InputError(path, f"{values.size} lines for {expected} entries in {truth_path}")
+    if values.size > expected:
+        raise InputError(path, f"{values.size} lines for {expected} entries in {truth_path} "
+                               "(the challenge script fails on it too)")
+    notes = []
+    if values.size < expected:
+        if strict:
+            raise InputError(path, f"{values.size} lines for {expected} entries in {truth_path}")
+        notes.append(f"{path}: {values.size} lines for {expected} entries in {truth_path}; the challenge script "
+                     f"scores the first {values.size} only, and so does this score; {STRICT_HINT}")
     allowed = "0 or 1" if binary else "a non-negative count"
     bad = (values != 0) & (values != 1) if binary else values < 0
     if (row := _first(bad)) is not None:
-        raise InputError(path, f"{values[row]} is not {allowed}", row + 1)
-    return values
+        if strict:
+            raise InputError(path, f"{values[row]} is not {allowed}", row + 1)
+        notes.append(f"{path}:{row + 1}: {int(np.count_nonzero(bad))} answer(s) are not {allowed} (e.g. {values[row]}); "
+                     f"the challenge script scores them as wrong answers, and so does this score; {STRICT_HINT}")
+    return AbidResult(values, tuple(notes))
+
+
+def read_abid_predictions(path: str | Path, expected: int, truth_path: str | Path, *, binary: bool) -> np.ndarray:
+    """A result file that must answer every entry with 0/1 or a count >= 0 (vsbench's own pipelines
+    write these files, so anything else is a bug there): :func:`read_abid_result` with ``strict``."""
+    return read_abid_result(path, expected, truth_path, binary=binary, strict=True).values
 
 
 # ---------------------------------------------------------------------------- product search
