@@ -8,18 +8,24 @@ STAMP  := $(VENV)/.installed
 BINS   ?=
 OUT    ?= demo-output
 
-.PHONY: install demo test test-fast compile bench lint clean mlflow-ui images images-push
+.PHONY: install demo demo-container test test-fast test-containers compile bench lint clean mlflow-ui images image-cpu images-push
 
-$(STAMP): pyproject.toml
+# The pins of the images (images/constraints.txt) hold here too, so a step computes the same
+# numbers in the development environment and in the image.
+$(STAMP): pyproject.toml images/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev]" -c images/constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/vsbench demo --out $(OUT) $(if $(BINS),--bins $(BINS))
+
+# The same demo with every pipeline step inside the CPU image (built first when missing).
+demo-container: image-cpu
+	$(BIN)/vsbench demo --runner container --out $(OUT) $(if $(BINS),--bins $(BINS))
 
 # The HTML report is checked in a real headless browser: Debian's chromium package.
 CHROMIUM ?= /usr/bin/chromium
@@ -30,8 +36,13 @@ $(CHROMIUM):
 		echo "the browser test needs Debian's chromium: sudo apt-get install chromium" >&2; exit 1; \
 	fi
 
+# tests/containers/ run the pipelines inside the CPU image when an engine and the image are there
+# and are skipped otherwise; VSBENCH_REQUIRE_CONTAINERS=1 (CI) makes that skip a failure.
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest -q
+
+test-containers: image-cpu
+	VSBENCH_REQUIRE_CONTAINERS=1 $(BIN)/python -m pytest -q tests/containers
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -44,8 +55,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/resize.py
 	$(BIN)/python bench/metrics.py
 
+# Both images; with no docker, podman or buildah, root gets podman and buildah from Debian's
+# packages. Layers are reused between builds on the same machine.
 images: $(STAMP)
 	images/build.sh
+
+image-cpu: $(STAMP)
+	images/build.sh --only cpu
 
 images-push: $(STAMP)
 	images/build.sh --push

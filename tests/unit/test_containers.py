@@ -197,3 +197,28 @@ def test_step_manifest_and_mlflow_tags_record_the_image(tmp_path: Path, monkeypa
     (record,) = collect_runs("image-tags")
     assert ran_in(record) == "registry.test/vsbench-cpu:1 (0123456789ab)"
     assert "registry.test/vsbench-cpu:1 (0123456789ab)" in render_runs([record])
+
+
+def test_a_step_that_fails_fast_fails_and_its_container_is_removed(capsys) -> None:
+    """kfp 2.17's own runner reads an auto-removed container as a success; ours reads the status."""
+    events: list[str] = []
+
+    class Container:
+        def logs(self, stream: bool, follow: bool):
+            return iter([b"step output\n"])
+
+        def wait(self):
+            events.append("wait")
+            return {"StatusCode": 3}
+
+        def remove(self, force: bool):
+            events.append("remove")
+
+    def run(**kwargs):
+        assert "auto_remove" not in kwargs and kwargs["detach"] is True and kwargs["user"] == "10001:10001"
+        return Container()
+
+    client = SimpleNamespace(containers=SimpleNamespace(run=run))
+    assert containers.run_step_container(client, "img", ["false"], {}, user="10001:10001") == 3
+    assert events == ["wait", "remove"]
+    assert "step output" in capsys.readouterr().out

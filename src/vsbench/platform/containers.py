@@ -280,18 +280,50 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def run_step_container(client: Any, image: str, command: list[str], volumes: dict[str, Any],
+                       **run_args: Any) -> int:
+    """One step's container: logs streamed, its exit status returned, the container removed.
+
+    kfp 2.17's own ``run_docker_container`` starts containers with ``auto_remove=True`` and reads
+    a container that is already gone as a success, so a step that fails quickly would pass; here
+    the container is removed only after its status is read.
+    """
+    container = client.containers.run(image=image, command=command, detach=True, stdout=True, stderr=True,
+                                      volumes=volumes, **run_args)
+    try:
+        for line in container.logs(stream=True, follow=True):
+            print(line.decode(errors="replace"), end="")
+        return int(container.wait()["StatusCode"])
+    finally:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+
+
 @contextlib.contextmanager
 def every_step_in(image: str) -> Iterator[None]:
     """Run every step in ``image`` whatever its component names (the CUDA image's steps run in
-    the CPU image on a machine without a GPU). kfp.local looks its Docker task handler up at
-    each task, so a subclass that swaps the image is enough."""
-    from kfp.local import docker_task_handler
+    the CPU image on a machine without a GPU), with :func:`run_step_container`. kfp.local looks
+    its Docker task handler up at each task, so a subclass in its place is enough."""
+    import docker
+    from kfp.local import docker_task_handler, status
 
     original = docker_task_handler.DockerTaskHandler
 
     class OneImageTaskHandler(original):  # type: ignore[misc, valid-type]
         def __init__(self, image: str, **kwargs: Any) -> None:
             super().__init__(image=image_override, **kwargs)
+
+        def run(self) -> Any:
+            client = docker.from_env()
+            try:
+                run_args = dict(self.runner.container_run_args)
+                if self.env_vars:
+                    run_args["environment"] = self.env_vars
+                code = run_step_container(client, self.image, self.full_command, self.get_volumes_to_mount(client),
+                                          **run_args)
+            finally:
+                client.close()
+            return status.Status.SUCCESS if code == 0 else status.Status.FAILURE
 
     image_override = image
     docker_task_handler.DockerTaskHandler = OneImageTaskHandler
