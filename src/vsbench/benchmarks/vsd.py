@@ -20,8 +20,10 @@ Protocols (y8ubj/vsd ``eval_closed_catalog.py`` and ``eval_wild.py``):
   images, phases ``train, test`` with ``use_all_data``, else ``train``.
 
 ``id_freq_threshold`` drops, from the gallery, products with fewer views there (upstream filters
-the catalog dataset, not the consumer photos). Each seed's ranking is the whole gallery by cosine
-(``vsbench.index.search`` with ``L2norm,Flat``); with ``metadata_field`` it keeps only gallery
+the catalog dataset, not the consumer photos). Each seed's ranking is the whole gallery by cosine,
+computed as upstream computes it (float32 ``torch.mm`` of norm-divided rows, ``torch.topk``, the
+seed's own cell set to -1 in the closed catalog), so tied scores break as upstream's do; HR and MRR
+also carry their range over every order of tied scores (``hr_at_5_worst``...). With ``metadata_field`` it keeps only gallery
 images whose value of that field equals the seed's (upstream ``filter_results_metadata_field``);
 then the unique-id filter keeps the first image of each product and drops the seed's own product
 (which also removes the seed's own image in the closed catalog). HR@k and MRR@k for k in {5, 9},
@@ -54,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_path, register, unit_rows
+from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_path, register
 from vsbench.features import FeatureSet
 from vsbench.metrics.readers import InputError, read_json
 from vsbench.metrics.vsd import DEFAULT_KS, candidate_rank, unique_product_topk, vsd_metrics
@@ -67,7 +69,6 @@ DEFAULT_TAGS = {"closed": "gt_tagging/closed_catalog.json", "wild": "gt_tagging/
 CLOSED_PHASES = {True: ("train", "test", "query", "gallery"), False: ("train",)}
 WILD_GALLERY_PHASES = {True: ("train", "test"), False: ("train",)}
 WILD_QUERY_PHASES = ("search",)
-FIRST_SEARCH_K = 256  # the ranking is searched this deep first, and 4x deeper for seeds it leaves short
 
 
 @dataclass(frozen=True)
@@ -266,54 +267,87 @@ class VsdBenchmark:
         if not protocol.tags:
             raise ValueError(f"{protocol.name}: no tag has both images in this protocol "
                              f"({protocol.skipped_tags} skipped)")
-        query = unit_rows(feats.select(protocol.queries, IMAGE_SET).features, "query")
-        gallery = unit_rows(feats.select(protocol.gallery, IMAGE_SET).features, "gallery")
-        top = self._filtered_top(protocol, query, gallery, max(DEFAULT_KS), use_gpu)
         query_row = {path: n for n, path in enumerate(protocol.queries)}
         gallery_row = {path: n for n, path in enumerate(protocol.gallery)}
-        seeds, labels, ranks, scores = [], [], [], []
+        similarity = cosine_matrix(feats.select(protocol.queries, IMAGE_SET).features,
+                                   feats.select(protocol.gallery, IMAGE_SET).features, use_gpu)
+        if protocol.name == "closed":  # upstream fills the seed's own cell (its diagonal) with -1
+            own = [(n, gallery_row[path]) for n, path in enumerate(protocol.queries)]
+            similarity[tuple(np.asarray(own).T)] = -1.0
+        positives: dict[int, set[int]] = {}
+        for tag in protocol.tags:
+            if tag.value:
+                positives.setdefault(query_row[tag.seed], set()).add(gallery_row[tag.candidate])
+        k = max(DEFAULT_KS)
+        orders = {"torch": None, "worst": False, "best": True}
+        tops = {name: self._filtered_top(protocol, similarity, positives, k, first) for name, first in orders.items()}
+        seeds, labels, scores = [], [], []
+        ranks: dict[str, list[int]] = {name: [] for name in orders}
         for tag in protocol.tags:
             q, g = query_row[tag.seed], gallery_row[tag.candidate]
             seeds.append(tag.seed)
             labels.append(tag.value)
-            ranks.append(candidate_rank(top[q], g))
-            scores.append(float(query[q] @ gallery[g]))
-        metrics = vsd_metrics(seeds, labels, ranks, scores, DEFAULT_KS).as_dict()
+            scores.append(float(similarity[q, g]))  # upstream: the float32 score of the pair in its topk
+            for name in orders:
+                ranks[name].append(candidate_rank(tops[name][q], g))
+        metrics = vsd_metrics(seeds, labels, ranks["torch"], scores, DEFAULT_KS,
+                              tie_ranks=(ranks["worst"], ranks["best"])).as_dict()
         metrics["num_skipped_tags"] = protocol.skipped_tags
         return metrics
 
-    def _filtered_top(self, protocol: Protocol, query: np.ndarray, gallery: np.ndarray, k: int,
-                      use_gpu: bool | None) -> list[np.ndarray]:
+    def _filtered_top(self, protocol: Protocol, similarity: np.ndarray, positives: Mapping[int, set[int]], k: int,
+                      positives_first: bool | None) -> list[np.ndarray]:
         """Each seed's gallery rows after the metadata-field and unique-id filters, best first, at most k.
 
-        The cosine ranking is searched ``FIRST_SEARCH_K`` deep, then 4x deeper (up to the whole
-        gallery) for the seeds whose filtered list came out shorter than ``k``: the same result as
-        ranking the whole gallery, without a seeds x gallery matrix.
+        ``positives_first=None`` ranks as upstream does (``torch.topk`` over the whole float32 row, its
+        own order for tied scores); ``False``/``True`` order each group of equal scores with the seed's
+        positive-tagged candidates last/first: the worst and the best HR and MRR that ties allow.
         """
-        from vsbench.index.search import search  # faiss: imported only when scoring
-
         product = np.array([self.by_path[p].product_id for p in protocol.gallery], dtype=object)
         field = None
         if self.metadata_field is not None:
             field = np.array([self.by_path[p].entry[self.metadata_field] for p in protocol.gallery], dtype=object)
-        top: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(query)
-        pending = np.arange(len(query))
-        depth = min(FIRST_SEARCH_K, len(gallery))
-        while pending.size:
-            found = search(query[pending], gallery, codec="L2norm,Flat", k=depth, metric="ip", use_gpu=use_gpu)
-            starts = np.searchsorted(found.query, np.arange(pending.size + 1))
-            short = []
-            for n, q in enumerate(pending.tolist()):
-                ranked = found.reference[starts[n]:starts[n + 1]]
-                seed = self.by_path[protocol.queries[q]]
-                if field is not None:
-                    ranked = ranked[field[ranked] == seed.entry[self.metadata_field]]
-                top[q] = unique_product_topk(ranked, product, seed.product_id, k)
-                if top[q].size < k and depth < len(gallery):
-                    short.append(q)
-            pending = np.asarray(short, dtype=np.int64)
-            depth = min(4 * depth, len(gallery))
+        ranked_rows = topk_order(similarity) if positives_first is None else None
+        top = []
+        for q, path in enumerate(protocol.queries):
+            if ranked_rows is not None:
+                ranked = ranked_rows[q]
+            else:
+                tagged = np.zeros(len(protocol.gallery), dtype=bool)
+                tagged[list(positives.get(q, ()))] = True
+                ranked = np.lexsort((~tagged if positives_first else tagged, -similarity[q]))
+            seed = self.by_path[path]
+            if field is not None:
+                ranked = ranked[field[ranked] == seed.entry[self.metadata_field]]
+            top.append(unique_product_topk(ranked, product, seed.product_id, k))
         return top
+
+
+def cosine_matrix(queries: np.ndarray, gallery: np.ndarray, use_gpu: bool | None = None) -> np.ndarray:
+    """Upstream's ``cosine_similarity``: float32 rows divided by their torch norms, then ``torch.mm``.
+
+    The same float32 arithmetic as vsd-benchmark/vsd ``evaluation/metrics.py``, so that scores tie,
+    and ties break, where upstream's do. (Upstream multiplies the whole query set by the gallery;
+    vsbench multiplies the seeds only, and a BLAS may round a product of other shapes differently
+    in the last bit: on such near-ties the reported tie range still covers upstream's value.)
+    """
+    import torch
+
+    device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(device)
+    g = torch.from_numpy(np.ascontiguousarray(gallery, dtype=np.float32)).to(device)
+    qn, gn = q.norm(p=2, dim=1, keepdim=True), g.norm(p=2, dim=1, keepdim=True)
+    if (qn == 0).any() or (gn == 0).any():
+        raise ValueError("a feature row is all zeros, which has no cosine (upstream divides by zero)")
+    return torch.mm(q / qn, (g / gn).t()).cpu().numpy()
+
+
+def topk_order(similarity: np.ndarray) -> np.ndarray:
+    """Each row's gallery indices by ``torch.topk(row, n, largest=True)``, upstream's order for ties."""
+    import torch
+
+    matrix = torch.from_numpy(np.ascontiguousarray(similarity, dtype=np.float32))
+    return torch.topk(matrix, matrix.shape[1], dim=1, largest=True).indices.numpy()
 
 
 @register(NAME)

@@ -20,10 +20,12 @@ the product-search scorer.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from vsbench.metrics.ties import TieRange, tie_fields
 
 DEFAULT_KS = (5, 9)
 
@@ -37,12 +39,14 @@ class VsdMetrics:
     num_seeds: int
     num_positive_pairs: int
     num_tagged_pairs: int
+    ties: Mapping[str, TieRange] = field(default_factory=dict)  # "hr_at_5" -> range over tie orders
 
     def as_dict(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {f"hr_at_{k}": v for k, v in self.hr_at_k.items()}
         out.update({f"mrr_at_{k}": v for k, v in self.mrr_at_k.items()})
         out.update(roc_auc=self.roc_auc, pr_auc=self.pr_auc, num_seeds=self.num_seeds,
                    num_positive_pairs=self.num_positive_pairs, num_tagged_pairs=self.num_tagged_pairs)
+        out.update(tie_fields(self.ties))
         return out
 
 
@@ -115,14 +119,26 @@ def candidate_rank(top_list: ArrayLike, candidate: int) -> int:
     return int(where[0]) + 1 if where.size else 0
 
 
+def _hit_rates(pos_ranks: np.ndarray, num_seeds: int, ks: Sequence[int]) -> tuple[dict[int, float], dict[int, float]]:
+    hr: dict[int, float] = {}
+    mrr: dict[int, float] = {}
+    for k in ks:
+        inside = (pos_ranks >= 1) & (pos_ranks <= k)
+        harmonic = float(np.sum(1.0 / np.arange(1, k + 1)))
+        hr[k] = float(np.count_nonzero(inside) / (k * num_seeds))
+        mrr[k] = float(np.sum(1.0 / pos_ranks[inside]) / (num_seeds * harmonic))
+    return hr, mrr
+
+
 def vsd_metrics(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, scores: ArrayLike,
-                ks: Sequence[int] = DEFAULT_KS) -> VsdMetrics:
+                ks: Sequence[int] = DEFAULT_KS, *, tie_ranks: tuple[ArrayLike, ArrayLike] | None = None) -> VsdMetrics:
     """HR@k, MRR@k, ROC-AUC and PR-AUC over the tagged pairs, one entry per pair.
 
     ``seeds[i]`` is pair i's seed image, ``labels[i]`` its tag, ``ranks[i]`` the 1-based rank of
     its candidate in the seed's filtered list (0 = not in it; read for positive pairs only),
     ``scores[i]`` the pair's cosine similarity. Each pair should appear once (upstream keeps tags
-    in a set, so exact duplicates collapse there).
+    in a set, so exact duplicates collapse there). ``tie_ranks`` = (ranks in the worst, ranks in the
+    best order of tied scores) fills ``ties`` for HR and MRR (ROC and PR AUC do not depend on tie order).
     """
     y, s = _binary_inputs(labels, scores)
     r = np.asarray(ranks, dtype=np.int64)
@@ -133,20 +149,21 @@ def vsd_metrics(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, 
     positive_seeds = {seed for seed, label in zip(seeds, y.tolist()) if label}
     if not positive_seeds:
         raise ValueError("no positive tag: HR and MRR are undefined")
-    pos_ranks = r[y]
-    hr: dict[int, float] = {}
-    mrr: dict[int, float] = {}
-    for k in ks:
-        inside = (pos_ranks >= 1) & (pos_ranks <= k)
-        harmonic = float(np.sum(1.0 / np.arange(1, k + 1)))
-        hr[k] = float(np.count_nonzero(inside) / (k * len(positive_seeds)))
-        mrr[k] = float(np.sum(1.0 / pos_ranks[inside]) / (len(positive_seeds) * harmonic))
+    hr, mrr = _hit_rates(r[y], len(positive_seeds), ks)
+    ties: dict[str, TieRange] = {}
+    if tie_ranks is not None:
+        (hr_w, mrr_w), (hr_b, mrr_b) = (_hit_rates(np.asarray(t, dtype=np.int64)[y], len(positive_seeds), ks)
+                                        for t in tie_ranks)
+        for k in ks:
+            ties[f"hr_at_{k}"] = TieRange(hr_w[k], hr_b[k])
+            ties[f"mrr_at_{k}"] = TieRange(mrr_w[k], mrr_b[k])
     return VsdMetrics(
         hr_at_k=hr,
         mrr_at_k=mrr,
         roc_auc=binary_roc_auc(y, s),
         pr_auc=binary_average_precision(y, s),
         num_seeds=len(positive_seeds),
-        num_positive_pairs=int(pos_ranks.size),
+        num_positive_pairs=int(np.count_nonzero(y)),
         num_tagged_pairs=int(y.size),
+        ties=ties,
     )
