@@ -69,5 +69,10 @@ def test_grid_keys_and_mean() -> None:
 def test_rejects_empty_and_non_finite() -> None:
     with pytest.raises(ValueError, match="non-empty"):
         patch_pair_metrics([], [1.0])
-    with pytest.raises(ValueError, match="finite"):
-        patch_pair_metrics([np.inf], [1.0])
+    with pytest.raises(ValueError, match="below \\+inf"):
+        patch_pair_metrics([np.nan], [1.0])
+    with pytest.raises(ValueError, match="below \\+inf"):
+        patch_pair_metrics([-np.inf], [1.0])
+    # An infinite distance is never retrieved (upstream tpfp): the curve stops short of tpr 1.
+    m = patch_pair_metrics([np.inf, 1.0], [2.0, 3.0])
+    assert m.roc.tpr[-1] == 0.5 and m.roc.auc == pytest.approx(0.5)

@@ -14,8 +14,9 @@ on ties the negatives come first. The curves start at the origin (no pair accept
 
 Deliberate difference: upstream takes ``n_pos + int(0.2 * n_pos)`` rows from the stacked
 [negatives; positives] array, which means "all negatives + 20% of positives" only when both files
-have the same length; here that subset is taken explicitly, whatever the lengths. Distances must be
-finite (upstream silently drops ``-inf`` scores as "never retrieved").
+have the same length; here that subset is taken explicitly, whatever the lengths. An infinite
+distance (score ``-inf``) is "never retrieved", as upstream's ``tpfp`` has it: it counts in the
+number of positives or negatives but never enters the curve. NaN is refused.
 """
 
 from __future__ import annotations
@@ -68,14 +69,15 @@ def _cumulative_tp_fp(scores: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray,
     y = np.asarray(labels)
     if s.ndim != 1 or s.shape != y.shape:
         raise ValueError(f"scores {s.shape} and labels {y.shape} must be 1-D of the same length")
-    if not np.isfinite(s).all():
-        raise ValueError("scores must be finite")
+    if np.isnan(s).any() or (s == np.inf).any():
+        raise ValueError("scores must be numbers below +inf (-inf means never retrieved)")
     if not np.isin(y, (0, 1)).all():
         raise ValueError("labels must be 0 or 1")
-    ranked = y[np.argsort(-s, kind="stable")] == 1
+    order = np.argsort(-s, kind="stable")  # upstream: np.argsort(-scores, kind='mergesort')
+    ranked = (y[order] == 1)[: int(np.count_nonzero(s > -np.inf))]  # -inf: never retrieved
     tp = np.concatenate([[0], np.cumsum(ranked)])
     fp = np.concatenate([[0], np.cumsum(~ranked)])
-    n_pos = int(tp[-1])
+    n_pos = int(np.count_nonzero(y == 1))
     return tp, fp, n_pos, int(s.size - n_pos)
 
 
