@@ -16,21 +16,18 @@ normalization, ``k`` and the global cap the same way. The semantics follow SSCD
   parameters (IVF: ``nprobe = 1``), so their results are approximate.
 * **Metric**: ``ip`` scores are inner products, ``l2`` scores negative squared L2 distances, so a
   higher score is always more similar (isc2021 ``descriptor_matching.py`` negates L2 distances the
-  same way). Note that SSCD searches its *unnormalized* runs with ``METRIC_L2`` (the default of
-  ``knn_match_and_make_predictions``) and its *normalized* runs with inner products. On unit-norm
-  descriptors (SSCD's models, and every ``...,L2norm,Flat`` codec) ``-|q - r|^2 = 2 q.r - 2``, one
-  increasing map for all pairs, so both metrics give the same rankings and the same uAP, accuracy
-  at 1 and recall at P90; ``metric="ip"`` (the default) then reproduces both SSCD runs. With
-  ``metric="l2"`` the normalization uses negative squared distances as its similarities.
+  same way). SSCD searches its *unnormalized* runs with ``METRIC_L2`` and its *normalized* runs
+  with inner products; the DISC adapter asks for exactly that (``search_all(metric="l2")`` for the
+  first, ``metric="ip", unnormalized=False`` for the second), since descriptors within SSCD's loose
+  unit-norm tolerance can rank differently under the two.
 * **Score normalization** ``beta[first,last]`` (``disc_eval.py``: ``ScoreNormalization``,
-  ``apply_score_norm``): an index over the projected *training* descriptors gives each query its
-  neighbours ``first..last`` (0-based, inclusive); ``beta`` times their mean similarity is
-  subtracted from all of that query's scores. It adjusts **queries only**: SSCD appends the
-  adjustment as an extra query dimension and a constant 1 to every reference, so references are
-  never normalized. Since the adjustment is a per-query constant, it never changes a query's own
-  ranking, only how its scores compare with other queries' (which is what uAP measures). SSCD
-  searches the training set exhaustively (``IndexFlatIP``); we use the codec's own final index, which
-  is the same thing for ``Flat`` codecs.
+  ``apply_score_norm``; several separated by ``;``): an index over the projected *training*
+  descriptors gives each query its ``last + 1`` best similarities ``D``; the adjustment is SSCD's
+  ``-beta * np.mean(D[:, first:last + 1])`` in float32 (a Python slice: ``[-1,2]`` averages rank 2
+  only). It adjusts **queries only**: as in SSCD the adjustment is appended as an extra query
+  coordinate and a 1 to every reference, and FAISS searches these augmented vectors by inner
+  product, so scores and tie orders are SSCD's to the bit (with a ``Flat`` final index; other final
+  indexes subtract the adjustment from their scores). The label is SSCD's ``f"{beta:.2f}[...]"``.
 * **k and the global cap** (``sscd/datasets/disc.py`` ``retrieval_eval_splits``: k = 10 per query;
   isc2021's capped search keeps the best N predictions overall): each query keeps its ``k`` nearest
   references (``k`` is capped at the number of references), then, after normalization,

@@ -7,13 +7,15 @@ readers never guess: a file that does not match its format stops the run with on
 
 Decisions recorded here:
 
-* Copy-detection predictions need the header ``query_id,reference_id,score`` (other columns are
-  ignored). Ground truth may have the header ``query_id,reference_id`` or none (isc2021 reads
-  both); an empty reference marks a query without a copy.
+* Copy-detection files are read line by line as isc2021's ``read_predictions`` and
+  ``read_ground_truth`` read them (stripped lines, ``split(",")``, ids as written, the header
+  optional and skipped anywhere, ``float()`` scores); padded or quoted ids get a note and
+  ``normalize_ids`` strips them. Predictions may also name their columns in another order.
 * Predictions for queries that the ground truth does not list are *not* an error: like isc2021 we
   score them as false positives (see :func:`count_unknown_queries` for a warning count).
-* ABID result files: one integer per line, as many lines as the ground-truth list has entries;
-  blank lines at the very end are ignored, blank lines elsewhere are errors.
+* ABID result files: one integer per line (Python's ``int()``); blank lines at the very end are
+  ignored, blank lines elsewhere are errors. :func:`read_abid_result` scores what the challenge
+  scripts score (a short file's prefix, any integer) with notes; ``strict`` refuses those.
 * Product-search queries: each candidate is ``{"candidate_pid": <gallery Image ID>, "label": 0|1}``
   (the public challenge file hides the labels; ``label`` is our name for the fulfil annotation).
 * Product-search features: ``.npz`` (no pickle allowed) or the upstream pickle, read by an
