@@ -24,12 +24,14 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from vsbench.compare import collect_runs, write_report
-from vsbench.tracking import KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG, ensure_experiment
+from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG, ensure_experiment
 
 pytestmark = pytest.mark.integration
 
 WINDOW = (1280, 2000)
 MODELS = {"efficientnet_lite0": 0.55, "dino_vits16": 0.62, "sscd_disc_mixup": 0.71}
+RAN_IN = [{IMAGE_TAG: "registry.test/vsbench-cpu:0.1.0", IMAGE_ID_TAG: "sha256:0123456789abcdef"},
+          {IMAGE_TAG: "host venv"}]
 
 
 def _chromium() -> str:
@@ -60,6 +62,13 @@ class _Dom(HTMLParser):
         self.rows: dict[str, list[str]] = {}
         self.best_cells = 0
         self.images: list[dict[str, str | None]] = []
+        self.ran_in: list[str] = []
+        self._in_ran_in = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_ran_in:
+            self.ran_in.append(data)
+            self._in_ran_in = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
@@ -72,6 +81,8 @@ class _Dom(HTMLParser):
             self.rows[self.tables[-1]].append(values["data-metric"] or "")
         elif tag == "td" and values.get("class") == "best":
             self.best_cells += 1
+        elif tag == "td" and values.get("class") == "ran-in":
+            self._in_ran_in = True
         elif tag == "img":
             self.images.append(values)
 
@@ -87,7 +98,7 @@ def _week_of_nights(experiment: str) -> None:
         start = int((first + timedelta(days=night)).timestamp() * 1000)
         run = client.create_run(experiment_id, start_time=start, run_name=f"vsbench-nightly-{night}",
                                 tags={KFP_RUN_TAG: f"kfp-{uuid.uuid4().hex[:8]}", PIPELINE_TAG: "vsbench-nightly",
-                                      STEP_TAG: "pipeline"})
+                                      STEP_TAG: "pipeline", **RAN_IN[night % 2]})
         values = {"abid__baselines__counting_accuracy": 0.50 + 0.01 * night,
                   "abid__baselines__counting_rmse": 1.2 - 0.03 * night}
         for i, (model, base) in enumerate(MODELS.items()):
@@ -112,6 +123,7 @@ def test_report_renders_in_headless_chromium(mlflow_tracking, fresh_experiment, 
     assert dom.best_cells == 5  # one best model per metric row
     assert len(dom.images) == 4
     assert dom.body.get("data-plots-decoded") == "4/4"  # set by the page's load handler: every PNG decoded
+    assert sorted(dom.ran_in) == ["host venv"] * 3 + ["registry.test/vsbench-cpu:0.1.0 (0123456789ab)"] * 4
 
     shot = tmp_path / "shot.png"
     _headless(report, tmp_path / "profile-shot", f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}")
