@@ -243,8 +243,14 @@ def test_multi_stage_build_on_a_pinned_python_matching_requires_python(kind: str
     froms = [args.split() for keyword, args in steps if keyword == "FROM"]
     assert len(froms) >= 2, "expected a multi-stage build"
     assert all(words[0] == "${PYTHON_IMAGE}" for words in froms), "every stage uses the one pinned base"
-    assert any(keyword == "COPY" and args.startswith("--from=") and "/opt/venv" in args
-               for keyword, args in steps), "the runtime stage must copy the venv from a builder stage"
+    assert [words[-1] for words in froms] == ["wheel", "runtime"], "a wheel builder stage, then the runtime"
+    assert any(keyword == "COPY" and args.startswith("--from=wheel") and "/wheels" in args
+               for keyword, args in steps), "the runtime stage installs the wheel the builder stage made"
+    # The dependency layer comes before anything that changes with vsbench's code or version.
+    order = [f"{keyword} {args}" for keyword, args in steps]
+    dependencies = next(i for i, line in enumerate(order) if line.startswith("RUN") and "-c /tmp/requirements/constraints.txt" in line)
+    assert all(i > dependencies for i, line in enumerate(order)
+               if line.startswith(("COPY --from=wheel", "ARG VSBENCH_VERSION", "ARG VSBENCH_IMAGE", "LABEL")))
 
 
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))
