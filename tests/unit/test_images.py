@@ -384,3 +384,20 @@ def test_compiled_components_name_the_images(path: Path) -> None:
     for component in components:
         container = component.component_spec.implementation.container
         assert container.image in (images.CPU_IMAGE, images.GPU_IMAGE), (component.name, container.image)
+
+
+def test_build_without_an_engine_as_a_user_names_the_packages(tmp_path: Path) -> None:
+    """No docker, podman or buildah, and not root: one line saying what to install, nothing tried."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "basename", "sed", "cat", "env"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    (bin_dir / "id").write_text("#!/bin/sh\necho 1000\n")
+    (bin_dir / "id").chmod(0o755)
+    env = {"PATH": str(bin_dir), "PYTHON": sys.executable, "HOME": str(tmp_path)}
+    result = subprocess.run([str(bin_dir / "bash"), str(BUILD_SH), "--only", "cpu"], env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "no container engine found" in result.stderr
+    assert "apt-get install podman buildah uidmap runc debootstrap" in result.stderr
+    assert " build " not in result.stdout, "nothing may be built or installed"
