@@ -222,7 +222,10 @@ def similarity_run(
         if not run.succeeded:
             typer.echo(f"similarity pipeline failed: {run.error}", err=True)
             raise typer.Exit(1)
-        _print_similarity_table(out, json.loads((out / "metrics.json").read_text()))
+        from vsbench.platform.local_run import step_manifests
+
+        (evaluated,) = step_manifests(run.run_dir, "evaluate")
+        _print_similarity_table(out, json.loads(evaluated.read_text()))
         typer.echo(f"ran in: {run.ran_in}")
         return
     for shard in range(num_shards):

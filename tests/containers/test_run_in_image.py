@@ -146,6 +146,7 @@ def test_similarity_run_in_the_image_prints_the_inline_table(cpu_image, tmp_path
              str(tmp_path / "disc"), "--out", str(out), "--codecs", "Flat;PCAW8,L2norm,Flat", "--batch-size", "8",
              "--runner", runner], capture_output=True, text=True, timeout=900, env=dict(os.environ), check=False)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "codec,score_norm,uAP" in result.stdout, "the benchmark's own table is printed"
         tables[runner] = list(csv.DictReader((out / "disc_metrics.csv").open()))
     _assert_nothing_left_running()
     assert len(tables["inline"]) == 4

@@ -49,3 +49,25 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     evaluate = [r for r in runs if r.data.tags.get(STEP_TAG) == "evaluate-disc"][0]
     artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id)}
     assert "disc_metrics.csv" in artifacts
+
+
+def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_path, monkeypatch):
+    """`vsbench similarity run --runner subprocess` runs the pipeline with kfp.local and prints the
+    table the inline run prints (the container runner's twin is in tests/containers/)."""
+    from typer.testing import CliRunner
+
+    from vsbench.cli import app
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv(ARTIFACT_LOCATION_ENV, str(tmp_path / "artifacts"))
+    generate_disc(tmp_path / "disc", references=12, queries=8, train=12, seed=3)
+    printed = {}
+    for runner in ("inline", "subprocess"):
+        result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "disc"),
+                                          "--out", str(tmp_path / runner), "--codecs", "Flat", "--batch-size", "8",
+                                          "--runner", runner])
+        assert result.exit_code == 0, result.output[-3000:]
+        assert "codec,score_norm,uAP" in result.output
+        printed[runner] = [line for line in result.output.splitlines() if line.startswith("Flat,")]
+    assert len(printed["inline"]) == 2 and printed["subprocess"] == printed["inline"]
+    assert "ran in: host venv" in result.output
