@@ -14,7 +14,7 @@ def regression_check(
     """Compare this night with the previous one in MLflow; record the outcome there; fail on a drop."""
     import json
 
-    from vsbench.regression import RegressionError, check_regression
+    from vsbench.reporting.regression import RegressionError, check_regression
 
     if not parent_run_id:
         raise RuntimeError("MLflow was unreachable when the run opened: no baseline to compare against")
@@ -31,7 +31,7 @@ def comparison_report(experiment: str, last: int, report: Output[HTML], parent_r
     """The leaderboard and trend plots of the experiment, as a KFP HTML artifact and on the MLflow run."""
     from pathlib import Path
 
-    from vsbench.compare import collect_runs, write_report
+    from vsbench.reporting.compare import collect_runs, write_report
     from vsbench.tracking import log_artifact_to_run
 
     runs = collect_runs(experiment, last=last, include_run_id=parent_run_id or None)  # this run is not closed yet

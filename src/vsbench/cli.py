@@ -326,7 +326,7 @@ def compare(
     report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
 ) -> None:
     """Leaderboard of pipeline runs (model x benchmark x metric, best marked) and an HTML report."""
-    from vsbench.compare import collect_runs, leaderboard, render_leaderboard, render_runs, write_report
+    from vsbench.reporting.compare import collect_runs, leaderboard, render_leaderboard, render_runs, write_report
 
     with user_errors(LookupError):  # a missing experiment
         runs = collect_runs(experiment, last=last)

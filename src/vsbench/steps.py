@@ -105,7 +105,7 @@ def abid_resize_step(
 
 
 def _log_training(tracker, history: list[dict[str, float]], title: str, artifact: str) -> None:
-    from vsbench import plots
+    from vsbench.reporting import plots
 
     figure = plots.training_curves(history, title)
     tracker.log_figure(figure, artifact)
@@ -211,9 +211,9 @@ def abid_score_step(
     parent_run_id: str = "", manifest_path: str | None = None,
 ) -> StepResult:
     """Score the three result files exactly as the challenge does; headline metrics go to the parent run."""
-    from vsbench import plots
     from vsbench.metrics import readers
     from vsbench.metrics.abid import counting_metrics, verification_metrics
+    from vsbench.reporting import plots
     from vsbench.tracking import log_to_parent
 
     root = Path(tasks)
@@ -306,8 +306,8 @@ def similarity_evaluate_step(
     parent_run_id: str = "", manifest_path: str | None = None,
 ) -> StepResult:
     """Merge the shards, search and score; the original table goes to MLflow as an artifact."""
-    from vsbench import plots
     from vsbench.benchmarks.base import EvalSettings
+    from vsbench.reporting import plots
     from vsbench.similarity import evaluate_benchmark, flat_metrics, merge_benchmark
     from vsbench.tracking import log_to_parent
 

@@ -1,4 +1,4 @@
-"""``vsbench.compare`` against a real ``mlflow server`` on 127.0.0.1 holding pipeline runs of every shape."""
+"""``vsbench.reporting.compare`` against a real ``mlflow server`` on 127.0.0.1 holding pipeline runs of every shape."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from vsbench.compare import (
+from vsbench.reporting.compare import (
     RunRecord,
     collect_runs,
     leaderboard,

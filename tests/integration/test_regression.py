@@ -9,7 +9,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from vsbench.regression import (
+from vsbench.reporting.regression import (
     ARTIFACT,
     BASELINE_TAG,
     DROPS_METRIC,

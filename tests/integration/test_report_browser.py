@@ -23,7 +23,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from vsbench.compare import collect_runs, write_report
+from vsbench.reporting.compare import collect_runs, write_report
 from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG, ensure_experiment
 
 pytestmark = pytest.mark.integration

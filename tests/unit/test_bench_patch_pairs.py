@@ -12,7 +12,7 @@ from vsbench.benchmarks.patch_pairs import curve_figures, load_patch_pairs
 from vsbench.features import FeatureError, FeatureSet
 from vsbench.metrics.patch_pairs import patch_pair_grid
 from vsbench.metrics.readers import InputError, read_hpatches_results
-from vsbench.plots import close
+from vsbench.reporting.plots import close
 from vsbench.storage import UnsafePathError
 
 FILES = ("pos_easy", "pos_hard", "neg_diffseq", "neg_sameseq")

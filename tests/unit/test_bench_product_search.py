@@ -12,7 +12,7 @@ from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.product_search import load_product_search
 from vsbench.features import FeatureSet
 from vsbench.metrics.readers import InputError
-from vsbench.plots import close
+from vsbench.reporting.plots import close
 from vsbench.storage import UnsafePathError
 
 GALLERY = ["g1", "g2", "g3", "g4"]

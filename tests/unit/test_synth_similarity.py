@@ -17,7 +17,7 @@ from vsbench.benchmarks.patch_pairs import load_patch_pairs
 from vsbench.benchmarks.product_search import load_product_search
 from vsbench.benchmarks.vsd import load_vsd
 from vsbench.features import FeatureSet
-from vsbench.plots import close
+from vsbench.reporting.plots import close
 from vsbench.synth.patch_pairs import generate_patch_pairs
 from vsbench.synth.product_search import generate_product_search
 from vsbench.synth.vsd import generate_vsd

@@ -293,7 +293,7 @@ def _slug(codec: str) -> str:
 
 def _pr_figure(codec: str, variants: Sequence[tuple[str, float, np.ndarray, np.ndarray]]) -> Figure:
     """Precision against recall for one codec, one line per score-normalization variant."""
-    from vsbench.plots import plt  # pyplot with the Agg backend, set in that one place
+    from vsbench.reporting.plots import plt  # pyplot with the Agg backend, set in that one place
 
     fig, axis = plt.subplots(figsize=(5, 4))
     for score_norm, uap, precision, recall in variants:

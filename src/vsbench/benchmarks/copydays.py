@@ -195,7 +195,7 @@ def _one_to_one(block: str, images: ImageSet, original_stems: Sequence[str]) -> 
 
 def _blocks_figure(records: Sequence[Mapping[str, Any]]) -> Figure:
     """mAP against JPEG quality and against crop size, one line per codec (the robustness curves)."""
-    from vsbench.plots import plt  # pyplot with the Agg backend, set in that one place
+    from vsbench.reporting.plots import plt  # pyplot with the Agg backend, set in that one place
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for axis, family, levels, xlabel in ((left, "jpegqual", JPEG_QUALITIES, "JPEG quality"),

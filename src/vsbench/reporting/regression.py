@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vsbench.compare import BOOKKEEPING_METRICS, experiment_id, higher_is_better, parent_run_filter
+from vsbench.reporting.compare import BOOKKEEPING_METRICS, experiment_id, higher_is_better, parent_run_filter
 
 REGRESSION_TAG = "vsbench.regression"
 BASELINE_TAG = "vsbench.regression.baseline"
