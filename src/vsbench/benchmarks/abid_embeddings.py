@@ -39,10 +39,10 @@ out of the mean and counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_p
 from vsbench.features import FeatureSet
 from vsbench.metrics.abid import verification_metrics
 from vsbench.metrics.readers import InputError, read_json, read_verification_ground_truth
+
+if TYPE_CHECKING:
+    from vsbench.index.plan import SearchRequest, SearchResults
 
 NAME = "abid_embeddings"
 IMAGE_SET = "bins"
@@ -231,11 +234,35 @@ class AbidEmbeddingsBenchmark:
 
         Of ``settings`` only ``use_gpu`` is used: similarity here is exact cosine.
         """
+        from vsbench.index.plan import search_all_inline  # faiss: imported only when scoring
+
+        return self.score(features, settings, search_all_inline(self.search_requests(features, settings),
+                                                                settings.use_gpu))
+
+    def _unit_rows(self, features: dict[str, FeatureSet]) -> tuple[np.ndarray, dict[int, int]]:
+        """Every bin's unit-length features, and bin index -> row."""
         feats = features[IMAGE_SET]
         feats.check_finite(IMAGE_SET)
         ids = self._bins.ids
-        unit = unit_rows(feats.select(ids, IMAGE_SET).features, "bin")
-        row = {int(i) - 1: n for n, i in enumerate(ids)}
+        return unit_rows(feats.select(ids, IMAGE_SET).features, "bin"), {int(i) - 1: n for n, i in enumerate(ids)}
+
+    def search_requests(self, features: dict[str, FeatureSet], settings: EvalSettings) -> list[SearchRequest]:
+        """One search, ``gallery``: the retrieval queries' bins against the gallery bins by exact cosine,
+        ``retrieval_k`` deep (the whole gallery when None)."""
+        from vsbench.index.plan import SearchRequest  # faiss: imported only when scoring
+
+        unit, row = self._unit_rows(features)
+        depth = len(self.gallery) if self.retrieval_k is None else min(self.retrieval_k, len(self.gallery))
+        return [SearchRequest("gallery", unit[[row[i] for i in self.queries]], unit[[row[i] for i in self.gallery]],
+                              None, "L2norm,Flat", "ip", depth, reference_ids=tuple(str(g) for g in self.gallery))]
+
+    def score(self, features: dict[str, FeatureSet], settings: EvalSettings,
+              results: Mapping[str, SearchResults]) -> EvalResult:
+        """The verification answers (exact cosine, no search) and the retrieval mAP of the search's results."""
+        from vsbench.index.plan import results_for
+
+        unit, row = self._unit_rows(features)
+        depth = len(self.gallery) if self.retrieval_k is None else min(self.retrieval_k, len(self.gallery))
 
         def similarity(question: Question) -> float:
             return float(np.mean(unit[[row[t] for t in question.targets]] @ unit[row[question.bin]]))
@@ -245,8 +272,7 @@ class AbidEmbeddingsBenchmark:
             calibration, np.array([q.label for q in self.calibration]))
         answers = np.array([int(similarity(q) > threshold) if q.targets else 0 for q in self.questions])
         verification = verification_metrics(answers, np.array([q.label for q in self.questions]))
-        depth = len(self.gallery) if self.retrieval_k is None else min(self.retrieval_k, len(self.gallery))
-        retrieval_map, scored = self._retrieval_map(unit, row, depth, settings.use_gpu)
+        retrieval_map, scored = self._retrieval_map(results_for(results, "gallery"))
         record: dict[str, Any] = {
             "task": self.task,
             "verification_accuracy": verification.accuracy,
@@ -264,14 +290,11 @@ class AbidEmbeddingsBenchmark:
         }
         return EvalResult(records=[record])
 
-    def _retrieval_map(self, unit: np.ndarray, row: dict[int, int], depth: int,
-                       use_gpu: bool | None) -> tuple[float, int]:
+    def _retrieval_map(self, results: SearchResults) -> tuple[float, int]:
         """(mAP over the queries with a relevant gallery bin, number of such queries)."""
-        from vsbench.index.search import search  # faiss: imported only when scoring
+        from vsbench.index.plan import as_candidates
 
-        query = unit[[row[i] for i in self.queries]]
-        gallery = unit[[row[i] for i in self.gallery]]
-        found = search(query, gallery, codec="L2norm,Flat", k=depth, metric="ip", use_gpu=use_gpu)
+        ((_, _, found),) = as_candidates(results, None)
         starts = np.searchsorted(found.query, np.arange(len(self.queries) + 1))
         holders: dict[str, list[int]] = {}
         for position, g in enumerate(self.gallery):

@@ -39,7 +39,7 @@ from vsbench.storage import safe_join
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from vsbench.index.search import Candidates
+    from vsbench.index.plan import SearchRequest, SearchResults
 
 logger = logging.getLogger(__name__)
 
@@ -131,16 +131,44 @@ class DiscBenchmark:
 
     def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
         """uAP / accuracy at 1 / recall at P90 for every codec, without and with score normalization."""
+        from vsbench.index.plan import search_all_inline  # faiss: imported only when scoring
+
+        results = search_all_inline(self.search_requests(features, settings), settings.use_gpu)
+        return self.score(features, settings, results)
+
+    def search_requests(self, features: dict[str, FeatureSet], settings: EvalSettings) -> list[SearchRequest]:
+        """SSCD's searches: ``l2`` (L2 distances, no score normalization) and, with score
+        normalization, ``ip`` (inner products on SSCD's augmented vectors).
+
+        SSCD's ``disc_eval`` searches its unnormalized rows with ``METRIC_L2`` whatever the descriptors,
+        and its normalized rows by inner product on augmented vectors. On unit-norm descriptors the two
+        rank alike, but SSCD's own unit-norm test is loose (mean ``|norm - 1| < 0.01``) and rankings do
+        differ inside that tolerance, so each row gets exactly the search SSCD gives it.
+        """
+        from vsbench.index.plan import SearchRequest
         from vsbench.index.search import parse_score_norms  # faiss: imported only when scoring
 
         queries = aligned_features(features, "query", self.queries)
         references = aligned_features(features, "reference", self.references)
-        train = aligned_features(features, "train", self.train) if self.train is not None else None
+        train = aligned_features(features, "train", self.train).features if self.train is not None else None
         if train is None and parse_score_norms(settings.score_norm):
             raise ValueError(f"score normalization {settings.score_norm!r} needs the training images; "
                              "load the dataset with a train_dir or evaluate with score_norm=''")
-        runs = _search_runs(queries.features, references.features, None if train is None else train.features,
-                            settings)
+        common = {"queries": queries.features, "references": references.features, "train": train,
+                  "codecs": settings.codecs, "k": settings.k, "reference_ids": self.references.ids}
+        requests = [SearchRequest("l2", metric="l2", **common)]
+        if parse_score_norms(settings.score_norm):
+            requests.append(SearchRequest("ip", metric="ip", score_norm=settings.score_norm, unnormalized=False,
+                                          **common))
+        return requests
+
+    def score(self, features: dict[str, FeatureSet], settings: EvalSettings,
+              results: Mapping[str, SearchResults]) -> EvalResult:
+        """The metrics of the searches' results (however they were searched: one process or shards)."""
+        from vsbench.index.plan import as_candidates
+
+        runs = [run for name in ("l2", "ip") if name in results  # SSCD's row order: unnormalized first
+                for run in as_candidates(results[name], settings.global_cap)]
         query_ids, reference_ids = np.asarray(self.queries.ids), np.asarray(self.references.ids)
         gt_keys = self._ground_truth_keys()
         records: list[dict[str, Any]] = []
@@ -213,26 +241,6 @@ def load_disc(
         raise InputError(gt_path, f"none of the {len(queries.ids)} queries has a copy: nothing to score")
     return DiscBenchmark(root=root, queries=queries, references=references, train=train, gt_query=gt_query,
                          gt_reference=gt_reference, ground_truth_path=gt_path)
-
-
-def _search_runs(queries: np.ndarray, references: np.ndarray, train: np.ndarray | None,
-                 settings: EvalSettings) -> list[tuple[str, str, Candidates]]:
-    """``search_all``'s runs with SSCD's metrics: L2 without score normalization, inner product with it.
-
-    SSCD's ``disc_eval`` searches its unnormalized rows with ``METRIC_L2`` whatever the descriptors,
-    and its normalized rows by inner product on augmented vectors. On unit-norm descriptors the two
-    rank alike, but SSCD's own unit-norm test is loose (mean ``|norm - 1| < 0.01``) and rankings do
-    differ inside that tolerance, so each row gets exactly the search SSCD gives it.
-    """
-    from vsbench.index.search import parse_score_norms, search_all
-
-    common = {"codecs": settings.codecs, "train": train, "k": settings.k, "global_cap": settings.global_cap,
-              "use_gpu": settings.use_gpu}
-    runs = search_all(queries, references, score_norm="", metric="l2", **common)
-    if parse_score_norms(settings.score_norm):
-        runs += search_all(queries, references, score_norm=settings.score_norm, metric="ip", unnormalized=False,
-                           **common)
-    return runs
 
 
 def disc_csv_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

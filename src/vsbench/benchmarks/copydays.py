@@ -46,6 +46,8 @@ from vsbench.storage import safe_join
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from vsbench.index.plan import SearchRequest, SearchResults
+
 ORIGINAL = "original"
 STRONG = "strong"
 JPEG_QUALITIES = (3, 5, 8, 10, 15, 20, 30, 50, 75)
@@ -84,21 +86,40 @@ class CopydaysBenchmark:
 
     def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
         """strong mAP, overall uAP and per-block mAP for every codec (no score normalization, as SSCD)."""
-        from vsbench.index.search import knn, parse_codecs  # faiss: imported only when scoring
+        from vsbench.index.plan import search_all_inline  # faiss: imported only when scoring
+
+        results = search_all_inline(self.search_requests(features, settings), settings.use_gpu)
+        return self.score(features, settings, results)
+
+    def search_requests(self, features: dict[str, FeatureSet], settings: EvalSettings) -> list[SearchRequest]:
+        """One search, ``copydays``: every Copydays image against the originals and the distractors, by
+        L2 after each codec (FAISS's default, as SSCD), ``k`` nearest, no score normalization."""
+        from vsbench.index.plan import SearchRequest  # faiss: imported only when scoring
 
         queries = aligned_features(features, "query", self.queries).features
         index = queries[: self.num_originals]
+        index_ids = self.queries.ids[: self.num_originals]
         if self.distractors is not None:
             index = np.concatenate([index, aligned_features(features, "distractors", self.distractors).features])
+            index_ids += self.distractors.ids
         train = None if self.train is None else aligned_features(features, "train", self.train).features
+        return [SearchRequest("copydays", queries, index, train, settings.codecs, "l2", self.k,
+                              reference_ids=index_ids)]
+
+    def score(self, features: dict[str, FeatureSet], settings: EvalSettings,
+              results: Mapping[str, SearchResults]) -> EvalResult:
+        """The metrics of the search's result lists, however they were searched."""
+        from vsbench.index.plan import results_for
+        from vsbench.index.search import NO_NORM_LABEL, parse_codecs
+
+        found = results_for(results, "copydays")
         blocks = np.asarray(self.blocks)
         num_positives = np.asarray([len(p) for p in self.positives])
         records = []
         for codec in parse_codecs(settings.codecs):
-            # FAISS's own result lists, as SSCD scores them: ties keep FAISS's order, and the pooled
-            # sort sees the float32 distances SSCD sorts.
-            similarity, ids = knn(queries, index, codec=codec, train=train, k=self.k, metric="l2",
-                                  use_gpu=settings.use_gpu)
+            # FAISS's own result lists, as SSCD scores them: ties keep FAISS's order (merged reference
+            # shards: the lower id first), and the pooled sort sees the float32 distances SSCD sorts.
+            similarity, ids = found[(codec, NO_NORM_LABEL)]
             distances = np.where(ids >= 0, -similarity, np.float32(np.inf))
             hits = copydays_hits(ids, self.positives)
             metrics = copydays_metrics(hits, distances, num_positives, blocks == STRONG)

@@ -57,22 +57,28 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import faiss
 import numpy as np
 
+from vsbench.index.codec import (
+    FAISS_METRICS,
+    GPU_MAX_K,
+    Found,
+    Metric,
+    SearchError,
+    check_finite,
+    fill,
+    search_filled,
+    train_codec,
+)
+
 logger = logging.getLogger(__name__)
 
-Metric = Literal["ip", "l2"]
-_FAISS_METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
-# faiss-gpu's k-selection limit for CUDA builds (GPU_MAX_SELECTION_K in faiss/gpu/utils/DeviceDefs.cuh).
-GPU_MAX_K = 2048
+__all__ = ["GPU_MAX_K", "Candidates", "Metric", "ScoreNorm", "SearchError", "knn", "parse_codecs",
+           "parse_score_norm", "parse_score_norms", "search", "search_all", "use_gpu_now"]
+
 NO_NORM_LABEL = "none"
-
-
-class SearchError(ValueError):
-    """Inputs, codecs or settings that cannot be searched, with what is wrong and where."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +220,7 @@ def search(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat",
     norms = [] if score_norm is None else [score_norm]
     q, r, t = _validated(queries, references, train, norms)
     raw, normalized = _search_codec(q, r, t, codec=codec, k=k, score_norms=norms, raw=score_norm is None,
-                                    metric=metric, on_gpu=_use_gpu(use_gpu))
+                                    metric=metric, on_gpu=use_gpu_now(use_gpu))
     similarity, ids = normalized[0] if norms else raw
     return _candidates(similarity, ids, global_cap)
 
@@ -230,7 +236,7 @@ def knn(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat", tra
     _check_settings(k, None, metric)
     q, r, t = _validated(queries, references, train, [])
     found, _ = _search_codec(q, r, t, codec=codec, k=k, score_norms=[], raw=True, metric=metric,
-                             on_gpu=_use_gpu(use_gpu))
+                             on_gpu=use_gpu_now(use_gpu))
     assert found is not None
     return found
 
@@ -243,25 +249,15 @@ def search_all(queries: np.ndarray, references: np.ndarray, *, codecs: str, scor
     (labelled ``str(ScoreNorm)``, e.g. ``1.00[0,2]``).
 
     Rows come in SSCD's disc_metrics.csv order: every codec unnormalized, then every codec with the
-    first normalization, and so on. Each codec is trained once.
+    first normalization, and so on. Each codec is trained once. (A :class:`~vsbench.index.plan.SearchRequest`
+    answered in this process; :mod:`vsbench.index.store` answers the same request shard by shard.)
     """
+    from vsbench.index.plan import SearchRequest, as_candidates, search_inline
+
     _check_settings(k, global_cap, metric)
-    codec_list = parse_codecs(codecs)
-    norms = parse_score_norms(score_norm)
-    for norm in norms:
-        if norm.note:
-            logger.warning(norm.note)
-    q, r, t = _validated(queries, references, train, norms)
-    on_gpu = _use_gpu(use_gpu)
-    found = [(codec, *_search_codec(q, r, t, codec=codec, k=k, score_norms=norms, raw=unnormalized, metric=metric,
-                                    on_gpu=on_gpu))
-             for codec in codec_list]
-    results = []
-    if unnormalized:
-        results += [(codec, NO_NORM_LABEL, _candidates(*raw, global_cap)) for codec, raw, _ in found]
-    for number, norm in enumerate(norms):
-        results += [(codec, str(norm), _candidates(*normalized[number], global_cap)) for codec, _, normalized in found]
-    return results
+    request = SearchRequest("search", queries, references, train=train, codecs=codecs, metric=metric, k=k,
+                            score_norm=score_norm, unnormalized=unnormalized)
+    return as_candidates(search_inline(request, use_gpu), global_cap)
 
 
 def _check_settings(k: int, global_cap: int | None, metric: str) -> None:
@@ -269,8 +265,8 @@ def _check_settings(k: int, global_cap: int | None, metric: str) -> None:
         raise SearchError(f"k must be a positive integer, got {k!r}")
     if global_cap is not None and not _is_positive_int(global_cap):
         raise SearchError(f"global_cap must be a positive integer or None, got {global_cap!r}")
-    if metric not in _FAISS_METRICS:
-        raise SearchError(f"metric must be one of {sorted(_FAISS_METRICS)}, got {metric!r}")
+    if metric not in FAISS_METRICS:
+        raise SearchError(f"metric must be one of {sorted(FAISS_METRICS)}, got {metric!r}")
 
 
 def _is_positive_int(value: object) -> bool:
@@ -304,190 +300,16 @@ def _as_matrix(name: str, array: np.ndarray, dim: int | None = None) -> np.ndarr
         raise SearchError(f"{name} have {a.shape[1]} dims but queries have {dim}")
     with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, reported just below
         a = np.ascontiguousarray(a, dtype=np.float32)
-    _check_finite(a, name)
+    check_finite(a, name)
     return a
 
 
-def _check_finite(a: np.ndarray, what: str, block: int = 65_536) -> None:
-    """Block by block, so that a million 512-d rows never need a 512 MB mask."""
-    for start in range(0, len(a), block):
-        bad = ~np.isfinite(a[start:start + block]).all(axis=1)
-        if bad.any():
-            row = start + int(np.flatnonzero(bad)[0])
-            raise SearchError(f"{what}: row {row} has NaN or infinite values (as float32)")
-
-
-def _use_gpu(use_gpu: bool | None) -> bool:
+def use_gpu_now(use_gpu: bool | None) -> bool:
+    """Whether to search on GPU 0: ``None`` means "when faiss-gpu sees one"."""
     available = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
     if use_gpu and not available:
         logger.warning("use_gpu=True, but this faiss has no GPU support or sees no GPU: searching on the CPU")
     return available if use_gpu is None else bool(use_gpu and available)
-
-
-Found = tuple[np.ndarray, np.ndarray]  # (similarities, reference ids or -1), FAISS's (n_queries, k) layout
-
-
-def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: str, k: int,
-                  score_norms: Sequence[ScoreNorm], raw: bool, metric: Metric,
-                  on_gpu: bool) -> tuple[Found | None, list[Found]]:
-    """Train ``codec`` and search: the unnormalized results (when ``raw``) and one per normalization.
-
-    With an exact (``Flat``) final index and inner products, each normalization is searched as SSCD's
-    ``apply_score_norm`` does: the query gets the extra coordinate ``-beta * mean`` (float32, as SSCD
-    computes it), every reference a 1, and FAISS ranks the augmented vectors; so scores and tie
-    orders are SSCD's to the bit. Other final indexes subtract the same adjustment from the
-    unnormalized scores (SSCD has no such codecs).
-    """
-    try:
-        factory = faiss.index_factory(q.shape[1], codec, _FAISS_METRICS[metric])
-    except RuntimeError as exc:
-        raise SearchError(f"codec {codec!r} is not a FAISS index_factory string for {q.shape[1]}-dim "
-                          f"descriptors: {_faiss_message(exc)}") from None
-    # `factory` owns the transforms and the final index, so it stays referenced while they are used.
-    transforms, final = _split(factory)
-    if not factory.is_trained:
-        if t is None:
-            raise SearchError(f"codec {codec!r} must be trained: pass training descriptors (train=...)")
-        _check_training_size(codec, transforms, len(t))
-    q, r, t = _project(codec, transforms, q, r, t, keep_train=bool(score_norms) or not final.is_trained)
-    k = min(k, len(r))
-    norm_k = max((norm.last + 1 for norm in score_norms), default=0)
-    index = _to_device(final, on_gpu, codec, max(k, norm_k))
-    if not index.is_trained:
-        try:
-            index.train(t)
-        except RuntimeError as exc:
-            raise SearchError(f"codec {codec!r} could not be trained on {len(t)} training rows: "
-                              f"{_faiss_message(exc)}") from None
-    index.add(r)
-    augmented = isinstance(final, faiss.IndexFlat) and metric == "ip"
-    unnormalized = None
-    if raw or (score_norms and not augmented):
-        distances, ids = index.search(q, k)
-        unnormalized = (_similarity(distances, ids, metric, codec), ids)
-    if not score_norms:
-        return unnormalized, []
-    training = _training_similarities(index, q, t, norm_k, metric, codec)
-    normalized = []
-    for norm in score_norms:
-        adjustment = _norm_adjustment(training, norm)
-        if augmented:
-            normalized.append(_augmented_search(q, r, adjustment, k, on_gpu, codec))
-        else:
-            assert unnormalized is not None
-            normalized.append((unnormalized[0] + adjustment, unnormalized[1]))
-    return (unnormalized if raw else None), normalized
-
-
-def _training_similarities(index: faiss.Index, q: np.ndarray, t: np.ndarray, norm_k: int, metric: Metric,
-                           codec: str) -> np.ndarray:
-    """Each query's ``norm_k`` best similarities to the training rows, by the codec's trained index
-    emptied of the references (SSCD: a fresh ``IndexFlatIP`` over the training set, the same thing)."""
-    index.reset()  # keeps what training learnt (centroids, codebooks)
-    index.add(t)
-    distances, ids = index.search(q, norm_k)
-    if (ids < 0).any():
-        raise SearchError(f"codec {codec!r}: the training index returned fewer than {norm_k} neighbours "
-                          "for some queries, which score normalization needs; use an exhaustive codec")
-    return _similarity(distances, ids, metric, codec)
-
-
-def _norm_adjustment(training: np.ndarray, norm: ScoreNorm) -> np.ndarray:
-    """SSCD's ``-weight * np.mean(D[:, start:end + 1], axis=1, keepdims=True)``, float32 as there, with
-    ``D`` the ``end + 1`` best training similarities (so a negative start slices as SSCD's does)."""
-    neighbours = np.ascontiguousarray(training[:, : norm.last + 1])
-    return -norm.beta * np.mean(neighbours[:, norm.first : norm.last + 1], axis=1, keepdims=True)
-
-
-def _augmented_search(q: np.ndarray, r: np.ndarray, adjustment: np.ndarray, k: int, on_gpu: bool,
-                      codec: str) -> Found:
-    """SSCD's normalized search: ``[q, adjustment] . [r, 1]`` by exact inner product."""
-    queries = np.ascontiguousarray(np.concatenate([q, adjustment.astype(np.float32)], axis=1))
-    references = np.ascontiguousarray(np.concatenate([r, np.ones_like(r[:, :1])], axis=1))
-    index = _to_device(faiss.IndexFlatIP(queries.shape[1]), on_gpu, codec, k)
-    index.add(references)
-    distances, ids = index.search(queries, k)
-    return _similarity(distances, ids, "ip", codec), ids
-
-
-def _project(codec: str, transforms: list[faiss.VectorTransform], q: np.ndarray, r: np.ndarray,
-             t: np.ndarray | None, *, keep_train: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Train each transform on the (already transformed) training rows, then apply it to the queries
-    and references, as SSCD's ``project`` does with ``sa_encode``; the training rows are transformed
-    only as far as a later step needs them (``keep_train``: the final index or score normalization)."""
-    for number, transform in enumerate(transforms):
-        if not transform.is_trained:
-            try:
-                transform.train(t)
-            except RuntimeError as exc:
-                raise SearchError(f"codec {codec!r}: training transform {number} on {len(t)} rows failed: "
-                                  f"{_faiss_message(exc)}") from None
-        later_training = any(not later.is_trained for later in transforms[number + 1:])
-        t = _apply(transform, t, codec, "train") if t is not None and (keep_train or later_training) else None
-        q = _apply(transform, q, codec, "queries")
-        r = _apply(transform, r, codec, "references")
-    return q, r, t
-
-
-def _split(index: faiss.Index) -> tuple[list[faiss.VectorTransform], faiss.Index]:
-    """The transforms (PCA, L2norm...) and the final index of an index_factory result."""
-    index = faiss.downcast_index(index)
-    if not isinstance(index, faiss.IndexPreTransform):
-        return [], index
-    chain = [faiss.downcast_VectorTransform(index.chain.at(i)) for i in range(index.chain.size())]
-    return chain, faiss.downcast_index(index.index)
-
-
-def _check_training_size(codec: str, transforms: list[faiss.VectorTransform], rows: int) -> None:
-    """FAISS's PCA cannot output more dims than it has training rows, and whitening (PCAW) with no
-    more rows than dims divides by a zero eigenvalue; FAISS's own messages for both are cryptic or
-    absent. Other shortfalls (IVF, PQ k-means) are reported by FAISS when it trains."""
-    for transform in transforms:
-        if isinstance(transform, faiss.PCAMatrix) and not transform.is_trained:
-            if transform.d_out > transform.d_in:
-                raise SearchError(f"codec {codec!r}: PCA cannot output {transform.d_out} dims "
-                                  f"from {transform.d_in}")
-            whitened = transform.eigen_power != 0
-            needed = transform.d_out + whitened
-            if rows < needed:
-                what = f"{'whitened ' if whitened else ''}PCA to {transform.d_out} dims"
-                raise SearchError(f"codec {codec!r} needs at least {needed} training rows ({what}), "
-                                  f"got {rows}")
-
-
-def _apply(transform: faiss.VectorTransform, x: np.ndarray, codec: str, name: str) -> np.ndarray:
-    """One transform over ``x``; non-finite output is SSCD's ProjectionError."""
-    projected = transform.apply(x)
-    _check_finite(projected, f"codec {codec!r}: projected {name}")
-    return projected
-
-
-def _to_device(index: faiss.Index, on_gpu: bool, codec: str, k: int) -> faiss.Index:
-    """The index on GPU 0 when asked and faiss-gpu can hold it with this k; otherwise the CPU index."""
-    kind = type(index).__name__
-    if on_gpu and k > GPU_MAX_K:
-        logger.warning("codec %r: k = %d exceeds faiss-gpu's limit of %d; searching %s on the CPU",
-                       codec, k, GPU_MAX_K, kind)
-    elif on_gpu:
-        try:
-            # The GPU index keeps its own reference to the resources: the provider may go.
-            gpu_index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
-        except RuntimeError as exc:
-            logger.warning("codec %r: faiss-gpu cannot hold %s (%s); searching on the CPU",
-                           codec, kind, _faiss_message(exc))
-        else:
-            logger.info("codec %r: %s on GPU 0", codec, kind)
-            return gpu_index
-    logger.info("codec %r: %s on the CPU", codec, kind)
-    return index
-
-
-def _similarity(distances: np.ndarray, ids: np.ndarray, metric: Metric, codec: str) -> np.ndarray:
-    """Higher is more similar for both metrics; huge descriptors can overflow float32 in FAISS."""
-    similarity = distances if metric == "ip" else -distances
-    if not np.isfinite(similarity[ids >= 0]).all():
-        raise SearchError(f"codec {codec!r}: scores overflow float32; rescale the descriptors")
-    return similarity
 
 
 def _candidates(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None) -> Candidates:
@@ -505,6 +327,17 @@ def _candidates(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None)
     return Candidates(query, reference, score)
 
 
-def _faiss_message(exc: RuntimeError) -> str:
-    """FAISS's message without the C++ location prefix ('Error in ... at file:line: ')."""
-    return str(exc).rsplit(": ", 1)[-1].strip() if " at " in str(exc) else str(exc).strip()
+def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: str, k: int,
+                  score_norms: Sequence[ScoreNorm], raw: bool, metric: Metric,
+                  on_gpu: bool) -> tuple[Found | None, list[Found]]:
+    """Train ``codec``, add every reference, search every query (:mod:`vsbench.index.codec`'s three
+    acts in one process): the unnormalized results (when ``raw``) and one per normalization."""
+    k = min(k, len(r))
+    norm_k = max((norm.last + 1 for norm in score_norms), default=0)
+    device_k = max(k, norm_k)
+    trained = train_codec(codec, q.shape[1], metric, t, keep_train=bool(score_norms), on_gpu=on_gpu, k=device_k)
+    q, r = trained.project(q, "queries"), trained.project(r, "references")
+    index = fill(trained, r, on_gpu=on_gpu, k=device_k)
+    train_index = fill(trained, trained.train, on_gpu=on_gpu, k=device_k) if score_norms else None
+    return search_filled(trained, index, q, k, score_norms=score_norms, raw=raw, train_index=train_index,
+                         references=r, on_gpu=on_gpu)

@@ -1,0 +1,371 @@
+"""Persisted indexes and sharded search: a :class:`~vsbench.index.plan.SearchRequest` answered by
+separate steps (index, then searches fanned out, then a merge), each of which may run on its own node.
+
+Layout, one folder per (request, codec) under the index folder::
+
+    <index>/<request>/<codec-slug>/
+        index.json                       what it is for (codec, metric, dims, counts, digests,
+                                         shards, faiss and vsbench versions); written last
+        transform-<n>.faiss              the trained transforms (PCA, L2norm...), in order
+        reference-<j>-of-<M>.faiss       reference shard j: a copy of the trained final index
+                                         holding references [start_j, stop_j)
+        train.faiss                      the training rows (score normalization only)
+
+and under the search folder, one file per (query shard i, reference shard j)::
+
+    <search>/<request>/<codec-slug>/q<i>-of-<N>.r<j>-of-<M>.npz
+
+holding each variant's ``(n_queries_i, k)`` similarities and global reference ids. The merge
+(:func:`collect`) keeps each query's global top ``k`` (:func:`vsbench.index.codec.merge_found`).
+
+* **Reuse**: an index whose ``index.json`` key (codec, metric, reference and training digests,
+  shards) equals the request's is reused; a search file whose key matches is kept. A re-run after
+  a failure redoes only what is missing.
+* **Checks**: a search refuses an index built for other descriptors, naming the difference
+  (dimension, reference ids digest, codec, metric, shards); a merge names every missing shard.
+* **Large galleries**: shard indexes are read memory-mapped on the CPU (``IO_FLAG_MMAP`` maps an IVF
+  index's inverted lists, ``IO_FLAG_MMAP_IFC`` a flat or PQ index's codes), so a search's resident
+  memory is what it touches, not the gallery's size; on a GPU they are read whole and moved there.
+* **Writes are atomic** (a temporary file renamed), ``index.json`` last, so a killed step leaves no
+  index that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from vsbench.index.codec import (
+    SearchError,
+    TrainedCodec,
+    check_finite,
+    fill,
+    merge_found,
+    search_filled,
+    shifted,
+    stored_vectors,
+    train_codec,
+)
+from vsbench.index.plan import SearchRequest, SearchResults, array_digest, ids_digest
+from vsbench.index.search import use_gpu_now
+from vsbench.storage import atomic_write_bytes, atomic_write_json
+
+logger = logging.getLogger(__name__)
+
+INDEX_JSON = "index.json"
+FORMAT = 1
+
+
+def codec_slug(codec: str) -> str:
+    """``PCAW512,L2norm,Flat`` -> ``PCAW512_L2norm_Flat``: the codec's folder name."""
+    return "".join(c if c.isalnum() else "_" for c in codec)
+
+
+def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each of ``shards`` contiguous parts of ``count`` rows, sizes differing by
+    at most one (``numpy.array_split``'s rule); an empty part is refused."""
+    if not isinstance(shards, int) or shards < 1:
+        raise SearchError(f"shards must be a positive integer, got {shards!r}")
+    if shards > count:
+        raise SearchError(f"{shards} shards for {count} rows: every shard needs at least one row")
+    base, extra = divmod(count, shards)
+    bounds, start = [], 0
+    for shard in range(shards):
+        stop = start + base + (shard < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """A persisted codec index: its folder and its ``index.json``."""
+
+    folder: Path
+    meta: dict[str, Any]
+
+    @property
+    def reference_shards(self) -> list[tuple[int, int]]:
+        return [tuple(bounds) for bounds in self.meta["reference_shards"]]
+
+    def shard_path(self, shard: int) -> Path:
+        return self.folder / f"reference-{shard}-of-{len(self.reference_shards)}.faiss"
+
+
+def index_key(request: SearchRequest, codec: str, reference_shards: int) -> dict[str, Any]:
+    """Everything that makes an index what it is; two builds with equal keys are interchangeable."""
+    if request.reference_ids is None:
+        raise SearchError(f"search {request.name!r}: a persisted index needs the references' ids")
+    return {
+        "format": FORMAT,
+        "codec": codec,
+        "metric": request.metric,
+        "dim": int(request.references.shape[1]),
+        "count": int(len(request.references)),
+        "ids_digest": ids_digest(request.reference_ids),
+        "references_digest": array_digest(request.references),
+        "train_count": 0 if request.train is None else int(len(request.train)),
+        "train_digest": array_digest(request.train),
+        "keeps_train": bool(request.norms),
+        "reference_shards": reference_shards,
+    }
+
+
+def build_index(request: SearchRequest, folder: Path, *, reference_shards: int = 1,
+                use_gpu: bool | None = None) -> list[IndexInfo]:
+    """Train each codec of ``request`` once and persist it, its references split into
+    ``reference_shards`` indexes; an index already there with the same key is reused."""
+    q, r, t = request.checked()
+    bounds = shard_bounds(len(r), reference_shards)
+    on_gpu = use_gpu_now(use_gpu)
+    infos = []
+    for codec in request.codec_list:
+        target = folder / request.name / codec_slug(codec)
+        key = index_key(request, codec, reference_shards)
+        existing = _read_meta(target)
+        if existing is not None and existing.get("key") == key and _complete(target, existing):
+            logger.info("index %s: reused (same inputs)", target)
+            infos.append(IndexInfo(target, {**existing, "reused": True}))
+            continue
+        (target / INDEX_JSON).unlink(missing_ok=True)  # what follows is not this index until it is rewritten
+        device_k = max(request.result_k, request.norm_k)
+        trained = train_codec(codec, q.shape[1], request.metric, t, keep_train=bool(request.norms), on_gpu=on_gpu,
+                              k=device_k)
+        target.mkdir(parents=True, exist_ok=True)
+        for number, transform in enumerate(trained.transforms):
+            _write(target / f"transform-{number}.faiss", lambda path, x=transform: faiss.write_VectorTransform(x, path))
+        projected_dim = trained.empty.d
+        # All rows through the transforms at once, then split: a BLAS rounds a product of other
+        # shapes differently in the last bit, and the search must see the floats one index would.
+        projected = trained.project(r, "references")
+        for shard, (start, stop) in enumerate(bounds):
+            index = fill(trained, projected[start:stop], on_gpu=on_gpu, k=device_k)
+            _write_index(target / f"reference-{shard}-of-{reference_shards}.faiss", index)
+        if request.norms:
+            _write_index(target / "train.faiss", fill(trained, trained.train, on_gpu=on_gpu, k=device_k))
+        meta = {"key": key, **key, "projected_dim": int(projected_dim), "transforms": len(trained.transforms),
+                "final_index": type(trained.empty).__name__,
+                "reference_shards": [list(b) for b in bounds], "faiss_version": faiss.__version__,
+                "vsbench_version": _vsbench_version(), "trained_on": "gpu" if on_gpu else "cpu"}
+        atomic_write_json(target / INDEX_JSON, meta)
+        infos.append(IndexInfo(target, {**meta, "reused": False}))
+    return infos
+
+
+def load_index_info(request: SearchRequest, folder: Path, codec: str) -> IndexInfo:
+    """The persisted index of ``codec`` for ``request``, checked to be for these descriptors."""
+    target = folder / request.name / codec_slug(codec)
+    meta = _read_meta(target)
+    if meta is None:
+        raise SearchError(f"no index for codec {codec!r} of search {request.name!r} in {target}: "
+                          "run the index step (vsbench similarity index) first")
+    expected = index_key(request, codec, len(meta.get("reference_shards", [])))
+    differences = [f"{field}: index has {meta.get(field)!r}, these descriptors need {expected[field]!r}"
+                   for field in ("format", "codec", "metric", "dim", "count", "ids_digest", "references_digest",
+                                 "train_digest", "keeps_train") if meta.get(field) != expected[field]]
+    if differences:
+        raise SearchError(f"{target / INDEX_JSON} was built for other inputs; rebuild it with the index step. "
+                          + "; ".join(differences))
+    if not _complete(target, meta):
+        raise SearchError(f"{target}: index files are missing; re-run the index step")
+    return IndexInfo(target, meta)
+
+
+def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *, query_shard: int,
+                 query_shards: int, reference_shard: int, use_gpu: bool | None = None) -> list[Path]:
+    """Search queries ``query_shard`` of ``query_shards`` in reference shard ``reference_shard`` of
+    every codec; writes one result file per codec (kept when already there for the same inputs)."""
+    queries = np.ascontiguousarray(request.queries, dtype=np.float32)
+    start, stop = shard_bounds(len(queries), query_shards)[query_shard]
+    q = queries[start:stop]
+    check_finite(q, f"queries {start}..{stop - 1}")
+    on_gpu = use_gpu_now(use_gpu)
+    written = []
+    for codec in request.codec_list:
+        info = load_index_info(request, index_folder, codec)
+        shards = info.reference_shards
+        if not 0 <= reference_shard < len(shards):
+            raise SearchError(f"reference shard {reference_shard} does not exist: the index of codec {codec!r} "
+                              f"has {len(shards)} reference shard(s)")
+        target = _result_path(out_folder, request, codec, query_shard, query_shards, reference_shard, len(shards))
+        key = {"index": info.meta["key"], "queries": [start, stop], "queries_digest": array_digest(q),
+               "k": request.k, "variants": [list(v) for v in request.variants if v[0] == codec]}
+        existing = _read_npz(target)
+        if existing is not None and existing[0] == json.loads(json.dumps(key)):
+            logger.info("search %s: kept (same inputs)", target)
+            written.append(target)
+            continue
+        cpu_index = _read_index(info.shard_path(reference_shard), mmap=not on_gpu)
+        trained = _load_trained(info, request, cpu_index)
+        # Every query through the transforms, then this shard's rows: the floats of one search (see build_index).
+        projected = np.ascontiguousarray(trained.project(queries, "queries")[start:stop]) if trained.transforms else q
+        device_k = max(request.result_k, request.norm_k)
+        shard_start, shard_stop = shards[reference_shard]
+        k = min(request.k, shard_stop - shard_start)
+        references = stored_vectors(cpu_index) if request.norms and trained.exhaustive_ip else None
+        index = _on_device(cpu_index, on_gpu, trained, device_k)
+        train_index = _on_device(_read_index(info.folder / "train.faiss", mmap=not on_gpu), on_gpu, trained,
+                                 device_k) if request.norms else None
+        raw, normalized = search_filled(trained, index, projected, k, score_norms=request.norms,
+                                        raw=request.unnormalized, train_index=train_index, references=references,
+                                        on_gpu=on_gpu)
+        found = ([raw] if raw is not None else []) + normalized
+        arrays = {}
+        for number, part in enumerate(found):
+            similarity, ids = shifted(part, shard_start, request.result_k)
+            arrays[f"similarity_{number}"], arrays[f"ids_{number}"] = similarity, ids
+        _write_npz(target, key, arrays)
+        written.append(target)
+    return written
+
+
+def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, query_shards: int) -> SearchResults:
+    """Merge every (query shard, reference shard) result into the request's results: for each query
+    the global top ``k`` over the reference shards, the query shards one after another. Missing or
+    stale shard results are an error naming each of them."""
+    per_codec: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]] = {}
+    problems = []
+    for codec in request.codec_list:
+        info = load_index_info(request, index_folder, codec)
+        reference_shards = len(info.reference_shards)
+        variants = [list(v) for v in request.variants if v[0] == codec]
+        merged_rows: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in variants]
+        for query_shard, (start, stop) in enumerate(shard_bounds(len(request.queries), query_shards)):
+            parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in variants]
+            for reference_shard in range(reference_shards):
+                path = _result_path(search_folder, request, codec, query_shard, query_shards, reference_shard,
+                                    reference_shards)
+                loaded = _read_npz(path)
+                if loaded is None:
+                    problems.append(f"{path.name} of codec {codec!r} is missing")
+                    continue
+                key, arrays = loaded
+                if key.get("index") != info.meta["key"] or key.get("queries") != [start, stop] \
+                        or key.get("k") != request.k or key.get("variants") != variants:
+                    problems.append(f"{path.name} of codec {codec!r} is for other inputs")
+                    continue
+                for number in range(len(variants)):
+                    parts[number].append((arrays[f"similarity_{number}"], arrays[f"ids_{number}"]))
+            if not problems:
+                for number in range(len(variants)):
+                    merged_rows[number].append(merge_found(parts[number], request.result_k))
+        per_codec[codec] = merged_rows
+    if problems:
+        raise SearchError(f"search {request.name!r}: {len(problems)} shard result(s) missing or stale: "
+                          + "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")
+                          + ". Re-run the search step for those shards (a re-run keeps the finished ones).")
+    results: SearchResults = {}
+    for codec, label in request.variants:
+        number = [v for v in request.variants if v[0] == codec].index((codec, label))
+        rows = per_codec[codec][number]
+        results[(codec, label)] = (np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows]))
+    return results
+
+
+def _load_trained(info: IndexInfo, request: SearchRequest, final: faiss.Index) -> TrainedCodec:
+    """The codec as the index step trained it: its transforms, and ``final`` (a shard's index) for its kind."""
+    transforms = [faiss.read_VectorTransform(str(info.folder / f"transform-{n}.faiss"))
+                  for n in range(info.meta["transforms"])]
+    return TrainedCodec(info.meta["codec"], request.metric, info.meta["dim"], transforms, final)
+
+
+def _on_device(index: faiss.Index, on_gpu: bool, trained: TrainedCodec, k: int) -> faiss.Index:
+    from vsbench.index.codec import _to_device
+
+    return _to_device(index, on_gpu, trained.codec, k)
+
+
+def _read_index(path: Path, *, mmap: bool) -> faiss.Index:
+    """A persisted index, memory-mapped when ``mmap`` (see the module docstring)."""
+    flags = faiss.IO_FLAG_READ_ONLY
+    if mmap:
+        flags |= faiss.IO_FLAG_MMAP_IFC
+    try:
+        index = faiss.read_index(str(path), flags)  # already of its own class (IndexFlatL2, IndexIVFPQ...)
+        if mmap and isinstance(index, faiss.IndexIVF):
+            index = faiss.read_index(str(path), faiss.IO_FLAG_READ_ONLY | faiss.IO_FLAG_MMAP)
+    except RuntimeError as exc:
+        raise SearchError(f"{path}: not a readable FAISS index ({str(exc).strip().splitlines()[-1]})") from None
+    return index
+
+
+def _write_index(path: Path, index: faiss.Index) -> None:
+    """A filled index to disk; one that lives on a GPU is copied back to the CPU first."""
+    if type(index).__name__.startswith("Gpu"):
+        index = faiss.index_gpu_to_cpu(index)
+    _write(path, lambda target: faiss.write_index(index, target))
+
+
+def _write(path: Path, writer) -> None:
+    """Write through FAISS to a temporary file beside ``path``, then rename it into place."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        writer(str(temporary))
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _complete(folder: Path, meta: dict[str, Any]) -> bool:
+    names = [f"transform-{n}.faiss" for n in range(meta.get("transforms", 0))]
+    shards = len(meta.get("reference_shards", []))
+    names += [f"reference-{j}-of-{shards}.faiss" for j in range(shards)]
+    if meta.get("keeps_train"):
+        names.append("train.faiss")
+    return shards > 0 and all((folder / name).is_file() for name in names)
+
+
+def _read_meta(folder: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _result_path(folder: Path, request: SearchRequest, codec: str, query_shard: int, query_shards: int,
+                 reference_shard: int, reference_shards: int) -> Path:
+    return (folder / request.name / codec_slug(codec)
+            / f"q{query_shard}-of-{query_shards}.r{reference_shard}-of-{reference_shards}.npz")
+
+
+def _write_npz(path: Path, key: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, key=np.asarray(json.dumps(key, sort_keys=True)), **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """A search result file, or None when missing or unreadable (it is then searched again)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return json.loads(str(data["key"])), {name: data[name] for name in data.files if name != "key"}
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _vsbench_version() -> str:
+    from vsbench import __version__
+
+    return __version__
+
+
+def shard_tasks(query_shards: int, reference_shards: int) -> list[tuple[int, int]]:
+    """The (query shard, reference shard) pairs a search fans out over, task ``t`` being
+    ``divmod(t, reference_shards)``."""
+    return [divmod(task, reference_shards) for task in range(query_shards * reference_shards)]
+
+
+__all__: Sequence[str] = ["IndexInfo", "build_index", "codec_slug", "collect", "load_index_info", "search_shard",
+                          "shard_bounds", "shard_tasks"]
