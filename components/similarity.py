@@ -1,4 +1,4 @@
-"""Kubeflow components of the similarity engine: shard list, embed (one shard), evaluate."""
+"""Kubeflow components of the similarity engine: embed (one shard), index, search (one task), score."""
 
 
 from kfp import dsl
@@ -39,18 +39,69 @@ def embed_shard(
         metrics.log_metric(name, value)
 
 
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def search_tasks(search_shards: int, reference_shards: int) -> list[int]:
+    """``[0, ..., search_shards x reference_shards - 1]``: task t searches query shard t // reference_shards
+    in reference shard t % reference_shards."""
+    if search_shards < 1 or reference_shards < 1:
+        raise ValueError(f"search_shards and reference_shards must be at least 1, got {search_shards} and "
+                         f"{reference_shards}")
+    return list(range(search_shards * reference_shards))
+
+
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
-def evaluate(
-    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, global_cap: int, score_norm: str,
+def index(
+    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
 ):
-    """Merge shards, build the FAISS codecs (faiss-gpu when present), search, score."""
+    """Merge the embedding shards; train each codec (faiss-gpu when present) and persist its index in
+    ``reference_shards`` parts under ``out/index`` (reused when built before for the same inputs)."""
     from vsbench.similarity import load_json_option
-    from vsbench.steps import similarity_evaluate_step
+    from vsbench.steps import similarity_index_step
 
-    result = similarity_evaluate_step(
+    result = similarity_index_step(
+        benchmark, root, out, model=model, codecs=codecs, k=k, score_norm=score_norm,
+        reference_shards=reference_shards, benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
+        parent_run_id=parent_run_id, manifest_path=manifest.path)
+    for name, value in result.metrics.items():
+        metrics.log_metric(name, value)
+
+
+@dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
+def search(
+    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, task: int,
+    search_shards: int, reference_shards: int, benchmark_options: str, experiment: str, kfp_run_id: str,
+    manifest: Output[Artifact], metrics: Output[Metrics],
+):
+    """Search task ``task``: one query shard in one reference shard of every index (resumable).
+
+    Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
+    from vsbench.similarity import load_json_option
+    from vsbench.steps import similarity_search_step
+    from vsbench.tracking import parent_run_for
+
+    result = similarity_search_step(
+        benchmark, root, out, task=task, search_shards=search_shards, reference_shards=reference_shards,
+        model=model, codecs=codecs, k=k, score_norm=score_norm,
+        benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
+        parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
+    for name, value in result.metrics.items():
+        metrics.log_metric(name, value)
+
+
+@dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
+def score(
+    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, global_cap: int, score_norm: str,
+    search_shards: int, benchmark_options: str, parent_run_id: str, manifest: Output[Artifact],
+    metrics: Output[Metrics],
+):
+    """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
+    from vsbench.similarity import load_json_option
+    from vsbench.steps import similarity_score_step
+
+    result = similarity_score_step(
         benchmark, root, out, model=model, codecs=codecs, k=k, global_cap=global_cap, score_norm=score_norm,
-        benchmark_options=load_json_option(benchmark_options, "benchmark_options"), parent_run_id=parent_run_id,
-        manifest_path=manifest.path)
+        search_shards=search_shards, benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
+        parent_run_id=parent_run_id, manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

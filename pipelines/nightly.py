@@ -2,8 +2,8 @@
 previous night and the comparison report, all under one MLflow parent run.
 
 The suite (``pipelines/suites/nightly.yaml`` or ``vsbench compile --suite FILE``) is compiled into
-the pipeline: KFP graphs are static, so each entry becomes its own embed (fanned out over shards)
-and evaluate tasks. The report runs even when the regression check fails, so a bad night still
+the pipeline: KFP graphs are static, so each entry becomes its own embed (fanned out over shards),
+index, search (fanned out over query x reference shards) and score tasks. The report runs even when the regression check fails, so a bad night still
 shows what dropped.
 """
 
@@ -11,7 +11,8 @@ import json
 
 from kfp import dsl
 from vsbench.components.nightly import comparison_report, regression_check
-from vsbench.components.similarity import embed_shard, evaluate, shard_list
+from vsbench.components.similarity import embed_shard, shard_list
+from vsbench.pipelines.similarity import search_and_score
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
@@ -49,12 +50,12 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                                            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER).after(opened)
                     embedded.set_display_name(f"embed {entry.name}").set_caching_options(False)
                     apply(embedded, "gpu", cluster, RETRIES["embed"])
-                scored = evaluate(benchmark=entry.benchmark, root=entry.root, out=out, model=entry.model,
-                                  codecs=entry.codecs, k=entry.k, global_cap=entry.global_cap,
-                                  score_norm=entry.score_norm, benchmark_options=benchmark_options,
-                                  parent_run_id=parent).after(embedded)
-                scored.set_display_name(f"evaluate {entry.name}").set_caching_options(False)
-                apply(scored, "gpu", cluster, RETRIES["evaluate"])
+                scored = search_and_score(
+                    benchmark=entry.benchmark, root=entry.root, out=out, model=entry.model, codecs=entry.codecs,
+                    k=entry.k, global_cap=entry.global_cap, score_norm=entry.score_norm,
+                    search_shards=entry.search_shards, reference_shards=entry.reference_shards,
+                    benchmark_options=benchmark_options, experiment=experiment, parent_run_id=parent, after=embedded,
+                    cluster=cluster, label=entry.name)
                 scored_tasks.append(scored)
             check = regression_check(experiment=experiment, parent_run_id=parent, threshold=suite.regression.threshold,
                                      relative=suite.regression.relative,

@@ -1,16 +1,48 @@
-"""The similarity pipeline: one benchmark x one model x codecs, embedding fanned out over shards.
+"""The similarity pipeline: one benchmark x one model x codecs; embedding and search fanned out.
 
-shard_list -> ParallelFor(embed_shard) -> evaluate, inside an exit handler that closes the MLflow
-parent run. Compile with ``vsbench compile``; ``vsbench similarity run`` runs the same steps without Kubeflow.
+shard_list -> ParallelFor(embed-shard) -> index -> search-tasks -> ParallelFor(search) -> score, inside
+an exit handler that closes the MLflow parent run. ``search_shards`` splits the queries and
+``reference_shards`` the gallery: search task t takes query shard t // reference_shards and
+reference shard t % reference_shards, and score merges them into each query's exact global top k.
+Compile with ``vsbench compile``; ``vsbench similarity run`` runs the same steps without Kubeflow.
 """
 
 from kfp import dsl
-from vsbench.components.similarity import embed_shard, evaluate, shard_list
+from vsbench.components.similarity import embed_shard, index, score, search, search_tasks, shard_list
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 
 PIPELINE_NAME = "vsbench-similarity"
+
+
+def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_shards,
+                     reference_shards, benchmark_options, experiment, parent_run_id, after,
+                     cluster: ClusterSettings | None, label: str = ""):
+    """index -> search-tasks -> ParallelFor(search) -> score after ``after``, inside a pipeline function
+    (the similarity and the nightly pipelines both use it); returns the score task."""
+    suffix = f" {label}" if label else ""
+    indexed = index(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, score_norm=score_norm,
+                    reference_shards=reference_shards, benchmark_options=benchmark_options,
+                    parent_run_id=parent_run_id).after(after)
+    indexed.set_caching_options(False)  # reuses an index built for the same inputs on its own
+    tasks = search_tasks(search_shards=search_shards, reference_shards=reference_shards).after(indexed)
+    with dsl.ParallelFor(tasks.output) as task:
+        searched = search(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
+                          score_norm=score_norm, task=task, search_shards=search_shards,
+                          reference_shards=reference_shards, benchmark_options=benchmark_options,
+                          experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        searched.set_caching_options(False)  # keeps finished results on its own
+    scored = score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, global_cap=global_cap,
+                   score_norm=score_norm, search_shards=search_shards, benchmark_options=benchmark_options,
+                   parent_run_id=parent_run_id).after(searched)
+    for task_, name, role in ((indexed, "index", "gpu"), (tasks, "search-tasks", "light"), (searched, "search", "gpu"),
+                              (scored, "score", "gpu")):
+        if suffix:
+            task_.set_display_name(name + suffix)
+        task_.set_caching_options(False)
+        apply(task_, role, cluster, RETRIES.get(name, RETRIES["default"]))
+    return scored
 
 
 def build_similarity_pipeline(cluster: ClusterSettings | None = None):
@@ -27,12 +59,15 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         global_cap: int = 0,
         score_norm: str = "1.00[0,2]",
         num_shards: int = 1,
+        search_shards: int = 1,
+        reference_shards: int = 1,
         batch_size: int = 64,
         device: str = "auto",
         experiment: str = "vsbench-similarity",
         params_json: str = "{}",
     ):
-        """``global_cap`` 0 keeps k per query; ``score_norm`` "" reports only unnormalized scores."""
+        """``global_cap`` 0 keeps k per query; ``score_norm`` "" reports only unnormalized scores;
+        ``num_shards`` embedding shards, ``search_shards`` x ``reference_shards`` search tasks."""
         with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
             shards = shard_list(num_shards=num_shards)
             shards.set_caching_options(False)
@@ -44,11 +79,10 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                                        ).after(opened)
                 embedded.set_caching_options(False)  # resumable on its own: complete shards are skipped
                 apply(embedded, "gpu", cluster, RETRIES["embed"])
-            scored = evaluate(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
-                              global_cap=global_cap, score_norm=score_norm, benchmark_options=benchmark_options,
-                              parent_run_id=opened.output).after(embedded)
-            scored.set_caching_options(False)
-            apply(scored, "gpu", cluster, RETRIES["evaluate"])
+            search_and_score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
+                             global_cap=global_cap, score_norm=score_norm, search_shards=search_shards,
+                             reference_shards=reference_shards, benchmark_options=benchmark_options,
+                             experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster)
             apply(shards, "light", cluster)
 
     return similarity_pipeline

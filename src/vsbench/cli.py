@@ -179,19 +179,43 @@ def synth_similarity(
     typer.echo(json.dumps(generate(benchmark, out, seed=seed), indent=2, default=str))
 
 
+BenchmarkOpt = Annotated[str, typer.Option(help="Registered benchmark: disc, copydays, patch_pairs, vsd, ...")]
+RootOpt = Annotated[Path, typer.Option(help="The benchmark's data, in its native layout.")]
+OutOpt = Annotated[Path, typer.Option(help="Folder for features, index/, search/, metrics.json and the benchmark's CSV.")]
+BenchmarkOptionsOpt = Annotated[str, typer.Option(help="JSON of the benchmark loader's options.")]
+CodecsOpt = Annotated[str, typer.Option(help="FAISS index_factory strings separated by ';'.")]
+KOpt = Annotated[int, typer.Option(min=1, help="Neighbours per query.")]
+ScoreNormOpt = Annotated[str, typer.Option(help="beta\\[first,last], e.g. 1.00\\[0,2]; '' for none.")]
+GlobalCapOpt = Annotated[int, typer.Option(min=0, help="Keep at most this many predictions in total (0: off).")]
+SearchShardsOpt = Annotated[int, typer.Option(min=1, help="Split the queries into this many search shards.")]
+ReferenceShardsOpt = Annotated[int, typer.Option(
+    min=1, help="Split the gallery into this many indexes (one search task per query shard x reference shard).")]
+
+
+def _benchmark_options(text: str) -> dict:
+    from vsbench.similarity import load_json_option
+
+    try:
+        return load_json_option(text, "--benchmark-options")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 @similarity_app.command("run")
 def similarity_run(
-    benchmark: Annotated[str, typer.Option(help="Registered benchmark: disc, copydays, patch_pairs, vsd, ...")],
-    root: Annotated[Path, typer.Option(help="The benchmark's data, in its native layout.")],
-    out: Annotated[Path, typer.Option(help="Folder for features, metrics.json and the benchmark's CSV.")],
+    benchmark: BenchmarkOpt,
+    root: RootOpt,
+    out: OutOpt,
     model: Annotated[str, typer.Option(help="Registered model (vsbench similarity models).")] = "efficientnet_lite0",
     model_options: Annotated[str, typer.Option(help='JSON, e.g. \'{"weights": "random"}\'.')] = "{}",
-    benchmark_options: Annotated[str, typer.Option(help="JSON of the benchmark loader's options.")] = "{}",
-    codecs: Annotated[str, typer.Option(help="FAISS index_factory strings separated by ';'.")] = "Flat",
-    k: Annotated[int, typer.Option(min=1, help="Neighbours per query.")] = 10,
-    global_cap: Annotated[int, typer.Option(min=0, help="Keep at most this many predictions in total (0: off).")] = 0,
-    score_norm: Annotated[str, typer.Option(help="beta\\[first,last], e.g. 1.00\\[0,2]; '' for none.")] = "1.00[0,2]",
+    benchmark_options: BenchmarkOptionsOpt = "{}",
+    codecs: CodecsOpt = "Flat",
+    k: KOpt = 10,
+    global_cap: GlobalCapOpt = 0,
+    score_norm: ScoreNormOpt = "1.00[0,2]",
     num_shards: Annotated[int, typer.Option(min=1, help="Embed in this many shards (run here one after another).")] = 1,
+    search_shards: SearchShardsOpt = 1,
+    reference_shards: ReferenceShardsOpt = 1,
     batch_size: int = 64,
     device: str = "auto",
     runner: Annotated[str, typer.Option(
@@ -200,40 +224,113 @@ def similarity_run(
     image: ImageOpt = None,
     experiment: Annotated[str, typer.Option(help="MLflow experiment (pipeline runners).")] = "vsbench-similarity",
 ) -> None:
-    """Embed every image set, search, score; prints the benchmark's own table."""
+    """Embed every image set, index, search, score; prints the benchmark's own table.
+
+    Shards run here one after another (inline) or as kfp.local tasks; the table is the same for any
+    number of search and reference shards."""
     from vsbench.similarity import load_json_option
-    from vsbench.steps import similarity_embed_step, similarity_evaluate_step
+    from vsbench.steps import (
+        similarity_embed_step,
+        similarity_index_step,
+        similarity_score_step,
+        similarity_search_step,
+    )
 
     _check_runner(runner, ("inline", "subprocess", "container"))
+    bench_opts = _benchmark_options(benchmark_options)
     try:
-        bench_opts = load_json_option(benchmark_options, "--benchmark-options")
         model_opts = load_json_option(model_options, "--model-options")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    search = {"codecs": codecs, "k": k, "score_norm": score_norm}
     if runner != "inline":
         from vsbench.platform.local_run import run_similarity_pipeline_locally
 
         run = run_similarity_pipeline_locally(
             root.resolve(), out.resolve(), runner=runner, image=image,
             arguments={"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts),
-                       "benchmark_options": json.dumps(bench_opts), "codecs": codecs, "k": k,
-                       "global_cap": global_cap, "score_norm": score_norm, "num_shards": num_shards,
+                       "benchmark_options": json.dumps(bench_opts), **search, "global_cap": global_cap,
+                       "num_shards": num_shards, "search_shards": search_shards, "reference_shards": reference_shards,
                        "batch_size": batch_size, "device": device, "experiment": experiment})
         if not run.succeeded:
             typer.echo(f"similarity pipeline failed: {run.error}", err=True)
             raise typer.Exit(1)
         from vsbench.platform.local_run import step_manifests
 
-        (evaluated,) = step_manifests(run.run_dir, "evaluate")
-        _print_similarity_table(out, json.loads(evaluated.read_text()))
+        (scored,) = step_manifests(run.run_dir, "score")
+        _print_similarity_table(out, json.loads(scored.read_text()))
         typer.echo(f"ran in: {run.ran_in}")
         return
     for shard in range(num_shards):
         similarity_embed_step(benchmark, str(root), str(out), model, shard=shard, num_shards=num_shards,
                               benchmark_options=bench_opts, model_options=model_opts, batch_size=batch_size,
                               device=device)
-    result = similarity_evaluate_step(benchmark, str(root), str(out), model=model, codecs=codecs, k=k,
-                                      global_cap=global_cap, score_norm=score_norm, benchmark_options=bench_opts)
+    common = {"model": model, **search, "benchmark_options": bench_opts}
+    similarity_index_step(benchmark, str(root), str(out), reference_shards=reference_shards, **common)
+    for task in range(search_shards * reference_shards):
+        similarity_search_step(benchmark, str(root), str(out), task=task, search_shards=search_shards,
+                               reference_shards=reference_shards, **common)
+    result = similarity_score_step(benchmark, str(root), str(out), global_cap=global_cap, search_shards=search_shards,
+                                   **common)
+    _print_similarity_table(out, result.manifest)
+
+
+@similarity_app.command("index")
+def similarity_index(
+    benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
+    codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
+    reference_shards: ReferenceShardsOpt = 1, model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+) -> None:
+    """Merge the embedding shards under OUT and build each FAISS index the benchmark searches
+    (OUT/index/; reused when built before for the same features)."""
+    from vsbench.steps import similarity_index_step
+
+    with user_errors():
+        result = similarity_index_step(benchmark, str(root), str(out), model=model, codecs=codecs, k=k,
+                                       score_norm=score_norm, reference_shards=reference_shards,
+                                       benchmark_options=_benchmark_options(benchmark_options))
+    for built in result.manifest["indexes"]:
+        typer.echo(f"{built['search']}/{built['codec']}: {built['count']} vectors in {len(built['reference_shards'])} "
+                   f"shard(s), {'reused' if built['reused'] else 'built'} ({built['folder']})")
+    if "note" in result.manifest:
+        typer.echo(result.manifest["note"])
+
+
+@similarity_app.command("search")
+def similarity_search(
+    benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
+    codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
+    search_shards: SearchShardsOpt = 1, reference_shards: ReferenceShardsOpt = 1,
+    task: Annotated[list[int] | None, typer.Option(
+        help="Search task(s) to run (query shard = task // reference shards); default: every task.")] = None,
+    model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+) -> None:
+    """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept)."""
+    from vsbench.steps import similarity_search_step
+
+    options = _benchmark_options(benchmark_options)
+    for number in task if task else range(search_shards * reference_shards):
+        with user_errors():
+            result = similarity_search_step(benchmark, str(root), str(out), task=number, search_shards=search_shards,
+                                            reference_shards=reference_shards, model=model, codecs=codecs, k=k,
+                                            score_norm=score_norm, benchmark_options=options)
+        typer.echo(f"task {number}: query shard {result.manifest['query_shard']} x reference shard "
+                   f"{result.manifest['reference_shard']}: {len(result.manifest['results'])} result file(s)")
+
+
+@similarity_app.command("score")
+def similarity_score(
+    benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
+    codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]", global_cap: GlobalCapOpt = 0,
+    search_shards: SearchShardsOpt = 1, model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+) -> None:
+    """Merge the search results under OUT/search/ and print the benchmark's own table."""
+    from vsbench.steps import similarity_score_step
+
+    with user_errors():
+        result = similarity_score_step(benchmark, str(root), str(out), model=model, codecs=codecs, k=k,
+                                       global_cap=global_cap, score_norm=score_norm, search_shards=search_shards,
+                                       benchmark_options=_benchmark_options(benchmark_options))
     _print_similarity_table(out, result.manifest)
 
 

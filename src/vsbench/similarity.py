@@ -1,9 +1,19 @@
-"""One similarity engine for every benchmark: embed each image set, then evaluate.
+"""One similarity engine for every benchmark: embed, index, search, score.
 
-The steps are separable so a pipeline can fan the embedding out over shards and nodes:
-``embed_benchmark_shard`` (shard i of n, every image set of the benchmark), ``merge_benchmark``
-(concatenate shards), ``evaluate_benchmark`` (search + the benchmark's own metrics). The
-original benchmark's table (``disc_metrics.csv``, ``copydays_metrics.csv``, ...) is written beside
+The steps are separable so that a pipeline can fan each out over shards and nodes:
+
+* ``embed_benchmark_shard``: shard i of n of every image set of the benchmark;
+* ``index_benchmark``: merge the embedding shards, then build and persist each FAISS index the
+  benchmark's searches need (:class:`vsbench.index.plan.SearchRequest`), its references split into
+  ``reference_shards`` indexes (reused when built before for the same inputs);
+* ``search_benchmark``: one (query shard, reference shard) task of ``search_shards x reference_shards``;
+* ``score_benchmark``: merge the tasks' results into each query's global top k and score them with
+  the benchmark's own metrics.
+
+``evaluate_benchmark`` does index, search and score in memory, in one process: same numbers
+(tests/unit/test_sharded_search.py). Benchmarks that rank without FAISS (VSD's float32 cosine as its
+original, patch pairs, product search) have no index to build or search; their score step evaluates.
+The original benchmark's table (``disc_metrics.csv``, ``copydays_metrics.csv``, ...) is written beside
 ``metrics.json``, which holds the flat records that also go to MLflow and KFP.
 """
 
@@ -20,6 +30,9 @@ from vsbench.features import FeatureSet, load_features
 from vsbench.storage import atomic_write_json, atomic_write_text
 
 FEATURES_DIR = "features"
+INDEX_DIR = "index"
+SEARCH_DIR = "search"
+INDEX_MANIFEST = "manifest.json"
 
 
 def embed_benchmark_shard(
@@ -52,10 +65,97 @@ def evaluate_benchmark(
     benchmark: str, root: Path, out: Path, settings: EvalSettings,
     benchmark_options: dict[str, Any] | None = None,
 ) -> EvalResult:
-    """Score merged features; writes ``metrics.json`` and the benchmark's own CSV table."""
+    """Search and score merged features in this process; writes ``metrics.json`` and the benchmark's CSV."""
     bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
-    features = {name: load_features(out / FEATURES_DIR / f"{name}.npz") for name in bench.image_sets()}
-    result = bench.evaluate(features, settings)
+    return _write_result(benchmark, out, bench.evaluate(_merged_features(bench, out), settings))
+
+
+def index_benchmark(
+    benchmark: str, root: Path, out: Path, settings: EvalSettings, *, reference_shards: int = 1,
+    benchmark_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Merge the embedding shards and persist every index the benchmark searches (see the module
+    docstring); returns (and writes to ``out/index/manifest.json``) what was built or reused."""
+    from vsbench.index.store import build_index
+
+    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
+    merge_benchmark(benchmark, root, out, benchmark_options)
+    requests = search_requests(bench, _merged_features(bench, out), settings)
+    indexes = []
+    for request in requests:
+        for info in build_index(request, out / INDEX_DIR, reference_shards=reference_shards, use_gpu=settings.use_gpu):
+            indexes.append({"search": request.name, "folder": str(info.folder), **info.meta})
+    manifest: dict[str, Any] = {"benchmark": benchmark, "reference_shards": reference_shards, "indexes": indexes}
+    if not requests:
+        manifest["note"] = f"{benchmark} ranks without a FAISS index (see its module); nothing to build"
+    atomic_write_json(out / INDEX_DIR / INDEX_MANIFEST, manifest)
+    return manifest
+
+
+def search_benchmark(
+    benchmark: str, root: Path, out: Path, settings: EvalSettings, *, task: int = 0, search_shards: int = 1,
+    reference_shards: int = 1, benchmark_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Search task ``task`` of ``search_shards x reference_shards``: query shard ``task // reference_shards``
+    in reference shard ``task % reference_shards`` of every index; finished results are kept."""
+    from vsbench.index.store import search_shard
+
+    if not 0 <= task < search_shards * reference_shards:
+        raise ValueError(f"search task {task} does not exist: there are {search_shards} query shard(s) x "
+                         f"{reference_shards} reference shard(s) = {search_shards * reference_shards} tasks")
+    query_shard, reference_shard = divmod(task, reference_shards)
+    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
+    _check_reference_shards(out, reference_shards)
+    written = []
+    for request in search_requests(bench, _merged_features(bench, out), settings):
+        written += search_shard(request, out / INDEX_DIR, out / SEARCH_DIR, query_shard=query_shard,
+                                query_shards=search_shards, reference_shard=reference_shard,
+                                use_gpu=settings.use_gpu)
+    return {"task": task, "query_shard": query_shard, "reference_shard": reference_shard,
+            "search_shards": search_shards, "reference_shards": reference_shards,
+            "results": [str(path) for path in written]}
+
+
+def score_benchmark(
+    benchmark: str, root: Path, out: Path, settings: EvalSettings, *, search_shards: int = 1,
+    benchmark_options: dict[str, Any] | None = None,
+) -> EvalResult:
+    """Merge every search task's results and score them; writes ``metrics.json`` and the benchmark's CSV.
+    A missing or stale task result is an error naming it."""
+    from vsbench.index.store import collect
+
+    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
+    features = _merged_features(bench, out)
+    requests = search_requests(bench, features, settings)
+    if not requests:
+        return _write_result(benchmark, out, bench.evaluate(features, settings))
+    results = {request.name: collect(request, out / INDEX_DIR, out / SEARCH_DIR, query_shards=search_shards)
+               for request in requests}
+    return _write_result(benchmark, out, bench.score(features, settings, results))
+
+
+def search_requests(bench: Any, features: dict[str, FeatureSet], settings: EvalSettings) -> list[Any]:
+    """The benchmark's FAISS searches; none for benchmarks that rank otherwise."""
+    ask = getattr(bench, "search_requests", None)
+    return [] if ask is None else ask(features, settings)
+
+
+def _check_reference_shards(out: Path, reference_shards: int) -> None:
+    path = out / INDEX_DIR / INDEX_MANIFEST
+    try:
+        built = json.loads(path.read_text(encoding="utf-8")).get("reference_shards")
+    except (OSError, ValueError):
+        raise ValueError(f"{path}: no index manifest; run the index step first") from None
+    if built != reference_shards:
+        raise ValueError(f"{path}: the index was built with {built} reference shard(s), the search asks for "
+                         f"{reference_shards}; use the same number in both steps")
+
+
+def _merged_features(bench: Any, out: Path) -> dict[str, FeatureSet]:
+    return {name: load_features(out / FEATURES_DIR / f"{name}.npz") for name in bench.image_sets()}
+
+
+def _write_result(benchmark: str, out: Path, result: EvalResult) -> EvalResult:
     atomic_write_json(out / "metrics.json", {"benchmark": benchmark, "records": result.records})
     if result.csv_name:
         rows = result.csv_rows if result.csv_rows is not None else result.records

@@ -300,24 +300,71 @@ def _read_manifest(shard_path: str) -> dict[str, Any]:
     return {}
 
 
-def similarity_evaluate_step(
+def _eval_settings(codecs: str, k: int, global_cap: int, score_norm: str):
+    from vsbench.benchmarks.base import EvalSettings
+
+    return EvalSettings(codecs=codecs, k=k, global_cap=global_cap or None, score_norm=score_norm)
+
+
+def _search_params(benchmark: str, model: str, codecs: str, k: int, score_norm: str) -> dict[str, Any]:
+    return {"benchmark": benchmark, "model": model, "codecs": codecs, "k": k, "score_norm": score_norm or "none"}
+
+
+def similarity_index_step(
     benchmark: str, root: str, out: str, *, model: str = "", codecs: str = "Flat", k: int = 10,
-    global_cap: int = 0, score_norm: str = "1.00[0,2]", benchmark_options: dict[str, Any] | None = None,
+    score_norm: str = "1.00[0,2]", reference_shards: int = 1, benchmark_options: dict[str, Any] | None = None,
     parent_run_id: str = "", manifest_path: str | None = None,
 ) -> StepResult:
-    """Merge the shards, search and score; the original table goes to MLflow as an artifact."""
-    from vsbench.benchmarks.base import EvalSettings
+    """Merge the embedding shards; build (or reuse) each FAISS index, its references in ``reference_shards``."""
+    from vsbench.similarity import index_benchmark
+
+    params = {**_search_params(benchmark, model, codecs, k, score_norm), "reference_shards": reference_shards}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"index-{benchmark}", params) as tracker:
+        manifest = index_benchmark(benchmark, Path(root), Path(out), _eval_settings(codecs, k, 0, score_norm),
+                                   reference_shards=reference_shards, benchmark_options=benchmark_options)
+        indexes = manifest["indexes"]
+        metrics = {"indexes": float(len(indexes)), "indexes_reused": float(sum(i["reused"] for i in indexes)),
+                   "indexed_vectors": float(sum(i["count"] for i in indexes))}
+        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "index.json", started)
+
+
+def similarity_search_step(
+    benchmark: str, root: str, out: str, *, task: int = 0, search_shards: int = 1, reference_shards: int = 1,
+    model: str = "", codecs: str = "Flat", k: int = 10, score_norm: str = "1.00[0,2]",
+    benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
+) -> StepResult:
+    """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
+    from vsbench.similarity import search_benchmark
+
+    total = search_shards * reference_shards
+    params = {**_search_params(benchmark, model, codecs, k, score_norm), "task": task, "search_shards": search_shards,
+              "reference_shards": reference_shards}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"search-{benchmark}-task-{task}-of-{total}", params) as tracker:
+        manifest = search_benchmark(benchmark, Path(root), Path(out), _eval_settings(codecs, k, 0, score_norm),
+                                    task=task, search_shards=search_shards, reference_shards=reference_shards,
+                                    benchmark_options=benchmark_options)
+        metrics = {"result_files": float(len(manifest["results"]))}
+        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"search_{task}.json", started)
+
+
+def similarity_score_step(
+    benchmark: str, root: str, out: str, *, model: str = "", codecs: str = "Flat", k: int = 10,
+    global_cap: int = 0, score_norm: str = "1.00[0,2]", search_shards: int = 1,
+    benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
+) -> StepResult:
+    """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts."""
     from vsbench.reporting import plots
-    from vsbench.similarity import evaluate_benchmark, flat_metrics, merge_benchmark
+    from vsbench.similarity import flat_metrics, score_benchmark
     from vsbench.tracking import log_to_parent
 
-    settings = EvalSettings(codecs=codecs, k=k, global_cap=global_cap or None, score_norm=score_norm)
-    params = {"benchmark": benchmark, "model": model, "codecs": codecs, "k": k, "global_cap": global_cap or "none",
-              "score_norm": score_norm or "none"}
+    params = {**_search_params(benchmark, model, codecs, k, score_norm), "global_cap": global_cap or "none",
+              "search_shards": search_shards}
     started = time.perf_counter()
-    with child_run(parent_run_id, f"evaluate-{benchmark}", params) as tracker:
-        merge_benchmark(benchmark, Path(root), Path(out), benchmark_options)
-        result = evaluate_benchmark(benchmark, Path(root), Path(out), settings, benchmark_options)
+    with child_run(parent_run_id, f"score-{benchmark}", params) as tracker:
+        result = score_benchmark(benchmark, Path(root), Path(out), _eval_settings(codecs, k, global_cap, score_norm),
+                                 search_shards=search_shards, benchmark_options=benchmark_options)
         metrics = flat_metrics(result.records)
         if result.csv_name:
             tracker.log_artifact(Path(out) / result.csv_name)
@@ -328,4 +375,4 @@ def similarity_evaluate_step(
         prefix = f"{benchmark}__{_metric_safe(model or 'model')}"
         log_to_parent(parent_run_id, {f"{prefix}__{k}": v for k, v in metrics.items()})
         manifest = {"records": result.records, "csv": result.csv_name}
-        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "evaluate.json", started)
+        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started)

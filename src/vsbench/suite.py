@@ -32,7 +32,9 @@ class SuiteEntry(BaseModel):
     k: int = Field(default=10, ge=1)
     global_cap: int = Field(default=0, ge=0)
     score_norm: str = "1.00[0,2]"
-    num_shards: int = Field(default=1, ge=1)
+    num_shards: int = Field(default=1, ge=1, description="embedding shards (a ParallelFor)")
+    search_shards: int = Field(default=1, ge=1, description="query shards of the search fan-out")
+    reference_shards: int = Field(default=1, ge=1, description="gallery shards: one index each")
 
     @property
     def name(self) -> str:

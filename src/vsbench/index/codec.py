@@ -12,9 +12,9 @@ through the functions here, so that a sharded search computes the very floats a 
 * :func:`search_filled` searches projected queries in a filled index: the unnormalized result and
   one per score normalization (SSCD's augmented inner-product search for ``Flat``);
 * :func:`merge_found` merges the ``(n_queries, k)`` results of reference shards into the global top
-  ``k``: score descending, then the lower reference id, which is the order FAISS's exhaustive
-  search keeps ties in (its heaps replace only on a strictly better score, scanning ids upward), so
-  for ``Flat`` codecs the merge equals one search over the whole gallery, ids and scores alike.
+  ``k`` with the ties FAISS's own search keeps, in its order (see there), so the merge equals one
+  search over the whole gallery, ids and scores alike (each shard holds a copy of one trained codec,
+  so this holds for IVF and PQ codecs too; not for HNSW, whose graph is built per shard).
 """
 
 from __future__ import annotations
@@ -166,11 +166,15 @@ def shifted(found: Found, offset: int, k: int) -> Found:
     return similarity, ids
 
 
-def merge_found(parts: Sequence[Found], k: int) -> Found:
-    """The global top ``k`` of reference shards' results (global ids, as :func:`shifted` makes them):
-    score descending, then the lower reference id; slots no shard filled stay id -1.
+def merge_found(parts: Sequence[Found], k: int, metric: Metric) -> Found:
+    """The global top ``k`` of reference shards' results (global ids, as :func:`shifted` makes them),
+    in the order one FAISS search over every reference gives; slots no shard filled stay id -1.
 
-    One part is returned as it is, so a search without reference shards keeps FAISS's own order.
+    FAISS's exhaustive search scans references in id order and replaces a kept result only by a
+    strictly better one, so of equal scores at the k-th place it keeps the lower ids; each shard
+    does the same, so keeping the lower ids across shards gives the same set. Its heaps then order
+    equal scores by id: descending for inner products (a min-heap), ascending for L2 (a max-heap);
+    the merge orders them so too. One part is returned as it is (FAISS's own order).
     """
     if len(parts) == 1:
         similarity, ids = parts[0]
@@ -179,9 +183,14 @@ def merge_found(parts: Sequence[Found], k: int) -> Found:
     ids = np.concatenate([part[1] for part in parts], axis=1)
     empty = ids < 0
     key_score = np.where(empty, np.inf, -similarity.astype(np.float64))
-    key_id = np.where(empty, np.iinfo(np.int64).max, ids)
-    order = np.lexsort((key_id, key_score), axis=-1)[:, :k]
-    return np.take_along_axis(similarity, order, axis=1), np.take_along_axis(ids, order, axis=1)
+    chosen = np.lexsort((np.where(empty, np.iinfo(np.int64).max, ids), key_score), axis=-1)[:, :k]
+    similarity, ids = np.take_along_axis(similarity, chosen, axis=1), np.take_along_axis(ids, chosen, axis=1)
+    if metric == "ip":  # equal scores: the higher id first, as FAISS's min-heap leaves them
+        empty = ids < 0
+        order = np.lexsort((np.where(empty, np.iinfo(np.int64).max, -ids),
+                            np.where(empty, np.inf, -similarity.astype(np.float64))), axis=-1)
+        similarity, ids = np.take_along_axis(similarity, order, axis=1), np.take_along_axis(ids, order, axis=1)
+    return similarity, ids
 
 
 def check_finite(a: np.ndarray, what: str, block: int = 65_536) -> None:

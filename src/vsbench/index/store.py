@@ -256,7 +256,7 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
                     parts[number].append((arrays[f"similarity_{number}"], arrays[f"ids_{number}"]))
             if not problems:
                 for number in range(len(variants)):
-                    merged_rows[number].append(merge_found(parts[number], request.result_k))
+                    merged_rows[number].append(merge_found(parts[number], request.result_k, request.metric))
         per_codec[codec] = merged_rows
     if problems:
         raise SearchError(f"search {request.name!r}: {len(problems)} shard result(s) missing or stale: "

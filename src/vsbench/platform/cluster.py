@@ -71,7 +71,7 @@ class ClusterSettings(BaseModel):
 
 # Retries chosen per step: steps that talk to the network or a GPU node (preemptible) retry and
 # resume from their own checkpoints/manifests; pure computations on local files do not.
-RETRIES: dict[str, int] = {"download": 3, "resize": 2, "train": 2, "embed": 2, "evaluate": 1, "default": 0}
+RETRIES: dict[str, int] = {"download": 3, "resize": 2, "train": 2, "embed": 2, "index": 1, "search": 2, "score": 1, "default": 0}
 
 
 def apply(task, role: Role, settings: ClusterSettings | None, retries: int = 0):
