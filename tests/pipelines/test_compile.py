@@ -11,8 +11,9 @@ from vsbench.platform.cluster import ClusterSettings
 from vsbench.platform.compile import PIPELINES, compile_all
 from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE
 
-GPU_STEPS = {"abid": {"abid-train-counting", "abid-train-siamese"}, "similarity": {"embed-shard", "evaluate"},
-             "nightly": {"embed-shard", "evaluate"}}
+GPU_STEPS = {"abid": {"abid-train-counting", "abid-train-siamese"},
+             "similarity": {"embed-shard", "index", "search", "score"},
+             "nightly": {"embed-shard", "index", "search", "score"}}
 
 
 def _step(executor_name: str) -> str:
@@ -127,12 +128,26 @@ def test_nightly_compiles_the_suite_with_regression_and_report(compiled):
     spec, _ = compiled["nightly"]
     suite = Suite.load()
     tasks = _tasks(spec)
-    evaluates = [name for name in tasks if name.startswith("evaluate")]
-    assert len(evaluates) == len(suite.entries)
-    assert set(tasks["regression-check"]["dependentTasks"]) >= set(evaluates)
+    scores = [name for name in tasks if _step(name) == "score"]
+    assert len(scores) == len(suite.entries)
+    assert len([name for name in tasks if _step(name) == "index"]) == len(suite.entries)
+    assert set(tasks["regression-check"]["dependentTasks"]) >= set(scores)
     assert tasks["comparison-report"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
-    roots = {tasks[name]["inputs"]["parameters"]["root"]["runtimeValue"]["constant"] for name in evaluates}
+    roots = {tasks[name]["inputs"]["parameters"]["root"]["runtimeValue"]["constant"] for name in scores}
     assert roots == {entry.root for entry in suite.entries}
+
+
+def test_similarity_tasks_are_embed_index_search_score(compiled):
+    """The mission's steps by name, search fanned out over query x reference shards, after index."""
+    spec, _ = compiled["similarity"]
+    tasks = _tasks(spec)
+    assert {"embed-shard", "index", "search-tasks", "search", "score"} <= set(tasks)
+    assert "index" in tasks["search-tasks"]["dependentTasks"]
+    loop = next(name for name, task in tasks.items()
+                if task.get("parameterIterator", {}).get("items", {}).get("inputParameter", "").endswith("search-tasks-Output"))
+    assert loop in tasks["score"]["dependentTasks"]
+    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    assert inputs["search_shards"]["defaultValue"] == 1 and inputs["reference_shards"]["defaultValue"] == 1
 
 
 def test_suite_validation(tmp_path: Path):

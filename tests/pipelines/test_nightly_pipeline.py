@@ -34,10 +34,10 @@ def test_second_night_with_a_planted_drop_fails_and_is_recorded(tmp_path, monkey
     arguments = {"experiment": "nightly-test", "batch_size": 8, "report_last": 5}
 
     good, _, first_dir, error = run_pipeline_locally("nightly", tmp_path / "kfp", arguments,
-                                                     ("evaluate",), _suite(tmp_path, {}))
+                                                     ("score",), _suite(tmp_path, {}))
     assert good, error
     # The planted drop: the same entry with random weights scores far lower on the same metric names.
-    bad, _, second_dir, _ = run_pipeline_locally("nightly", tmp_path / "kfp", arguments, ("evaluate",),
+    bad, _, second_dir, _ = run_pipeline_locally("nightly", tmp_path / "kfp", arguments, ("score",),
                                                  _suite(tmp_path, {"weights": "random"}))
     assert not bad
 

@@ -24,8 +24,9 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     succeeded, _, run_dir, error = run_pipeline_locally(
         "similarity", tmp_path / "kfp",
         {"benchmark": "disc", "root": str(tmp_path / "disc"), "out": str(out), "model": "efficientnet_lite0",
-         "codecs": "Flat;PCAW8,L2norm,Flat", "num_shards": 2, "batch_size": 8, "experiment": "similarity-test"},
-        steps=("embed-shard", "evaluate"))
+         "codecs": "Flat;PCAW8,L2norm,Flat", "num_shards": 2, "search_shards": 2, "reference_shards": 2,
+         "batch_size": 8, "experiment": "similarity-test"},
+        steps=("embed-shard", "index", "search", "score"))
     assert succeeded, error
 
     for set_name in ("query", "reference", "train"):
@@ -45,9 +46,10 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["disc__efficientnet_lite0__Flat__none__uap"] == pytest.approx(float(rows[0]["uAP"]))
     children = {r.data.tags[STEP_TAG] for r in runs if r.data.tags.get(PARENT_TAG) == parent.info.run_id}
-    assert children == {"embed-shard-0-of-2", "embed-shard-1-of-2", "evaluate-disc"}
-    evaluate = [r for r in runs if r.data.tags.get(STEP_TAG) == "evaluate-disc"][0]
-    artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id)}
+    assert children == {"embed-shard-0-of-2", "embed-shard-1-of-2", "index-disc", "score-disc",
+                        *(f"search-disc-task-{task}-of-4" for task in range(4))}
+    scored = [r for r in runs if r.data.tags.get(STEP_TAG) == "score-disc"][0]
+    artifacts = {a.path for a in client.list_artifacts(scored.info.run_id)}
     assert "disc_metrics.csv" in artifacts
 
 
@@ -62,12 +64,15 @@ def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_
     monkeypatch.setenv(ARTIFACT_LOCATION_ENV, str(tmp_path / "artifacts"))
     generate_disc(tmp_path / "disc", references=12, queries=8, train=12, seed=3)
     printed = {}
-    for runner in ("inline", "subprocess"):
+    for runner, shards in (("inline", []), ("inline", ["--search-shards", "3", "--reference-shards", "2"]),
+                           ("subprocess", [])):
         result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "disc"),
                                           "--out", str(tmp_path / runner), "--codecs", "Flat", "--batch-size", "8",
-                                          "--runner", runner])
+                                          "--runner", runner, *shards])
         assert result.exit_code == 0, result.output[-3000:]
         assert "codec,score_norm,uAP" in result.output
-        printed[runner] = [line for line in result.output.splitlines() if line.startswith("Flat,")]
-    assert len(printed["inline"]) == 2 and printed["subprocess"] == printed["inline"]
+        printed[runner + "".join(shards)] = [line for line in result.output.splitlines() if line.startswith("Flat,")]
+    inline = printed["inline"]
+    assert len(inline) == 2 and printed["subprocess"] == inline
+    assert printed["inline--search-shards3--reference-shards2"] == inline
     assert "ran in: host venv" in result.output
