@@ -69,8 +69,8 @@ def index(
 
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
 def search(
-    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, task: int,
-    search_shards: int, reference_shards: int, benchmark_options: str, experiment: str, kfp_run_id: str,
+    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, search_params: str,
+    task: int, search_shards: int, reference_shards: int, benchmark_options: str, experiment: str, kfp_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics],
 ):
     """Search task ``task``: one query shard in one reference shard of every index (resumable).
@@ -82,7 +82,7 @@ def search(
 
     result = similarity_search_step(
         benchmark, root, out, task=task, search_shards=search_shards, reference_shards=reference_shards,
-        model=model, codecs=codecs, k=k, score_norm=score_norm,
+        model=model, codecs=codecs, k=k, score_norm=score_norm, search_params=search_params,
         benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
         parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
     for name, value in result.metrics.items():
@@ -92,7 +92,7 @@ def search(
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
 def score(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, global_cap: int, score_norm: str,
-    search_shards: int, benchmark_options: str, parent_run_id: str, manifest: Output[Artifact],
+    search_params: str, search_shards: int, benchmark_options: str, parent_run_id: str, manifest: Output[Artifact],
     metrics: Output[Metrics],
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
@@ -101,7 +101,8 @@ def score(
 
     result = similarity_score_step(
         benchmark, root, out, model=model, codecs=codecs, k=k, global_cap=global_cap, score_norm=score_norm,
-        search_shards=search_shards, benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
+        search_shards=search_shards, search_params=search_params,
+        benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
         parent_run_id=parent_run_id, manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

@@ -53,6 +53,7 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                 scored = search_and_score(
                     benchmark=entry.benchmark, root=entry.root, out=out, model=entry.model, codecs=entry.codecs,
                     k=entry.k, global_cap=entry.global_cap, score_norm=entry.score_norm,
+                    search_params=entry.search_params,
                     search_shards=entry.search_shards, reference_shards=entry.reference_shards,
                     benchmark_options=benchmark_options, experiment=experiment, parent_run_id=parent, after=embedded,
                     cluster=cluster, label=entry.name)

@@ -16,7 +16,7 @@ from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 PIPELINE_NAME = "vsbench-similarity"
 
 
-def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_shards,
+def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_params, search_shards,
                      reference_shards, benchmark_options, experiment, parent_run_id, after,
                      cluster: ClusterSettings | None, label: str = ""):
     """index -> search-tasks -> ParallelFor(search) -> score after ``after``, inside a pipeline function
@@ -29,12 +29,13 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
     tasks = search_tasks(search_shards=search_shards, reference_shards=reference_shards).after(indexed)
     with dsl.ParallelFor(tasks.output) as task:
         searched = search(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
-                          score_norm=score_norm, task=task, search_shards=search_shards,
+                          score_norm=score_norm, search_params=search_params, task=task, search_shards=search_shards,
                           reference_shards=reference_shards, benchmark_options=benchmark_options,
                           experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
         searched.set_caching_options(False)  # keeps finished results on its own
     scored = score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, global_cap=global_cap,
-                   score_norm=score_norm, search_shards=search_shards, benchmark_options=benchmark_options,
+                   score_norm=score_norm, search_params=search_params, search_shards=search_shards,
+                   benchmark_options=benchmark_options,
                    parent_run_id=parent_run_id).after(searched)
     for task_, name, role in ((indexed, "index", "gpu"), (tasks, "search-tasks", "light"), (searched, "search", "gpu"),
                               (scored, "score", "gpu")):
@@ -61,6 +62,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         num_shards: int = 1,
         search_shards: int = 1,
         reference_shards: int = 1,
+        search_params: str = "",
         batch_size: int = 64,
         device: str = "auto",
         experiment: str = "vsbench-similarity",
@@ -80,7 +82,8 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                 embedded.set_caching_options(False)  # resumable on its own: complete shards are skipped
                 apply(embedded, "gpu", cluster, RETRIES["embed"])
             search_and_score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
-                             global_cap=global_cap, score_norm=score_norm, search_shards=search_shards,
+                             global_cap=global_cap, score_norm=score_norm, search_params=search_params,
+                             search_shards=search_shards,
                              reference_shards=reference_shards, benchmark_options=benchmark_options,
                              experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster)
             apply(shards, "light", cluster)

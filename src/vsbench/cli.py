@@ -187,6 +187,8 @@ CodecsOpt = Annotated[str, typer.Option(help="FAISS index_factory strings separa
 KOpt = Annotated[int, typer.Option(min=1, help="Neighbours per query.")]
 ScoreNormOpt = Annotated[str, typer.Option(help="beta\\[first,last], e.g. 1.00\\[0,2]; '' for none.")]
 GlobalCapOpt = Annotated[int, typer.Option(min=0, help="Keep at most this many predictions in total (0: off).")]
+SearchParamsOpt = Annotated[str, typer.Option(
+    help="FAISS search-time settings for every codec, e.g. 'nprobe=16' (IVF) or 'efSearch=64' (HNSW).")]
 SearchShardsOpt = Annotated[int, typer.Option(min=1, help="Split the queries into this many search shards.")]
 ReferenceShardsOpt = Annotated[int, typer.Option(
     min=1, help="Split the gallery into this many indexes (one search task per query shard x reference shard).")]
@@ -216,6 +218,7 @@ def similarity_run(
     num_shards: Annotated[int, typer.Option(min=1, help="Embed in this many shards (run here one after another).")] = 1,
     search_shards: SearchShardsOpt = 1,
     reference_shards: ReferenceShardsOpt = 1,
+    search_params: SearchParamsOpt = "",
     batch_size: int = 64,
     device: str = "auto",
     runner: Annotated[str, typer.Option(
@@ -251,6 +254,7 @@ def similarity_run(
             arguments={"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts),
                        "benchmark_options": json.dumps(bench_opts), **search, "global_cap": global_cap,
                        "num_shards": num_shards, "search_shards": search_shards, "reference_shards": reference_shards,
+                       "search_params": search_params,
                        "batch_size": batch_size, "device": device, "experiment": experiment})
         if not run.succeeded:
             typer.echo(f"similarity pipeline failed: {run.error}", err=True)
@@ -269,9 +273,9 @@ def similarity_run(
     similarity_index_step(benchmark, str(root), str(out), reference_shards=reference_shards, **common)
     for task in range(search_shards * reference_shards):
         similarity_search_step(benchmark, str(root), str(out), task=task, search_shards=search_shards,
-                               reference_shards=reference_shards, **common)
+                               reference_shards=reference_shards, search_params=search_params, **common)
     result = similarity_score_step(benchmark, str(root), str(out), global_cap=global_cap, search_shards=search_shards,
-                                   **common)
+                                   search_params=search_params, **common)
     _print_similarity_table(out, result.manifest)
 
 
@@ -300,7 +304,7 @@ def similarity_index(
 def similarity_search(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
-    search_shards: SearchShardsOpt = 1, reference_shards: ReferenceShardsOpt = 1,
+    search_shards: SearchShardsOpt = 1, reference_shards: ReferenceShardsOpt = 1, search_params: SearchParamsOpt = "",
     task: Annotated[list[int] | None, typer.Option(
         help="Search task(s) to run (query shard = task // reference shards); default: every task.")] = None,
     model: Annotated[str, typer.Option(help="Recorded only.")] = "",
@@ -313,7 +317,8 @@ def similarity_search(
         with user_errors():
             result = similarity_search_step(benchmark, str(root), str(out), task=number, search_shards=search_shards,
                                             reference_shards=reference_shards, model=model, codecs=codecs, k=k,
-                                            score_norm=score_norm, benchmark_options=options)
+                                            score_norm=score_norm, search_params=search_params,
+                                            benchmark_options=options)
         typer.echo(f"task {number}: query shard {result.manifest['query_shard']} x reference shard "
                    f"{result.manifest['reference_shard']}: {len(result.manifest['results'])} result file(s)")
 
@@ -322,7 +327,8 @@ def similarity_search(
 def similarity_score(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]", global_cap: GlobalCapOpt = 0,
-    search_shards: SearchShardsOpt = 1, model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+    search_shards: SearchShardsOpt = 1, search_params: SearchParamsOpt = "",
+    model: Annotated[str, typer.Option(help="Recorded only.")] = "",
 ) -> None:
     """Merge the search results under OUT/search/ and print the benchmark's own table."""
     from vsbench.steps import similarity_score_step
@@ -330,6 +336,7 @@ def similarity_score(
     with user_errors():
         result = similarity_score_step(benchmark, str(root), str(out), model=model, codecs=codecs, k=k,
                                        global_cap=global_cap, score_norm=score_norm, search_shards=search_shards,
+                                       search_params=search_params,
                                        benchmark_options=_benchmark_options(benchmark_options))
     _print_similarity_table(out, result.manifest)
 

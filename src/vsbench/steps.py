@@ -300,10 +300,11 @@ def _read_manifest(shard_path: str) -> dict[str, Any]:
     return {}
 
 
-def _eval_settings(codecs: str, k: int, global_cap: int, score_norm: str):
+def _eval_settings(codecs: str, k: int, global_cap: int, score_norm: str, search_params: str = ""):
     from vsbench.benchmarks.base import EvalSettings
 
-    return EvalSettings(codecs=codecs, k=k, global_cap=global_cap or None, score_norm=score_norm)
+    return EvalSettings(codecs=codecs, k=k, global_cap=global_cap or None, score_norm=score_norm,
+                        search_params=search_params)
 
 
 def _search_params(benchmark: str, model: str, codecs: str, k: int, score_norm: str) -> dict[str, Any]:
@@ -331,7 +332,7 @@ def similarity_index_step(
 
 def similarity_search_step(
     benchmark: str, root: str, out: str, *, task: int = 0, search_shards: int = 1, reference_shards: int = 1,
-    model: str = "", codecs: str = "Flat", k: int = 10, score_norm: str = "1.00[0,2]",
+    model: str = "", codecs: str = "Flat", k: int = 10, score_norm: str = "1.00[0,2]", search_params: str = "",
     benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
 ) -> StepResult:
     """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
@@ -339,10 +340,11 @@ def similarity_search_step(
 
     total = search_shards * reference_shards
     params = {**_search_params(benchmark, model, codecs, k, score_norm), "task": task, "search_shards": search_shards,
-              "reference_shards": reference_shards}
+              "reference_shards": reference_shards, "search_params": search_params or "-"}
     started = time.perf_counter()
     with child_run(parent_run_id, f"search-{benchmark}-task-{task}-of-{total}", params) as tracker:
-        manifest = search_benchmark(benchmark, Path(root), Path(out), _eval_settings(codecs, k, 0, score_norm),
+        manifest = search_benchmark(benchmark, Path(root), Path(out),
+                                    _eval_settings(codecs, k, 0, score_norm, search_params),
                                     task=task, search_shards=search_shards, reference_shards=reference_shards,
                                     benchmark_options=benchmark_options)
         metrics = {"result_files": float(len(manifest["results"]))}
@@ -351,7 +353,7 @@ def similarity_search_step(
 
 def similarity_score_step(
     benchmark: str, root: str, out: str, *, model: str = "", codecs: str = "Flat", k: int = 10,
-    global_cap: int = 0, score_norm: str = "1.00[0,2]", search_shards: int = 1,
+    global_cap: int = 0, score_norm: str = "1.00[0,2]", search_shards: int = 1, search_params: str = "",
     benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
 ) -> StepResult:
     """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts."""
@@ -360,10 +362,11 @@ def similarity_score_step(
     from vsbench.tracking import log_to_parent
 
     params = {**_search_params(benchmark, model, codecs, k, score_norm), "global_cap": global_cap or "none",
-              "search_shards": search_shards}
+              "search_shards": search_shards, "search_params": search_params or "-"}
     started = time.perf_counter()
     with child_run(parent_run_id, f"score-{benchmark}", params) as tracker:
-        result = score_benchmark(benchmark, Path(root), Path(out), _eval_settings(codecs, k, global_cap, score_norm),
+        result = score_benchmark(benchmark, Path(root), Path(out),
+                                 _eval_settings(codecs, k, global_cap, score_norm, search_params),
                                  search_shards=search_shards, benchmark_options=benchmark_options)
         metrics = flat_metrics(result.records)
         if result.csv_name:

@@ -35,6 +35,7 @@ class SuiteEntry(BaseModel):
     num_shards: int = Field(default=1, ge=1, description="embedding shards (a ParallelFor)")
     search_shards: int = Field(default=1, ge=1, description="query shards of the search fan-out")
     reference_shards: int = Field(default=1, ge=1, description="gallery shards: one index each")
+    search_params: str = Field(default="", description="FAISS search-time settings, e.g. nprobe=16")
 
     @property
     def name(self) -> str:

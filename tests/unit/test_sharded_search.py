@@ -226,3 +226,22 @@ def test_search_with_another_reference_shard_count_than_the_index_is_refused(tmp
     index_benchmark("disc", tmp_path / "data", out, settings, reference_shards=2)
     with pytest.raises(ValueError, match="built with 2 reference shard"):
         search_benchmark("disc", tmp_path / "data", out, settings, task=0, search_shards=1, reference_shards=3)
+
+
+def test_search_params_reach_every_shard_and_key_the_results(tmp_path: Path) -> None:
+    """nprobe = nlist makes IVF exhaustive: its results are Flat's; results searched with other
+    settings are not merged; a setting the codec lacks names it."""
+    rng = np.random.default_rng(9)
+    request = _request(rng, codecs="IVF8,Flat", metric="l2")
+    probe_all = SearchRequest("x", request.queries, request.references, request.train, "IVF8,Flat", "l2", 10,
+                              search_params="nprobe=8", reference_ids=request.reference_ids)
+    flat = search_inline(SearchRequest("x", request.queries, request.references, None, "Flat", "l2", 10))
+    assert not np.array_equal(search_inline(request)[("IVF8,Flat", "none")][1], flat[("Flat", "none")][1])
+    np.testing.assert_array_equal(search_inline(probe_all)[("IVF8,Flat", "none")][1], flat[("Flat", "none")][1])
+    np.testing.assert_array_equal(_sharded(probe_all, tmp_path, 2, 2)[("IVF8,Flat", "none")][1],
+                                  flat[("Flat", "none")][1])
+    with pytest.raises(SearchError, match="is for other inputs"):
+        collect(request, tmp_path / "index", tmp_path / "search", query_shards=2)
+    with pytest.raises(SearchError, match="do not apply to codec 'Flat'"):
+        search_inline(SearchRequest("x", request.queries, request.references, None, "Flat", "l2", 10,
+                                    search_params="nprobe=4"))

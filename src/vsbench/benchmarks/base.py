@@ -45,6 +45,7 @@ class EvalSettings:
     global_cap: int | None = None  # keep at most this many predictions in total (ISC: 500,000)
     score_norm: str = "1.00[0,2]"  # beta[first,last]; "" disables
     use_gpu: bool | None = None  # None: faiss-gpu when present
+    search_params: str = ""  # FAISS search-time settings for every codec, e.g. "nprobe=16" for IVF codecs
 
 
 @dataclass

@@ -155,7 +155,8 @@ class DiscBenchmark:
             raise ValueError(f"score normalization {settings.score_norm!r} needs the training images; "
                              "load the dataset with a train_dir or evaluate with score_norm=''")
         common = {"queries": queries.features, "references": references.features, "train": train,
-                  "codecs": settings.codecs, "k": settings.k, "reference_ids": self.references.ids}
+                  "codecs": settings.codecs, "k": settings.k, "reference_ids": self.references.ids,
+                  "search_params": settings.search_params}
         requests = [SearchRequest("l2", metric="l2", **common)]
         if parse_score_norms(settings.score_norm):
             requests.append(SearchRequest("ip", metric="ip", score_norm=settings.score_norm, unnormalized=False,

@@ -104,7 +104,7 @@ class CopydaysBenchmark:
             index_ids += self.distractors.ids
         train = None if self.train is None else aligned_features(features, "train", self.train).features
         return [SearchRequest("copydays", queries, index, train, settings.codecs, "l2", self.k,
-                              reference_ids=index_ids)]
+                              search_params=settings.search_params, reference_ids=index_ids)]
 
     def score(self, features: dict[str, FeatureSet], settings: EvalSettings,
               results: Mapping[str, SearchResults]) -> EvalResult:

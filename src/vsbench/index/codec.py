@@ -149,6 +149,20 @@ def search_filled(trained: TrainedCodec, index: faiss.Index, queries: np.ndarray
     return (unnormalized if raw else None), normalized
 
 
+def tune(index: faiss.Index, search_params: str, codec: str) -> faiss.Index:
+    """Apply FAISS search-time settings (``"nprobe=16"``, ``"efSearch=64"``, several joined by ``,``)
+    to a filled index, on the CPU or the GPU; an unknown or inapplicable setting names the codec."""
+    if not search_params.strip():
+        return index
+    space = faiss.GpuParameterSpace() if type(index).__name__.startswith("Gpu") else faiss.ParameterSpace()
+    try:
+        space.set_index_parameters(index, search_params.strip())
+    except RuntimeError as exc:
+        raise SearchError(f"search parameters {search_params!r} do not apply to codec {codec!r}: "
+                          f"{_faiss_message(exc)}") from None
+    return index
+
+
 def stored_vectors(index: faiss.Index) -> np.ndarray:
     """The vectors an exact (``Flat``) CPU index holds, as added (SSCD's augmented search needs them)."""
     return index.reconstruct_n(0, index.ntotal)

@@ -58,6 +58,7 @@ class SearchRequest:
     k: int
     score_norm: str = ""  # SSCD's beta[first,last]; several separated by ';'
     unnormalized: bool = True
+    search_params: str = ""  # FAISS ParameterSpace settings at search time, e.g. "nprobe=16" (IVF), "efSearch=64"
     reference_ids: tuple[str, ...] | None = None  # what a persisted index is for; it is checked against them
 
     def __post_init__(self) -> None:
@@ -111,7 +112,8 @@ def search_inline(request: SearchRequest, use_gpu: bool | None = None) -> Search
     results: SearchResults = {}
     for codec in request.codec_list:
         raw, normalized = _search_codec(q, r, t, codec=codec, k=request.k, score_norms=norms,
-                                        raw=request.unnormalized, metric=request.metric, on_gpu=on_gpu)
+                                        raw=request.unnormalized, metric=request.metric, on_gpu=on_gpu,
+                                        search_params=request.search_params)
         if raw is not None:
             results[(codec, NO_NORM_LABEL)] = raw
         for norm, found in zip(norms, normalized):

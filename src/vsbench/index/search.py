@@ -71,6 +71,7 @@ from vsbench.index.codec import (
     fill,
     search_filled,
     train_codec,
+    tune,
 )
 
 logger = logging.getLogger(__name__)
@@ -329,7 +330,7 @@ def _candidates(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None)
 
 def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: str, k: int,
                   score_norms: Sequence[ScoreNorm], raw: bool, metric: Metric,
-                  on_gpu: bool) -> tuple[Found | None, list[Found]]:
+                  on_gpu: bool, search_params: str = "") -> tuple[Found | None, list[Found]]:
     """Train ``codec``, add every reference, search every query (:mod:`vsbench.index.codec`'s three
     acts in one process): the unnormalized results (when ``raw``) and one per normalization."""
     k = min(k, len(r))
@@ -337,7 +338,7 @@ def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: 
     device_k = max(k, norm_k)
     trained = train_codec(codec, q.shape[1], metric, t, keep_train=bool(score_norms), on_gpu=on_gpu, k=device_k)
     q, r = trained.project(q, "queries"), trained.project(r, "references")
-    index = fill(trained, r, on_gpu=on_gpu, k=device_k)
+    index = tune(fill(trained, r, on_gpu=on_gpu, k=device_k), search_params, codec)
     train_index = fill(trained, trained.train, on_gpu=on_gpu, k=device_k) if score_norms else None
     return search_filled(trained, index, q, k, score_norms=score_norms, raw=raw, train_index=train_index,
                          references=r, on_gpu=on_gpu)

@@ -53,6 +53,7 @@ from vsbench.index.codec import (
     shifted,
     stored_vectors,
     train_codec,
+    tune,
 )
 from vsbench.index.plan import SearchRequest, SearchResults, array_digest, ids_digest
 from vsbench.index.search import use_gpu_now
@@ -196,8 +197,8 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
             raise SearchError(f"reference shard {reference_shard} does not exist: the index of codec {codec!r} "
                               f"has {len(shards)} reference shard(s)")
         target = _result_path(out_folder, request, codec, query_shard, query_shards, reference_shard, len(shards))
-        key = {"index": info.meta["key"], "queries": [start, stop], "queries_digest": array_digest(q),
-               "k": request.k, "variants": [list(v) for v in request.variants if v[0] == codec]}
+        key = _search_key(request, info, codec, start, stop)
+        key["queries_digest"] = array_digest(q)
         existing = _read_npz(target)
         if existing is not None and existing[0] == json.loads(json.dumps(key)):
             logger.info("search %s: kept (same inputs)", target)
@@ -211,7 +212,7 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
         shard_start, shard_stop = shards[reference_shard]
         k = min(request.k, shard_stop - shard_start)
         references = stored_vectors(cpu_index) if request.norms and trained.exhaustive_ip else None
-        index = _on_device(cpu_index, on_gpu, trained, device_k)
+        index = tune(_on_device(cpu_index, on_gpu, trained, device_k), request.search_params, codec)
         train_index = _on_device(_read_index(info.folder / "train.faiss", mmap=not on_gpu), on_gpu, trained,
                                  device_k) if request.norms else None
         raw, normalized = search_filled(trained, index, projected, k, score_norms=request.norms,
@@ -248,8 +249,8 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
                     problems.append(f"{path.name} of codec {codec!r} is missing")
                     continue
                 key, arrays = loaded
-                if key.get("index") != info.meta["key"] or key.get("queries") != [start, stop] \
-                        or key.get("k") != request.k or key.get("variants") != variants:
+                expected = _search_key(request, info, codec, start, stop)
+                if any(key.get(field) != value for field, value in expected.items()):
                     problems.append(f"{path.name} of codec {codec!r} is for other inputs")
                     continue
                 for number in range(len(variants)):
@@ -268,6 +269,13 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
         rows = per_codec[codec][number]
         results[(codec, label)] = (np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows]))
     return results
+
+
+def _search_key(request: SearchRequest, info: IndexInfo, codec: str, start: int, stop: int) -> dict[str, Any]:
+    """What a search result is for (beside the queries' digest): the index, the query rows, k, the
+    variants and the search-time settings."""
+    return {"index": info.meta["key"], "queries": [start, stop], "k": request.k,
+            "variants": [list(v) for v in request.variants if v[0] == codec], "search_params": request.search_params}
 
 
 def _load_trained(info: IndexInfo, request: SearchRequest, final: faiss.Index) -> TrainedCodec:
