@@ -162,7 +162,7 @@ def test_a_missing_shard_is_named_and_a_rerun_redoes_only_it(tmp_path: Path) -> 
 def test_a_stale_shard_result_is_refused(tmp_path: Path) -> None:
     request = _request(np.random.default_rng(6), codecs="Flat")
     _sharded(request, tmp_path, 1, 1)
-    longer = SearchRequest("x", request.queries, request.references, request.train, "Flat", "ip", 5,
+    longer = SearchRequest("x", request.queries, request.references, None, "Flat", "ip", 5,
                            reference_ids=request.reference_ids)
     with pytest.raises(SearchError, match="is for other inputs"):
         collect(longer, tmp_path / "index", tmp_path / "search", query_shards=1)

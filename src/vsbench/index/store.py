@@ -101,23 +101,29 @@ class IndexInfo:
         return self.folder / f"reference-{shard}-of-{len(self.reference_shards)}.faiss"
 
 
-def index_key(request: SearchRequest, codec: str, reference_shards: int) -> dict[str, Any]:
-    """Everything that makes an index what it is; two builds with equal keys are interchangeable."""
+def index_key(request: SearchRequest, codec: str, reference_shards: int, *, content: bool = True) -> dict[str, Any]:
+    """Everything that makes an index what it is; two builds with equal keys are interchangeable.
+
+    ``content=False`` leaves out the digests of the descriptors themselves (hashing a gallery reads
+    all of it): what a search checks an index against is the cheap part (codec, metric, dimension,
+    count, the ids' digest), while the index step, deciding whether to reuse, checks everything.
+    """
     if request.reference_ids is None:
         raise SearchError(f"search {request.name!r}: a persisted index needs the references' ids")
-    return {
+    key = {
         "format": FORMAT,
         "codec": codec,
         "metric": request.metric,
         "dim": int(request.references.shape[1]),
         "count": int(len(request.references)),
         "ids_digest": ids_digest(request.reference_ids),
-        "references_digest": array_digest(request.references),
-        "train_count": 0 if request.train is None else int(len(request.train)),
-        "train_digest": array_digest(request.train),
         "keeps_train": bool(request.norms),
         "reference_shards": reference_shards,
     }
+    if content:
+        key.update(references_digest=array_digest(request.references), train_digest=array_digest(request.train),
+                   train_count=0 if request.train is None else int(len(request.train)))
+    return key
 
 
 def build_index(request: SearchRequest, folder: Path, *, reference_shards: int = 1,
@@ -168,10 +174,10 @@ def load_index_info(request: SearchRequest, folder: Path, codec: str) -> IndexIn
     if meta is None:
         raise SearchError(f"no index for codec {codec!r} of search {request.name!r} in {target}: "
                           "run the index step (vsbench similarity index) first")
-    expected = index_key(request, codec, len(meta.get("reference_shards", [])))
+    expected = index_key(request, codec, len(meta.get("reference_shards", [])), content=False)
     differences = [f"{field}: index has {meta.get(field)!r}, these descriptors need {expected[field]!r}"
-                   for field in ("format", "codec", "metric", "dim", "count", "ids_digest", "references_digest",
-                                 "train_digest", "keeps_train") if meta.get(field) != expected[field]]
+                   for field in ("format", "codec", "metric", "dim", "count", "ids_digest", "keeps_train")
+                   if meta.get(field) != expected[field]]
     if differences:
         raise SearchError(f"{target / INDEX_JSON} was built for other inputs; rebuild it with the index step. "
                           + "; ".join(differences))

@@ -1,0 +1,229 @@
+"""Bench: a million-vector gallery on one node, vsbench's index and search steps beside raw FAISS.
+
+Why: DISC21 has 1 M references, ABID as a gallery 1 M+ images, product catalogs tens of millions.
+vsbench's index step (``vsbench.index.store.build_index``) adds to FAISS's own work: digests of the
+inputs (so an index is reused, or refused when built for other features), writing each shard's
+index to disk atomically; its search step reads the index memory-mapped, projects the queries, and
+writes its result file. This bench measures what that costs on a generated gallery (clustered,
+so that IVF/PQ recall means something), per codec, each method in its own process so that peak
+memory is its own:
+
+* **faiss build**: ``index_factory``, ``train``, ``add`` (in memory, nothing written);
+* **vsbench build**: ``build_index`` with ``--reference-shards`` shards (written to disk);
+* **faiss search**: ``read_index`` (whole, in memory) of vsbench's shard file, ``search``;
+* **vsbench search**: ``search_shard`` of every (query shard, reference shard) task, then ``collect``.
+
+and reports build seconds, queries/s, peak RSS (MB) and recall@10 against exact (brute-force)
+search, for both, with the ratio vsbench/faiss. Both searches of an IVF codec use ``--search-params``.
+The data is generated once into ``--workdir`` (float32 ``.npy``, read memory-mapped).
+
+Run: ``python bench/gallery.py [--references 1000000] [--dim 256] [--queries 1000] [--train 100000]
+[--codecs 'IVF4096,PQ32;IVF4096,SQ8'] [--search-params nprobe=16] [--reference-shards 1] [--json out.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import DEFAULT_WORKDIR, format_table, log, machine_info, write_json
+
+
+def generate(folder: Path, references: int, queries: int, train: int, dim: int, seed: int = 0) -> Path:
+    """Clustered float32 descriptors (2,000 centres in a 64-dim subspace plus noise), written once."""
+    target = folder / f"gallery-{references}-{queries}-{train}-{dim}-s{seed}"
+    if (target / "done").exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    basis = rng.standard_normal((64, dim)).astype(np.float32) / 8
+    centres = rng.standard_normal((2000, 64)).astype(np.float32) * 3
+    for name, count in (("references", references), ("queries", queries), ("train", train)):
+        out = np.lib.format.open_memmap(target / f"{name}.npy", mode="w+", dtype=np.float32, shape=(count, dim))
+        for start in range(0, count, 100_000):
+            n = min(100_000, count - start)
+            latent = centres[rng.integers(0, len(centres), n)] + rng.standard_normal((n, 64), dtype=np.float32)
+            out[start:start + n] = latent @ basis + 0.05 * rng.standard_normal((n, dim), dtype=np.float32)
+        out.flush()
+        del out
+    (target / "done").write_text("ok\n")
+    return target
+
+
+def exact_neighbours(data: Path, k: int) -> np.ndarray:
+    """Brute-force top k (L2) of every query, cached beside the data."""
+    path = data / f"exact-{k}.npy"
+    if path.exists():
+        return np.load(path)
+    import faiss
+
+    references = np.load(data / "references.npy", mmap_mode="r")
+    index = faiss.IndexFlatL2(references.shape[1])
+    for start in range(0, len(references), 200_000):
+        index.add(np.ascontiguousarray(references[start:start + 200_000]))
+    _, ids = index.search(np.load(data / "queries.npy"), k)
+    np.save(path, ids)
+    return ids
+
+
+def recall(found: np.ndarray, exact: np.ndarray, k: int) -> float:
+    return float(np.mean([len(set(a[:k].tolist()) & set(b[:k].tolist())) / k for a, b in zip(found, exact)]))
+
+
+# --- the four measurements, each run in a child process (python bench/gallery.py --child ...) ---
+
+def _request(data: Path, codec: str, k: int, search_params: str, *, train: bool):
+    """What vsbench's steps are given; a search needs no training rows (no score normalization here)."""
+    from vsbench.index.plan import SearchRequest
+
+    references = np.load(data / "references.npy", mmap_mode="r")
+    return SearchRequest("gallery", np.load(data / "queries.npy"), references,
+                         np.load(data / "train.npy") if train else None, codec, "l2", k,
+                         search_params=search_params, reference_ids=_ids(len(references)))
+
+
+def _ids(count: int) -> tuple[str, ...]:
+    return tuple(map(str, range(count)))
+
+
+def child(kind: str, data: Path, codec: str, k: int, search_params: str, folder: Path, reference_shards: int,
+          search_shards: int) -> dict[str, Any]:
+    import faiss
+
+    from vsbench.index.store import build_index, codec_slug, collect, search_shard, shard_tasks
+
+    started = time.perf_counter()
+    result: dict[str, Any] = {}
+    if kind == "faiss-build":
+        references = np.load(data / "references.npy", mmap_mode="r")
+        index = faiss.index_factory(references.shape[1], codec, faiss.METRIC_L2)
+        index.train(np.load(data / "train.npy"))
+        for start in range(0, len(references), 200_000):
+            index.add(np.ascontiguousarray(references[start:start + 200_000]))
+    elif kind == "vsbench-build":
+        request = _request(data, codec, k, search_params, train=True)
+        (info,) = build_index(request, folder / "index", reference_shards=reference_shards)
+        result["reused"] = info.meta["reused"]
+    elif kind == "faiss-search":
+        queries = np.load(data / "queries.npy")
+        shards = sorted((folder / "index" / "gallery" / codec_slug(codec)).glob("reference-*.faiss"))
+        parts = []
+        for path in shards:
+            index = faiss.read_index(str(path))
+            if search_params:
+                faiss.ParameterSpace().set_index_parameters(index, search_params)
+            parts.append(index.search(queries, k)[1])
+        if len(parts) > 1:
+            raise SystemExit("faiss-search compares one reference shard (use --reference-shards 1)")
+        result["ids"] = parts[0].tolist()
+    elif kind == "vsbench-search":
+        request = _request(data, codec, k, search_params, train=False)
+        for query_shard, reference_shard in shard_tasks(search_shards, reference_shards):
+            search_shard(request, folder / "index", folder / "search", query_shard=query_shard,
+                         query_shards=search_shards, reference_shard=reference_shard)
+        found = collect(request, folder / "index", folder / "search", query_shards=search_shards)
+        result["ids"] = found[(codec, "none")][1].tolist()
+    result["seconds"] = time.perf_counter() - started
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def run_child(*args: str) -> dict[str, Any]:
+    output = subprocess.run([sys.executable, __file__, "--child", *args], check=True, capture_output=True, text=True)
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--references", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--train", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--codecs", default="IVF4096,PQ32;IVF4096,SQ8")
+    parser.add_argument("--search-params", default="nprobe=16")
+    parser.add_argument("--reference-shards", type=int, default=1)
+    parser.add_argument("--search-shards", type=int, default=1)
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", nargs=8, metavar=("KIND", "DATA", "CODEC", "K", "PARAMS", "FOLDER", "RSHARDS",
+                                                    "QSHARDS"))
+    args = parser.parse_args()
+    if args.child:
+        kind, data, codec, k, params, folder, reference_shards, search_shards = args.child
+        print(json.dumps(child(kind, Path(data), codec, int(k), params, Path(folder), int(reference_shards),
+                               int(search_shards))))
+        return
+
+    data = generate(args.workdir, args.references, args.queries, args.train, args.dim)
+    log(f"data: {data}; exact neighbours ...")
+    exact = exact_neighbours(data, args.k)
+    rows, figures = [], {"machine": machine_info(), "references": args.references, "queries": args.queries,
+                         "train": args.train, "dim": args.dim, "k": args.k, "search_params": args.search_params,
+                         "reference_shards": args.reference_shards, "search_shards": args.search_shards, "codecs": {}}
+    for codec in args.codecs.split(";"):
+        folder = args.workdir / f"gallery-run-{args.references}-{args.dim}" / codec.replace(",", "_")
+        params = args.search_params if "IVF" in codec else ""  # nprobe means nothing to other codecs
+        common = [str(data), codec, str(args.k), params, str(folder), str(args.reference_shards),
+                  str(args.search_shards)]
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        log(f"{codec}: faiss build ...")
+        faiss_build = run_child("faiss-build", *common)
+        log(f"{codec}: vsbench build ...")
+        vsbench_build = run_child("vsbench-build", *common)
+        log(f"{codec}: vsbench build again (reuse) ...")
+        reused = run_child("vsbench-build", *common)
+        log(f"{codec}: searches ...")
+        faiss_search = run_child("faiss-search", *common) if args.reference_shards == 1 else None
+        vsbench_search = run_child("vsbench-search", *common)
+        entry = {
+            "faiss_build_seconds": faiss_build["seconds"], "vsbench_build_seconds": vsbench_build["seconds"],
+            "vsbench_reuse_seconds": reused["seconds"], "reused": reused["reused"],
+            "faiss_build_peak_mb": faiss_build["peak_rss_mb"], "vsbench_build_peak_mb": vsbench_build["peak_rss_mb"],
+            "vsbench_search_qps": args.queries / vsbench_search["seconds"],
+            "vsbench_search_peak_mb": vsbench_search["peak_rss_mb"],
+            "vsbench_recall_at_k": recall(np.asarray(vsbench_search["ids"]), exact, args.k),
+            "build_overhead": vsbench_build["seconds"] / faiss_build["seconds"],
+        }
+        if faiss_search is not None:
+            entry.update({"faiss_search_qps": args.queries / faiss_search["seconds"],
+                          "faiss_search_peak_mb": faiss_search["peak_rss_mb"],
+                          "faiss_recall_at_k": recall(np.asarray(faiss_search["ids"]), exact, args.k),
+                          "search_overhead": faiss_search["seconds"] and vsbench_search["seconds"]
+                          / faiss_search["seconds"],
+                          "same_ids": faiss_search["ids"] == vsbench_search["ids"]})
+        index_bytes = sum(p.stat().st_size for p in (folder / "index").rglob("*.faiss"))
+        entry["index_mb"] = index_bytes / 2**20
+        figures["codecs"][codec] = entry
+        rows.append([codec, f"{entry['faiss_build_seconds']:.1f}", f"{entry['vsbench_build_seconds']:.1f}",
+                     f"{entry['build_overhead']:.2f}x", f"{entry['vsbench_reuse_seconds']:.1f}",
+                     f"{entry.get('faiss_search_qps', float('nan')):.0f}", f"{entry['vsbench_search_qps']:.0f}",
+                     f"{entry.get('search_overhead', float('nan')):.2f}x",
+                     f"{entry['faiss_build_peak_mb']:.0f}/{entry['vsbench_build_peak_mb']:.0f}",
+                     f"{entry.get('faiss_search_peak_mb', float('nan')):.0f}/{entry['vsbench_search_peak_mb']:.0f}",
+                     f"{entry.get('faiss_recall_at_k', float('nan')):.3f}/{entry['vsbench_recall_at_k']:.3f}",
+                     f"{entry['index_mb']:.0f}"])
+    print(f"{args.references:,} x {args.dim}-d references, {args.queries:,} queries, {args.train:,} training rows, "
+          f"k={args.k}, {args.search_params or 'default search settings'}, {args.reference_shards} reference "
+          f"shard(s), load {machine_info().get('load_1min', '?')}")
+    print(format_table(["codec", "faiss build s", "vsbench build s", "build x", "reuse s", "faiss q/s", "vsbench q/s",
+                        "search x", "build peak MB f/v", "search peak MB f/v", f"recall@{args.k} f/v", "index MB"],
+                       rows))
+    if args.json:
+        write_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
