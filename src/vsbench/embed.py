@@ -64,7 +64,7 @@ def shard_stem(set_name: str, shard: int, num_shards: int) -> str:
 def _resized_size(width: int, height: int, preprocessing: Preprocessing) -> tuple[int, int]:
     """(width, height) after the resize step, rounded as torchvision's ``Resize(int)`` does."""
     size = preprocessing.resize_size
-    if not (preprocessing.crops or preprocessing.preserve_aspect_ratio):
+    if preprocessing.resize_mode == "square":
         return size, size
     if width <= height:
         return size, int(size * height / width)
@@ -86,8 +86,10 @@ def load_image(path: Path, preprocessing: Preprocessing) -> np.ndarray:
         rgb = rgb.resize(target, RESAMPLE[preprocessing.interpolation])
     if preprocessing.crops:
         side = preprocessing.input_size
-        left = round((target[0] - side) / 2.0)
-        top = round((target[1] - side) / 2.0)
+        if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
+            left, top = (target[0] - side) // 2, (target[1] - side) // 2
+        else:  # torchvision's CenterCrop: round half to even
+            left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
         rgb = rgb.crop((left, top, left + side, top + side))
     return np.asarray(rgb, dtype=np.uint8)
 
