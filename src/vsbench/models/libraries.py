@@ -313,7 +313,7 @@ def hf_preprocessing(processor: Any) -> Preprocessing:
         if edge < 384:
             return Preprocessing(edge, int(edge / crop_pct), mean, std, resample, resize_mode="shorter",
                                  crop_offset="floor")
-        return Preprocessing(edge, edge, mean, std, resample, resize_mode="square")
+        return Preprocessing(edge, edge, mean, std, resample, resize_mode="square", crop_offset="floor")
     if getattr(size, "shortest_edge", None):
         resize, mode = int(size.shortest_edge), "shorter"
     elif getattr(size, "height", None) and getattr(size, "width", None):
@@ -325,7 +325,7 @@ def hf_preprocessing(processor: Any) -> Preprocessing:
         return Preprocessing(crop, resize, mean, std, resample, resize_mode=mode, crop_offset="floor")
     if mode == "shorter":
         return Preprocessing(resize, resize, mean, std, resample, preserve_aspect_ratio=True)
-    return Preprocessing(resize, resize, mean, std, resample, resize_mode="square")
+    return Preprocessing(resize, resize, mean, std, resample, resize_mode="square", crop_offset="floor")
 
 
 class _HFImageFeatures(nn.Module):
