@@ -22,6 +22,7 @@ PIL paths do, so the network sees the same pixels (tests/unit/test_model_librari
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -158,23 +159,24 @@ def timm_model(spec: str, weights: str = "pretrained") -> Embedder:
         close = close_names(spec, timm.list_models())
         raise ValueError(f"unknown timm model {spec!r}; close names: {[f'timm:{c}' for c in close]}")
     choice = weights_choice(weights)
-    with seeded():
-        net = timm.create_model(spec, pretrained=False, num_classes=0)
     if choice == "pretrained":
-        path = _timm_hub_file(net, spec)
+        with torch.device("meta"):  # the pretrained config only: an unavailable file fails before any work
+            path = _timm_hub_file(timm.create_model(spec, pretrained=False, num_classes=0), spec)
         # timm's own loader for its hub files: it applies the architecture's checkpoint filter
         # (layout conversions) and drops the classifier; it reads with weights_only=True.
         net = timm.create_model(spec, pretrained=True, num_classes=0, pretrained_cfg_overlay={"file": path})
         source = f"timm pretrained {path}"
-    elif choice == "path":
+    else:
+        with seeded():
+            net = timm.create_model(spec, pretrained=False, num_classes=0)
+        source = "random initialization (seed 0)"
+    if choice == "path":
         state = read_state_dict(weights)
         heads = net.pretrained_cfg.get("classifier") or ()
         heads = (heads,) if isinstance(heads, str) else tuple(heads)
         state = {k: v for k, v in state.items() if not any(k.startswith(f"{h}.") for h in heads)}
         load_checked(net, state, f"weights file {weights}")
         source = f"local file {weights}"
-    else:
-        source = "random initialization (seed 0)"
     preprocessing = timm_preprocessing(net)
     return Embedder(f"timm:{spec}", net, int(net.num_features), preprocessing, weights_source=source,
                     output="pooled features (timm num_classes=0)")
@@ -223,19 +225,32 @@ def open_clip_preprocessing(model: nn.Module, arch: str, tag: str) -> Preprocess
 
 
 def _open_clip_pretrained_file(arch: str, tag: str) -> str:
+    """The tag's weights file from the Hugging Face cache (downloaded there first unless offline;
+    safetensors preferred, as open_clip does), or open_clip's URL download when online."""
     open_clip = _require("open_clip")
-    cfg = open_clip.get_pretrained_cfg(arch, tag)
-    if is_offline() and not cfg.get("hf_hub"):
-        raise offline_error(f"open_clip:{arch}/{tag} (a URL download, {cfg.get('url')})")
-    try:
-        from open_clip.pretrained import download_pretrained
+    from open_clip.pretrained import HF_WEIGHTS_NAME, _get_safe_alternatives, download_pretrained
 
-        path = download_pretrained(cfg)
-    except Exception as exc:  # noqa: BLE001 - hub and urllib errors; reported with the option to use
-        raise offline_error(f"open_clip:{arch}/{tag} pretrained weights", exc) from None
-    if not path:
-        raise offline_error(f"open_clip:{arch}/{tag} pretrained weights")
-    return path
+    cfg = open_clip.get_pretrained_cfg(arch, tag)
+    hub = cfg.get("hf_hub", "")
+    what = f"open_clip:{arch}/{tag} pretrained weights"
+    if not hub:
+        if is_offline():
+            raise offline_error(f"{what} (a URL download, {cfg.get('url')})")
+        try:
+            return download_pretrained(cfg)
+        except Exception as exc:  # noqa: BLE001 - urllib errors; reported with the option to use
+            raise offline_error(what, exc) from None
+    from huggingface_hub import hf_hub_download
+
+    model_id, filename = os.path.split(hub)
+    filename = filename or HF_WEIGHTS_NAME
+    last: Exception | None = None
+    for candidate in [*_get_safe_alternatives(filename), filename]:
+        try:  # local_files_only explicitly: huggingface_hub reads HF_HUB_OFFLINE only when imported
+            return hf_hub_download(model_id, candidate, local_files_only=is_offline())
+        except Exception as exc:  # noqa: BLE001 - hub errors differ by version; the last one is reported
+            last = exc
+    raise offline_error(what, last)
 
 
 def open_clip_weights_source(spec: str, weights: str = "pretrained", config: str | None = None) -> str:
@@ -268,10 +283,10 @@ def open_clip_model(spec: str, weights: str = "pretrained", config: str | None =
     if choice == "pretrained" and not tag:
         raise WeightsError(f"open_clip:{arch} names no pretrained tag ({open_clip.list_pretrained_tags_by_model(arch)}); "
                            "use open_clip:<arch>/<tag>, or pass {\"weights\": \"PATH\"} or {\"weights\": \"random\"}")
+    path = _open_clip_pretrained_file(arch, tag) if choice == "pretrained" else ""  # fail before building
     with seeded():
         model = open_clip.create_model(arch, pretrained=None, device="cpu")
     if choice == "pretrained":
-        path = _open_clip_pretrained_file(arch, tag)
         state, source = open_clip.factory.load_state_dict(path, weights_only=True), f"open_clip {arch}/{tag}: {path}"
         state = open_clip.factory.convert_state_dict(model, state)
         load_checked(model, state, f"{source}", allow_unexpected=True)
@@ -347,8 +362,8 @@ class _HFImageFeatures(nn.Module):
 
 
 def _hf_load(spec: str, what: str, loader: Any, **kwargs: Any) -> Any:
-    try:
-        return loader(spec, **kwargs)
+    try:  # local_files_only explicitly: huggingface_hub reads HF_HUB_OFFLINE only when imported
+        return loader(spec, local_files_only=is_offline(), **kwargs)
     except OSError as exc:
         if Path(spec).exists():
             raise ValueError(f"hf:{spec}: cannot read the {what} from this folder ({exc})") from None
