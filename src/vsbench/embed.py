@@ -195,7 +195,7 @@ def run_embedder(
     bad = ~np.isfinite(features[ranked]).all(axis=1)
     if bad.any():
         first = int(order[ranked][np.flatnonzero(bad)[0]])
-        raise FeatureError(f"{model.name} output NaN or infinite values for image {ids[first]!r} "
+        raise FeatureError(f"{model.name} output NaN or infinite values for image {str(ids[first])!r} "
                            f"({paths[first]}); {int(bad.sum())} of {len(ranked)} images did")
     kept = FeatureSet(np.asarray([ids[i] for i in order[ranked]], dtype=str), features[ranked])
     return kept, failed
