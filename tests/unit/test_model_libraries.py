@@ -323,3 +323,18 @@ def test_describe_says_dim_preprocessing_and_where_weights_would_come_from(hf_fo
     info = describe_model(f"hf:{hf_folders['clip']}")
     assert info.dim == 12 and info.weights == f"local folder {hf_folders['clip']}"
     assert info.output.startswith("image embedding")
+
+
+def test_the_models_command_lists_and_describes(hf_folders: dict[str, Path]) -> None:
+    from typer.testing import CliRunner
+
+    from vsbench.cli import app
+
+    listed = CliRunner().invoke(app, ["similarity", "models"])
+    assert listed.exit_code == 0 and "timm:<name>" in listed.output and "efficientnet_lite0" in listed.output
+    described = CliRunner().invoke(app, ["similarity", "models", f"hf:{hf_folders['dinov2']}"])
+    assert described.exit_code == 0, described.output
+    assert "dim: 16" in described.output and f"weights: local folder {hf_folders['dinov2']}" in described.output
+    assert '"input_size": 28, "resize_size": 32' in described.output and '"crop_offset": "floor"' in described.output
+    unknown = CliRunner().invoke(app, ["similarity", "models", "timm:tset_vit"])
+    assert unknown.exit_code == 2 and "timm:test_vit" in unknown.output

@@ -285,8 +285,8 @@ def describe_model(name: str, **options: Any) -> ModelInfo:
     _check_options(name, builder, spec, options)
     if spec is not None:
         family = _FAMILIES[name.partition(":")[0]]
+        built = builder(spec, **{**options, "weights": "random"})  # first: it checks the name
         where = family.weights_source(spec, **options)
-        built = builder(spec, **{**options, "weights": "random"})
     else:
         accepts_weights = "weights" in inspect.signature(builder).parameters
         built = builder(**({"weights": "random", **options} if accepts_weights else options))
