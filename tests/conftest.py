@@ -12,6 +12,28 @@ from vsbench.platform.local_s3 import LocalS3
 _bucket_numbers = itertools.count()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def session_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Module- and session-scoped fixtures that embed run before the per-test fixture below; they
+    get a cache of the session's own rather than the user's ~/.cache."""
+    import os
+
+    before = os.environ.get("VSBENCH_EMBED_CACHE")
+    os.environ["VSBENCH_EMBED_CACHE"] = str(tmp_path_factory.mktemp("session-embedding-cache"))
+    yield
+    if before is None:
+        os.environ.pop("VSBENCH_EMBED_CACHE", None)
+    else:
+        os.environ["VSBENCH_EMBED_CACHE"] = before
+
+
+@pytest.fixture(autouse=True)
+def private_embedding_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets an empty embedding cache of its own (vsbench.models.cache), so no test is
+    served descriptors another test computed, and none writes to the user's ~/.cache."""
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(tmp_path_factory.mktemp("embedding-cache")))
+
+
 @pytest.fixture(scope="session")
 def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     with LocalS3(log=tmp_path_factory.mktemp("moto") / "moto.log") as server:

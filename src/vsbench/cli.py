@@ -351,12 +351,34 @@ def _print_similarity_table(out: Path, manifest: dict) -> None:
 
 
 @similarity_app.command("models")
-def similarity_models() -> None:
-    """List the registered models."""
-    from vsbench.models.registry import available_models
+def similarity_models(
+    name: Annotated[str | None, typer.Argument(help="A model name (e.g. timm:resnet50) to describe.")] = None,
+    model_options: Annotated[str, typer.Option(help='JSON, e.g. \'{"weights": "random"}\'.')] = "{}",
+) -> None:
+    """List the registered models; with NAME, its preprocessing, dimension, output layer and where
+    its weights would come from (nothing is downloaded: the network is built untrained)."""
+    from dataclasses import asdict
 
-    for name in available_models():
-        typer.echo(name)
+    from vsbench.models.registry import available_models, describe_model, families
+    from vsbench.similarity import load_json_option
+
+    if name is None:
+        for registered in available_models():
+            typer.echo(registered)
+        for family in families():
+            typer.echo(f"  e.g. {family.example}")
+        return
+    try:
+        info = describe_model(name, **load_json_option(model_options, "--model-options"))
+    except (ValueError, ImportError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"model: {info.name}")
+    typer.echo(f"dim: {info.dim}")
+    typer.echo(f"output: {info.output}")
+    typer.echo(f"weights: {info.weights}")
+    if info.preprocessing is not None:
+        typer.echo(f"preprocessing: {json.dumps(asdict(info.preprocessing))}")
 
 
 @app.command("compile")

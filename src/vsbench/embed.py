@@ -64,7 +64,7 @@ def shard_stem(set_name: str, shard: int, num_shards: int) -> str:
 def _resized_size(width: int, height: int, preprocessing: Preprocessing) -> tuple[int, int]:
     """(width, height) after the resize step, rounded as torchvision's ``Resize(int)`` does."""
     size = preprocessing.resize_size
-    if not (preprocessing.crops or preprocessing.preserve_aspect_ratio):
+    if preprocessing.resize_mode == "square":
         return size, size
     if width <= height:
         return size, int(size * height / width)
@@ -86,8 +86,10 @@ def load_image(path: Path, preprocessing: Preprocessing) -> np.ndarray:
         rgb = rgb.resize(target, RESAMPLE[preprocessing.interpolation])
     if preprocessing.crops:
         side = preprocessing.input_size
-        left = round((target[0] - side) / 2.0)
-        top = round((target[1] - side) / 2.0)
+        if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
+            left, top = (target[0] - side) // 2, (target[1] - side) // 2
+        else:  # torchvision's CenterCrop: round half to even
+            left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
         rgb = rgb.crop((left, top, left + side, top + side))
     return np.asarray(rgb, dtype=np.uint8)
 
@@ -190,9 +192,62 @@ def run_embedder(
     order = torch.cat(positions).numpy()
     features = torch.cat(outputs).numpy()
     ranked = np.argsort(order, kind="stable")  # images grouped by shape come back in input order
+    bad = ~np.isfinite(features[ranked]).all(axis=1)
+    if bad.any():
+        first = int(order[ranked][np.flatnonzero(bad)[0]])
+        raise FeatureError(f"{model.name} output NaN or infinite values for image {str(ids[first])!r} "
+                           f"({paths[first]}); {int(bad.sum())} of {len(ranked)} images did")
     kept = FeatureSet(np.asarray([ids[i] for i in order[ranked]], dtype=str), features[ranked])
-    kept.check_finite(source=f"{model.name} descriptors")
     return kept, failed
+
+
+def _precision(setup: DeviceSetup, use_amp: bool) -> str:
+    """Device type and arithmetic of a run: both change descriptors in the last bits or more."""
+    dtype = str(setup.amp_dtype).removeprefix("torch.") if use_amp and setup.amp_dtype is not None else "float32"
+    return f"{setup.device.type}:{dtype}"
+
+
+def embed_with_cache(
+    model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
+    setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int, progress: bool, desc: str,
+) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
+    """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
+
+    Returns the descriptors in input order, the failures and what the manifest records about the
+    cache (its key in full, the key's digest, hits and images embedded).
+    """
+    from vsbench.models.cache import EmbeddingCache, cache_root, image_digests, model_key
+
+    root = cache_root()
+    if root is None:
+        features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
+                                        workers=workers, progress=progress, desc=desc)
+        return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
+    cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp)))
+    digests = image_digests(paths, threads=max(1, workers))
+    hits = cache.lookup(digests)
+    todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
+    if todo:
+        new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
+                                   batch_size=batch_size, workers=workers, progress=progress, desc=desc)
+    else:
+        new, failed = FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), []
+    digest_of = {ids[i]: digests[i] for i in todo}
+    new_ids = new.ids.tolist()
+    cache.store([digest_of[i] for i in new_ids], new.features)
+    row_of = {i: n for n, i in enumerate(new_ids)}
+    kept_ids, rows = [], []
+    for image_id, digest in zip(ids, digests):
+        if digest is not None and digest in hits:
+            kept_ids.append(image_id)
+            rows.append(hits[digest])
+        elif image_id in row_of:
+            kept_ids.append(image_id)
+            rows.append(new.features[row_of[image_id]])
+    features = np.stack(rows).astype(np.float32) if rows else np.zeros((0, model.dim), np.float32)
+    info = {"enabled": True, "root": str(root), "key": cache.key, "key_sha256": cache.digest,
+            "hits": len(ids) - len(todo), "embedded": len(new_ids)}
+    return FeatureSet(np.asarray(kept_ids, dtype=str), features), failed, info
 
 
 # --- shards, manifests, resume -------------------------------------------------------------------
@@ -269,11 +324,13 @@ def embed_image_set(
     else:
         setup = setup_device(device, amp)
         use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
-        result, failed = run_embedder(built, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
-                                      workers=workers, progress=progress, desc=f"embed {stem}")
+        result, failed, cache_info = embed_with_cache(
+            model, options, built, ids, paths, setup, use_amp=use_amp, batch_size=batch_size, workers=workers,
+            progress=progress, desc=f"embed {stem}")
         run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
                     "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
-                    "batch_size": batch_size, "workers": workers}
+                    "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
+                    "output": built.output, "cache": cache_info}
     seconds = time.perf_counter() - started
     save_features(features_path, result)
     manifest.update(run_info)

@@ -286,6 +286,15 @@ def similarity_embed_step(
         metrics.update({f"{name}_images_per_second": float(m.get("images_per_second", 0.0))
                         for name, m in manifests.items()})
         metrics["failed_images"] = float(sum(len(m.get("failed", [])) for m in manifests.values()))
+        # The embedding cache: its key (the same for every set of one model) goes to the run's
+        # params, in full to the manifest artifact; hits say how much was not embedded again.
+        caches = {name: m["cache"] for name, m in manifests.items() if (m.get("cache") or {}).get("enabled")}
+        metrics.update({f"{name}_cache_hits": float(c["hits"]) for name, c in caches.items()})
+        keys = sorted({c["key_sha256"] for c in caches.values()})
+        if keys:
+            first = next(iter(caches.values()))["key"]
+            tracker.log_params({"embedding_cache_key": ",".join(keys), "weights_sha256": first["weights_sha256"],
+                                "preprocessing": _json.dumps(first["preprocessing"], sort_keys=True)})
         return _finish(tracker, StepResult(out, metrics, {"shards": written, "manifests": manifests}),
                        manifest_path, f"embed_shard_{shard}.json", started)
 

@@ -26,6 +26,8 @@ from vsbench.features import FeatureError, FeatureSet, load_features
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+RESIZE_MODES = ("shorter", "square")
+CROP_OFFSETS = ("round", "floor")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,14 @@ class Preprocessing:
     SSCD's "skew" setting do). ``preserve_aspect_ratio`` resizes the shorter side only and crops
     nothing (SSCD's evaluation default); images then differ in size and are batched by shape.
     ``mean``/``std`` apply to pixel values scaled to [0, 1].
+
+    ``resize_mode`` makes the resize explicit where the sizes alone cannot say it: ``"shorter"``
+    (aspect kept, then the crop: timm's ``crop_pct=1.0`` resizes the shorter side to 224 *and*
+    crops 224) or ``"square"`` (both sides to ``resize_size``, then the crop: timm's and
+    open_clip's "squash"). Left empty it follows the sizes as above. ``crop_offset`` is how the
+    crop's top-left corner is rounded when the margin is odd: torchvision (and so timm and
+    open_clip) rounds half to even, Hugging Face's image processors floor; one pixel of shift is
+    enough to change a descriptor, so each adapter states its library's rule.
     """
 
     input_size: int
@@ -46,8 +56,17 @@ class Preprocessing:
     std: tuple[float, float, float]
     interpolation: str = "bilinear"
     preserve_aspect_ratio: bool = False
+    resize_mode: str = ""
+    crop_offset: str = "round"
 
     def __post_init__(self) -> None:
+        if not self.resize_mode:  # frozen: the derived default is written once, here
+            derived = "shorter" if self.preserve_aspect_ratio or self.resize_size != self.input_size else "square"
+            object.__setattr__(self, "resize_mode", derived)
+        if self.resize_mode not in RESIZE_MODES:
+            raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {self.resize_mode!r}")
+        if self.crop_offset not in CROP_OFFSETS:
+            raise ValueError(f"crop_offset must be one of {CROP_OFFSETS}, got {self.crop_offset!r}")
         if self.input_size < 1 or self.resize_size < 1:
             raise ValueError(f"image sizes must be positive, got input {self.input_size}, "
                              f"resize {self.resize_size}")
@@ -64,7 +83,10 @@ class Preprocessing:
 
     @property
     def crops(self) -> bool:
-        return not self.preserve_aspect_ratio and self.resize_size != self.input_size
+        """Whether a center crop follows the resize (a square resize to the input size needs none)."""
+        if self.preserve_aspect_ratio:
+            return False
+        return self.resize_mode == "shorter" or self.resize_size != self.input_size
 
 
 class Embedder(nn.Module):
@@ -73,16 +95,25 @@ class Embedder(nn.Module):
     ``supports_autocast`` is False for networks that must run in float32 on the GPU (TorchScript
     graphs, whose behaviour under eager autocast is not guaranteed); the embed loop then skips
     mixed precision for them.
+
+    ``weights_source`` says where the weights came from (for ``vsbench similarity models`` and
+    the manifest); ``weights_digest``, when the builder knows better than a hash of the state dict
+    (a TorchScript file is code as well as weights), is what the embedding cache keys on.
+    ``output`` names the layer the descriptors come from.
     """
 
     def __init__(self, name: str, network: nn.Module, dim: int, preprocessing: Preprocessing, *,
-                 supports_autocast: bool = True) -> None:
+                 supports_autocast: bool = True, weights_source: str = "", weights_digest: str | None = None,
+                 output: str = "pooled features") -> None:
         super().__init__()
         self.name = name
         self.network = network
         self.dim = dim
         self.preprocessing = preprocessing
         self.supports_autocast = supports_autocast
+        self.weights_source = weights_source
+        self.weights_digest = weights_digest
+        self.output = output
         self.eval()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -117,6 +148,40 @@ Builder = Callable[..., Model]
 _REGISTRY: dict[str, Builder] = {}
 
 
+@dataclass(frozen=True)
+class Family:
+    """Models named ``<prefix>:<spec>`` (``timm:resnet50``): one builder for a whole library.
+
+    ``builder(spec, **options)`` builds one; ``weights_source(spec, **options)`` says where its
+    weights would come from without loading them; ``names()`` lists specs to suggest when a name is
+    unknown (empty where the library cannot list them, e.g. Hugging Face repositories);
+    ``pattern`` is how ``vsbench similarity models`` shows the family.
+    """
+
+    prefix: str
+    builder: Builder
+    weights_source: Callable[..., str]
+    names: Callable[[], list[str]]
+    pattern: str
+    example: str
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register_family(prefix: str, *, weights_source: Callable[..., str], names: Callable[[], list[str]],
+                    pattern: str, example: str) -> Callable[[Builder], Builder]:
+    """Register ``builder(spec, **options)`` for every name ``<prefix>:<spec>`` (once)."""
+
+    def decorator(builder: Builder) -> Builder:
+        if prefix in _FAMILIES:
+            raise ValueError(f"model family {prefix!r} registered twice")
+        _FAMILIES[prefix] = Family(prefix, builder, weights_source, names, pattern, example)
+        return builder
+
+    return decorator
+
+
 def register_model(name: str) -> Callable[[Builder], Builder]:
     """Register ``builder(**options) -> Embedder`` under ``name`` (once)."""
 
@@ -131,26 +196,106 @@ def register_model(name: str) -> Callable[[Builder], Builder]:
 
 def _load_builtin_models() -> None:
     import vsbench.models.backbones  # noqa: F401 - registers the built-in models on import
+    import vsbench.models.libraries  # noqa: F401 - the timm, open_clip and hf families
 
 
 def available_models() -> list[str]:
+    """The registered names, then one pattern per library family (``timm:<name>``)."""
     _load_builtin_models()
-    return sorted(_REGISTRY)
+    return sorted(_REGISTRY) + [family.pattern for family in _FAMILIES.values()]
+
+
+def families() -> list[Family]:
+    _load_builtin_models()
+    return list(_FAMILIES.values())
+
+
+def close_names(name: str, candidates: Sequence[str], limit: int = 5) -> list[str]:
+    """Names that look like ``name`` (a typo's likely targets), best first."""
+    import difflib
+
+    lowered = {c.lower(): c for c in candidates}
+    found = difflib.get_close_matches(name.lower(), list(lowered), n=limit, cutoff=0.6)
+    return [lowered[f] for f in found]
+
+
+def resolve(name: str) -> tuple[Builder, str | None]:
+    """(builder, spec): the builder for ``name`` and, for a family name, the part after the prefix.
+
+    An unknown name is an error listing the close names (of the registry, or of the family's
+    library for ``timm:...``/``open_clip:...``) and the families.
+    """
+    _load_builtin_models()
+    if name in _REGISTRY:
+        return _REGISTRY[name], None
+    prefix, colon, spec = name.partition(":")
+    if colon and prefix in _FAMILIES:
+        if not spec:
+            raise ValueError(f"model {name!r} names no model; e.g. {_FAMILIES[prefix].example}")
+        return _FAMILIES[prefix].builder, spec
+    candidates = list(_REGISTRY) + [f"{f.prefix}:{n}" for f in _FAMILIES.values() for n in _safe_names(f)]
+    close = close_names(name, candidates)
+    hint = f"close names: {close}; " if close else ""
+    raise ValueError(f"unknown model {name!r}; {hint}choose from {sorted(_REGISTRY)} or "
+                     f"{[f.pattern for f in _FAMILIES.values()]}")
+
+
+def _safe_names(family: Family) -> list[str]:
+    """A family's names, or none where its library is not installed (the error then says so)."""
+    try:
+        return family.names()
+    except ImportError:
+        return []
+
+
+def _check_options(name: str, builder: Builder, spec: str | None, options: dict[str, Any]) -> None:
+    signature = inspect.signature(builder)
+    try:
+        signature.bind(*([spec] if spec is not None else []), **options)
+    except TypeError as exc:
+        accepted = [p for p in signature.parameters if spec is None or p != "spec"]
+        raise ValueError(f"model {name!r}: {exc}; its options are {accepted}") from None
 
 
 def build_model(name: str, **options: Any) -> Model:
-    """Build the model registered as ``name``; unknown names and options are errors that list
-    what is accepted (checked before building, so a typo never starts a download)."""
-    _load_builtin_models()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown model {name!r}; choose from {sorted(_REGISTRY)}")
-    builder = _REGISTRY[name]
-    signature = inspect.signature(builder)
-    try:
-        signature.bind(**options)
-    except TypeError as exc:
-        raise ValueError(f"model {name!r}: {exc}; its options are {list(signature.parameters)}") from None
-    return builder(**options)
+    """Build the model registered as ``name`` (or ``<family>:<spec>``); unknown names and options
+    are errors that list what is accepted (checked before building, so a typo never starts a
+    download)."""
+    builder, spec = resolve(name)
+    _check_options(name, builder, spec, options)
+    return builder(**options) if spec is None else builder(spec, **options)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What ``vsbench similarity models NAME`` prints."""
+
+    name: str
+    dim: int
+    preprocessing: Preprocessing | None
+    weights: str
+    output: str
+
+
+def describe_model(name: str, **options: Any) -> ModelInfo:
+    """A model's dimension, preprocessing, output layer and where its weights would come from,
+    without downloading or loading any weights: the network is built randomly initialized (which
+    fixes every shape) and the weights' location is resolved, not read."""
+    builder, spec = resolve(name)
+    _check_options(name, builder, spec, options)
+    if spec is not None:
+        family = _FAMILIES[name.partition(":")[0]]
+        built = builder(spec, **{**options, "weights": "random"})  # first: it checks the name
+        where = family.weights_source(spec, **options)
+    else:
+        accepts_weights = "weights" in inspect.signature(builder).parameters
+        built = builder(**({"weights": "random", **options} if accepts_weights else options))
+        where = (builder.__doc__ or "").strip().splitlines()[0] if builder.__doc__ else ""
+    if isinstance(built, PrecomputedFeatures):
+        return ModelInfo(name, built.dim, None, f"precomputed features {built.path}", "precomputed")
+    if spec is None:
+        where = built.weights_source or where
+    return ModelInfo(name, built.dim, built.preprocessing, where, built.output)
 
 
 @register_model("precomputed")

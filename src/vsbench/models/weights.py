@@ -1,0 +1,141 @@
+"""Weights for the library adapters (timm, open_clip, Hugging Face): reading, checking, digesting.
+
+Three rules every adapter follows:
+
+* **Never run a pickle.** ``.safetensors`` files are read with safetensors; anything else with
+  ``torch.load(weights_only=True)``, which refuses a file holding more than tensors.
+* **A file that does not fit is an error naming the first tensor that does not fit.** PyTorch's
+  own message lists every key, which for a ViT is hundreds of lines; libraries such as
+  transformers only *warn* about missing keys and leave them randomly initialized, which would
+  benchmark a half-trained network without anyone noticing.
+* **Offline means offline.** With ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``/``VSBENCH_OFFLINE``
+  set, weights come only from the library's cache or a local path; a miss is an error naming the
+  ``{"weights": "PATH"}`` option.
+
+The digest of the weights actually loaded (not of the file they came from) goes into the
+embedding cache key: a safetensors and a ``.bin`` copy of the same weights share embeddings, and
+``{"weights": "random"}`` (seeded, so reproducible) gets a key of its own per library version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VSBENCH_OFFLINE")
+RANDOM_SEED = 0
+WEIGHTS_HELP = ('pass {"weights": "PATH"} (a local .safetensors file or save_pretrained folder), '
+                'or {"weights": "random"} for an untrained network')
+
+
+class WeightsError(ValueError):
+    """Weights that cannot be had or do not fit the architecture."""
+
+
+def is_offline() -> bool:
+    """Whether the environment forbids downloads (the Hugging Face variables, or vsbench's own)."""
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on") for name in OFFLINE_VARIABLES)
+
+
+def offline_error(what: str, exc: BaseException | None = None) -> WeightsError:
+    """The one message for weights that are neither cached nor downloadable."""
+    reason = f" ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})" if exc else ""
+    mode = "offline (" + ", ".join(n for n in OFFLINE_VARIABLES if os.environ.get(n)) + ")" if is_offline() \
+        else "not downloadable"
+    return WeightsError(f"{what}: not in the library's cache and {mode}{reason}; {WEIGHTS_HELP}")
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors from a ``.safetensors`` file, or a state dict from ``torch.load(weights_only=True)``.
+
+    A trainer checkpoint ``{"state_dict": ...}`` or ``{"model": ...}`` is unwrapped, and a
+    ``module.`` prefix (DataParallel) is dropped.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"weights file not found: {path}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state: Any = load_file(str(path), device="cpu")
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise WeightsError(f"{path}: refused to load: the file holds more than plain weights "
+                               f"(loaded with weights_only=True): {str(exc).splitlines()[0]}") from None
+    for wrapper in ("state_dict", "model"):
+        if isinstance(state, Mapping) and isinstance(state.get(wrapper), Mapping):
+            state = state[wrapper]
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise WeightsError(f"{path}: expected a state dict of tensors, found a {type(state).__name__}")
+    if state and all(key.startswith("module.") for key in state):
+        state = {key[len("module."):]: value for key, value in state.items()}
+    return dict(state)
+
+
+def first_mismatch(expected: Mapping[str, torch.Tensor], given: Mapping[str, torch.Tensor], *,
+                   allow_unexpected: bool = False) -> str | None:
+    """A sentence about the first tensor (in the architecture's order) that does not fit, or None."""
+    for name, tensor in expected.items():
+        if name not in given:
+            return f"tensor {name!r} {tuple(tensor.shape)} is missing from it"
+        if tuple(given[name].shape) != tuple(tensor.shape):
+            return (f"tensor {name!r} has shape {tuple(given[name].shape)}, the architecture expects "
+                    f"{tuple(tensor.shape)}")
+    if not allow_unexpected:
+        for name, tensor in given.items():
+            if name not in expected:
+                return f"it holds tensor {name!r} {tuple(tensor.shape)}, which the architecture does not have"
+    return None
+
+
+def load_checked(module: nn.Module, state: Mapping[str, torch.Tensor], source: str, *,
+                 allow_unexpected: bool = False) -> None:
+    """Load ``state`` into ``module`` after checking every tensor's name and shape."""
+    expected = module.state_dict()
+    problem = first_mismatch(expected, state, allow_unexpected=allow_unexpected)
+    if problem:
+        raise WeightsError(f"{source} does not fit {type(module).__name__}: {problem}")
+    module.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=True)
+
+
+def state_digest(module: nn.Module) -> str:
+    """sha256 over every parameter and buffer (name, dtype, shape, bytes), in a fixed order.
+
+    Hashing what was loaded rather than the file makes the digest exact however the weights
+    arrived (hub cache, local file, seeded random initialization).
+    """
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        data = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}\n".encode())
+        if data.numel():
+            digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def seeded() -> Iterator[None]:
+    """Random initialization with a fixed seed, leaving the caller's random state as it was, so
+    that ``{"weights": "random"}`` is the same network in every run (and cacheable)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_SEED)
+        yield
+
+
+def weights_choice(weights: str) -> str:
+    """``"pretrained"``, ``"random"`` or ``"path"`` for a ``weights`` option value."""
+    if weights in ("pretrained", "random"):
+        return weights
+    if not weights:
+        raise WeightsError(f"weights must not be empty; use 'pretrained', 'random' or a local path. {WEIGHTS_HELP}")
+    return "path"
