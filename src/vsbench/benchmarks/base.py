@@ -8,6 +8,15 @@ An adapter reads a benchmark's native files (``load(root, **options)``) and expo
   set (and, for retrieval benchmarks, the search vsbench.index provides), as flat result records
   (one per codec / variant), with MLflow-safe keys, plus optional figures.
 
+Benchmarks that rank with FAISS (DISC, Copydays, ABID as a gallery) split ``evaluate`` in two, so
+that index, search and score can be pipeline steps of their own (:mod:`vsbench.similarity`):
+
+* ``search_requests(features, settings)``: the searches it needs, as
+  :class:`vsbench.index.plan.SearchRequest` values (queries, references, training rows, codecs,
+  metric, k, score normalizations);
+* ``score(features, settings, results)``: its metrics from the answers, however they were searched
+  (in one process, or persisted indexes searched shard by shard and merged: the same floats).
+
 Benchmarks that score files without any model (``vsbench score ...``) use the same scorers in
 ``vsbench.metrics``.
 """

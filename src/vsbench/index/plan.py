@@ -72,6 +72,17 @@ class SearchRequest:
             raise SearchError(f"search {self.name!r} asks for neither unnormalized nor normalized results")
 
     @property
+    def ids_digest(self) -> str:
+        """:func:`ids_digest` of the reference ids, computed once (a million ids take a second)."""
+        if self.reference_ids is None:
+            raise SearchError(f"search {self.name!r}: a persisted index needs the references' ids")
+        cached = self.__dict__.get("_ids_digest")
+        if cached is None:
+            cached = ids_digest(self.reference_ids)
+            object.__setattr__(self, "_ids_digest", cached)
+        return cached
+
+    @property
     def codec_list(self) -> list[str]:
         return parse_codecs(self.codecs)
 

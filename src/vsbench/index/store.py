@@ -55,7 +55,7 @@ from vsbench.index.codec import (
     train_codec,
     tune,
 )
-from vsbench.index.plan import SearchRequest, SearchResults, array_digest, ids_digest
+from vsbench.index.plan import SearchRequest, SearchResults, array_digest
 from vsbench.index.search import use_gpu_now
 from vsbench.storage import atomic_write_bytes, atomic_write_json
 
@@ -108,15 +108,13 @@ def index_key(request: SearchRequest, codec: str, reference_shards: int, *, cont
     all of it): what a search checks an index against is the cheap part (codec, metric, dimension,
     count, the ids' digest), while the index step, deciding whether to reuse, checks everything.
     """
-    if request.reference_ids is None:
-        raise SearchError(f"search {request.name!r}: a persisted index needs the references' ids")
     key = {
         "format": FORMAT,
         "codec": codec,
         "metric": request.metric,
         "dim": int(request.references.shape[1]),
         "count": int(len(request.references)),
-        "ids_digest": ids_digest(request.reference_ids),
+        "ids_digest": request.ids_digest,
         "keeps_train": bool(request.norms),
         "reference_shards": reference_shards,
     }
