@@ -164,3 +164,17 @@ def test_a_model_that_outputs_nan_names_the_image_and_caches_nothing(tmp_path: P
         run(images, tmp_path / "nan")
     root = Path(cache_module.cache_root())
     assert not list(root.glob("*/chunk-*.npz"))
+
+
+def test_an_unwritable_cache_warns_and_keeps_the_embeddings(tmp_path: Path, images: ImageSet,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A cache is a shortcut: one that cannot be written (here its parent is a file, which stops root
+    too; in a container, a host path not mounted) costs a warning, never the step."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv(cache_module.CACHE_ENV, str(blocker / "cache"))
+    manifest = run(images, tmp_path / "out")
+    assert manifest["cache"]["embedded"] == 5 and manifest["complete"] is True
+    assert "cannot be written" in caplog.text and cache_module.CACHE_ENV in caplog.text
+    assert load_features(tmp_path / "out" / manifest["features"]).features.shape[0] == 5

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import uuid
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ from typing import Any
 import numpy as np
 
 from vsbench.models.registry import Embedder
+
+logger = logging.getLogger(__name__)
 
 CACHE_ENV = "VSBENCH_EMBED_CACHE"
 DISABLED = ("off", "none", "0", "false")
@@ -141,15 +144,20 @@ class EmbeddingCache:
         if not finite.all():
             digests = [d for d, ok in zip(digests, finite) if ok]
             features = features[finite]
-        self.folder.mkdir(parents=True, exist_ok=True)
-        key_file = self.folder / "key.json"
-        if not key_file.exists():
-            _atomic_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
-        name = f"chunk-{uuid.uuid4().hex}.npz"
-        tmp = self.folder / f".{name}.tmp"
-        with open(tmp, "wb") as handle:
-            np.savez(handle, digests=np.asarray(digests, dtype=str), features=features)
-        os.replace(tmp, self.folder / name)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            key_file = self.folder / "key.json"
+            if not key_file.exists():
+                _atomic_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
+            name = f"chunk-{uuid.uuid4().hex}.npz"
+            tmp = self.folder / f".{name}.tmp"
+            with open(tmp, "wb") as handle:
+                np.savez(handle, digests=np.asarray(digests, dtype=str), features=features)
+            os.replace(tmp, self.folder / name)
+        except OSError as exc:  # a cache is a shortcut: the step's own output is already safe
+            logger.warning("embedding cache %s cannot be written (%s): the embeddings are kept in the step's "
+                           "output but not cached; set %s to a writable folder or 'off'", self.folder,
+                           exc.strerror or exc, CACHE_ENV)
 
 
 def _atomic_bytes(path: Path, data: bytes) -> None:

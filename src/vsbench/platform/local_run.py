@@ -151,6 +151,20 @@ def tracking_locations(experiment: str) -> tuple[list[Path], list[Path], dict[st
     return folders, files, environment
 
 
+def embedding_cache_mount() -> Path | None:
+    """The host's embedding cache folder (created), to mount into step containers; None when off."""
+    from vsbench.models.cache import cache_root
+
+    root = cache_root()
+    if root is None:
+        return None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # the steps then warn that they cannot cache; nothing else changes
+    return root.resolve()
+
+
 @contextlib.contextmanager
 def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, data: tuple[Path, ...] = (),
                read_only: tuple[Path, ...] = (), experiment: str = "") -> Iterator[tuple[Any, str]]:
@@ -163,10 +177,15 @@ def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, da
         return
     if runner != "container":
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, not {runner!r}")
+    from vsbench.models.cache import CACHE_ENV
     from vsbench.platform.containers import ContainerPlan, container_runner, step_environment
     from vsbench.platform.images import CPU_IMAGE
 
     folders, files, environment = tracking_locations(experiment) if experiment else ([], [], {})
+    cache = embedding_cache_mount()
+    if cache is not None:  # the host's embedding cache, shared with the steps (a PVC folder on a cluster)
+        folders.append(cache)
+        environment[CACHE_ENV] = str(cache)
     plan = ContainerPlan(image=image or CPU_IMAGE, folders=(*data, *folders), files=tuple(files),
                          read_only=read_only,
                          environment=tuple({**step_environment(), **environment}.items()))
