@@ -220,7 +220,10 @@ def epoch_loader(dataset: Dataset, global_batch: int, *, generator: torch.Genera
         return DataLoader(dataset, batch_size=global_batch, shuffle=True, generator=generator, num_workers=workers,
                           pin_memory=pin, drop_last=drop_last)
     sampler = RankBatches(len(dataset), global_batch, generator, drop_last, context)  # type: ignore[arg-type]
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=pin)
+    # The loader draws its workers' base seed from its own generator, not from the global RNG
+    # (rank 0's global stream is checkpointed; nothing but the model should move it).
+    own = torch.Generator().manual_seed(generator.initial_seed())
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=pin, generator=own)
 
 
 class _AllReduceSum(torch.autograd.Function):
