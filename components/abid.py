@@ -90,7 +90,11 @@ def abid_train_counting(
     data_root: str, profile: str, overrides_json: str, seed: int, device: str, parent_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics],
 ):
-    """Train the ResNet-34 counting baseline (resumable); writes runs/counting/counting_result.txt."""
+    """Train the ResNet-34 counting baseline (resumable); writes runs/counting/counting_result.txt.
+
+    One GPU, in this step's pod. On several GPUs or nodes, train with the PyTorchJob instead
+    (``kubectl apply -k k8s/training``, k8s/README.md): it writes the same runs/counting, and this
+    step (same profile and seed) then finds the finished checkpoints and only predicts, exports and logs."""
     import json
 
     from vsbench.steps import abid_train_counting_step
@@ -108,7 +112,9 @@ def abid_train_siamese(
     data_root: str, profile: str, overrides_json: str, seed: int, device: str, parent_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics],
 ):
-    """Train the siamese verification baseline (resumable); writes runs/siamese/obj_verification_result.txt."""
+    """Train the siamese verification baseline (resumable); writes runs/siamese/obj_verification_result.txt.
+
+    Several GPUs: the PyTorchJob of k8s/training, as for counting."""
     import json
 
     from vsbench.steps import abid_train_siamese_step

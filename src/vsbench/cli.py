@@ -133,6 +133,59 @@ def abid_resize(
     typer.echo(f"manifest: {out / MANIFEST_NAME}")
 
 
+TRAIN_TASKS = ("counting", "siamese")
+
+
+@abid_app.command("train")
+def abid_train(
+    task: Annotated[str, typer.Argument(help="'counting' or 'siamese'.")],
+    tasks: Annotated[Path, typer.Option(help="Folder of the task files (`vsbench abid prepare`'s output).")],
+    images: Annotated[Path, typer.Option(help="Folder of the resized images (`vsbench abid resize`'s output).")],
+    out: Annotated[Path, typer.Option(help="Run folder: checkpoints/, result file, summary. A re-run resumes from it.")],
+    profile: Annotated[str, typer.Option(help="'demo' (CPU minutes) or 'full' (the challenge's settings).")] = "demo",
+    overrides: Annotated[str, typer.Option(help='JSON of profile fields, e.g. \'{"epochs": 2}\'. '
+                                                 "batch_size is the global batch, split over the processes.")] = "{}",
+    seed: Annotated[int, typer.Option(help="Seed of the weights, the sample order and the flips.")] = 0,
+    device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda' (under DDP: one GPU per process).")] = "auto",
+    nproc: Annotated[int, typer.Option(min=1, help="Processes on this machine: >1 starts torchrun (DDP: gloo on "
+                                                   "the CPU, nccl on CUDA). Under torchrun yourself, leave it at 1.")] = 1,
+    parent_run_id: Annotated[str, typer.Option(help="MLflow parent run; empty: no tracking.")] = "",
+) -> None:
+    """Train one ABID baseline, resumably; in one process, or data-parallel with --nproc N (or under
+    `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node)."""
+    import os
+    import subprocess
+    import sys
+
+    from vsbench.steps import abid_train_counting_step, abid_train_siamese_step
+
+    if task not in TRAIN_TASKS:
+        raise typer.BadParameter(f"must be one of {', '.join(TRAIN_TASKS)}, not {task!r}", param_hint="TASK")
+    with user_errors(json.JSONDecodeError):
+        parsed = json.loads(overrides)
+        if not isinstance(parsed, dict):
+            raise ValueError(f"--overrides must be a JSON object of profile fields, not {overrides!r}")
+    if nproc > 1:
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
+                                     param_hint="--nproc")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                   "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images),
+                   "--out", str(out), "--profile", profile, "--overrides", overrides, "--seed", str(seed),
+                   "--device", device, "--parent-run-id", parent_run_id]
+        typer.echo(" ".join(command[1:]), err=True)
+        raise typer.Exit(subprocess.run(command, check=False).returncode)
+    step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
+    from pydantic import ValidationError
+
+    with user_errors(ValidationError, FileNotFoundError):
+        result = step(str(tasks), str(images), str(out), profile=profile, seed=seed, device=device, overrides=parsed,
+                      parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"))
+    if int(os.environ.get("RANK", "0") or 0) == 0:
+        _print_summary(f"train {task}", result.metrics, list(result.metrics))
+        typer.echo(f"result: {result.manifest['result']}")
+
+
 @abid_app.command("run-local")
 def abid_run_local(
     data_root: Annotated[Path, typer.Option(help="Data root for every step (raw/, tasks/, bin-images-resize/).")],

@@ -117,40 +117,53 @@ def _abid_train_step(
     overrides: dict[str, Any] | None, parent_run_id: str, manifest_path: str | None, progress: bool,
 ) -> StepResult:
     """Shared body of the two training steps: profile, device, child run, per-epoch metrics, the
-    training curves, the best model and the result file in MLflow."""
+    training curves, the best model and the result file in MLflow.
+
+    Under torchrun every rank runs this: all train (vsbench.abid.distributed), rank 0 alone opens
+    the MLflow child run, exports the model and writes the manifest."""
+    import contextlib
+
+    from vsbench.abid import distributed
     from vsbench.abid.counting import train_counting
     from vsbench.abid.profiles import get_profile
     from vsbench.abid.siamese import train_siamese
-    from vsbench.device import setup_device
+    from vsbench.tracking import Tracker
 
     train, architecture, title = {
         "counting": (train_counting, "resnet34", "counting"),
         "siamese": (train_siamese, "siamese-resnet34", "siamese verification"),
     }[task]
     settings = get_profile(profile, **(overrides or {}))
-    setup = setup_device(device, settings.amp)
-    params = {"profile": profile, "seed": seed, "device": str(setup.device), "amp_dtype": str(setup.amp_dtype),
-              "architecture": architecture, "task": f"{task}-moderate", **settings.model_dump()}
-    started = time.perf_counter()
-    with child_run(parent_run_id, f"abid-train-{task}", params) as tracker:
-        def log_epoch(record: dict[str, float]) -> None:
-            tracker.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=int(record["epoch"]))
+    with distributed.session(device, settings.amp) as (context, setup):
+        params = {"profile": profile, "seed": seed, "device": str(setup.device), "amp_dtype": str(setup.amp_dtype),
+                  "architecture": architecture, "task": f"{task}-moderate", "world_size": context.world_size,
+                  **settings.model_dump()}
+        started = time.perf_counter()
+        tracking = (child_run(parent_run_id, f"abid-train-{task}", params) if context.is_main
+                    else contextlib.nullcontext(Tracker(None, None)))
+        with tracking as tracker:
+            def log_epoch(record: dict[str, float]) -> None:
+                tracker.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=int(record["epoch"]))
 
-        extra = {}
-        if task == "siamese" and settings.siamese_trunk_init == "counting":
-            # runs/<task> side by side: the siamese trunk starts from runs/counting's best epoch.
-            extra["trunk_checkpoint"] = Path(out).parent / "counting" / "checkpoints" / "best.pt"
-        run = train(Path(tasks), Path(images), Path(out), settings, setup, seed=seed, on_epoch_end=log_epoch,
-                    progress=progress, **extra)
-        _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
-        model, example = _best_model_for_export(run, settings.image_size)
-        tracker.log_torch_model(model, f"{task}_model", example)
-        tracker.log_artifact(run.result_path)
-        metrics = {"best_val_accuracy": run.fit.best_score, "best_epoch": float(run.fit.best_epoch),
-                   "train_images_per_second": run.fit.images_per_second, **run.summary_metrics()}
-        manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
-                    "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from}
-        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"train_{task}.json", started)
+            extra = {}
+            if task == "siamese" and settings.siamese_trunk_init == "counting":
+                # runs/<task> side by side: the siamese trunk starts from runs/counting's best epoch.
+                extra["trunk_checkpoint"] = Path(out).parent / "counting" / "checkpoints" / "best.pt"
+            run = train(Path(tasks), Path(images), Path(out), settings, setup, seed=seed, on_epoch_end=log_epoch,
+                        progress=progress and context.is_main, context=context, **extra)
+            metrics = {"best_val_accuracy": run.fit.best_score, "best_epoch": float(run.fit.best_epoch),
+                       "train_images_per_second": run.fit.images_per_second,
+                       "world_size": float(context.world_size), **run.summary_metrics()}
+            manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
+                        "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
+                        "world_size": context.world_size}
+            if not context.is_main:
+                return StepResult(out, metrics, manifest)
+            _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
+            model, example = _best_model_for_export(run, settings.image_size)
+            tracker.log_torch_model(model, f"{task}_model", example)
+            tracker.log_artifact(run.result_path)
+            return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"train_{task}.json", started)
 
 
 def abid_train_counting_step(tasks: str, images: str, out: str, **kwargs: Any) -> StepResult:

@@ -20,6 +20,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from vsbench.abid.data import BatchTransform, Images, LabelledImages, flip_generator, split_available
+from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import counting_network
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit
@@ -42,25 +43,32 @@ class CountingRun:
         return {"val_majority_rate": self.majority_rate, "missing_val_images": float(len(self.missing_images))}
 
 
-def _loader(dataset, profile: TrainProfile, shuffle: bool, generator: torch.Generator | None = None) -> DataLoader:
-    return DataLoader(dataset, batch_size=profile.batch_size, shuffle=shuffle, generator=generator,
-                      num_workers=profile.workers, pin_memory=torch.cuda.is_available(),
-                      drop_last=shuffle and len(dataset) > profile.batch_size)
+def _loader(dataset, profile: TrainProfile) -> DataLoader:
+    """Inference loader: in order, every image (training batches come from ``epoch_loader``)."""
+    return DataLoader(dataset, batch_size=profile.batch_size, num_workers=profile.workers,
+                      pin_memory=torch.cuda.is_available())
 
 
 def predict_classes(model: torch.nn.Module, images_dir: Path, indices: list[int], profile: TrainProfile,
-                    device: DeviceSetup) -> list[int]:
+                    device: DeviceSetup, context: Distributed = SINGLE) -> list[int]:
+    """Predicted class of each image; under DDP each rank predicts its share and all get the whole list."""
     transform = BatchTransform(device.device)
     out: list[int] = []
-    for batch in _loader(Images(images_dir, indices, profile.image_size), profile, shuffle=False):
-        out += model(transform(batch)).argmax(1).tolist()
-    return out
+    mine = context.shard(indices)
+    if mine:
+        for batch in _loader(Images(images_dir, mine, profile.image_size), profile):
+            out += model(transform(batch)).argmax(1).tolist()
+    return context.gather(out)
 
 
 def train_counting(
     tasks_dir: Path, images_dir: Path, out_dir: Path, profile: TrainProfile, device: DeviceSetup, *,
-    seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True,
+    seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True, context: Distributed = SINGLE,
 ) -> CountingRun:
+    """Train (resuming from ``out_dir/checkpoints``) and write the result file and summary.
+
+    ``context``: this process's place in a torchrun job (every rank calls this with the same
+    arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch."""
     suffix = "_hard" if hard else ""
     train_rows = json.loads((tasks_dir / f"counting_train{suffix}.json").read_text())
     val_rows = json.loads((tasks_dir / f"counting_val{suffix}.json").read_text())
@@ -75,12 +83,14 @@ def train_counting(
 
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     model = counting_network(num_classes)
-    transform = BatchTransform(device.device)
+    transform = BatchTransform(device.device, (context.rank, context.world_size))
     dataset = LabelledImages(images_dir, train_rows, profile.image_size)
+    context.per_rank_batch(profile.batch_size, len(dataset))  # refuse a bad split before any work
 
     def batches(epoch: int):
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        return _loader(dataset, profile, shuffle=True, generator=generator)
+        return epoch_loader(dataset, profile.batch_size, generator=generator, workers=profile.workers,
+                            drop_last=len(dataset) > profile.batch_size, context=context)
 
     def step(model, batch, device, epoch, index):
         images, labels = batch
@@ -89,24 +99,26 @@ def train_counting(
         return F.cross_entropy(logits, labels), int((logits.argmax(1) == labels).sum()), len(labels)
 
     def evaluate(model) -> dict[str, float]:
-        predicted = predict_classes(model, images_dir, val_present, profile, device)
+        predicted = predict_classes(model, images_dir, val_present, profile, device, context)
         accuracy = float(np.mean([p == truth[i] for i, p in zip(val_present, predicted)]))
         return {"score": accuracy, "accuracy": accuracy}
 
     result = fit(model=model, make_batches=batches, step=step, evaluate=evaluate, profile=profile, device=device,
                  checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: len(b[1]),
-                 on_epoch_end=on_epoch_end, progress=progress)
+                 on_epoch_end=on_epoch_end, progress=progress, context=context)
 
     model.eval()
     with torch.no_grad(), device.autocast():
-        predicted = dict(zip(val_present, predict_classes(model, images_dir, val_present, profile, device)))
+        predicted = dict(zip(val_present, predict_classes(model, images_dir, val_present, profile, device, context)))
     majority_class, majority_count = Counter(q for _, q in train_rows).most_common(1)[0]
     predictions = [predicted.get(idx, majority_class) for idx, _ in val_rows]
     result_path = out_dir / RESULT_NAME
-    atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
     val_majority = float(np.mean([q == majority_class for _, q in val_rows]))
     run = CountingRun(result, predictions, result_path, val_missing, num_classes, val_majority)
-    _write_summary(out_dir, run, majority_class, majority_count / len(train_rows))
+    if context.is_main:
+        atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
+        _write_summary(out_dir, run, majority_class, majority_count / len(train_rows))
+    context.barrier()  # every rank returns once the files exist
     return run
 
 

@@ -98,14 +98,21 @@ class SiamesePairs(Dataset):
 
 @dataclass(frozen=True)
 class BatchTransform:
-    """uint8 NCHW on any device -> normalized float, channels_last, optionally flipped."""
+    """uint8 NCHW on any device -> normalized float, channels_last, optionally flipped.
+
+    ``part`` = (rank, world_size) under data-parallel training, where ``images`` is slice ``rank``
+    of a global batch ``world_size`` times as large: the flips are drawn for the global batch and
+    sliced, so each image is flipped exactly as in a one-process run."""
 
     device: torch.device
+    part: tuple[int, int] = (0, 1)
 
     def __call__(self, images: torch.Tensor, flip_generator: torch.Generator | None = None) -> torch.Tensor:
         images = images.to(self.device, non_blocking=True)
         if flip_generator is not None:
-            flip = torch.rand(images.shape[0], generator=flip_generator) < 0.5
+            rank, world = self.part
+            count = images.shape[0]
+            flip = torch.rand(count * world, generator=flip_generator)[rank * count:(rank + 1) * count] < 0.5
             images = torch.where(flip.to(self.device)[:, None, None, None], images.flip(-1), images)
         mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1) * 255
         std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1) * 255

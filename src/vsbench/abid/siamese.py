@@ -21,6 +21,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from vsbench.abid.data import BatchTransform, Images, SiamesePairs, flip_generator, split_available
+from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import SiameseNetwork
 from vsbench.abid.pairs import SiamesePairSampler
 from vsbench.abid.prepare import MODERATE_MAX_QUANTITY
@@ -81,15 +82,18 @@ class VerificationScorer:
         self.images_dir, self.profile, self.device = images_dir, profile, device
         self.labels = np.array([int(q[2]) for q in questions])
 
-    def probabilities(self, model: SiameseNetwork) -> list[np.ndarray]:
-        needed = sorted({i for i, targets in self.pairs if targets} | {t for _, ts in self.pairs for t in ts})
+    def probabilities(self, model: SiameseNetwork,
+                      pairs: list[tuple[int, list[int]]] | None = None) -> list[np.ndarray]:
+        """p(same object) of each (question image, target) pair of ``pairs`` (default: all questions)."""
+        pairs = self.pairs if pairs is None else pairs
+        needed = sorted({i for i, targets in pairs if targets} | {t for _, ts in pairs for t in ts})
         transform = BatchTransform(self.device.device)
         loader = DataLoader(Images(self.images_dir, needed, self.profile.image_size),
                             batch_size=self.profile.batch_size, num_workers=self.profile.workers)
         features = torch.cat([model.embed(transform(batch)).float() for batch in loader]) if needed else None
         row = {idx: n for n, idx in enumerate(needed)}
         out = []
-        for idx, targets in self.pairs:
+        for idx, targets in pairs:
             if not targets:
                 out.append(np.zeros(0))
                 continue
@@ -98,8 +102,10 @@ class VerificationScorer:
             out.append(torch.sigmoid(model.compare(first, second).float()).cpu().numpy())
         return out
 
-    def answers(self, model: SiameseNetwork) -> list[int]:
-        return [majority_vote(p) for p in self.probabilities(model)]
+    def answers(self, model: SiameseNetwork, context: Distributed = SINGLE) -> list[int]:
+        """One answer per question; under DDP each rank answers its share (embedding only the images
+        those questions need) and every rank gets all the answers."""
+        return context.gather([majority_vote(p) for p in self.probabilities(model, context.shard(self.pairs))])
 
 
 def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
@@ -122,8 +128,12 @@ def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
 def train_siamese(
     tasks_dir: Path, images_dir: Path, out_dir: Path, profile: TrainProfile, device: DeviceSetup, *,
     seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True,
-    trunk_checkpoint: Path | None = None,
+    trunk_checkpoint: Path | None = None, context: Distributed = SINGLE,
 ) -> SiameseRun:
+    """Train (resuming from ``out_dir/checkpoints``) and write the result file and summary.
+
+    ``context``: this process's place in a torchrun job (every rank calls this with the same
+    arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch of pairs."""
     suffix = "_hard" if hard else ""
     if profile.siamese_lr is not None:  # the 4096-wide head from scratch wants a gentler lr than counting
         profile = profile.model_copy(update={"lr": profile.siamese_lr})
@@ -153,14 +163,14 @@ def train_siamese(
     model = SiameseNetwork(profile.dropout, freeze_trunk=profile.siamese_freeze_trunk)
     if trunk_checkpoint is not None:
         load_counting_trunk(model, trunk_checkpoint)
-    transform = BatchTransform(device.device)
+    transform = BatchTransform(device.device, (context.rank, context.world_size))
+    context.per_rank_batch(profile.batch_size, len(dataset))  # refuse a bad split before any work
 
     def batches(epoch: int):
         dataset.epoch = epoch
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        return DataLoader(dataset, batch_size=profile.batch_size, shuffle=True, generator=generator,
-                          num_workers=profile.workers, pin_memory=torch.cuda.is_available(),
-                          drop_last=len(dataset) > profile.batch_size)
+        return epoch_loader(dataset, profile.batch_size, generator=generator, workers=profile.workers,
+                            drop_last=len(dataset) > profile.batch_size, context=context)
 
     def step(model, batch, device, epoch, index):
         first, second, labels = batch
@@ -171,18 +181,20 @@ def train_siamese(
         return loss, int(((logits > 0) == (labels > 0.5)).sum()), len(labels)
 
     def evaluate(model) -> dict[str, float]:
-        accuracy = float(np.mean(np.array(scorer.answers(model)) == scorer.labels))
+        accuracy = float(np.mean(np.array(scorer.answers(model, context)) == scorer.labels))
         return {"score": accuracy, "accuracy": accuracy}
 
     result = fit(model=model, make_batches=batches, step=step, evaluate=evaluate, profile=profile, device=device,
                  checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: 2 * len(b[2]),
-                 on_epoch_end=on_epoch_end, progress=progress)
+                 on_epoch_end=on_epoch_end, progress=progress, context=context)
     model.eval()
     with torch.no_grad(), device.autocast():
-        predictions = scorer.answers(model)
+        predictions = scorer.answers(model, context)
     result_path = out_dir / RESULT_NAME
-    atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
-    atomic_write_json(out_dir / "siamese_summary.json", {
-        "best_epoch": result.best_epoch, "best_val_accuracy": result.best_score, "train_rows": len(rows),
-        "unanswerable_questions": scorer.unanswerable, "history": result.history})
+    if context.is_main:
+        atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
+        atomic_write_json(out_dir / "siamese_summary.json", {
+            "best_epoch": result.best_epoch, "best_val_accuracy": result.best_score, "train_rows": len(rows),
+            "unanswerable_questions": scorer.unanswerable, "history": result.history})
+    context.barrier()  # every rank returns once the files exist
     return SiameseRun(result, predictions, result_path, scorer.unanswerable)

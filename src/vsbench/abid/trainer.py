@@ -5,6 +5,12 @@ best score) is checkpointed atomically. Everything random in an epoch is seeded 
 (seed, epoch, ...), so a run interrupted after epoch k and resumed ends in exactly the state of
 an uninterrupted run. The best model by validation score is kept apart (``best.pt``).
 Checkpoints are loaded with ``weights_only=True``: no pickle code runs.
+
+Under torchrun (``context``, see vsbench.abid.distributed) the same loop runs data-parallel: the
+steps call the DDP-wrapped model, the epoch's counts are summed over ranks, only rank 0 writes
+checkpoints (the others wait at the epoch-end barrier), and every rank resumes from the same
+``last.pt``. The checkpoint holds the plain model's weights, so one process can resume what N
+processes started and the other way round.
 """
 
 from __future__ import annotations
@@ -12,14 +18,16 @@ from __future__ import annotations
 import io
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
+from vsbench.abid.distributed import SINGLE, Distributed
 from vsbench.abid.profiles import TrainProfile
 from vsbench.device import DeviceSetup
 from vsbench.storage import atomic_write_bytes
@@ -43,6 +51,7 @@ class FitResult:
     seconds: float = 0.0
     images_per_second: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    world_size: int = 1
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
@@ -67,7 +76,7 @@ def make_optimizer(model: nn.Module, profile: TrainProfile) -> torch.optim.Optim
 def fit(
     *,
     model: nn.Module,
-    make_batches: Callable[[int], Iterable[Any]],
+    make_batches: Callable[[int], DataLoader],
     step: StepFn,
     evaluate: EvalFn,
     profile: TrainProfile,
@@ -77,12 +86,18 @@ def fit(
     images_per_batch: Callable[[Any], int],
     on_epoch_end: Callable[[dict[str, float]], None] | None = None,
     progress: bool = True,
+    context: Distributed = SINGLE,
 ) -> FitResult:
-    """Train for ``profile.epochs`` epochs, resuming from ``checkpoint_dir/last.pt`` if present."""
+    """Train for ``profile.epochs`` epochs, resuming from ``checkpoint_dir/last.pt`` if present.
+
+    ``step`` receives the module to train (DDP-wrapped under torchrun); ``evaluate`` receives
+    the plain model and must return the same metrics on every rank. ``make_batches`` yields this
+    rank's part of each global batch."""
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
     model.to(device.device).to(memory_format=torch.channels_last)
+    progress = progress and context.is_main
     optimizer = make_optimizer(model, profile)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=profile.lr_step_epochs, gamma=profile.lr_gamma)
     scaler = torch.amp.GradScaler("cuda", enabled=device.needs_grad_scaler())
@@ -99,29 +114,40 @@ def fit(
         torch.set_rng_state(state["torch_rng"])
         history, best_score, best_epoch, start = state["history"], state["best_score"], state["best_epoch"], state["epoch"]
     resumed_from = start
+    trained = context.wrap(model, device)  # after the load: DDP starts every rank from rank 0's weights
 
     started = time.perf_counter()
     images_seen = 0
     for epoch in range(start, profile.epochs):
-        model.train()
+        context.reseed(seed, epoch)
+        trained.train()
         epoch_started = time.perf_counter()
         loss_sum, correct, count, images = 0.0, 0, 0, 0
         batches = make_batches(epoch)
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{profile.epochs}", unit="batch", disable=not progress, leave=False)
-        for batch_index, batch in enumerate(bar):
+        # The bar only counts: tqdm.auto wrapping the loader would iterate it twice (its async
+        # wrapper calls iter() once more), starting a second set of workers and drawing one more
+        # seed from the epoch's generator, so the order would not be the loader's own.
+        bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{profile.epochs}", unit="batch", disable=not progress,
+                   leave=False)
+        for batch_index, batch in enumerate(batches):
             optimizer.zero_grad(set_to_none=True)
             with device.autocast():
-                loss, batch_correct, batch_count = step(model, batch, device, epoch, batch_index)
+                loss, batch_correct, batch_count = step(trained, batch, device, epoch, batch_index)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
             loss_sum += float(loss.detach()) * batch_count
             correct, count = correct + batch_correct, count + batch_count
             images += images_per_batch(batch)
+            bar.update(1)
             bar.set_postfix(loss=f"{loss_sum / max(count, 1):.3f}")
+        bar.close()
         lr = optimizer.param_groups[0]["lr"]
         scheduler.step()
         train_seconds = time.perf_counter() - epoch_started
+        if context.enabled:  # every rank records the global figures
+            loss_sum, correct, count, images = context.sum([loss_sum, correct, count, images])
+            correct, count, images = int(correct), int(count), int(images)
         images_seen += images
         model.eval()
         with torch.no_grad(), device.autocast():
@@ -133,11 +159,14 @@ def fit(
         history.append(record)
         if metrics["score"] > best_score:
             best_score, best_epoch = float(metrics["score"]), epoch + 1
-            save_state(checkpoint_dir / BEST, {"model": model.state_dict(), "epoch": epoch + 1, "score": best_score})
-        save_state(last, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                          "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                          "torch_rng": torch.get_rng_state(), "history": history, "best_score": best_score,
-                          "best_epoch": best_epoch, "epoch": epoch + 1})
+            if context.is_main:
+                save_state(checkpoint_dir / BEST, {"model": model.state_dict(), "epoch": epoch + 1, "score": best_score})
+        if context.is_main:
+            save_state(last, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                              "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                              "torch_rng": torch.get_rng_state(), "history": history, "best_score": best_score,
+                              "best_epoch": best_epoch, "epoch": epoch + 1})
+        context.barrier()  # no rank starts the next epoch (or finishes) before last.pt is written
         if progress:
             print(f"epoch {epoch + 1}/{profile.epochs}: loss {record['train_loss']:.4f} "
                   f"train acc {record['train_accuracy']:.3f} val score {metrics['score']:.4f} "
@@ -149,4 +178,4 @@ def fit(
     if (checkpoint_dir / BEST).exists():
         model.load_state_dict(load_state(checkpoint_dir / BEST)["model"])
     return FitResult(history, best_score, best_epoch, resumed_from, checkpoint_dir, seconds,
-                     images_seen / seconds if seconds > 0 and images_seen else 0.0)
+                     images_seen / seconds if seconds > 0 and images_seen else 0.0, world_size=context.world_size)
