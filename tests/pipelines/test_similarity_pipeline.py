@@ -48,6 +48,9 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     children = {r.data.tags[STEP_TAG] for r in runs if r.data.tags.get(PARENT_TAG) == parent.info.run_id}
     assert children == {"embed-shard-0-of-2", "embed-shard-1-of-2", "index-disc", "score-disc",
                         *(f"search-disc-task-{task}-of-4" for task in range(4))}
+    embedded = [r for r in runs if r.data.tags.get(STEP_TAG) == "embed-shard-0-of-2"][0]
+    assert len(embedded.data.params["embedding_cache_key"]) == 64  # the key's sha256, also in each shard manifest
+    assert embedded.data.params["weights_sha256"]
     scored = [r for r in runs if r.data.tags.get(STEP_TAG) == "score-disc"][0]
     artifacts = {a.path for a in client.list_artifacts(scored.info.run_id)}
     assert "disc_metrics.csv" in artifacts

@@ -62,6 +62,32 @@ def test_sharded_search_equals_one_search(tmp_path: Path, codecs: str, metric: s
         np.testing.assert_array_equal(got[variant][0], similarity, err_msg=str(variant))
 
 
+@pytest.mark.parametrize(("codecs", "metric", "score_norm"), [
+    ("Flat;PCAW16,L2norm,Flat", "ip", "1.00[0,2]"),
+    ("IVF8,Flat;IVF8,PQ8x4", "l2", "1.00[0,2]"),
+    ("PQ8x4", "ip", ""),
+])
+def test_memory_mapped_shards_search_as_read_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codecs: str,
+                                                   metric: str, score_norm: str) -> None:
+    """Files above VSBENCH_MMAP_MIN_BYTES are mapped (IVF lists or flat/PQ codes): same answers."""
+    request = _request(np.random.default_rng(1), codecs=codecs, metric=metric, score_norm=score_norm)
+    expected = search_inline(request)
+    monkeypatch.setenv("VSBENCH_MMAP_MIN_BYTES", "0")
+    got = _sharded(request, tmp_path, 2, 3)
+    for variant, (similarity, ids) in expected.items():
+        np.testing.assert_array_equal(got[variant][1], ids, err_msg=str(variant))
+        np.testing.assert_array_equal(got[variant][0], similarity, err_msg=str(variant))
+
+
+def test_a_bad_mmap_threshold_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    request = _request(np.random.default_rng(1), codecs="Flat")
+    build_index(request, tmp_path / "index", reference_shards=1)
+    monkeypatch.setenv("VSBENCH_MMAP_MIN_BYTES", "1GB")
+    with pytest.raises(SearchError, match="VSBENCH_MMAP_MIN_BYTES='1GB'"):
+        search_shard(request, tmp_path / "index", tmp_path / "search", query_shard=0, query_shards=1,
+                     reference_shard=0)
+
+
 def test_k_larger_than_a_reference_shard_pads_and_merges(tmp_path: Path) -> None:
     """Shards of 10 references, k = 25. Scores are identical; ids too, except which of references
     tied exactly at the k-th score stay: FAISS's own choice there depends on the order it meets them

@@ -155,9 +155,10 @@ def results_for(results: Mapping[str, SearchResults], request: str) -> SearchRes
 def ids_digest(ids: Sequence[str]) -> str:
     """sha256 of the ids in row order, one per line: an index is for these references, in this order."""
     digest = hashlib.sha256()
-    for identifier in ids:
-        digest.update(str(identifier).encode("utf-8", "surrogatepass"))
-        digest.update(b"\n")
+    ids = list(ids)
+    for start in range(0, len(ids), 1 << 18):  # one update per block: a million ids in ~50 ms
+        block = ids[start:start + (1 << 18)]
+        digest.update(("\n".join(map(str, block)) + "\n").encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 

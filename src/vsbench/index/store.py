@@ -23,9 +23,12 @@ holding each variant's ``(n_queries_i, k)`` similarities and global reference id
   a failure redoes only what is missing.
 * **Checks**: a search refuses an index built for other descriptors, naming the difference
   (dimension, reference ids digest, codec, metric, shards); a merge names every missing shard.
-* **Large galleries**: shard indexes are read memory-mapped on the CPU (``IO_FLAG_MMAP`` maps an IVF
-  index's inverted lists, ``IO_FLAG_MMAP_IFC`` a flat or PQ index's codes), so a search's resident
-  memory is what it touches, not the gallery's size; on a GPU they are read whole and moved there.
+* **Large galleries**: shard index files of ``VSBENCH_MMAP_MIN_BYTES`` (default 1 GiB) or more are
+  read memory-mapped on the CPU (``IO_FLAG_MMAP`` maps an IVF index's inverted lists,
+  ``IO_FLAG_MMAP_IFC`` a flat or PQ index's codes), so a search's resident memory is what it touches,
+  not the gallery's size. Smaller files are read whole: searching mapped lists costs page faults
+  (up to 1.4x the search time of an in-memory 42 MB IVF-PQ index, bench/gallery.py), which only pays
+  when the file would not fit comfortably. On a GPU they are read whole and moved there.
 * **Writes are atomic** (a temporary file renamed), ``index.json`` last, so a killed step leaves no
   index that looks complete.
 """
@@ -208,7 +211,8 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
             logger.info("search %s: kept (same inputs)", target)
             written.append(target)
             continue
-        cpu_index = _read_index(info.shard_path(reference_shard), mmap=not on_gpu)
+        cpu_index = _read_index(info.shard_path(reference_shard), mmap=not on_gpu,
+                                inverted_lists="IVF" in info.meta.get("final_index", ""))
         trained = _load_trained(info, request, cpu_index)
         # Every query through the transforms, then this shard's rows: the floats of one search (see build_index).
         projected = np.ascontiguousarray(trained.project(queries, "queries")[start:stop]) if trained.transforms else q
@@ -217,8 +221,9 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
         k = min(request.k, shard_stop - shard_start)
         references = stored_vectors(cpu_index) if request.norms and trained.exhaustive_ip else None
         index = tune(_on_device(cpu_index, on_gpu, trained, device_k), request.search_params, codec)
-        train_index = _on_device(_read_index(info.folder / "train.faiss", mmap=not on_gpu), on_gpu, trained,
-                                 device_k) if request.norms else None
+        train_index = _on_device(_read_index(info.folder / "train.faiss", mmap=not on_gpu,
+                                             inverted_lists="IVF" in info.meta.get("final_index", "")),
+                                 on_gpu, trained, device_k) if request.norms else None
         raw, normalized = search_filled(trained, index, projected, k, score_norms=request.norms,
                                         raw=request.unnormalized, train_index=train_index, references=references,
                                         on_gpu=on_gpu)
@@ -295,15 +300,27 @@ def _on_device(index: faiss.Index, on_gpu: bool, trained: TrainedCodec, k: int) 
     return _to_device(index, on_gpu, trained.codec, k)
 
 
-def _read_index(path: Path, *, mmap: bool) -> faiss.Index:
-    """A persisted index, memory-mapped when ``mmap`` (see the module docstring)."""
+def mmap_min_bytes() -> int:
+    """Index files at least this large are memory-mapped (``VSBENCH_MMAP_MIN_BYTES``, default 1 GiB)."""
+    raw = os.environ.get("VSBENCH_MMAP_MIN_BYTES", str(1 << 30))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SearchError(f"VSBENCH_MMAP_MIN_BYTES={raw!r}: expected a whole number of bytes") from None
+    if value < 0:
+        raise SearchError(f"VSBENCH_MMAP_MIN_BYTES={raw!r}: expected 0 or more bytes")
+    return value
+
+
+def _read_index(path: Path, *, mmap: bool, inverted_lists: bool) -> faiss.Index:
+    """A persisted index, memory-mapped when ``mmap`` and the file is at least :func:`mmap_min_bytes`:
+    an IVF index's inverted lists (``IO_FLAG_MMAP``; ``inverted_lists``), or a flat or PQ index's
+    codes (``IO_FLAG_MMAP_IFC``); FAISS refuses the two flags together on IVF indexes."""
     flags = faiss.IO_FLAG_READ_ONLY
-    if mmap:
-        flags |= faiss.IO_FLAG_MMAP_IFC
+    if mmap and path.is_file() and path.stat().st_size >= mmap_min_bytes():
+        flags |= faiss.IO_FLAG_MMAP if inverted_lists else faiss.IO_FLAG_MMAP_IFC
     try:
         index = faiss.read_index(str(path), flags)  # already of its own class (IndexFlatL2, IndexIVFPQ...)
-        if mmap and isinstance(index, faiss.IndexIVF):
-            index = faiss.read_index(str(path), faiss.IO_FLAG_READ_ONLY | faiss.IO_FLAG_MMAP)
     except RuntimeError as exc:
         raise SearchError(f"{path}: not a readable FAISS index ({str(exc).strip().splitlines()[-1]})") from None
     return index
