@@ -24,7 +24,8 @@
 # distribution's packages; anyone else is told which packages to install.
 # Environment: PYTHON (default: the repository's .venv/bin/python if present, else python3),
 # PLATFORM (default: linux/amd64), VSBENCH_IMAGE_REGISTRY (default in src/vsbench/platform/images.py),
-# PIP_CERT (a CA bundle pip inside the build needs; default: the host pip's `cert` setting).
+# PIP_CERT (a CA bundle pip inside the build needs; default: the host pip's `cert` setting),
+# VSBENCH_BUILD_LOGS (default: build/images, one full log per image).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -195,15 +196,15 @@ cert="$(pip_cert)"
 secret=()
 if [[ -n "$cert" ]]; then secret=(--secret "id=pip-cert,src=$cert"); fi
 
-LOG_DIR="$ROOT/build/images"
+LOG_DIR="${VSBENCH_BUILD_LOGS:-$ROOT/build/images}"
 build() {  # build <Dockerfile> <image> [build args...]
   local dockerfile="$1" image="$2"; shift 2
   local command=()
   case "$ENGINE_NAME" in
-    docker) command=(docker build --platform "$PLATFORM") ;;
-    podman) command=(podman build --platform "$PLATFORM" --format docker --layers
+    docker) command=("$ENGINE" build --platform "$PLATFORM") ;;
+    podman) command=("$ENGINE" build --platform "$PLATFORM" --format docker --layers
                      --ignorefile "$ROOT/images/$dockerfile.dockerignore") ;;
-    buildah) command=(buildah bud --platform "$PLATFORM" --format docker --layers --isolation chroot
+    buildah) command=("$ENGINE" bud --platform "$PLATFORM" --format docker --layers --isolation chroot
                       --ignorefile "$ROOT/images/$dockerfile.dockerignore") ;;
     *) command=("$ENGINE" build --platform "$PLATFORM") ;;
   esac

@@ -401,3 +401,24 @@ def test_build_without_an_engine_as_a_user_names_the_packages(tmp_path: Path) ->
     assert "no container engine found" in result.stderr
     assert "apt-get install podman buildah uidmap runc debootstrap" in result.stderr
     assert " build " not in result.stdout, "nothing may be built or installed"
+
+
+def test_a_failing_build_names_the_stage_and_the_instruction(tmp_path: Path) -> None:
+    """The engine's last STEP line is what the user sees, with the kept log's path."""
+    engine = tmp_path / "podman"
+    engine.write_text("#!/bin/sh\n"
+                      "[ \"$1\" = build ] || exit 0\n"
+                      "echo '[1/3] STEP 1/4: FROM base AS wheel'\n"
+                      "echo '[2/3] STEP 5/9: RUN pip install --no-deps -r requirements.txt'\n"
+                      "echo 'ERROR: No matching distribution found for nosuchpackage'\n"
+                      "exit 1\n")
+    engine.chmod(0o755)
+    env = {**os.environ, "DOCKER": str(engine), "PYTHON": sys.executable, "VSBENCH_BUILD_LOGS": str(tmp_path / "logs"),
+           "PIP_CERT": ""}
+    result = subprocess.run(["bash", str(BUILD_SH), "--only", "cpu", "--base", "base:1", "--torch", "pypi"], env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "failed at: [2/3] STEP 5/9: RUN pip install --no-deps -r requirements.txt" in result.stderr
+    log = tmp_path / "logs" / "cpu.log"
+    assert f"full log: {log}" in result.stderr
+    assert "No matching distribution found for nosuchpackage" in log.read_text()
