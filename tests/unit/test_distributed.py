@@ -25,6 +25,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.abid_data import tiny_abid
 from vsbench.abid.counting import train_counting
 from vsbench.abid.data import BatchTransform, LabelledImages, flip_generator
 from vsbench.abid.distributed import (
@@ -36,13 +37,10 @@ from vsbench.abid.distributed import (
     from_env,
 )
 from vsbench.abid.models import counting_network
-from vsbench.abid.prepare import prepare_abid
 from vsbench.abid.profiles import get_profile
-from vsbench.abid.resize import resize_abid
 from vsbench.abid.trainer import LAST, load_state
 from vsbench.cli import app
 from vsbench.device import setup_device
-from vsbench.synth.abid import generate_abid
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("ddp_faulty_worker.py")
@@ -75,9 +73,7 @@ def _cli_train(tasks: Path, images: Path, out: Path, nproc: int) -> subprocess.C
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("ddp")
-    generate_abid(root / "raw", 80, seed=3, progress=False)
-    prepare_abid(root / "raw", root / "tasks", seed=1, val_fraction=0.25, progress=False)
-    resize_abid(root / "raw", root / "images", size=32, workers=1, progress=False)
+    tiny_abid(root, 80)
     for name, keep in [("counting_train.json", 8), ("counting_val.json", 8)]:
         rows = json.loads((root / "tasks" / name).read_text())
         assert len(rows) >= keep, name

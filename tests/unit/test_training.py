@@ -8,14 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.abid_data import tiny_abid
 from vsbench.abid.counting import train_counting
-from vsbench.abid.prepare import prepare_abid
 from vsbench.abid.profiles import get_profile
-from vsbench.abid.resize import resize_abid
 from vsbench.abid.siamese import train_siamese
 from vsbench.abid.trainer import LAST, load_state
 from vsbench.device import setup_device
-from vsbench.synth.abid import generate_abid
 
 pytestmark = pytest.mark.slow
 TIMING = {"epoch_seconds", "train_images_per_second"}
@@ -27,11 +25,7 @@ class Interrupted(Exception):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("tiny")
-    generate_abid(root / "raw", 150, seed=3, progress=False)
-    prepare_abid(root / "raw", root / "tasks", seed=1, val_fraction=0.25, progress=False)
-    resize_abid(root / "raw", root / "images", size=32, workers=1, progress=False)
-    return root / "tasks", root / "images"
+    return tiny_abid(tmp_path_factory.mktemp("tiny"), 150)
 
 
 def _profile():

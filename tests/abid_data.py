@@ -1,0 +1,17 @@
+"""Tiny generated ABID sets for training tests: generated, prepared and resized to 32 px."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vsbench.abid.prepare import prepare_abid
+from vsbench.abid.resize import resize_abid
+from vsbench.synth.abid import generate_abid
+
+
+def tiny_abid(root: Path, bins: int) -> tuple[Path, Path]:
+    """(tasks folder, images folder) of ``bins`` generated bins (seed 3, split seed 1, 25% val)."""
+    generate_abid(root / "raw", bins, seed=3, progress=False)
+    prepare_abid(root / "raw", root / "tasks", seed=1, val_fraction=0.25, progress=False)
+    resize_abid(root / "raw", root / "images", size=32, workers=1, progress=False)
+    return root / "tasks", root / "images"
