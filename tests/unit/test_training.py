@@ -93,3 +93,23 @@ def test_a_finished_run_is_not_trained_again(tiny, tmp_path):
     train_counting(tasks, images, tmp_path, _profile(), device, seed=5, progress=False)
     again = train_counting(tasks, images, tmp_path, _profile(), device, seed=5, progress=False)
     assert again.fit.resumed_from == 2 and len(again.fit.history) == 2
+
+
+def test_adamw_runs_fused_and_matches_the_per_tensor_update() -> None:
+    """Fused AdamW (one kernel for all parameters) is what the demo's profile gets; same step to rounding."""
+    from vsbench.abid.trainer import make_optimizer
+
+    torch.manual_seed(0)
+    fused_model, loop_model = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    loop_model.load_state_dict(fused_model.state_dict())
+    fused = make_optimizer(fused_model, get_profile("demo"))
+    assert fused.defaults["fused"] is True
+    loop = torch.optim.AdamW(loop_model.parameters(), lr=fused.defaults["lr"], weight_decay=fused.defaults["weight_decay"])
+    for _ in range(3):
+        for model, optimizer in ((fused_model, fused), (loop_model, loop)):
+            optimizer.zero_grad()
+            model(torch.ones(2, 8)).square().sum().backward()
+            optimizer.step()
+    for a, b in zip(fused_model.parameters(), loop_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert not make_optimizer(fused_model, get_profile("full")).defaults.get("fused")
