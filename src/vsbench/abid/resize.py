@@ -38,9 +38,9 @@ from typing import Any, Literal
 from PIL import Image, UnidentifiedImageError
 
 from vsbench.abid.ids import IMAGES_DIR, local_name
+from vsbench.abid.prepare import scan_ids
 from vsbench.imaging import jpeg
 from vsbench.imaging.resample import one_thread, resize_bilinear
-from vsbench.abid.prepare import scan_ids
 from vsbench.storage import atomic_write_bytes, atomic_write_json
 
 MANIFEST_NAME = "_manifests/resize.json"
