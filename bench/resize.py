@@ -1,13 +1,20 @@
 """Bench: resizing bin photos to 224x224 — images per second per core, and how far outputs drift.
 
 Why: the challenge resizes every bin image with one Pillow loop on one core. vsbench's
-``resize_abid`` keeps the same filter (Pillow's antialiased bilinear) so that its outputs are the
-challenge's outputs, and adds JPEG draft mode (libjpeg decodes at 1/2, 1/4, 1/8 scale when the
-photo is that much larger than the target) and a process pool. This bench measures what each
-of those buys, on the ABID-sized photos (~450x370, where draft mode cannot reduce: 1/2 scale
-would fall under 224 px) and on large 1600x1200 photos (where it reduces 4x), and checks that
-the outputs stay close to the challenge's. A torchvision.io path (libjpeg-turbo decode,
-antialiased bilinear resize on uint8 tensors, encode) is measured for comparison, one thread.
+``resize_abid`` keeps the same filter (antialiased bilinear) and encoder (Pillow's, quality 75)
+and has three decode modes, all measured here in one run beside the challenge's loop:
+
+* ``fast`` (the default): libjpeg-turbo through simplejpeg (Pillow's pixels, less overhead;
+  draft-mode DCT scaling for large photos) and torch's uint8 antialiased bilinear kernel, one
+  thread per process; bad or unusual files fall back to ``draft``;
+* ``draft``: Pillow, with JPEG draft mode (libjpeg decodes at 1/2, 1/4, 1/8 scale when the photo
+  is that much larger than the target);
+* ``full``: the challenge's own steps, byte-identical outputs;
+
+plus a process pool. Inputs: ABID-sized photos (~460x360, where draft scaling cannot reduce:
+1/2 scale would fall under 224 px) and large 1600x1200 photos (where it reduces 4x). A
+torchvision.io path (libjpeg-turbo decode, antialiased resize, encode; one thread) is measured
+for comparison.
 
 Throughput is reported per core because that is what carries over to a cluster: a step gets
 N cores and goes N times faster (the all-cores row shows how close it gets on this machine,
@@ -15,9 +22,18 @@ which is shared with other work, so its per-core figure is a lower bound).
 
 Difference: every method's JPEG output is decoded to an array and compared with the
 challenge's output for the same input: mean absolute difference in 0..255 levels over all
-pixels and channels. Re-encoding alone (another JPEG encoder or quantisation) costs ~1 level.
+pixels and channels.
 
-Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--json out.json]``
+Embedding input: ``vsbench.embed.load_image`` (the same decoder, then Pillow's resize and crop)
+against ``load_image_pillow`` (Pillow's decoder, as before), images/s on one core for two
+preprocessings (a 224 square, and 256 shorter side + 224 crop), with a check that both give
+the same arrays.
+
+Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--json out.json]``.
+The JSON has, at the top level, ``abid_speedup`` (fast, 1 worker, per core / the challenge's loop
+per core, ABID-sized), ``large_speedup`` (the same on 1600x1200 photos), ``abid_mean_abs_diff``
+(fast's output vs the challenge's, ABID-sized) and ``embed_loading`` (before/after per set and
+preprocessing).
 """
 
 from __future__ import annotations
@@ -31,6 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -51,6 +68,7 @@ from _common import (
 
 LARGE_SIZE = (1600, 1200)
 CHALLENGE = "challenge loop (PIL, 1 core)"
+FAST = "vsbench resize_abid fast, 1 worker"
 
 
 @dataclass
@@ -170,6 +188,44 @@ def torchvision_path(size: int, quality: int) -> Method:
     return run
 
 
+# --- embedding input ------------------------------------------------------------------------------
+
+
+def _preprocessings() -> dict[str, Any]:
+    from vsbench.models.registry import Preprocessing
+
+    imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    return {
+        "224 square, bilinear (abid_trunk)": Preprocessing(224, 224, *imagenet),
+        "256 shorter side, bicubic, 224 crop (efficientnet_lite0)": Preprocessing(224, 256, *imagenet, "bicubic"),
+    }
+
+
+PREPROCESSINGS = _preprocessings()
+
+
+def embed_loading(label: str, paths: list[Path], name: str, preprocessing: Any, repeat: int) -> dict[str, Any]:
+    """load_image (fast decoder) against load_image_pillow (before) on the same files, one process,
+    rounds interleaved, best kept; and whether every array is the same."""
+    from vsbench.embed import load_image, load_image_pillow
+
+    for path in paths:  # page cache warm for both
+        path.read_bytes()
+    best = {"before": math.inf, "after": math.inf}
+    arrays: dict[str, list[np.ndarray]] = {}
+    for _ in range(max(1, repeat)):
+        for key, function in (("before", load_image_pillow), ("after", load_image)):
+            started = time.perf_counter()
+            arrays[key] = [function(p, preprocessing) for p in paths]
+            best[key] = min(best[key], time.perf_counter() - started)
+    identical = all(np.array_equal(a, b) for a, b in zip(arrays["before"], arrays["after"], strict=True))
+    before, after = len(paths) / best["before"], len(paths) / best["after"]
+    log(f"  embed loading {label}, {name}: before {before:.0f}/s, after {after:.0f}/s, identical {identical}")
+    return {"images": label, "preprocessing": name, "count": len(paths),
+            "before_images_per_second": round(before, 1), "after_images_per_second": round(after, 1),
+            "speedup": round(after / before, 3), "identical": identical}
+
+
 # --- measuring -----------------------------------------------------------------------------------
 
 
@@ -266,10 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     size, quality, workers = args.size, args.quality, max(1, args.workers)
     methods: list[tuple[str, int, Method]] = [
         (CHALLENGE, 1, challenge_loop(size)),
+        (FAST, 1, vsbench_resize(size, quality, "fast", 1)),
         ("vsbench resize_abid draft, 1 worker", 1, vsbench_resize(size, quality, "draft", 1)),
         ("vsbench resize_abid full, 1 worker", 1, vsbench_resize(size, quality, "full", 1)),
-        (f"vsbench resize_abid draft, {workers} workers", workers,
-         vsbench_resize(size, quality, "draft", workers)),
+        (f"vsbench resize_abid fast, {workers} workers", workers, vsbench_resize(size, quality, "fast", workers)),
         ("torchvision.io decode+resize+encode, 1 thread", 1, torchvision_path(size, quality)),
     ]
     log(f"small set: {describe(small)}")
@@ -277,19 +333,26 @@ def main(argv: list[str] | None = None) -> int:
 
     large_results: list[Measured] = []
     large_desc = ""
+    large: list[Path] = []
     if args.large > 0:
         large = make_large(small[: args.large], args.workdir / "resize-stage" / "large")
         large_desc = describe(large)
         log(f"large set: {large_desc}")
         large_methods = [
             (CHALLENGE, 1, challenge_loop(size)),
-            ("vsbench resize_abid full, 1 worker", 1, vsbench_resize(size, quality, "full", 1)),
+            (FAST, 1, vsbench_resize(size, quality, "fast", 1)),
             ("vsbench resize_abid draft, 1 worker", 1, vsbench_resize(size, quality, "draft", 1)),
+            ("vsbench resize_abid full, 1 worker", 1, vsbench_resize(size, quality, "full", 1)),
             ("torchvision.io decode+resize+encode, 1 thread", 1, torchvision_path(size, quality)),
         ]
         large_results = measure("large", large[0].parent.parent, len(large), large_methods, scratch,
                                 args.repeat)
     shutil.rmtree(scratch, ignore_errors=True)
+
+    loading = [embed_loading("ABID-sized", small, name, prep, args.repeat) for name, prep in PREPROCESSINGS.items()]
+    if large:
+        loading += [embed_loading("1600x1200", large, name, prep, args.repeat)
+                    for name, prep in PREPROCESSINGS.items()]
 
     print(f"Resize to {size}x{size} (JPEG q{quality}); best of {max(1, args.repeat)}; "
           f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
@@ -298,14 +361,32 @@ def main(argv: list[str] | None = None) -> int:
     print(table(small_results))
     if large_results:
         print()
-        print(f"Large photos (draft-mode effect): {large_desc}")
+        print(f"Large photos (draft-scale effect): {large_desc}")
         print(table(large_results))
     print()
     print("MAD = mean absolute difference to the challenge loop's output, 0..255 levels, decoded arrays.")
+    print()
+    print("Embedding input (vsbench.embed): decode + resize + crop, one core")
+    print(format_table(
+        ["images", "preprocessing", "count", "before (Pillow) img/s", "after img/s", "x before", "same arrays"],
+        [[r["images"], r["preprocessing"], r["count"], r["before_images_per_second"], r["after_images_per_second"],
+          r["speedup"], r["identical"]] for r in loading]))
+    fast_small = next(r for r in small_results if r.method == FAST)
+    fast_large = next((r for r in large_results if r.method == FAST), None)
+    figures = {
+        "abid_speedup": round(fast_small.vs_challenge_per_core or 0.0, 3),
+        "large_speedup": round(fast_large.vs_challenge_per_core or 0.0, 3) if fast_large else None,
+        "abid_mean_abs_diff": round(fast_small.mad_vs_challenge or 0.0, 4),
+        "large_mean_abs_diff": round(fast_large.mad_vs_challenge or 0.0, 4) if fast_large else None,
+    }
+    print()
+    print("  ".join(f"{k} {v}" for k, v in figures.items()))
     write_json(args.json, {
+        **figures,
         "bench": "resize", "size": size, "quality": quality, "repeat": args.repeat,
         "small": {"inputs": describe(small), "results": [asdict(r) for r in small_results]},
         "large": {"inputs": large_desc, "results": [asdict(r) for r in large_results]},
+        "embed_loading": loading,
         "machine": machine_info(),
     })
     return 0

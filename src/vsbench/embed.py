@@ -6,9 +6,9 @@ Shard ``i`` of ``n`` (a contiguous, balanced slice of the ids) writes
 :func:`merge_shards` puts the pieces back in order. A shard whose manifest says it is complete
 for the same model, options and ids is not recomputed: a retried step redoes only what is missing.
 
-Loading is built for the GPU: DataLoader workers decode (libjpeg-turbo, :mod:`vsbench.imaging.jpeg`,
-with Pillow's pixels) and resize (Pillow) and hand over uint8 NHWC batches (4x smaller than
-float), which travel pinned and non-blocking; conversion and
+Loading is built for the GPU: DataLoader workers decode and resize with Pillow (or, for JPEGs
+that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
+uint8 NHWC batches (4x smaller than float), which travel pinned and non-blocking; conversion and
 normalization happen on the device, the NHWC layout becomes channels_last for free, and the
 network runs under ``torch.inference_mode`` and autocast (bf16 where supported). Images that
 cannot be read are left out and listed in the manifest with the reason; the evaluator then
@@ -77,37 +77,44 @@ def _resized_size(width: int, height: int, preprocessing: Preprocessing) -> tupl
 def load_image(path: Path, preprocessing: Preprocessing) -> np.ndarray:
     """Decode, resize and center-crop one image to a uint8 (H, W, 3) array.
 
-    JPEGs are decoded by :func:`vsbench.imaging.jpeg.decode_rgb` (libjpeg-turbo through
-    simplejpeg, ~30% cheaper than Pillow's decode), which returns Pillow's pixels exactly,
-    including its draft-mode DCT scaling: libjpeg decodes at 1/2, 1/4 or 1/8 scale when the image
-    is at least that much larger than the resize target (the antialiased resize still follows),
-    which makes large photos several times cheaper to decode. Resize and crop stay Pillow's, so
-    the network's input is the same array :func:`load_image_pillow` gives (tests/unit/
-    test_jpeg_decode.py), and the embedding cache needs no new key. Anything else (other formats,
-    CMYK, files libjpeg-turbo complains about) goes through :func:`load_image_pillow` unchanged,
-    failures and their messages included.
+    JPEG draft mode lets libjpeg decode at 1/2, 1/4 or 1/8 scale when the image is at least
+    that much larger than the resize target (the antialiased resize still follows), which
+    makes large photos several times cheaper to decode.
+
+    When no resize is needed (the image, or its draft-scale decode, already has the target
+    size: ABID's 224x224 resized images under a 224 model, say), the JPEG is decoded by
+    :func:`vsbench.imaging.jpeg.decode_rgb` straight into the array (libjpeg-turbo through
+    simplejpeg, Pillow's pixels exactly) and cropped there: no Pillow image is made at all,
+    which halves the cost. When a resize follows, Pillow decodes as before: getting an
+    external array into a Pillow image costs as much as the faster decode saves, and the
+    resize must stay Pillow's to keep the network's input the same. Either way the array is
+    :func:`load_image_pillow`'s (tests/unit/test_jpeg_decode.py), so the embedding cache needs no
+    new key; anything the fast decoder does not take (other formats, CMYK, files libjpeg-turbo
+    complains about) goes on with Pillow, and any failure is redone on exactly the old path, so
+    the reason listed for a bad file is word for word the old one.
     """
-    decoded = _decode_fast(Path(path), preprocessing)
-    if decoded is None:
-        return load_image_pillow(path, preprocessing)
-    pixels, target = decoded
-    return _resize_and_crop(Image.fromarray(pixels), target, preprocessing)
-
-
-def _decode_fast(path: Path, preprocessing: Preprocessing) -> tuple[np.ndarray, tuple[int, int]] | None:
-    """(pixels at draft scale, resize target), or None for the Pillow path."""
-    try:
-        data = path.read_bytes()
-        with Image.open(io.BytesIO(data)) as header:
-            target = _resized_size(*header.size, preprocessing)
-            pixels = jpeg.decode_rgb(data, header, target)
-    except Exception:  # noqa: BLE001 - the Pillow path raises it again, with today's message
-        return None
-    return None if pixels is None else (pixels, target)
+    return _load(path, preprocessing, fast=True)
 
 
 def load_image_pillow(path: Path, preprocessing: Preprocessing) -> np.ndarray:
-    """:func:`load_image` with Pillow's decoder for everything (any format Pillow reads)."""
+    """:func:`load_image` with Pillow's decoder for every image (as before the fast decoder)."""
+    return _load(path, preprocessing, fast=False)
+
+
+def _load(path: Path, preprocessing: Preprocessing, *, fast: bool) -> np.ndarray:
+    if fast:
+        try:  # the file read once, for Pillow's header and, when it takes it, for libjpeg-turbo
+            data = Path(path).read_bytes()
+            with Image.open(io.BytesIO(data)) as image:
+                target = _resized_size(*image.size, preprocessing)
+                pixels = _decode_without_resize(data, image, target, preprocessing)
+                if pixels is not None:
+                    return pixels
+                image.draft("RGB", target)
+                rgb = image.convert("RGB")
+            return _resize_and_crop(rgb, target, preprocessing)
+        except Exception:  # noqa: BLE001 - redone below from the path: the same failure, the same message
+            pass
     with Image.open(path) as image:
         target = _resized_size(*image.size, preprocessing)
         image.draft("RGB", target)
@@ -115,16 +122,39 @@ def load_image_pillow(path: Path, preprocessing: Preprocessing) -> np.ndarray:
     return _resize_and_crop(rgb, target, preprocessing)
 
 
+def _decode_without_resize(data: bytes, header: Image.Image, target: tuple[int, int],
+                           preprocessing: Preprocessing) -> np.ndarray | None:
+    """The finished array when the JPEG decodes at the target size and the crop lies inside it;
+    else None (Pillow's path, on the same still unloaded ``header``)."""
+    scale = jpeg.draft_scale(header.size, target)
+    if (-(-header.size[0] // scale), -(-header.size[1] // scale)) != target:
+        return None  # a resize follows: Pillow's path is as fast
+    left, top, right, bottom = _crop_box(target, preprocessing)
+    if left < 0 or top < 0 or right > target[0] or bottom > target[1]:
+        return None  # Pillow pads a crop that leaves the image; keep that to Pillow
+    pixels = jpeg.decode_rgb(data, header, target)
+    if pixels is None:
+        return None
+    return np.ascontiguousarray(pixels[top:bottom, left:right])
+
+
+def _crop_box(target: tuple[int, int], preprocessing: Preprocessing) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of the center crop in the resized image (all of it without one)."""
+    if not preprocessing.crops:
+        return 0, 0, target[0], target[1]
+    side = preprocessing.input_size
+    if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
+        left, top = (target[0] - side) // 2, (target[1] - side) // 2
+    else:  # torchvision's CenterCrop: round half to even
+        left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
+    return left, top, left + side, top + side
+
+
 def _resize_and_crop(rgb: Image.Image, target: tuple[int, int], preprocessing: Preprocessing) -> np.ndarray:
     if rgb.size != target:
         rgb = rgb.resize(target, RESAMPLE[preprocessing.interpolation])
     if preprocessing.crops:
-        side = preprocessing.input_size
-        if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
-            left, top = (target[0] - side) // 2, (target[1] - side) // 2
-        else:  # torchvision's CenterCrop: round half to even
-            left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
-        rgb = rgb.crop((left, top, left + side, top + side))
+        rgb = rgb.crop(_crop_box(target, preprocessing))
     return np.asarray(rgb, dtype=np.uint8)
 
 

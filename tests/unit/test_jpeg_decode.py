@@ -63,6 +63,8 @@ def _kinds() -> dict[str, bytes]:
         "adobe-rgb": _save(photo, quality=90, keep_rgb=True),
         "odd-size": _save(Image.fromarray(_photo(231, 227, 2)), quality=90),
         "small": _save(Image.fromarray(_photo(120, 90, 3)), quality=90),  # smaller than the target
+        "resized-224": _save(Image.fromarray(_photo(224, 224, 6)), quality=75),  # the resize step's output
+        "draft-to-224": _save(Image.fromarray(_photo(448, 460, 7)), quality=90),  # draft 1/2: 224x230
         "large-quarter": _save(Image.fromarray(_photo(1000, 900, 4)), quality=85),  # draft 1/4
         "large-eighth": _save(Image.fromarray(_photo(1900, 1800, 5)), quality=80, progressive=True),  # 1/8
         "cmyk": _save(photo.convert("CMYK"), quality=90),
@@ -80,7 +82,8 @@ def _kinds() -> dict[str, bytes]:
 KINDS = _kinds()
 # Kinds the fast decoder takes (the others go to Pillow, by design or because libjpeg complains).
 FAST = {"baseline-420", "baseline-444", "baseline-422", "progressive", "restart-markers", "grayscale",
-        "exif-rotated", "adobe-rgb", "odd-size", "small", "large-quarter", "large-eighth"}
+        "exif-rotated", "adobe-rgb", "odd-size", "small", "resized-224", "draft-to-224", "large-quarter",
+        "large-eighth"}
 # Kinds today's resize lists as failures, with (the start of) their reason.
 FAILING = {"no-eoi": "corrupt or truncated JPEG", "truncated": "corrupt or truncated JPEG",
            "corrupt": "corrupt or truncated JPEG", "header-only": "corrupt or truncated JPEG",
@@ -127,6 +130,10 @@ def test_fast_decode_is_pillows_draft_decode_pixel_for_pixel(kind, target):
     expected = _pillow_draft(data, target)
     assert got.shape == expected.shape and got.dtype == np.uint8
     np.testing.assert_array_equal(got, expected)
+    with Image.open(io.BytesIO(data)) as header:
+        padded = jpeg.decode_rgb(data, header, target, rgbx=True)
+    np.testing.assert_array_equal(padded[..., :3], expected)
+    assert (padded[..., 3] == 255).all()
 
 
 @pytest.mark.parametrize("kind, scale", [("large-quarter", 4), ("large-eighth", 8), ("baseline-420", 1)])
@@ -296,6 +303,7 @@ def test_decode_is_a_setting_of_the_manifest(tmp_path):
 PREPROCESSINGS = {
     "square": Preprocessing(224, 224, (0.5,) * 3, (0.5,) * 3),
     "shorter-crop": Preprocessing(224, 256, (0.5,) * 3, (0.5,) * 3, interpolation="bicubic"),
+    "crop-only": Preprocessing(200, 224, (0.5,) * 3, (0.5,) * 3),  # 224 shorter side, 200 crop
     "aspect": Preprocessing(96, 96, (0.5,) * 3, (0.5,) * 3, preserve_aspect_ratio=True),
     "floor-crop": Preprocessing(40, 57, (0.5,) * 3, (0.5,) * 3, crop_offset="floor"),
 }
@@ -311,7 +319,10 @@ def _loaded(function, path: Path, preprocessing: Preprocessing) -> np.ndarray | 
 
 @pytest.mark.parametrize("preprocessing", sorted(PREPROCESSINGS))
 def test_embedding_input_is_unchanged_for_every_kind(preprocessing, tmp_path, monkeypatch):
-    """Same arrays as the Pillow path (so the embedding cache key stays), same failure reasons."""
+    """Same arrays as the Pillow path (so the embedding cache key stays), same failure reasons;
+    the fast decoder is used exactly for the JPEGs it takes that need no resize."""
+    from vsbench.embed import _resized_size
+
     used_fast = []
     real = jpeg.decode_rgb
 
@@ -322,6 +333,7 @@ def test_embedding_input_is_unchanged_for_every_kind(preprocessing, tmp_path, mo
 
     monkeypatch.setattr(jpeg, "decode_rgb", counting)
     prep = PREPROCESSINGS[preprocessing]
+    fast_kinds = set()
     for kind, data in sorted(KINDS.items()):
         path = tmp_path / f"{kind}.jpg"
         path.write_bytes(data)
@@ -331,9 +343,20 @@ def test_embedding_input_is_unchanged_for_every_kind(preprocessing, tmp_path, mo
             assert fast == pillow, kind
         else:
             assert isinstance(fast, np.ndarray), (kind, fast)
+            assert fast.dtype == np.uint8 and fast.flags["C_CONTIGUOUS"]
             np.testing.assert_array_equal(fast, pillow, err_msg=kind)
-        assert any(used_fast) == (kind in FAST), kind
+        if kind in FAST:
+            with Image.open(io.BytesIO(data)) as header:
+                target = _resized_size(*header.size, prep)
+            no_resize = _pillow_draft(data, target).shape[:2] == (target[1], target[0])
+            assert any(used_fast) == no_resize, kind
+            if no_resize:
+                fast_kinds.add(kind)
+        else:
+            assert not any(used_fast), kind
         if kind in ("truncated", "baseline-420"):  # ImageFiles reports what load_image gives
             _, array, reason = ImageFiles([path], prep)[0]
             assert (reason if array is None else array.shape) == (
                 pillow if isinstance(pillow, str) else pillow.shape)
+    expected = {"square": {"resized-224"}, "crop-only": {"resized-224", "draft-to-224"}}
+    assert expected.get(preprocessing, set()) <= fast_kinds, fast_kinds

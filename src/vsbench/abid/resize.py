@@ -94,7 +94,7 @@ def resize_image_bytes(data: bytes, size: int, quality: int = 75, decode: Decode
             if image.format != "JPEG":
                 raise ValueError(f"not a JPEG ({image.format or 'unknown format'})")
             if decode == "fast":
-                pixels = jpeg.decode_rgb(data, image, (size, size))  # None: the Pillow path below
+                pixels = jpeg.decode_rgb(data, image, (size, size), rgbx=True)  # None: the Pillow path below
             if pixels is None:
                 if decode != "full":
                     image.draft("RGB", (size, size))
@@ -106,7 +106,7 @@ def resize_image_bytes(data: bytes, size: int, quality: int = 75, decode: Decode
     if pixels is not None:
         if pixels.shape[:2] != (size, size):
             pixels = resize_bilinear(pixels, (size, size))
-        return _encode(Image.fromarray(pixels), quality)
+        return _encode(Image.frombuffer("RGB", (size, size), pixels, "raw", "RGBX", 0, 1), quality)
     return _encode(rgb.resize((size, size), Image.Resampling.BILINEAR), quality)
 
 

@@ -58,8 +58,13 @@ def draft_scale(size: tuple[int, int], target: tuple[int, int] | None) -> int:
     return next((s for s in DRAFT_SCALES if room >= s), 1)
 
 
-def decode_rgb(data: bytes, header: Image.Image, target: tuple[int, int] | None = None) -> np.ndarray | None:
+def decode_rgb(data: bytes, header: Image.Image, target: tuple[int, int] | None = None, *,
+               rgbx: bool = False) -> np.ndarray | None:
     """``data``'s pixels as a uint8 (H, W, 3) RGB array, or None when the caller must use Pillow.
+
+    ``rgbx``: (H, W, 4) instead, the same RGB and a fourth channel of 255 (libjpeg-turbo writes
+    it at no extra cost; torch's resize kernel works on 4 channels internally and Pillow stores
+    RGB as RGBX, so the resize step saves two repackings).
 
     ``header`` is ``data`` opened by Pillow and not yet loaded (``Image.open`` reads the header
     only). With ``target`` (width, height) the JPEG is decoded at the DCT scale Pillow's
@@ -78,16 +83,17 @@ def decode_rgb(data: bytes, header: Image.Image, target: tuple[int, int] | None 
     if scale > 1 and max(width, height) < 8:
         return None  # too small to be sure which M/8 libjpeg-turbo would pick (see below)
     expected = (math.ceil(height / scale), math.ceil(width / scale))
+    colorspace, channels = ("RGBX", 4) if rgbx else ("RGB", 3)
     try:
         if scale == 1:
-            pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+            pixels = simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True)
         else:
             # The smallest M/8 that reaches these sizes on both sides is exactly 1/scale (M = 8/scale):
             # (M - 1)/8 falls short by at least max(width, height)/8 >= 1 pixel on the longer side.
-            pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True,
+            pixels = simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True,
                                             min_width=expected[1], min_height=expected[0])
     except Exception:  # noqa: BLE001 - any complaint from libjpeg-turbo sends the file to Pillow
         return None
-    if pixels.shape != (*expected, 3) or pixels.dtype != np.uint8:
+    if pixels.shape != (*expected, channels) or pixels.dtype != np.uint8:
         return None
     return pixels
