@@ -24,10 +24,11 @@ Difference: every method's JPEG output is decoded to an array and compared with 
 challenge's output for the same input: mean absolute difference in 0..255 levels over all
 pixels and channels.
 
-Embedding input: ``vsbench.embed.load_image`` (the same decoder, then Pillow's resize and crop)
-against ``load_image_pillow`` (Pillow's decoder, as before), images/s on one core for two
-preprocessings (a 224 square, and 256 shorter side + 224 crop), with a check that both give
-the same arrays.
+Embedding input: ``vsbench.embed.load_image`` (the fast decoder where no resize follows, Pillow
+otherwise) against ``load_image_pillow`` (Pillow for everything, as before), images/s on one
+core for two preprocessings (a 224 square, and 256 shorter side + 224 crop) on the resize step's
+224x224 outputs (what ``abid_embeddings`` reads), the ABID-sized and the large photos, with a
+check that both give the same arrays.
 
 Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--json out.json]``.
 The JSON has, at the top level, ``abid_speedup`` (fast, 1 worker, per core / the challenge's loop
@@ -204,6 +205,15 @@ def _preprocessings() -> dict[str, Any]:
 PREPROCESSINGS = _preprocessings()
 
 
+def resized_images(data: Path, out: Path, size: int, quality: int) -> list[Path]:
+    """The resize step's own outputs (what ``abid_embeddings`` embeds), made untimed."""
+    from vsbench.abid.resize import resize_abid
+
+    shutil.rmtree(out, ignore_errors=True)
+    resize_abid(data, out, size=size, quality=quality, workers=1, progress=False)
+    return sorted(out.glob("*.jpg"))
+
+
 def embed_loading(label: str, paths: list[Path], name: str, preprocessing: Any, repeat: int) -> dict[str, Any]:
     """load_image (fast decoder) against load_image_pillow (before) on the same files, one process,
     rounds interleaved, best kept; and whether every array is the same."""
@@ -349,7 +359,10 @@ def main(argv: list[str] | None = None) -> int:
                                 args.repeat)
     shutil.rmtree(scratch, ignore_errors=True)
 
-    loading = [embed_loading("ABID-sized", small, name, prep, args.repeat) for name, prep in PREPROCESSINGS.items()]
+    resized = resized_images(small_data, args.workdir / "resize-stage" / "resized", size, quality)
+    loading = [embed_loading(f"{size}x{size} (resize output)", resized, name, prep, args.repeat)
+               for name, prep in PREPROCESSINGS.items()]
+    loading += [embed_loading("ABID-sized", small, name, prep, args.repeat) for name, prep in PREPROCESSINGS.items()]
     if large:
         loading += [embed_loading("1600x1200", large, name, prep, args.repeat)
                     for name, prep in PREPROCESSINGS.items()]
