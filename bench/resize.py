@@ -205,13 +205,55 @@ def _preprocessings() -> dict[str, Any]:
 PREPROCESSINGS = _preprocessings()
 
 
-def resized_images(data: Path, out: Path, size: int, quality: int) -> list[Path]:
+def resized_images(data: Path, out: Path, size: int, quality: int, decode: str = "fast") -> list[Path]:
     """The resize step's own outputs (what ``abid_embeddings`` embeds), made untimed."""
     from vsbench.abid.resize import resize_abid
 
     shutil.rmtree(out, ignore_errors=True)
-    resize_abid(data, out, size=size, quality=quality, workers=1, progress=False)
+    resize_abid(data, out, size=size, quality=quality, decode=decode, workers=1, progress=False)  # type: ignore[arg-type]
     return sorted(out.glob("*.jpg"))
+
+
+def descriptor_agreement(fast: list[Path], full: list[Path], sources: list[Path], count: int,
+                         scratch: Path) -> dict[str, Any]:
+    """ImageNet ``efficientnet_lite0`` descriptors of the same photos resized with ``fast`` and
+    with ``full`` (the challenge's bytes): cosine of each pair, and whether each fast image's
+    nearest neighbour among the full ones is its own twin. How much the ~0.04-level difference
+    moves what a network sees; for scale, the same between the challenge's output and its own
+    pixels before the JPEG encoding (lossless PNG), a loss every baseline already lives with."""
+    import torch
+
+    from vsbench.embed import load_image, normalizer
+    from vsbench.models.registry import build_model
+
+    model = build_model("efficientnet_lite0").eval()
+    model_size = Image.open(full[0]).size
+    scale, shift = normalizer(model.preprocessing, torch.device("cpu"))
+
+    def describe_all(paths: list[Path]) -> torch.Tensor:
+        batch = torch.from_numpy(np.stack([load_image(p, model.preprocessing) for p in paths]))
+        with torch.inference_mode():
+            x = batch.permute(0, 3, 1, 2).float().mul_(scale).add_(shift)
+            return torch.nn.functional.normalize(model(x).float(), dim=1)
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    unencoded = []
+    for source in sources[:count]:
+        with Image.open(source) as image:
+            target = scratch / f"{source.stem}.png"
+            image.convert("RGB").resize(model_size, Image.BILINEAR).save(target)
+        unencoded.append(target)
+    a, b, c = describe_all(fast[:count]), describe_all(full[:count]), describe_all(unencoded)
+    shutil.rmtree(scratch, ignore_errors=True)
+    cosine, encoding = (a * b).sum(1), (b * c).sum(1)
+    same_nearest = float((a @ b.T).argmax(1).eq(torch.arange(len(a))).float().mean())
+    result = {"model": "efficientnet_lite0 (ImageNet)", "images": len(a), "mean_cosine": round(float(cosine.mean()), 6),
+              "min_cosine": round(float(cosine.min()), 6), "nearest_is_twin": round(same_nearest, 4),
+              "challenge_vs_unencoded_mean_cosine": round(float(encoding.mean()), 6),
+              "challenge_vs_unencoded_min_cosine": round(float(encoding.min()), 6)}
+    log(f"  descriptors fast vs full: {result}")
+    return result
 
 
 def embed_loading(label: str, paths: list[Path], name: str, preprocessing: Any, repeat: int) -> dict[str, Any]:
@@ -317,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the "
                         "all-cores row")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best per method is kept")
+    parser.add_argument("--descriptors", type=int, default=64, help="photos whose fast and full outputs are "
+                        "embedded with efficientnet_lite0 to compare descriptors (0 to skip)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="cache and scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -360,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(scratch, ignore_errors=True)
 
     resized = resized_images(small_data, args.workdir / "resize-stage" / "resized", size, quality)
+    agreement = None
+    if args.descriptors > 0:
+        exact = resized_images(small_data, args.workdir / "resize-stage" / "resized-full", size, quality, "full")
+        agreement = descriptor_agreement(resized, exact, small, args.descriptors,
+                                         args.workdir / "resize-stage" / "unencoded")
     loading = [embed_loading(f"{size}x{size} (resize output)", resized, name, prep, args.repeat)
                for name, prep in PREPROCESSINGS.items()]
     loading += [embed_loading("ABID-sized", small, name, prep, args.repeat) for name, prep in PREPROCESSINGS.items()]
@@ -392,6 +441,13 @@ def main(argv: list[str] | None = None) -> int:
         "abid_mean_abs_diff": round(fast_small.mad_vs_challenge or 0.0, 4),
         "large_mean_abs_diff": round(fast_large.mad_vs_challenge or 0.0, 4) if fast_large else None,
     }
+    if agreement:
+        print()
+        print(f"Descriptors, fast vs full outputs ({agreement['model']}, {agreement['images']} photos): "
+              f"mean cosine {agreement['mean_cosine']}, min {agreement['min_cosine']}, "
+              f"nearest neighbour is the twin for {agreement['nearest_is_twin']:.0%}; for scale, the challenge's "
+              f"output vs its pixels before JPEG encoding: mean {agreement['challenge_vs_unencoded_mean_cosine']}, "
+              f"min {agreement['challenge_vs_unencoded_min_cosine']}")
     print()
     print("  ".join(f"{k} {v}" for k, v in figures.items()))
     write_json(args.json, {
@@ -400,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         "small": {"inputs": describe(small), "results": [asdict(r) for r in small_results]},
         "large": {"inputs": large_desc, "results": [asdict(r) for r in large_results]},
         "embed_loading": loading,
+        "descriptor_agreement": agreement,
         "machine": machine_info(),
     })
     return 0
