@@ -33,8 +33,9 @@ check that both give the same arrays.
 Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--json out.json]``.
 The JSON has, at the top level, ``abid_speedup`` (fast, 1 worker, per core / the challenge's loop
 per core, ABID-sized), ``large_speedup`` (the same on 1600x1200 photos), ``abid_mean_abs_diff``
-(fast's output vs the challenge's, ABID-sized) and ``embed_loading`` (before/after per set and
-preprocessing).
+(fast's output vs the challenge's, ABID-sized), ``large_mean_abs_diff``,
+``abid_speedup_in_memory`` (the same steps on bytes in memory, no file reads or writes),
+``embed_loading`` (before/after per set and preprocessing) and ``descriptor_agreement``.
 """
 
 from __future__ import annotations
@@ -187,6 +188,48 @@ def torchvision_path(size: int, quality: int) -> Method:
             (out / p.name).write_bytes(tio.encode_jpeg(small, quality=quality).numpy().tobytes())
 
     return run
+
+
+# --- in memory ----------------------------------------------------------------------------------
+
+
+def in_memory(paths: list[Path], size: int, quality: int, repeat: int) -> dict[str, Any]:
+    """The challenge's steps and ``resize_image_bytes(decode="fast")`` on bytes already in memory,
+    outputs kept in memory: the compute alone, without reading and writing files (whose cost,
+    the same for both, depends on the file system and dilutes the ratio). One thread."""
+    import io
+
+    import torch
+
+    from vsbench.abid.resize import resize_image_bytes
+
+    datas = [p.read_bytes() for p in paths]
+
+    def challenge(data: bytes) -> bytes:
+        buffer = io.BytesIO()
+        Image.open(io.BytesIO(data)).convert("RGB").resize((size, size), Image.BILINEAR).save(buffer, format="JPEG")
+        return buffer.getvalue()
+
+    def fast(data: bytes) -> bytes:
+        return resize_image_bytes(data, size, quality, "fast")
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    best = {"challenge": math.inf, "fast": math.inf}
+    try:
+        for _ in range(max(1, repeat)):
+            for name, function in (("challenge", challenge), ("fast", fast)):
+                started = time.perf_counter()
+                for data in datas:
+                    function(data)
+                best[name] = min(best[name], time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(threads)
+    result = {"images": len(datas), "challenge_ms_per_image": round(best["challenge"] / len(datas) * 1e3, 3),
+              "fast_ms_per_image": round(best["fast"] / len(datas) * 1e3, 3),
+              "speedup": round(best["challenge"] / best["fast"], 3)}
+    log(f"  in memory: {result}")
+    return result
 
 
 # --- embedding input ------------------------------------------------------------------------------
@@ -403,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                                 args.repeat)
     shutil.rmtree(scratch, ignore_errors=True)
 
+    memory = in_memory(small, size, quality, args.repeat)
     resized = resized_images(small_data, args.workdir / "resize-stage" / "resized", size, quality)
     agreement = None
     if args.descriptors > 0:
@@ -428,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("MAD = mean absolute difference to the challenge loop's output, 0..255 levels, decoded arrays.")
     print()
+    print(f"In memory (no file reads or writes), ABID-sized, 1 thread: challenge {memory['challenge_ms_per_image']} "
+          f"ms/image, fast {memory['fast_ms_per_image']} ms/image: {memory['speedup']:.2f}x")
+    print()
     print("Embedding input (vsbench.embed): decode + resize + crop, one core")
     print(format_table(
         ["images", "preprocessing", "count", "before (Pillow) img/s", "after img/s", "x before", "same arrays"],
@@ -440,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         "large_speedup": round(fast_large.vs_challenge_per_core or 0.0, 3) if fast_large else None,
         "abid_mean_abs_diff": round(fast_small.mad_vs_challenge or 0.0, 4),
         "large_mean_abs_diff": round(fast_large.mad_vs_challenge or 0.0, 4) if fast_large else None,
+        "abid_speedup_in_memory": memory["speedup"],
     }
     if agreement:
         print()
@@ -455,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "resize", "size": size, "quality": quality, "repeat": args.repeat,
         "small": {"inputs": describe(small), "results": [asdict(r) for r in small_results]},
         "large": {"inputs": large_desc, "results": [asdict(r) for r in large_results]},
+        "in_memory": memory,
         "embed_loading": loading,
         "descriptor_agreement": agreement,
         "machine": machine_info(),
