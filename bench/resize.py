@@ -1,13 +1,20 @@
 """Bench: resizing bin photos to 224x224 — images per second per core, and how far outputs drift.
 
 Why: the challenge resizes every bin image with one Pillow loop on one core. vsbench's
-``resize_abid`` keeps the same filter (Pillow's antialiased bilinear) so that its outputs are the
-challenge's outputs, and adds JPEG draft mode (libjpeg decodes at 1/2, 1/4, 1/8 scale when the
-photo is that much larger than the target) and a process pool. This bench measures what each
-of those buys, on the ABID-sized photos (~450x370, where draft mode cannot reduce: 1/2 scale
-would fall under 224 px) and on large 1600x1200 photos (where it reduces 4x), and checks that
-the outputs stay close to the challenge's. A torchvision.io path (libjpeg-turbo decode,
-antialiased bilinear resize on uint8 tensors, encode) is measured for comparison, one thread.
+``resize_abid`` keeps the same filter (antialiased bilinear) and encoder (Pillow's, quality 75)
+and has three decode modes, all measured here in one run beside the challenge's loop:
+
+* ``fast`` (the default): libjpeg-turbo through simplejpeg (Pillow's pixels, less overhead;
+  draft-mode DCT scaling for large photos) and torch's uint8 antialiased bilinear kernel, one
+  thread per process; bad or unusual files fall back to ``draft``;
+* ``draft``: Pillow, with JPEG draft mode (libjpeg decodes at 1/2, 1/4, 1/8 scale when the photo
+  is that much larger than the target);
+* ``full``: the challenge's own steps, byte-identical outputs;
+
+plus a process pool. Inputs: ABID-sized photos (~460x360, where draft scaling cannot reduce:
+1/2 scale would fall under 224 px) and large 1600x1200 photos (where it reduces 4x). A
+torchvision.io path (libjpeg-turbo decode, antialiased resize, encode; one thread) is measured
+for comparison.
 
 Throughput is reported per core because that is what carries over to a cluster: a step gets
 N cores and goes N times faster (the all-cores row shows how close it gets on this machine,
@@ -15,9 +22,20 @@ which is shared with other work, so its per-core figure is a lower bound).
 
 Difference: every method's JPEG output is decoded to an array and compared with the
 challenge's output for the same input: mean absolute difference in 0..255 levels over all
-pixels and channels. Re-encoding alone (another JPEG encoder or quantisation) costs ~1 level.
+pixels and channels.
 
-Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--json out.json]``
+Embedding input: ``vsbench.embed.load_image`` (the fast decoder where no resize follows, Pillow
+otherwise) against ``load_image_pillow`` (Pillow for everything, as before), images/s on one
+core for two preprocessings (a 224 square, and 256 shorter side + 224 crop) on the resize step's
+224x224 outputs (what ``abid_embeddings`` reads), the ABID-sized and the large photos, with a
+check that both give the same arrays.
+
+Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--json out.json]``.
+The JSON has, at the top level, ``abid_speedup`` (fast, 1 worker, per core / the challenge's loop
+per core, ABID-sized), ``large_speedup`` (the same on 1600x1200 photos), ``abid_mean_abs_diff``
+(fast's output vs the challenge's, ABID-sized), ``large_mean_abs_diff``,
+``abid_speedup_in_memory`` (the same steps on bytes in memory, no file reads or writes),
+``embed_loading`` (before/after per set and preprocessing) and ``descriptor_agreement``.
 """
 
 from __future__ import annotations
@@ -31,6 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -51,6 +70,7 @@ from _common import (
 
 LARGE_SIZE = (1600, 1200)
 CHALLENGE = "challenge loop (PIL, 1 core)"
+FAST = "vsbench resize_abid fast, 1 worker"
 
 
 @dataclass
@@ -170,6 +190,137 @@ def torchvision_path(size: int, quality: int) -> Method:
     return run
 
 
+# --- in memory ----------------------------------------------------------------------------------
+
+
+def in_memory(paths: list[Path], size: int, quality: int, repeat: int) -> dict[str, Any]:
+    """The challenge's steps and ``resize_image_bytes(decode="fast")`` on bytes already in memory,
+    outputs kept in memory: the compute alone, without reading and writing files (whose cost,
+    the same for both, depends on the file system and dilutes the ratio). One thread."""
+    import io
+
+    import torch
+
+    from vsbench.abid.resize import resize_image_bytes
+
+    datas = [p.read_bytes() for p in paths]
+
+    def challenge(data: bytes) -> bytes:
+        buffer = io.BytesIO()
+        Image.open(io.BytesIO(data)).convert("RGB").resize((size, size), Image.BILINEAR).save(buffer, format="JPEG")
+        return buffer.getvalue()
+
+    def fast(data: bytes) -> bytes:
+        return resize_image_bytes(data, size, quality, "fast")
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    best = {"challenge": math.inf, "fast": math.inf}
+    try:
+        for _ in range(max(1, repeat)):
+            for name, function in (("challenge", challenge), ("fast", fast)):
+                started = time.perf_counter()
+                for data in datas:
+                    function(data)
+                best[name] = min(best[name], time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(threads)
+    result = {"images": len(datas), "challenge_ms_per_image": round(best["challenge"] / len(datas) * 1e3, 3),
+              "fast_ms_per_image": round(best["fast"] / len(datas) * 1e3, 3),
+              "speedup": round(best["challenge"] / best["fast"], 3)}
+    log(f"  in memory: {result}")
+    return result
+
+
+# --- embedding input ------------------------------------------------------------------------------
+
+
+def _preprocessings() -> dict[str, Any]:
+    from vsbench.models.registry import Preprocessing
+
+    imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    return {
+        "224 square, bilinear (abid_trunk)": Preprocessing(224, 224, *imagenet),
+        "256 shorter side, bicubic, 224 crop (efficientnet_lite0)": Preprocessing(224, 256, *imagenet, "bicubic"),
+    }
+
+
+PREPROCESSINGS = _preprocessings()
+
+
+def resized_images(data: Path, out: Path, size: int, quality: int, decode: str = "fast") -> list[Path]:
+    """The resize step's own outputs (what ``abid_embeddings`` embeds), made untimed."""
+    from vsbench.abid.resize import resize_abid
+
+    shutil.rmtree(out, ignore_errors=True)
+    resize_abid(data, out, size=size, quality=quality, decode=decode, workers=1, progress=False)  # type: ignore[arg-type]
+    return sorted(out.glob("*.jpg"))
+
+
+def descriptor_agreement(fast: list[Path], full: list[Path], sources: list[Path], count: int,
+                         scratch: Path) -> dict[str, Any]:
+    """ImageNet ``efficientnet_lite0`` descriptors of the same photos resized with ``fast`` and
+    with ``full`` (the challenge's bytes): cosine of each pair, and whether each fast image's
+    nearest neighbour among the full ones is its own twin. How much the ~0.04-level difference
+    moves what a network sees; for scale, the same between the challenge's output and its own
+    pixels before the JPEG encoding (lossless PNG), a loss every baseline already lives with."""
+    import torch
+
+    from vsbench.embed import load_image, normalizer
+    from vsbench.models.registry import build_model
+
+    model = build_model("efficientnet_lite0").eval()
+    model_size = Image.open(full[0]).size
+    scale, shift = normalizer(model.preprocessing, torch.device("cpu"))
+
+    def describe_all(paths: list[Path]) -> torch.Tensor:
+        batch = torch.from_numpy(np.stack([load_image(p, model.preprocessing) for p in paths]))
+        with torch.inference_mode():
+            x = batch.permute(0, 3, 1, 2).float().mul_(scale).add_(shift)
+            return torch.nn.functional.normalize(model(x).float(), dim=1)
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    unencoded = []
+    for source in sources[:count]:
+        with Image.open(source) as image:
+            target = scratch / f"{source.stem}.png"
+            image.convert("RGB").resize(model_size, Image.BILINEAR).save(target)
+        unencoded.append(target)
+    a, b, c = describe_all(fast[:count]), describe_all(full[:count]), describe_all(unencoded)
+    shutil.rmtree(scratch, ignore_errors=True)
+    cosine, encoding = (a * b).sum(1), (b * c).sum(1)
+    same_nearest = float((a @ b.T).argmax(1).eq(torch.arange(len(a))).float().mean())
+    result = {"model": "efficientnet_lite0 (ImageNet)", "images": len(a), "mean_cosine": round(float(cosine.mean()), 6),
+              "min_cosine": round(float(cosine.min()), 6), "nearest_is_twin": round(same_nearest, 4),
+              "challenge_vs_unencoded_mean_cosine": round(float(encoding.mean()), 6),
+              "challenge_vs_unencoded_min_cosine": round(float(encoding.min()), 6)}
+    log(f"  descriptors fast vs full: {result}")
+    return result
+
+
+def embed_loading(label: str, paths: list[Path], name: str, preprocessing: Any, repeat: int) -> dict[str, Any]:
+    """load_image (fast decoder) against load_image_pillow (before) on the same files, one process,
+    rounds interleaved, best kept; and whether every array is the same."""
+    from vsbench.embed import load_image, load_image_pillow
+
+    for path in paths:  # page cache warm for both
+        path.read_bytes()
+    best = {"before": math.inf, "after": math.inf}
+    arrays: dict[str, list[np.ndarray]] = {}
+    for _ in range(max(1, repeat)):
+        for key, function in (("before", load_image_pillow), ("after", load_image)):
+            started = time.perf_counter()
+            arrays[key] = [function(p, preprocessing) for p in paths]
+            best[key] = min(best[key], time.perf_counter() - started)
+    identical = all(np.array_equal(a, b) for a, b in zip(arrays["before"], arrays["after"], strict=True))
+    before, after = len(paths) / best["before"], len(paths) / best["after"]
+    log(f"  embed loading {label}, {name}: before {before:.0f}/s, after {after:.0f}/s, identical {identical}")
+    return {"images": label, "preprocessing": name, "count": len(paths),
+            "before_images_per_second": round(before, 1), "after_images_per_second": round(after, 1),
+            "speedup": round(after / before, 3), "identical": identical}
+
+
 # --- measuring -----------------------------------------------------------------------------------
 
 
@@ -251,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the "
                         "all-cores row")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best per method is kept")
+    parser.add_argument("--descriptors", type=int, default=64, help="photos whose fast and full outputs are "
+                        "embedded with efficientnet_lite0 to compare descriptors (0 to skip)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="cache and scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -266,10 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     size, quality, workers = args.size, args.quality, max(1, args.workers)
     methods: list[tuple[str, int, Method]] = [
         (CHALLENGE, 1, challenge_loop(size)),
+        (FAST, 1, vsbench_resize(size, quality, "fast", 1)),
         ("vsbench resize_abid draft, 1 worker", 1, vsbench_resize(size, quality, "draft", 1)),
         ("vsbench resize_abid full, 1 worker", 1, vsbench_resize(size, quality, "full", 1)),
-        (f"vsbench resize_abid draft, {workers} workers", workers,
-         vsbench_resize(size, quality, "draft", workers)),
+        (f"vsbench resize_abid fast, {workers} workers", workers, vsbench_resize(size, quality, "fast", workers)),
         ("torchvision.io decode+resize+encode, 1 thread", 1, torchvision_path(size, quality)),
     ]
     log(f"small set: {describe(small)}")
@@ -277,19 +430,35 @@ def main(argv: list[str] | None = None) -> int:
 
     large_results: list[Measured] = []
     large_desc = ""
+    large: list[Path] = []
     if args.large > 0:
         large = make_large(small[: args.large], args.workdir / "resize-stage" / "large")
         large_desc = describe(large)
         log(f"large set: {large_desc}")
         large_methods = [
             (CHALLENGE, 1, challenge_loop(size)),
-            ("vsbench resize_abid full, 1 worker", 1, vsbench_resize(size, quality, "full", 1)),
+            (FAST, 1, vsbench_resize(size, quality, "fast", 1)),
             ("vsbench resize_abid draft, 1 worker", 1, vsbench_resize(size, quality, "draft", 1)),
+            ("vsbench resize_abid full, 1 worker", 1, vsbench_resize(size, quality, "full", 1)),
             ("torchvision.io decode+resize+encode, 1 thread", 1, torchvision_path(size, quality)),
         ]
         large_results = measure("large", large[0].parent.parent, len(large), large_methods, scratch,
                                 args.repeat)
     shutil.rmtree(scratch, ignore_errors=True)
+
+    memory = in_memory(small, size, quality, args.repeat)
+    resized = resized_images(small_data, args.workdir / "resize-stage" / "resized", size, quality)
+    agreement = None
+    if args.descriptors > 0:
+        exact = resized_images(small_data, args.workdir / "resize-stage" / "resized-full", size, quality, "full")
+        agreement = descriptor_agreement(resized, exact, small, args.descriptors,
+                                         args.workdir / "resize-stage" / "unencoded")
+    loading = [embed_loading(f"{size}x{size} (resize output)", resized, name, prep, args.repeat)
+               for name, prep in PREPROCESSINGS.items()]
+    loading += [embed_loading("ABID-sized", small, name, prep, args.repeat) for name, prep in PREPROCESSINGS.items()]
+    if large:
+        loading += [embed_loading("1600x1200", large, name, prep, args.repeat)
+                    for name, prep in PREPROCESSINGS.items()]
 
     print(f"Resize to {size}x{size} (JPEG q{quality}); best of {max(1, args.repeat)}; "
           f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
@@ -298,14 +467,45 @@ def main(argv: list[str] | None = None) -> int:
     print(table(small_results))
     if large_results:
         print()
-        print(f"Large photos (draft-mode effect): {large_desc}")
+        print(f"Large photos (draft-scale effect): {large_desc}")
         print(table(large_results))
     print()
     print("MAD = mean absolute difference to the challenge loop's output, 0..255 levels, decoded arrays.")
+    print()
+    print(f"In memory (no file reads or writes), ABID-sized, 1 thread: challenge {memory['challenge_ms_per_image']} "
+          f"ms/image, fast {memory['fast_ms_per_image']} ms/image: {memory['speedup']:.2f}x")
+    print()
+    print("Embedding input (vsbench.embed): decode + resize + crop, one core")
+    print(format_table(
+        ["images", "preprocessing", "count", "before (Pillow) img/s", "after img/s", "x before", "same arrays"],
+        [[r["images"], r["preprocessing"], r["count"], r["before_images_per_second"], r["after_images_per_second"],
+          r["speedup"], r["identical"]] for r in loading]))
+    fast_small = next(r for r in small_results if r.method == FAST)
+    fast_large = next((r for r in large_results if r.method == FAST), None)
+    figures = {
+        "abid_speedup": round(fast_small.vs_challenge_per_core or 0.0, 3),
+        "large_speedup": round(fast_large.vs_challenge_per_core or 0.0, 3) if fast_large else None,
+        "abid_mean_abs_diff": round(fast_small.mad_vs_challenge or 0.0, 4),
+        "large_mean_abs_diff": round(fast_large.mad_vs_challenge or 0.0, 4) if fast_large else None,
+        "abid_speedup_in_memory": memory["speedup"],
+    }
+    if agreement:
+        print()
+        print(f"Descriptors, fast vs full outputs ({agreement['model']}, {agreement['images']} photos): "
+              f"mean cosine {agreement['mean_cosine']}, min {agreement['min_cosine']}, "
+              f"nearest neighbour is the twin for {agreement['nearest_is_twin']:.0%}; for scale, the challenge's "
+              f"output vs its pixels before JPEG encoding: mean {agreement['challenge_vs_unencoded_mean_cosine']}, "
+              f"min {agreement['challenge_vs_unencoded_min_cosine']}")
+    print()
+    print("  ".join(f"{k} {v}" for k, v in figures.items()))
     write_json(args.json, {
+        **figures,
         "bench": "resize", "size": size, "quality": quality, "repeat": args.repeat,
         "small": {"inputs": describe(small), "results": [asdict(r) for r in small_results]},
         "large": {"inputs": large_desc, "results": [asdict(r) for r in large_results]},
+        "in_memory": memory,
+        "embed_loading": loading,
+        "descriptor_agreement": agreement,
         "machine": machine_info(),
     })
     return 0

@@ -69,17 +69,18 @@ def abid_prepare(
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
 def abid_resize(
-    data_root: str, size: int, workers: int, shard: int, num_shards: int, experiment: str, kfp_run_id: str,
-    manifest: Output[Artifact], metrics: Output[Metrics],
+    data_root: str, size: int, decode: str, workers: int, shard: int, num_shards: int, experiment: str,
+    kfp_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
 ):
     """Resize shard ``shard`` of the bin images into ``<data_root>/bin-images-resize`` (inside a
-    ParallelFor: the MLflow parent is found by the KFP run id)."""
+    ParallelFor: the MLflow parent is found by the KFP run id). ``decode``: fast, draft or full
+    (``vsbench abid resize --decode``)."""
     from vsbench.steps import abid_resize_step
     from vsbench.tracking import parent_run_for
 
     parent_run_id = parent_run_for(experiment, kfp_run_id)
-    result = abid_resize_step(f"{data_root}/raw", f"{data_root}/bin-images-resize", size=size, workers=workers,
-                              shard=shard, num_shards=num_shards, parent_run_id=parent_run_id,
+    result = abid_resize_step(f"{data_root}/raw", f"{data_root}/bin-images-resize", size=size, decode=decode,
+                              workers=workers, shard=shard, num_shards=num_shards, parent_run_id=parent_run_id,
                               manifest_path=manifest.path, progress=False)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

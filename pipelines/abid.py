@@ -37,6 +37,7 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
         val_fraction: float = 0.1,
         max_per_class: int = 20000,
         size: int = 224,
+        resize_decode: str = "fast",
         concurrency: int = 64,
         workers: int = 0,
         train_profile: str = "full",
@@ -46,7 +47,8 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
         params_json: str = "{}",
     ):
         """``limit`` 0 means the whole bucket; ``num_shards`` splits download and resize over that
-        many pods (by bin id modulo); ``workers`` 0 means all cores of the node; ``train_profile`` is
+        many pods (by bin id modulo); ``workers`` 0 means all cores of the node; ``resize_decode`` is
+        ``fast``, ``draft`` or ``full`` (``vsbench abid resize --decode``); ``train_profile`` is
         ``full`` (the challenge's settings) or ``demo`` (minutes on 2 CPU cores); ``train_overrides``
         is a JSON object of profile fields, e.g. ``{"epochs": 2}``."""
         with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
@@ -63,8 +65,8 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
                                    max_per_class=max_per_class, parent_run_id=parent).after(download)
             apply(prepare, "cpu", cluster)
             with dsl.ParallelFor(shards.output) as shard:
-                resize = abid_resize(data_root=data_root, size=size, workers=workers, shard=shard,
-                                     num_shards=num_shards, experiment=experiment,
+                resize = abid_resize(data_root=data_root, size=size, decode=resize_decode, workers=workers,
+                                     shard=shard, num_shards=num_shards, experiment=experiment,
                                      kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER).after(download)
                 apply(resize, "cpu", cluster, RETRIES["resize"])
             counting = abid_train_counting(data_root=data_root, profile=train_profile, overrides_json=train_overrides,

@@ -6,7 +6,8 @@ Shard ``i`` of ``n`` (a contiguous, balanced slice of the ids) writes
 :func:`merge_shards` puts the pieces back in order. A shard whose manifest says it is complete
 for the same model, options and ids is not recomputed: a retried step redoes only what is missing.
 
-Loading is built for the GPU: DataLoader workers decode and resize with Pillow and hand over
+Loading is built for the GPU: DataLoader workers decode and resize with Pillow (or, for JPEGs
+that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
 uint8 NHWC batches (4x smaller than float), which travel pinned and non-blocking; conversion and
 normalization happen on the device, the NHWC layout becomes channels_last for free, and the
 network runs under ``torch.inference_mode`` and autocast (bf16 where supported). Images that
@@ -39,6 +40,7 @@ from vsbench import __version__
 from vsbench.benchmarks.base import ImageSet
 from vsbench.device import DeviceSetup, setup_device
 from vsbench.features import FeatureError, FeatureSet, concatenate, load_features, save_features
+from vsbench.imaging import jpeg
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.storage import atomic_write_json
 
@@ -77,20 +79,79 @@ def load_image(path: Path, preprocessing: Preprocessing) -> np.ndarray:
     JPEG draft mode lets libjpeg decode at 1/2, 1/4 or 1/8 scale when the image is at least
     that much larger than the resize target (the antialiased resize still follows), which
     makes large photos several times cheaper to decode.
+
+    When no resize is needed (the image, or its draft-scale decode, already has the target
+    size: ABID's 224x224 resized images under a 224 model, say), the JPEG is decoded by
+    :func:`vsbench.imaging.jpeg.decode_rgb` straight into the array (libjpeg-turbo through
+    simplejpeg, Pillow's pixels exactly) and cropped there: no Pillow image is made at all,
+    which halves the cost. When a resize follows, Pillow decodes as before: getting an
+    external array into a Pillow image costs as much as the faster decode saves, and the
+    resize must stay Pillow's to keep the network's input the same. Either way the array is
+    :func:`load_image_pillow`'s (tests/unit/test_jpeg_decode.py), so the embedding cache needs no
+    new key; anything the fast decoder does not take (other formats, CMYK, files libjpeg-turbo
+    complains about) goes on with Pillow on the same opened file, as before, so the reason
+    listed for a bad file is word for word the old one.
     """
+    return _load(path, preprocessing, fast=True)
+
+
+def load_image_pillow(path: Path, preprocessing: Preprocessing) -> np.ndarray:
+    """:func:`load_image` with Pillow's decoder for every image (as before the fast decoder)."""
+    return _load(path, preprocessing, fast=False)
+
+
+def _load(path: Path, preprocessing: Preprocessing, *, fast: bool) -> np.ndarray:
     with Image.open(path) as image:
         target = _resized_size(*image.size, preprocessing)
+        if fast:
+            pixels = _decode_without_resize(Path(path), image, target, preprocessing)
+            if pixels is not None:
+                return pixels
         image.draft("RGB", target)
         rgb = image.convert("RGB")
+    return _resize_and_crop(rgb, target, preprocessing)
+
+
+def _decode_without_resize(path: Path, header: Image.Image, target: tuple[int, int],
+                           preprocessing: Preprocessing) -> np.ndarray | None:
+    """The finished array when the JPEG decodes at the target size and the crop lies inside it;
+    else None: Pillow's path goes on with the same, still unloaded ``header`` (a Pillow image
+    opened from the path decodes a little faster than one opened from bytes in memory)."""
+    if header.format != "JPEG":
+        return None
+    scale = jpeg.draft_scale(header.size, target)
+    if (-(-header.size[0] // scale), -(-header.size[1] // scale)) != target:
+        return None  # a resize follows: Pillow's path is as fast
+    left, top, right, bottom = _crop_box(target, preprocessing)
+    if left < 0 or top < 0 or right > target[0] or bottom > target[1]:
+        return None  # Pillow pads a crop that leaves the image; keep that to Pillow
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    pixels = jpeg.decode_rgb(data, header, target)
+    if pixels is None:
+        return None
+    return np.ascontiguousarray(pixels[top:bottom, left:right])
+
+
+def _crop_box(target: tuple[int, int], preprocessing: Preprocessing) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of the center crop in the resized image (all of it without one)."""
+    if not preprocessing.crops:
+        return 0, 0, target[0], target[1]
+    side = preprocessing.input_size
+    if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
+        left, top = (target[0] - side) // 2, (target[1] - side) // 2
+    else:  # torchvision's CenterCrop: round half to even
+        left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
+    return left, top, left + side, top + side
+
+
+def _resize_and_crop(rgb: Image.Image, target: tuple[int, int], preprocessing: Preprocessing) -> np.ndarray:
     if rgb.size != target:
         rgb = rgb.resize(target, RESAMPLE[preprocessing.interpolation])
     if preprocessing.crops:
-        side = preprocessing.input_size
-        if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
-            left, top = (target[0] - side) // 2, (target[1] - side) // 2
-        else:  # torchvision's CenterCrop: round half to even
-            left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
-        rgb = rgb.crop((left, top, left + side, top + side))
+        rgb = rgb.crop(_crop_box(target, preprocessing))
     return np.asarray(rgb, dtype=np.uint8)
 
 

@@ -88,18 +88,20 @@ def abid_prepare_step(
 
 
 def abid_resize_step(
-    data: str, out: str, *, size: int = 224, quality: int = 75, workers: int = 0, shard: int = 0,
-    num_shards: int = 1, parent_run_id: str = "", manifest_path: str | None = None, progress: bool = True,
+    data: str, out: str, *, size: int = 224, quality: int = 75, decode: str = "fast", workers: int = 0,
+    shard: int = 0, num_shards: int = 1, parent_run_id: str = "", manifest_path: str | None = None,
+    progress: bool = True,
 ) -> StepResult:
     """Resize every bin image; corrupt inputs are listed in the manifest and skipped."""
     from vsbench.abid.resize import resize_abid
 
-    params = {"size": size, "quality": quality, "workers": workers or "all cores", "shard": shard,
-              "num_shards": num_shards}
+    params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all cores",
+              "shard": shard, "num_shards": num_shards}
     started = time.perf_counter()
     with child_run(parent_run_id, _sharded("abid-resize", shard, num_shards), params) as tracker:
-        summary = resize_abid(Path(data), Path(out), size=size, quality=quality, workers=workers or None,
-                              progress=progress, shard=shard, num_shards=num_shards).as_dict()
+        summary = resize_abid(Path(data), Path(out), size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
+                              workers=workers or None, progress=progress, shard=shard,
+                              num_shards=num_shards).as_dict()
         metrics = _numbers(summary, ["inputs", "resized", "kept", "failed", "images_per_second"])
         return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "resize.json", started)
 

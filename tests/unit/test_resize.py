@@ -91,3 +91,26 @@ def test_written_files_follow_the_umask_not_mkstemps_0600(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert mode == 0o666 & ~umask
+
+
+def test_atomic_write_makes_folders_survives_a_stale_temporary_and_leaves_no_temporaries(tmp_path):
+    from vsbench import storage
+
+    target = tmp_path / "a" / "b" / "x.bin"
+    storage.atomic_write_bytes(target, b"one")  # the folder is made on the way
+    assert target.read_bytes() == b"one"
+    counter = storage._TMP_COUNTER
+    upcoming = next(counter)  # the next name this process would take, left behind by "a dead process"
+    storage._TMP_COUNTER = iter([upcoming])
+    try:
+        stale = target.parent / f".x.bin{storage.TMP_MARKER}{os.getpid()}-{upcoming}"
+        stale.write_bytes(b"stale")
+        storage.atomic_write_bytes(target, b"two")
+    finally:
+        storage._TMP_COUNTER = counter
+    assert target.read_bytes() == b"two" and stale.read_bytes() == b"stale"
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted([stale.name, "x.bin"])
+    stale.unlink()
+    for _ in range(3):
+        storage.atomic_write_bytes(target, b"three")
+    assert [p.name for p in target.parent.iterdir()] == ["x.bin"]

@@ -1,0 +1,362 @@
+"""The fast decoder (vsbench.imaging): Pillow's pixels or Pillow's path, for every kind of input.
+
+Every kind of file the resize step and embedding meet (good JPEGs of each subsampling,
+progressive, grayscale, EXIF-rotated, Adobe RGB, large photos decoded at 1/4 and 1/8 scale;
+CMYK, MPO, PNG named .jpg, empty, truncated, corrupt, with extraneous bytes) gives, with the fast
+decoder, the output of today's Pillow path within the stated difference, or exactly that output,
+or the same listed failure.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vsbench.abid.resize import MANIFEST_NAME, resize_abid, resize_image_bytes
+from vsbench.embed import ImageFiles, load_image, load_image_pillow
+from vsbench.imaging import jpeg
+from vsbench.imaging.resample import resize_bilinear
+from vsbench.models.registry import Preprocessing
+
+MAD_LIMIT = 1.5  # levels of 255: the promise of decode="fast" against the challenge's output
+ORIENTATION = 0x0112
+
+
+def _photo(width: int, height: int, seed: int) -> np.ndarray:
+    """Gradients, an edge and noise: something for every DCT frequency and the chroma."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = np.stack([x / width * 255, y / height * 255, ((x // 37 + y // 23) % 2) * 180 + 30], -1)
+    return np.clip(base + rng.normal(0, 18, (height, width, 3)), 0, 255).astype(np.uint8)
+
+
+def _save(image: Image.Image, **options) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, **{"format": "JPEG", **options})
+    return buffer.getvalue()
+
+
+def _kinds() -> dict[str, bytes]:
+    photo = Image.fromarray(_photo(430, 354, 1))  # ABID-sized
+    good = _save(photo, quality=90)
+    eoi = good.rfind(b"\xff\xd9")
+    exif = Image.Exif()
+    exif[ORIENTATION] = 6  # "rotate 90 CW to display": neither path applies it, as the challenge's
+    png = io.BytesIO()
+    photo.save(png, format="PNG")
+    return {
+        "baseline-420": good,
+        "baseline-444": _save(photo, quality=90, subsampling=0),
+        "baseline-422": _save(photo, quality=90, subsampling=1),
+        "progressive": _save(photo, quality=85, progressive=True),
+        "restart-markers": _save(photo, quality=90, restart_marker_blocks=3),
+        "grayscale": _save(photo.convert("L"), quality=90),
+        "exif-rotated": _save(photo, quality=90, exif=exif),
+        "adobe-rgb": _save(photo, quality=90, keep_rgb=True),
+        "odd-size": _save(Image.fromarray(_photo(231, 227, 2)), quality=90),
+        "small": _save(Image.fromarray(_photo(120, 90, 3)), quality=90),  # smaller than the target
+        "resized-224": _save(Image.fromarray(_photo(224, 224, 6)), quality=75),  # the resize step's output
+        "draft-to-224": _save(Image.fromarray(_photo(448, 460, 7)), quality=90),  # draft 1/2: 224x230
+        "large-quarter": _save(Image.fromarray(_photo(1000, 900, 4)), quality=85),  # draft 1/4
+        "large-eighth": _save(Image.fromarray(_photo(1900, 1800, 5)), quality=80, progressive=True),  # 1/8
+        "cmyk": _save(photo.convert("CMYK"), quality=90),
+        "mpo": _save(photo, format="MPO", save_all=True, append_images=[photo.rotate(90)]),
+        "extraneous-bytes": good[:eoi] + bytes(range(1, 41)) + good[eoi:],  # libjpeg warns, Pillow decodes
+        "no-eoi": good[:-2],
+        "truncated": good[: len(good) // 2],
+        "corrupt": good[:600] + bytes(range(256)) * 20,
+        "header-only": good[:300],
+        "png-named-jpg": png.getvalue(),
+        "empty": b"",
+    }
+
+
+KINDS = _kinds()
+# Kinds the fast decoder takes (the others go to Pillow, by design or because libjpeg complains).
+FAST = {"baseline-420", "baseline-444", "baseline-422", "progressive", "restart-markers", "grayscale",
+        "exif-rotated", "adobe-rgb", "odd-size", "small", "resized-224", "draft-to-224", "large-quarter",
+        "large-eighth"}
+# Kinds today's resize lists as failures, with (the start of) their reason.
+FAILING = {"no-eoi": "corrupt or truncated JPEG", "truncated": "corrupt or truncated JPEG",
+           "corrupt": "corrupt or truncated JPEG", "header-only": "corrupt or truncated JPEG",
+           "png-named-jpg": "not a JPEG (PNG)", "mpo": "not a JPEG (MPO)", "empty": "empty file"}
+
+
+def _pillow_draft(data: bytes, target: tuple[int, int] | None) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as image:
+        if target:
+            image.draft("RGB", target)
+        return np.asarray(image.convert("RGB"))
+
+
+def _fast(data: bytes, target: tuple[int, int] | None) -> np.ndarray | None:
+    with Image.open(io.BytesIO(data)) as header:
+        return jpeg.decode_rgb(data, header, target)
+
+
+def _decoded(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image.convert("RGB"), dtype=np.int16)
+
+
+def _mad(a: bytes, b: bytes) -> float:
+    return float(np.abs(_decoded(a) - _decoded(b)).mean())
+
+
+def _outcome(data: bytes, decode: str) -> bytes | str:
+    try:
+        return resize_image_bytes(data, 224, decode=decode)  # type: ignore[arg-type]
+    except ValueError as exc:
+        return f"failed: {exc}"
+
+
+# --- the decoder -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(FAST))
+@pytest.mark.parametrize("target", [None, (224, 224), (112, 112), (256, 300)])
+def test_fast_decode_is_pillows_draft_decode_pixel_for_pixel(kind, target):
+    data = KINDS[kind]
+    got = _fast(data, target)
+    assert got is not None, f"{kind} should take the fast path"
+    expected = _pillow_draft(data, target)
+    assert got.shape == expected.shape and got.dtype == np.uint8
+    np.testing.assert_array_equal(got, expected)
+    with Image.open(io.BytesIO(data)) as header:
+        padded = jpeg.decode_rgb(data, header, target, rgbx=True)
+    np.testing.assert_array_equal(padded[..., :3], expected)
+    assert (padded[..., 3] == 255).all()
+
+
+@pytest.mark.parametrize("kind, scale", [("large-quarter", 4), ("large-eighth", 8), ("baseline-420", 1)])
+def test_large_photos_are_decoded_at_pillows_draft_scale(kind, scale):
+    with Image.open(io.BytesIO(KINDS[kind])) as header:
+        width, height = header.size
+        assert jpeg.draft_scale(header.size, (224, 224)) == scale
+    assert _fast(KINDS[kind], (224, 224)).shape == (-(-height // scale), -(-width // scale), 3)
+
+
+def test_draft_scale_follows_pillow():
+    for size, target in [((1000, 900), (224, 224)), ((449, 449), (224, 224)), ((448, 500), (224, 224)),
+                         ((3000, 400), (224, 224)), ((100, 100), (224, 224)), ((2000, 1800), (250, 200))]:
+        image = Image.new("RGB", size)
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG")
+        with Image.open(buffer) as header:
+            header.draft("RGB", target)
+            pillow_scale = -(-size[0] // header.size[0])
+        assert jpeg.draft_scale(size, target) == pillow_scale, (size, target)
+
+
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - FAST - {"empty", "png-named-jpg"}))
+def test_other_kinds_are_left_to_pillow(kind):
+    try:
+        got = _fast(KINDS[kind], (224, 224))
+    except Exception:  # noqa: BLE001 - Pillow's header parser refused it: the caller's Pillow path reports it
+        return
+    assert got is None
+
+
+def test_images_over_pillows_pixel_limit_are_left_to_pillow(monkeypatch):
+    data = KINDS["baseline-420"]
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 430 * 354 - 1)
+    with pytest.warns(Image.DecompressionBombWarning):
+        assert _fast(data, (224, 224)) is None
+        fast = _outcome(data, "fast")
+    with pytest.warns(Image.DecompressionBombWarning):
+        assert fast == _outcome(data, "draft")
+
+
+def test_without_simplejpeg_everything_takes_pillows_path(monkeypatch):
+    monkeypatch.setattr(jpeg, "simplejpeg", None)
+    assert not jpeg.available()
+    data = KINDS["baseline-420"]
+    assert _fast(data, None) is None
+    assert _outcome(data, "fast") == _outcome(data, "draft")
+
+
+def test_torch_resize_is_pillows_bilinear_within_one_level():
+    for width, height in [(430, 354), (1000, 900), (231, 227), (120, 90)]:
+        pixels = _photo(width, height, width)
+        ours = resize_bilinear(pixels, (224, 224)).astype(np.int16)
+        pillow = np.asarray(Image.fromarray(pixels).resize((224, 224), Image.Resampling.BILINEAR), dtype=np.int16)
+        assert ours.flags["C_CONTIGUOUS"] and ours.shape == (224, 224, 3)
+        assert np.abs(ours - pillow).max() <= 1, (width, height)
+        assert np.abs(ours - pillow).mean() < 0.05, (width, height)
+    assert resize_bilinear(_photo(300, 200, 0), (64, 48)).shape == (48, 64, 3)
+
+
+# --- the resize step -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_resize_gives_drafts_output_or_drafts_failure(kind):
+    fast, draft = _outcome(KINDS[kind], "fast"), _outcome(KINDS[kind], "draft")
+    if kind in FAILING:
+        assert isinstance(draft, str) and draft.startswith(f"failed: {FAILING[kind]}"), draft
+        assert fast == draft
+    elif kind in FAST:
+        assert isinstance(fast, bytes) and isinstance(draft, bytes)
+        with Image.open(io.BytesIO(fast)) as image:
+            assert (image.format, image.mode, image.size) == ("JPEG", "RGB", (224, 224))
+        assert _mad(fast, draft) <= 0.5, kind  # same decode, torch's resize vs Pillow's, one re-encode
+    else:  # Pillow's path: today's bytes exactly
+        assert isinstance(draft, bytes) and fast == draft, kind
+
+
+def _challenge(data: bytes, tmp_path: Path) -> bytes:
+    """The challenge's own line, writing to a file as it does."""
+    p, q = tmp_path / "in.jpg", tmp_path / "out.jpg"
+    p.write_bytes(data)
+    Image.open(p).convert("RGB").resize((224, 224), Image.BILINEAR).save(q)
+    return q.read_bytes()
+
+
+@pytest.mark.parametrize("kind", sorted(FAST | {"cmyk", "extraneous-bytes"}))
+def test_full_decode_is_byte_identical_to_the_challenge_loop(kind, tmp_path):
+    assert _outcome(KINDS[kind], "full") == _challenge(KINDS[kind], tmp_path)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_fast_stays_within_the_stated_difference_of_the_challenge(seed, tmp_path):
+    """ABID-sized photos (no DCT scaling): fast vs the challenge's bytes, within MAD_LIMIT (in fact
+    far below: only the resize kernels' rounding and one re-encode differ). Large photos: fast is
+    draft mode's decode, so it is compared with draft (which differs from the challenge's full
+    decode as it does today)."""
+    for width, height in [(430, 354), (452, 368), (300, 250)]:
+        data = _save(Image.fromarray(_photo(width, height, seed)), quality=90)
+        challenge, fast = _challenge(data, tmp_path), _outcome(data, "fast")
+        assert _mad(fast, challenge) <= MAD_LIMIT
+        assert _mad(fast, challenge) < 0.3
+        assert fast != challenge  # the modes really differ (torch's kernel, not Pillow's)
+    large = _save(Image.fromarray(_photo(1600, 1200, seed)), quality=90)
+    assert _mad(_outcome(large, "fast"), _outcome(large, "draft")) < 0.3
+
+
+def _bin_images(root: Path, count: int) -> Path:
+    images = root / "data" / "bin-images"
+    images.mkdir(parents=True)
+    for index in range(1, count + 1):
+        (images / f"{index}.jpg").write_bytes(_save(Image.fromarray(_photo(160 + index, 120, index)), quality=85))
+    (images / f"{count + 1}.jpg").write_bytes(KINDS["truncated"])
+    (images / f"{count + 2}.jpg").write_bytes(KINDS["cmyk"])
+    return root / "data"
+
+
+def test_multi_worker_fast_resize_completes_after_the_parent_used_torch_threads(tmp_path):
+    """Forked workers must not hang on an OpenMP pool the parent started (a run with a timeout)."""
+    data = _bin_images(tmp_path, 40)
+    script = textwrap.dedent(f"""
+        import json, sys, torch
+        from pathlib import Path
+        torch.set_num_threads(2)
+        x = torch.rand(1, 3, 600, 600)
+        for _ in range(3):  # the parent's OpenMP threads are up and have run work
+            torch.nn.functional.interpolate(x, size=(300, 300), mode="bilinear", antialias=True)
+        from vsbench.abid.resize import resize_abid
+        summary = resize_abid(Path({str(data)!r}), Path({str(tmp_path / "pool")!r}), decode="fast", workers=2,
+                              progress=False)
+        assert torch.get_num_threads() == 2, torch.get_num_threads()  # the parent's setting is left alone
+        print(json.dumps([summary.resized, summary.failed]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [41, 1]
+    one = resize_abid(data, tmp_path / "one", decode="fast", workers=1, progress=False)
+    assert (one.resized, one.failed) == (41, 1)
+    for path in sorted((tmp_path / "one").glob("*.jpg")):
+        assert (tmp_path / "pool" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_in_process_resize_restores_torchs_threads(tmp_path):
+    import torch
+
+    data = _bin_images(tmp_path, 3)
+    before = torch.get_num_threads()
+    summary = resize_abid(data, tmp_path / "out", decode="fast", workers=1, progress=False)
+    assert (summary.resized, summary.failed) == (4, 1)
+    assert torch.get_num_threads() == before
+
+
+def test_decode_is_a_setting_of_the_manifest(tmp_path):
+    data = _bin_images(tmp_path, 3)
+    out = tmp_path / "out"
+    first = resize_abid(data, out, workers=1, progress=False)
+    assert first.decode == "fast" and json.loads((out / MANIFEST_NAME).read_text())["decode"] == "fast"
+    assert resize_abid(data, out, workers=1, progress=False).kept == 4
+    again = resize_abid(data, out, decode="full", workers=1, progress=False)
+    assert (again.resized, again.kept) == (4, 0)
+    with pytest.raises(ValueError, match="decode must be one of"):
+        resize_abid(data, out, decode="turbo", workers=1, progress=False)  # type: ignore[arg-type]
+
+
+# --- embedding -------------------------------------------------------------------------------
+
+PREPROCESSINGS = {
+    "square": Preprocessing(224, 224, (0.5,) * 3, (0.5,) * 3),
+    "shorter-crop": Preprocessing(224, 256, (0.5,) * 3, (0.5,) * 3, interpolation="bicubic"),
+    "crop-only": Preprocessing(200, 224, (0.5,) * 3, (0.5,) * 3),  # 224 shorter side, 200 crop
+    "aspect": Preprocessing(96, 96, (0.5,) * 3, (0.5,) * 3, preserve_aspect_ratio=True),
+    "floor-crop": Preprocessing(40, 57, (0.5,) * 3, (0.5,) * 3, crop_offset="floor"),
+}
+
+
+def _loaded(function, path: Path, preprocessing: Preprocessing) -> np.ndarray | str:
+    """The array, or the failure reason as ImageFiles writes it into the manifest."""
+    try:
+        return function(path, preprocessing)
+    except Exception as exc:  # noqa: BLE001 - as ImageFiles.__getitem__
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.mark.parametrize("preprocessing", sorted(PREPROCESSINGS))
+def test_embedding_input_is_unchanged_for_every_kind(preprocessing, tmp_path, monkeypatch):
+    """Same arrays as the Pillow path (so the embedding cache key stays), same failure reasons;
+    the fast decoder is used exactly for the JPEGs it takes that need no resize."""
+    from vsbench.embed import _resized_size
+
+    used_fast = []
+    real = jpeg.decode_rgb
+
+    def counting(*args, **kwargs):
+        result = real(*args, **kwargs)
+        used_fast.append(result is not None)
+        return result
+
+    monkeypatch.setattr(jpeg, "decode_rgb", counting)
+    prep = PREPROCESSINGS[preprocessing]
+    fast_kinds = set()
+    for kind, data in sorted(KINDS.items()):
+        path = tmp_path / f"{kind}.jpg"
+        path.write_bytes(data)
+        used_fast.clear()
+        fast, pillow = _loaded(load_image, path, prep), _loaded(load_image_pillow, path, prep)
+        if isinstance(pillow, str):
+            assert fast == pillow, kind
+        else:
+            assert isinstance(fast, np.ndarray), (kind, fast)
+            assert fast.dtype == np.uint8 and fast.flags["C_CONTIGUOUS"]
+            np.testing.assert_array_equal(fast, pillow, err_msg=kind)
+        if kind in FAST:
+            with Image.open(io.BytesIO(data)) as header:
+                target = _resized_size(*header.size, prep)
+            no_resize = _pillow_draft(data, target).shape[:2] == (target[1], target[0])
+            assert any(used_fast) == no_resize, kind
+            if no_resize:
+                fast_kinds.add(kind)
+        else:
+            assert not any(used_fast), kind
+        if kind in ("truncated", "baseline-420"):  # ImageFiles reports what load_image gives
+            _, array, reason = ImageFiles([path], prep)[0]
+            assert (reason if array is None else array.shape) == (
+                pillow if isinstance(pillow, str) else pillow.shape)
+    expected = {"square": {"resized-224"}, "crop-only": {"resized-224", "draft-to-224"}}
+    assert expected.get(preprocessing, set()) <= fast_kinds, fast_kinds
