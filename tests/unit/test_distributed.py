@@ -4,13 +4,17 @@ resumes from the last checkpoint, ending where an uninterrupted run ends.
 
 Tolerance of the 1-vs-2-process comparison. The two runs see the same samples in the same global
 batches with the same flips, and BatchNorm uses the global batch's statistics (GlobalBatchNorm on
-the CPU; without it the first epoch's loss is 2.00 instead of 1.65 and conv1's weights move by
+the CPU; without it, on an earlier generated set, the first loss was 2.00 instead of 1.65 and conv1 moved by
 0.9). What differs is only the order of floating-point sums: DDP's gradient all-reduce adds two
-half-batch gradients, the BN statistics add two half sums. Measured on this data: losses agree to
-3e-5 relative and weights to 2e-3 absolute after two SGD steps at lr 0.01, the same as one
-process with 1 instead of 2 threads (1.9e-3): ResNet-34 from scratch on 32 px images with batch 8
-has near-constant BN channels that amplify rounding. Hence LOSS_RTOL 1e-3 and WEIGHT_ATOL 5e-3,
-and one training step per epoch (a longer run drifts chaotically, with or without DDP).
+half-batch gradients, the BN statistics add two half sums. ResNet-34 from scratch on 32 px images
+with batch 8 has near-constant BN channels that amplify such rounding: after two steps one
+process with 1 instead of 2 threads moved conv1's weights by 2e-3 on one generated set and by
+2-3e-2 on the same bins resized another way, and the 2-process run drifted as far (its second
+epoch's loss 1.6% off). So the weights are compared after ONE step, against the spread the test
+measures on its own data (one process, 1 and 2 threads): here 7.4e-4 for the threads and 1.7e-3
+for 2 processes, within SPREAD_FACTOR times the spread plus WEIGHT_FLOOR. The first epoch's loss,
+from the initial weights, must agree to LOSS_RTOL. The 2-epoch run of the fixture serves the
+kill-and-resume test, which is bit for bit.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("ddp_faulty_worker.py")
 TIMEOUT_S = 300  # a hung job fails the test instead of blocking the suite
 LOSS_RTOL = 1e-3
-WEIGHT_ATOL = 5e-3
+SPREAD_FACTOR = 3.0
+WEIGHT_FLOOR = 5e-3
 TIMING = {"epoch_seconds", "train_images_per_second"}
 # One SGD step per epoch: 8 training rows, global batch 8 (4 per rank with 2 processes).
 OVERRIDES = {"epochs": 2, "batch_size": 8, "image_size": 32, "workers": 0, "optimizer": "sgd", "lr": 0.01,
@@ -64,10 +69,11 @@ def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def _cli_train(tasks: Path, images: Path, out: Path, nproc: int) -> subprocess.CompletedProcess[str]:
+def _cli_train(tasks: Path, images: Path, out: Path, nproc: int,
+               overrides: dict | None = None) -> subprocess.CompletedProcess[str]:
     return _run([sys.executable, "-m", "vsbench", "abid", "train", "counting", "--tasks", str(tasks), "--images",
                  str(images), "--out", str(out), "--device", "cpu", "--seed", str(SEED), "--nproc", str(nproc),
-                 "--overrides", json.dumps(OVERRIDES)])
+                 "--overrides", json.dumps(overrides or OVERRIDES)])
 
 
 @pytest.fixture(scope="module")
@@ -97,27 +103,46 @@ def _history(state: dict) -> list[dict[str, float]]:
 # ---- the comparisons -------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny, two_processes, tmp_path):
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny, tmp_path):
     tasks, images = tiny
-    one = train_counting(tasks, images, tmp_path, get_profile("demo", **OVERRIDES), setup_device("cpu"), seed=SEED,
-                         progress=False)
-    single, double = load_state(tmp_path / "checkpoints" / LAST), load_state(two_processes / "checkpoints" / LAST)
+    one_step = {**OVERRIDES, "epochs": 1}
+    result = _cli_train(tasks, images, tmp_path / "two-one-step", nproc=2, overrides=one_step)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = {}
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):  # the rounding spread of one process on this data: 1 against 2 threads
+            torch.set_num_threads(count)
+            runs[count] = train_counting(tasks, images, tmp_path / f"threads-{count}",
+                                         get_profile("demo", **one_step), setup_device("cpu"), seed=SEED,
+                                         progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    one = runs[2]
+    single = load_state(tmp_path / "threads-2" / "checkpoints" / LAST)
+    other = load_state(tmp_path / "threads-1" / "checkpoints" / LAST)
+    double = load_state(tmp_path / "two-one-step" / "checkpoints" / LAST)
 
     assert single["model"].keys() == double["model"].keys(), "the checkpoint holds the plain model either way"
-    assert single["epoch"] == double["epoch"] == 2
-    for first, second in zip(single["history"], double["history"]):
-        assert second["train_loss"] == pytest.approx(first["train_loss"], rel=LOSS_RTOL)
-        assert second["train_accuracy"] == first["train_accuracy"]
-        assert abs(second["val_accuracy"] - first["val_accuracy"]) <= 1 / 8 + 1e-9  # one image of 8 may flip
+    assert single["epoch"] == double["epoch"] == 1
+    (a,), (b,) = single["history"], double["history"]
+    assert b["train_loss"] == pytest.approx(a["train_loss"], rel=LOSS_RTOL)
+    assert b["train_accuracy"] == a["train_accuracy"]
+
+    def worst(x: dict, y: dict) -> float:
+        return max(float((x[k] - y[k]).abs().max()) for k in x if x[k].is_floating_point())
+
+    spread, difference = worst(single["model"], other["model"]), worst(single["model"], double["model"])
+    print(f"after one step: 2 processes vs 1: {difference:.3g}; 1 vs 2 threads: {spread:.3g}")
+    assert difference <= SPREAD_FACTOR * spread + WEIGHT_FLOOR, (
+        f"2 processes moved a weight by {difference:.4g}; 1 vs 2 threads by {spread:.4g}")
     for key, tensor in single["model"].items():
-        if tensor.is_floating_point():
-            torch.testing.assert_close(double["model"][key], tensor, rtol=0, atol=WEIGHT_ATOL, msg=key)
-        else:
+        if not tensor.is_floating_point():
             assert torch.equal(double["model"][key], tensor), key  # num_batches_tracked: same number of steps
 
-    manifest = json.loads((two_processes / "train_counting.json").read_text())
+    manifest = json.loads((tmp_path / "two-one-step" / "train_counting.json").read_text())
     assert manifest["world_size"] == 2 and manifest["metrics"]["world_size"] == 2.0
-    lines = (two_processes / "counting_result.txt").read_text().splitlines()
+    lines = (tmp_path / "two-one-step" / "counting_result.txt").read_text().splitlines()
     assert len(lines) == len(one.predictions) == 8
 
 
