@@ -100,6 +100,11 @@ class IndexInfo:
     def reference_shards(self) -> list[tuple[int, int]]:
         return [tuple(bounds) for bounds in self.meta["reference_shards"]]
 
+    @property
+    def inverted_lists(self) -> bool:
+        """Whether the final index is an IVF one (its lists, not its codes, are what gets mapped)."""
+        return "IVF" in self.meta.get("final_index", "")
+
     def shard_path(self, shard: int) -> Path:
         return self.folder / f"reference-{shard}-of-{len(self.reference_shards)}.faiss"
 
@@ -212,7 +217,7 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
             written.append(target)
             continue
         cpu_index = _read_index(info.shard_path(reference_shard), mmap=not on_gpu,
-                                inverted_lists="IVF" in info.meta.get("final_index", ""))
+                                inverted_lists=info.inverted_lists)
         trained = _load_trained(info, request, cpu_index)
         # Every query through the transforms, then this shard's rows: the floats of one search (see build_index).
         projected = np.ascontiguousarray(trained.project(queries, "queries")[start:stop]) if trained.transforms else q
@@ -222,7 +227,7 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
         references = stored_vectors(cpu_index) if request.norms and trained.exhaustive_ip else None
         index = tune(_on_device(cpu_index, on_gpu, trained, device_k), request.search_params, codec)
         train_index = _on_device(_read_index(info.folder / "train.faiss", mmap=not on_gpu,
-                                             inverted_lists="IVF" in info.meta.get("final_index", "")),
+                                             inverted_lists=info.inverted_lists),
                                  on_gpu, trained, device_k) if request.norms else None
         raw, normalized = search_filled(trained, index, projected, k, score_norms=request.norms,
                                         raw=request.unnormalized, train_index=train_index, references=references,
