@@ -22,6 +22,14 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 KUBECTL = shutil.which("kubectl")
 KUBERNETES_VERSION = "1.30.0"
+
+
+def assert_valid(kubernetes_validate, doc: dict, where: str = "") -> None:
+    """Fail with the object and the failing path when ``doc`` is not valid Kubernetes (strict)."""
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        pytest.fail(f"{where}{doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}")
 NAMESPACE = "vsbench"
 OVERLAYS = ("dev", "prod")
 SECRET_TEMPLATES = "base/secrets"
@@ -87,10 +95,7 @@ def test_every_rendered_document_validates_strictly_offline(rendered, target: st
     docs = rendered[target]
     assert docs
     for doc in docs:
-        try:
-            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as error:
-            pytest.fail(f"{target}: {doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}")
+        assert_valid(kubernetes_validate, doc, f"{target}: ")
 
 
 def test_strict_validation_catches_unknown_fields(rendered) -> None:

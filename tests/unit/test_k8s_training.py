@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_k8s import KUBECTL, KUBERNETES_VERSION, NAMESPACE, RUNTIME_UID, containers, default_images, render
+from tests.unit.test_k8s import (
+    KUBECTL,
+    KUBERNETES_VERSION,
+    NAMESPACE,
+    RUNTIME_UID,
+    assert_valid,
+    containers,
+    default_images,
+    render,
+)
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (needed for `kubectl kustomize`)")
 
@@ -56,10 +65,7 @@ def test_every_pod_template_and_the_other_documents_validate_strictly_offline(do
     checked += [d for d in docs if d["kind"] != "PyTorchJob"]
     assert len(checked) == 2 * len(JOBS) + 2
     for doc in checked:
-        try:
-            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as error:
-            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}")
+        assert_valid(kubernetes_validate, doc)
 
 
 def test_pod_template_validation_catches_a_typo(docs) -> None:
