@@ -189,15 +189,15 @@ def _best_model_for_export(run, image_size: int) -> tuple[Any, Any]:
     """The best checkpoint as a CPU module with one tensor input, and an example batch for it."""
     import numpy as np
 
-    from vsbench.abid.models import SiameseNetwork, SiamesePairClassifier, counting_network
+    from vsbench.abid.models import SiameseNetwork, SiamesePairClassifier, arch_of_trunk, counting_network
     from vsbench.abid.trainer import BEST, load_state
 
     state = load_state(run.fit.checkpoint_dir / BEST)["model"]
     if "head.1.weight" in state:
-        network = SiameseNetwork()
+        network = SiameseNetwork(arch=arch_of_trunk(state, "trunk."))
         network.load_state_dict(state)
         return SiamesePairClassifier(network).eval(), np.zeros((2, 6, image_size, image_size), np.float32)
-    network = counting_network(state["fc.weight"].shape[0])
+    network = counting_network(state["fc.weight"].shape[0], arch=arch_of_trunk(state))
     network.load_state_dict(state)
     return network.eval(), np.zeros((2, 3, image_size, image_size), np.float32)
 

@@ -206,6 +206,20 @@ def test_abid_trunk_from_a_local_checkpoint(siamese: nn.Module, tmp_path: Path, 
         assert torch.allclose(model(images), siamese.embed(images), atol=1e-5)
 
 
+def test_abid_trunk_reads_a_resnet18_trunk_from_its_keys(tmp_path: Path) -> None:
+    """The demo profile trains ResNet-18 trunks; a saved state dict names no architecture, its keys do."""
+    from vsbench.abid.models import SiameseNetwork
+
+    torch.manual_seed(2)
+    siamese = SiameseNetwork(arch="resnet18").eval()
+    path = tmp_path / "state_dict.pt"
+    torch.save(_state_forms(siamese)["checkpoint"], path)
+    model = build_model("abid_trunk", checkpoint=str(path), input_size=32)
+    images = torch.randn(2, 3, 32, 32)
+    with torch.inference_mode():
+        assert torch.allclose(model(images), siamese.embed(images), atol=1e-5)
+
+
 def test_abid_trunk_from_an_mlflow_run(siamese: nn.Module, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.tracking import MlflowClient
@@ -234,7 +248,7 @@ def test_abid_trunk_needs_exactly_one_source(tmp_path: Path) -> None:
         build_model("abid_trunk", run_id="abc", checkpoint=tmp_path / "x.pt")
     path = tmp_path / "other.pt"
     torch.save({"weight": torch.zeros(2)}, path)
-    with pytest.raises(ValueError, match="no ResNet-34 trunk"):
+    with pytest.raises(ValueError, match="no ResNet trunk"):
         build_model("abid_trunk", checkpoint=path)
 
 

@@ -1,14 +1,19 @@
-"""pairs_per_row: several fresh pairs per training row per epoch, upstream's sampling at 1."""
+"""pairs_per_row: several fresh pairs per training row per epoch, grouped by row so the row's own
+image goes through the trunk once; upstream's sampling at one pair a row."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 from PIL import Image
 
-from vsbench.abid.data import SiamesePairs, image_path
+from vsbench.abid.data import SiameseRowPairs, image_path
+from vsbench.abid.models import SiameseNetwork
 from vsbench.abid.pairs import Pair
+from vsbench.abid.profiles import get_profile
 
 
 class RecordingSampler:
@@ -21,8 +26,9 @@ class RecordingSampler:
         return 3
 
     def sample(self, index: int, rng: np.random.Generator) -> Pair:
-        self.calls.append((index, float(rng.random())))
-        return Pair(index, (index + 1) % 3, index % 2)
+        draw = float(rng.random())
+        self.calls.append((index, draw))
+        return Pair(index, int(draw * 1e6) % 3, int(draw * 1e6) % 2)
 
 
 def _images(root: Path) -> Path:
@@ -33,25 +39,50 @@ def _images(root: Path) -> Path:
     return root
 
 
-def test_each_row_gets_pairs_per_row_fresh_draws(tmp_path: Path) -> None:
+def test_each_row_gets_pairs_per_row_fresh_draws_around_its_own_image(tmp_path: Path) -> None:
     sampler = RecordingSampler()
-    dataset = SiamesePairs(_images(tmp_path), sampler, 8, seed=4, pairs_per_row=3)
-    assert len(dataset) == 9
-    for item in range(len(dataset)):
-        first, second, label = dataset[item]
-        assert first.shape == second.shape == (3, 8, 8)
+    dataset = SiameseRowPairs(_images(tmp_path), sampler, 8, seed=4, pairs_per_row=3)
+    assert len(dataset) == 3  # one item a row: its image and its three partners
+    for row in range(len(dataset)):
+        anchor, partners, labels = dataset[row]
+        assert anchor.shape == (3, 8, 8) and partners.shape == (3, 3, 8, 8) and labels.shape == (3,)
+        assert round(int(anchor[0, 0, 0]) / 80) == row  # the row's own image (JPEG: to a level or two)
+        drawn = [draw for _, draw in sampler.calls[-3:]]
+        for partner, draw in zip(partners, drawn):
+            assert round(int(partner[0, 0, 0]) / 80) == int(draw * 1e6) % 3
+        assert labels.tolist() == [float(int(d * 1e6) % 2) for d in drawn]
     rows = [row for row, _ in sampler.calls]
-    assert rows == [0, 1, 2] * 3
-    draws = [draw for _, draw in sampler.calls]
-    assert len(set(draws)) == 9  # every repeat of a row is its own draw
+    assert rows == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert len({draw for _, draw in sampler.calls}) == 9  # every repeat of a row is its own draw
 
 
 def test_one_pair_per_row_is_upstreams_sampling(tmp_path: Path) -> None:
-    """At 1 (the full profile) item k is row k drawn from (seed, epoch, k), as before the option."""
+    """At 1 (the full profile) row k's pair is drawn from (seed, epoch, k), as before the option."""
     sampler = RecordingSampler()
-    dataset = SiamesePairs(_images(tmp_path), sampler, 8, seed=4)
+    dataset = SiameseRowPairs(_images(tmp_path), sampler, 8, seed=4)
     dataset.epoch = 2
     for item in range(len(dataset)):
         dataset[item]
     expected = [(k, float(np.random.default_rng([4, 2, k]).random())) for k in range(3)]
     assert sampler.calls == expected
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet34"])
+def test_grouped_forward_equals_the_pairs_written_out(arch: str) -> None:
+    """Two rows of three partners: each row image embedded once gives the logits of the six pairs
+    written out in full (eval mode, so batch statistics do not differ between the two batches)."""
+    torch.manual_seed(0)
+    model = SiameseNetwork(dropout=0.0, arch=arch).eval()
+    anchors, partners = torch.randn(2, 3, 32, 32), torch.randn(6, 3, 32, 32)
+    with torch.no_grad():
+        grouped = model(anchors, partners)
+        written_out = model(anchors.repeat_interleave(3, dim=0), partners)
+    assert grouped.shape == (6,)
+    torch.testing.assert_close(grouped, written_out, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="do not split evenly"):
+        model(anchors, partners[:5])
+
+
+def test_a_batch_must_hold_whole_rows() -> None:
+    with pytest.raises(ValueError, match="not a multiple of pairs_per_row"):
+        get_profile("demo", batch_size=30, pairs_per_row=4)

@@ -82,7 +82,7 @@ def train_counting(
     truth = dict(map(tuple, val_rows))
 
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
-    model = counting_network(num_classes)
+    model = counting_network(num_classes, arch=profile.arch)
     transform = BatchTransform(device.device, (context.rank, context.world_size))
     dataset = LabelledImages(images_dir, train_rows, profile.image_size)
     context.per_rank_batch(profile.batch_size, len(dataset))  # refuse a bad split before any work

@@ -76,9 +76,14 @@ class Images(Dataset):
         return load_image(image_path(self.root, self.indices[item]), self.size)
 
 
-class SiamesePairs(Dataset):
-    """``pairs_per_row`` pairs per training row per epoch (upstream: one), item ``k`` drawn for row
-    ``k % rows`` from (seed, epoch, k): reproducible anywhere, and each repeat a fresh pair."""
+class SiameseRowPairs(Dataset):
+    """Item ``r``: training row ``r``'s image and the partners of its ``pairs_per_row`` pairs this epoch.
+
+    Every pair of a row starts from the row's own image, so the row's image is loaded (and goes
+    through the trunk) once however many pairs are drawn for it: with 6 pairs a row that is 7
+    trunk passes instead of 12. The pairs are drawn in turn from one generator seeded by
+    (seed, epoch, row): reproducible anywhere, each repeat a fresh draw, and at one pair a row
+    (the full profile) exactly upstream's sampling of one pair per row per epoch."""
 
     def __init__(self, root: Path, sampler: SiamesePairSampler, size: int, seed: int, pairs_per_row: int = 1) -> None:
         self.root, self.sampler, self.size, self.seed = root, sampler, size, seed
@@ -86,14 +91,14 @@ class SiamesePairs(Dataset):
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(self.sampler) * self.pairs_per_row
+        return len(self.sampler)
 
-    def __getitem__(self, item: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def __getitem__(self, item: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         rng = np.random.default_rng([self.seed, self.epoch, item])
-        pair = self.sampler.sample(item % len(self.sampler), rng)
-        first = load_image(image_path(self.root, pair.first), self.size)
-        second = load_image(image_path(self.root, pair.second), self.size)
-        return first, second, float(pair.label)
+        pairs = [self.sampler.sample(item, rng) for _ in range(self.pairs_per_row)]
+        anchor = load_image(image_path(self.root, pairs[0].first), self.size)
+        partners = torch.stack([load_image(image_path(self.root, pair.second), self.size) for pair in pairs])
+        return anchor, partners, torch.tensor([float(pair.label) for pair in pairs])
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,37 @@
-"""The challenge's two baseline networks (ResNet-34 from scratch)."""
+"""The challenge's two baseline networks (ResNet-34 from scratch; ResNet-18 for a CPU budget)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+ARCHES = ("resnet34", "resnet18")  # the challenge's; and half its compute, with the same 512-d features
 
-def resnet34_trunk() -> nn.Module:
-    """ResNet-34 without its classifier: images -> 512-d features."""
-    from torchvision.models import resnet34
 
-    trunk = resnet34(weights=None)
+def _resnet(arch: str, num_classes: int = 1000) -> nn.Module:
+    import torchvision.models
+
+    if arch not in ARCHES:
+        raise ValueError(f"unknown trunk {arch!r}; choose from {', '.join(ARCHES)}")
+    return getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
+
+
+def arch_of_trunk(state: dict[str, object], prefix: str = "") -> str:
+    """Which of ``ARCHES`` a (trunk-prefixed) state dict holds: ResNet-34's first stage has three
+    blocks, ResNet-18's two. Saved models carry no architecture name, their keys tell it."""
+    return "resnet34" if f"{prefix}layer1.2.conv1.weight" in state else "resnet18"
+
+
+def resnet_trunk(arch: str = "resnet34") -> nn.Module:
+    """ResNet without its classifier: images -> 512-d features."""
+    trunk = _resnet(arch)
     trunk.fc = nn.Identity()
     return trunk
 
 
-def counting_network(num_classes: int = 6) -> nn.Module:
-    """ResNet-34 classifier over quantities 0..num_classes-1 (6 for the moderate task)."""
-    from torchvision.models import resnet34
-
-    return resnet34(weights=None, num_classes=num_classes)
+def counting_network(num_classes: int = 6, arch: str = "resnet34") -> nn.Module:
+    """ResNet classifier over quantities 0..num_classes-1 (6 for the moderate task)."""
+    return _resnet(arch, num_classes)
 
 
 class SiameseNetwork(nn.Module):
@@ -27,10 +39,10 @@ class SiameseNetwork(nn.Module):
     -> ReLU -> FC 1. Returns logits: training uses BCE-with-logits, which is sigmoid + BCE (the
     challenge's loss) computed stably."""
 
-    def __init__(self, dropout: float = 0.5, freeze_trunk: bool = False) -> None:
+    def __init__(self, dropout: float = 0.5, freeze_trunk: bool = False, arch: str = "resnet34") -> None:
         super().__init__()
         self.freeze_trunk = freeze_trunk
-        self.trunk = resnet34_trunk()
+        self.trunk = resnet_trunk(arch)
         self.head = nn.Sequential(
             nn.Dropout(dropout), nn.Linear(1024, 4096), nn.ReLU(inplace=True),
             nn.Dropout(dropout), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
@@ -54,8 +66,16 @@ class SiameseNetwork(nn.Module):
         return self.head(torch.cat([first, second], dim=1)).squeeze(1)
 
     def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-        features = self.embed(torch.cat([first, second]))  # one trunk pass for both sides
-        return self.compare(*features.chunk(2))
+        """Logits of the pairs (first[i // k], second[i]), k = len(second) / len(first).
+
+        k = 1 is one pair per row; k > 1 is k partners for each first image, which then goes
+        through the trunk once for all its pairs. One trunk pass for both sides either way."""
+        per_first, rest = divmod(second.shape[0], first.shape[0])
+        if rest or not per_first:
+            raise ValueError(f"{second.shape[0]} second images do not split evenly over {first.shape[0]} first images")
+        features = self.embed(torch.cat([first, second]))
+        anchors, partners = features.split([first.shape[0], second.shape[0]])
+        return self.compare(anchors.repeat_interleave(per_first, dim=0) if per_first > 1 else anchors, partners)
 
 
 class SiamesePairClassifier(nn.Module):
@@ -68,4 +88,5 @@ class SiamesePairClassifier(nn.Module):
         self.network = network
 
     def forward(self, pairs: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.network(pairs[:, :3], pairs[:, 3:]))
+        features = self.network.embed(torch.cat([pairs[:, :3], pairs[:, 3:]]))  # no shape arithmetic to trace
+        return torch.sigmoid(self.network.compare(*features.chunk(2)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TrainProfile(BaseModel):
@@ -31,6 +31,16 @@ class TrainProfile(BaseModel):
         default="scratch", description="start the siamese trunk from the trained counting network's trunk")
     siamese_freeze_trunk: bool = Field(default=False, description="train only the siamese head (needs a trunk init)")
     amp: bool = True
+    arch: Literal["resnet34", "resnet18"] = Field(
+        default="resnet34", description="trunk of both baselines (the challenge's: resnet34)")
+
+    @model_validator(mode="after")
+    def _whole_rows_per_batch(self) -> TrainProfile:
+        """A siamese batch holds whole rows (each row's pairs share its image's trunk pass)."""
+        if self.batch_size % self.pairs_per_row:
+            raise ValueError(f"batch_size {self.batch_size} is not a multiple of pairs_per_row {self.pairs_per_row}: "
+                             "a siamese batch holds whole rows of pairs")
+        return self
 
 
 PROFILES: dict[str, TrainProfile] = {
@@ -43,7 +53,7 @@ PROFILES: dict[str, TrainProfile] = {
     # pairs per row per epoch at lr 3e-4: with one pair at 1e-3 its head collapsed to a constant.
     "demo": TrainProfile(epochs=8, batch_size=32, lr=1e-3, momentum=0.9, weight_decay=0.05, lr_step_epochs=6,
                          lr_gamma=0.1, image_size=64, workers=2, max_targets=20, pos_prob=0.5, dropout=0.2,
-                         optimizer="adamw", pairs_per_row=6, siamese_lr=3e-4),
+                         optimizer="adamw", pairs_per_row=4, siamese_lr=3e-4),
 }
 
 

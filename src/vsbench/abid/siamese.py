@@ -20,9 +20,9 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from vsbench.abid.data import BatchTransform, Images, SiamesePairs, flip_generator, split_available
+from vsbench.abid.data import BatchTransform, Images, SiameseRowPairs, flip_generator, split_available
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
-from vsbench.abid.models import SiameseNetwork
+from vsbench.abid.models import SiameseNetwork, arch_of_trunk
 from vsbench.abid.pairs import SiamesePairSampler
 from vsbench.abid.prepare import MODERATE_MAX_QUANTITY
 from vsbench.abid.profiles import TrainProfile
@@ -121,7 +121,7 @@ def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
     state = {k: v for k, v in load_state(checkpoint)["model"].items() if not k.startswith("fc.")}
     missing, unexpected = model.trunk.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.startswith("fc.")]:
-        raise ValueError(f"{checkpoint}: not a ResNet-34 counting checkpoint (missing {missing[:3]}, "
+        raise ValueError(f"{checkpoint}: not a counting checkpoint of this trunk ({arch_of_trunk(model.trunk.state_dict())}) (missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]})")
 
 
@@ -155,28 +155,29 @@ def train_siamese(
     rows = [[idx, [o for o in objects if o[1]]] for idx, objects in rows]
     rows = [row for row in rows if row[1]]
     sampler = SiamesePairSampler(rows, _asins_by_index(metadata, candidates), pos_prob=profile.pos_prob)
-    dataset = SiamesePairs(images_dir, sampler, profile.image_size, seed, profile.pairs_per_row)
+    dataset = SiameseRowPairs(images_dir, sampler, profile.image_size, seed, profile.pairs_per_row)
+    rows_per_batch = profile.batch_size // profile.pairs_per_row  # the profile checks that it divides
     scorer = VerificationScorer(questions, images_dir, profile, device, seed)
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     if profile.siamese_freeze_trunk and trunk_checkpoint is None:
         raise ValueError("siamese_freeze_trunk needs a trained trunk (siamese_trunk_init='counting')")
-    model = SiameseNetwork(profile.dropout, freeze_trunk=profile.siamese_freeze_trunk)
+    model = SiameseNetwork(profile.dropout, freeze_trunk=profile.siamese_freeze_trunk, arch=profile.arch)
     if trunk_checkpoint is not None:
         load_counting_trunk(model, trunk_checkpoint)
     transform = BatchTransform(device.device, (context.rank, context.world_size))
-    context.per_rank_batch(profile.batch_size, len(dataset))  # refuse a bad split before any work
+    context.per_rank_batch(rows_per_batch, len(dataset))  # refuse a bad split before any work
 
     def batches(epoch: int):
         dataset.epoch = epoch
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        return epoch_loader(dataset, profile.batch_size, generator=generator, workers=profile.workers,
-                            drop_last=len(dataset) > profile.batch_size, context=context)
+        return epoch_loader(dataset, rows_per_batch, generator=generator, workers=profile.workers,
+                            drop_last=len(dataset) > rows_per_batch, context=context)
 
     def step(model, batch, device, epoch, index):
-        first, second, labels = batch
-        logits = model(transform(first, flip_generator(seed, epoch, 2 * index)),
-                       transform(second, flip_generator(seed, epoch, 2 * index + 1)))
-        labels = labels.to(device.device, dtype=logits.dtype)
+        anchors, partners, labels = batch  # (B, C, H, W), (B, pairs_per_row, C, H, W), (B, pairs_per_row)
+        logits = model(transform(anchors, flip_generator(seed, epoch, 2 * index)),
+                       transform(partners.flatten(0, 1), flip_generator(seed, epoch, 2 * index + 1)))
+        labels = labels.flatten().to(device.device, dtype=logits.dtype)
         loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
         return loss, int(((logits > 0) == (labels > 0.5)).sum()), len(labels)
 
@@ -185,7 +186,7 @@ def train_siamese(
         return {"score": accuracy, "accuracy": accuracy}
 
     result = fit(model=model, make_batches=batches, step=step, evaluate=evaluate, profile=profile, device=device,
-                 checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: 2 * len(b[2]),
+                 checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: len(b[0]) + b[1].shape[0] * b[1].shape[1],
                  on_epoch_end=on_epoch_end, progress=progress, context=context)
     model.eval()
     with torch.no_grad(), device.autocast():

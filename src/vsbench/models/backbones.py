@@ -172,15 +172,15 @@ TRUNK_PREFIXES = ("network.trunk.", "trunk.", "")
 
 
 def abid_trunk_state(state: dict[str, Any], source: str) -> dict[str, Any]:
-    """The ResNet-34 trunk's weights from a siamese or counting state dict (or a trainer
-    checkpoint ``{"model": state_dict, ...}``), keys as ``resnet34_trunk()`` expects."""
+    """The ResNet trunk's weights from a siamese or counting state dict (or a trainer
+    checkpoint ``{"model": state_dict, ...}``), keys as ``resnet_trunk()`` expects."""
     if isinstance(state.get("model"), dict):
         state = state["model"]
     for prefix in TRUNK_PREFIXES:
         if f"{prefix}conv1.weight" in state:
             return {key[len(prefix):]: value for key, value in state.items()
                     if key.startswith(prefix) and not key[len(prefix):].startswith("fc.")}
-    raise ValueError(f"{source}: no ResNet-34 trunk in this state dict (looked for "
+    raise ValueError(f"{source}: no ResNet trunk in this state dict (looked for "
                      f"{[p + 'conv1.weight' for p in TRUNK_PREFIXES]})")
 
 
@@ -189,7 +189,7 @@ def abid_trunk(
     run_id: str | None = None, artifact: str = "siamese_model_weights/state_dict.pt",
     checkpoint: str | Path | None = None, input_size: int | None = None,
 ) -> Embedder:
-    """The 512-d ResNet-34 trunk of a trained ABID model, from an MLflow run's ``artifact``
+    """The 512-d ResNet trunk (34 or 18 layers, read from the weights) of a trained ABID model, from an MLflow run's ``artifact``
     (``siamese_model_weights/state_dict.pt`` or ``counting_model_weights/state_dict.pt``) or a
     local ``checkpoint`` (a state dict, or the trainer's ``best.pt``).
 
@@ -197,7 +197,7 @@ def abid_trunk(
     mean/std, so images are resized to a square of that size: ``input_size`` when given, else the
     run's logged ``image_size`` parameter, else 224 (the challenge's size).
     """
-    from vsbench.abid.models import resnet34_trunk
+    from vsbench.abid.models import arch_of_trunk, resnet_trunk
 
     if (run_id is None) == (checkpoint is None):
         raise ValueError("abid_trunk needs exactly one of run_id (an MLflow run) or checkpoint "
@@ -206,11 +206,13 @@ def abid_trunk(
         state, source, trained_size = _state_from_run(run_id, artifact)
     else:
         state, source, trained_size = load_weights(Path(checkpoint)), str(checkpoint), None
-    trunk = resnet34_trunk()
+    trunk_state = abid_trunk_state(state, source)
+    arch = arch_of_trunk(trunk_state)
+    trunk = resnet_trunk(arch)
     try:
-        trunk.load_state_dict(abid_trunk_state(state, source))
+        trunk.load_state_dict(trunk_state)
     except RuntimeError as exc:
-        raise ValueError(f"{source}: not a ResNet-34 trunk: {str(exc).splitlines()[0]}") from None
+        raise ValueError(f"{source}: not a {arch} trunk: {str(exc).splitlines()[0]}") from None
     size = input_size or trained_size or 224
     return Embedder("abid_trunk", trunk, 512, Preprocessing(size, size, IMAGENET_MEAN, IMAGENET_STD))
 
