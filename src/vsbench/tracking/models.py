@@ -62,4 +62,4 @@ def register_version(client: Any, run_id: str, model_uri: str, name: str, score:
 
 def aliases(client: Any, name: str) -> dict[str, str]:
     """alias -> version of a registered model (for the CLI and tests)."""
-    return dict(client.get_registered_model(name).aliases)
+    return {alias: str(version) for alias, version in client.get_registered_model(name).aliases.items()}
