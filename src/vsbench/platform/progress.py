@@ -65,6 +65,9 @@ class StepLog(io.TextIOBase):
 
     def write(self, text: str) -> int:
         with self._lock:
+            if self._file.closed:  # a late writer (a handler kept past the run): straight to the terminal
+                self._terminal.write(text)
+                return len(text)
             self._file.write(text)
             if self.verbose:
                 self._terminal.write(text)
@@ -76,7 +79,8 @@ class StepLog(io.TextIOBase):
 
     def flush(self) -> None:
         with self._lock:
-            self._file.flush()
+            if not self._file.closed:
+                self._file.flush()
             if self.verbose:
                 self._terminal.flush()
 
