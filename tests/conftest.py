@@ -34,6 +34,16 @@ def private_embedding_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatc
     monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(tmp_path_factory.mktemp("embedding-cache")))
 
 
+@pytest.fixture(autouse=True)
+def private_tracking_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands track to MLFLOW_TRACKING_URI or else a local default store under VSBENCH_HOME. A test
+    that names no store tracks nothing (VSBENCH_DEFAULT_STORE=off: a store per test costs seconds),
+    and none writes to the user's ~/.vsbench. Tests of the default store clear the variable."""
+    monkeypatch.setenv("VSBENCH_HOME", str(tmp_path_factory.mktemp("vsbench-home")))
+    monkeypatch.setenv("VSBENCH_DEFAULT_STORE", "off")
+    monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
+
+
 @pytest.fixture(scope="session")
 def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     with LocalS3(log=tmp_path_factory.mktemp("moto") / "moto.log") as server:

@@ -19,6 +19,8 @@ app.add_typer(abid_app, name="abid")
 similarity_app = typer.Typer(no_args_is_help=True, help="Embed, index and score any benchmark with any model.")
 app.add_typer(similarity_app, name="similarity")
 app.add_typer(score_app, name="score", help="Score result files exactly as the original benchmarks do.")
+track_app = typer.Typer(no_args_is_help=True, help="MLflow runs kept locally: upload them when the store is back.")
+app.add_typer(track_app, name="track")
 
 EndpointOpt = Annotated[str | None, typer.Option(help="S3 endpoint URL (for a local or non-AWS S3).")]
 RunnerOpt = Annotated[str, typer.Option(
@@ -26,6 +28,20 @@ RunnerOpt = Annotated[str, typer.Option(
          "as a pod runs it (UID 10001, read-only root, tmpfs /tmp; docker or podman, started as needed).")]
 ImageOpt = Annotated[str | None, typer.Option(
     help="Image every step runs in with --runner container (default: the CPU image that `make images` builds).")]
+TrackOpt = Annotated[bool, typer.Option(
+    "--track/--no-track", help="Record an MLflow run (MLFLOW_TRACKING_URI, else a local store it prints); "
+                               "a store down or hanging costs at most VSBENCH_TRACKING_TIMEOUT s (30).")]
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", help="Stream kfp.local's executor logs (otherwise one line per step; the logs go to a file).")]
+
+
+def _kept_bundle(folder: Path, experiment: str, pipeline: str, params: dict, metrics: dict, *, tags: dict,
+                 artifacts: dict[str, str]) -> None:
+    """A pipeline that ran untracked because the store was down: its run kept for `vsbench track upload`."""
+    from vsbench.tracking.command import BUNDLE_NAME, keep_for_later
+
+    keep_for_later(folder / BUNDLE_NAME, typer.echo, experiment=experiment, pipeline=pipeline, params=params,
+                   metrics=metrics, tags=tags, artifacts=artifacts)
 
 
 def _check_runner(runner: str, choices: tuple[str, ...] = ("subprocess", "container")) -> None:
@@ -205,20 +221,29 @@ def abid_run_local(
     pipeline_root: Annotated[Path | None, typer.Option(help="Where kfp.local keeps step outputs.")] = None,
     runner: RunnerOpt = "subprocess",
     image: ImageOpt = None,
+    track: TrackOpt = True,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI)."""
+    """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
     from vsbench.platform.local_run import run_abid_pipeline_locally
+    from vsbench.tracking.command import prepare_pipeline_tracking
 
     _check_runner(runner)
+    tracked = prepare_pipeline_tracking(track, typer.echo)
+    params = {"source": source, "limit": limit, "seed": seed, "size": size, "max_per_class": max_per_class,
+              "profile": train_profile, "train_overrides": train_overrides, "data": f"{source} (limit {limit or 'none'})"}
     report = run_abid_pipeline_locally(
         data_root=data_root.resolve(), pipeline_root=(pipeline_root or data_root / "_kfp").resolve(),
         arguments={"source": source, "endpoint_url": endpoint_url, "limit": limit, "seed": seed, "size": size,
                    "max_per_class": max_per_class, "train_profile": train_profile,
                    "train_overrides": train_overrides, "device": device,
-                   "experiment": experiment},
-        runner=runner, image=image,
+                   "experiment": experiment, "params_json": json.dumps(params)},
+        runner=runner, image=image, verbose=verbose,
     )
     typer.echo(report.render())
+    if track and not tracked and report.run_dir is not None:
+        _kept_bundle(report.run_dir, experiment, "vsbench-abid", params, report.parent_metrics(),
+                     tags={"vsbench.profile": train_profile}, artifacts=report.manifests())
     if not report.succeeded:
         raise typer.Exit(1)
 
@@ -281,7 +306,9 @@ def similarity_run(
         help="'inline': every step in this process; 'subprocess' or 'container': the similarity pipeline with "
              "kfp.local, each step a process of this environment or a container of the vsbench image.")] = "inline",
     image: ImageOpt = None,
-    experiment: Annotated[str, typer.Option(help="MLflow experiment (pipeline runners).")] = "vsbench-similarity",
+    experiment: Annotated[str, typer.Option(help="MLflow experiment.")] = "vsbench-similarity",
+    track: TrackOpt = True,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Embed every image set, index, search, score; prints the benchmark's own table.
 
@@ -302,25 +329,40 @@ def similarity_run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     search = {"codecs": codecs, "k": k, "score_norm": score_norm}
+    run_params = _similarity_params(benchmark, model, model_opts, bench_opts, search, global_cap, search_params)
     if runner != "inline":
-        from vsbench.platform.local_run import run_similarity_pipeline_locally
+        from vsbench.platform.local_run import failure_tail, run_similarity_pipeline_locally
+        from vsbench.tracking.command import prepare_pipeline_tracking
+        from vsbench.tracking.provenance import data_tags
 
+        tracked = prepare_pipeline_tracking(track, typer.echo)
+        tags = data_tags(root.resolve())
         run = run_similarity_pipeline_locally(
-            root.resolve(), out.resolve(), runner=runner, image=image,
+            root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
             arguments={"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts),
                        "benchmark_options": json.dumps(bench_opts), **search, "global_cap": global_cap,
                        "num_shards": num_shards, "search_shards": search_shards, "reference_shards": reference_shards,
                        "search_params": search_params,
-                       "batch_size": batch_size, "device": device, "experiment": experiment})
+                       "batch_size": batch_size, "device": device, "experiment": experiment,
+                       "params_json": json.dumps({**run_params, "data_tags": {**tags, **_baseline_tag(model_opts)}})})
         if not run.succeeded:
             typer.echo(f"similarity pipeline failed: {run.error}", err=True)
+            typer.echo(failure_tail(run.failed_step, list(run.log_tail), run.log_path), err=True)
             raise typer.Exit(1)
         from vsbench.platform.local_run import step_manifests
 
         (scored,) = step_manifests(run.run_dir, "score")
-        _print_similarity_table(out, json.loads(scored.read_text()))
+        manifest = json.loads(scored.read_text())
+        _print_similarity_table(out, manifest)
         typer.echo(f"ran in: {run.ran_in}")
+        if track and not tracked:
+            _kept_bundle(out, experiment, "vsbench-similarity", run_params,
+                         _similarity_metrics(benchmark, model, manifest), tags={**tags, **_baseline_tag(model_opts)},
+                         artifacts=_similarity_artifacts(out, manifest))
         return
+    import time
+
+    started = time.time()
     for shard in range(num_shards):
         similarity_embed_step(benchmark, str(root), str(out), model, shard=shard, num_shards=num_shards,
                               benchmark_options=bench_opts, model_options=model_opts, batch_size=batch_size,
@@ -333,6 +375,49 @@ def similarity_run(
     result = similarity_score_step(benchmark, str(root), str(out), global_cap=global_cap, search_shards=search_shards,
                                    search_params=search_params, **common)
     _print_similarity_table(out, result.manifest)
+    if track:
+        from vsbench.tracking.command import BUNDLE_NAME, record_command_run
+        from vsbench.tracking.provenance import data_tags
+
+        record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity", params=run_params,
+                           metrics=_similarity_metrics(benchmark, model, result.manifest),
+                           tags={**data_tags(root.resolve()), **_baseline_tag(model_opts)},
+                           artifacts=_similarity_artifacts(out, result.manifest), started=started,
+                           kept=out / "metrics.json", announce=typer.echo)
+
+
+def _similarity_params(benchmark: str, model: str, model_opts: dict, bench_opts: dict, search: dict,
+                       global_cap: int, search_params: str) -> dict:
+    """A similarity run's MLflow params: what decides its numbers (not shards, batch or device)."""
+    return {"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts, sort_keys=True),
+            "benchmark_options": json.dumps(bench_opts, sort_keys=True), **search, "global_cap": global_cap,
+            "search_params": search_params or "-", "seed": model_opts.get("seed", bench_opts.get("seed", 0))}
+
+
+def _baseline_tag(model_opts: dict) -> dict[str, str]:
+    """Untrained weights make a random-features baseline, which the report draws beside trained models."""
+    from vsbench.tracking.provenance import BASELINE_TAG
+
+    return {BASELINE_TAG: "random-features"} if str(model_opts.get("weights", "")) == "random" else {}
+
+
+def _similarity_metrics(benchmark: str, model: str, manifest: dict) -> dict[str, float]:
+    """The score step's records as the pipeline's parent run holds them: ``<benchmark>__<model>__<metric>``."""
+    from vsbench.similarity import flat_metrics
+    from vsbench.steps import _metric_safe
+
+    return {f"{benchmark}__{_metric_safe(model or 'model')}__{k}": v
+            for k, v in flat_metrics(manifest.get("records", [])).items()}
+
+
+def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:
+    """metrics.json, the benchmark's own CSV and its plots (file -> artifact folder)."""
+    files = {str(out / "metrics.json"): ""}
+    if manifest.get("csv"):
+        files[str(out / manifest["csv"])] = ""
+    for plot in manifest.get("plots", []):
+        files[str(out / plot)] = str(Path(plot).parent).replace(".", "") or ""
+    return files
 
 
 @similarity_app.command("index")
@@ -530,12 +615,49 @@ def demo(
     profile: Annotated[str, typer.Option(help="Training profile: 'demo' (CPU minutes) or 'full' (the challenge's).")] = "demo",
     runner: RunnerOpt = "subprocess",
     image: ImageOpt = None,
+    track: TrackOpt = True,
+    verbose: VerboseOpt = False,
 ) -> None:
     """The ABID pipeline end to end on generated data served from a local S3 endpoint."""
     from vsbench.demo import run_demo
 
     _check_runner(runner)
-    raise typer.Exit(run_demo(out.resolve(), bins=bins, seed=seed, profile=profile, runner=runner, image=image))
+    raise typer.Exit(run_demo(out.resolve(), bins=bins, seed=seed, profile=profile, runner=runner, image=image,
+                              track=track, verbose=verbose))
+
+
+@track_app.command("upload")
+def track_upload(
+    location: Annotated[Path, typer.Argument(help="A run bundle (mlflow-run.json) or a folder holding bundles.")],
+    tracking_uri: Annotated[str | None, typer.Option(help="Store to upload to (default: MLFLOW_TRACKING_URI, "
+                                                          "else the one the run was meant for).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Upload bundles already uploaded too.")] = False,
+) -> None:
+    """Upload runs a command kept locally because MLflow was down (idempotent: a run is found by its key)."""
+    from vsbench.tracking.command import find_bundles, read_bundle, upload_bundle
+
+    with user_errors(FileNotFoundError):
+        bundles = find_bundles(location)
+    if not bundles:
+        typer.echo(f"no run bundles (mlflow-run.json) at {location}", err=True)
+        raise typer.Exit(1)
+    failed = 0
+    for bundle in bundles:
+        with user_errors(FileNotFoundError):
+            data = read_bundle(bundle)
+        if data.get("uploaded") and not force:
+            typer.echo(f"{bundle}: already uploaded as run {data['uploaded']['run_id']} "
+                       f"({data['uploaded']['tracking_uri']})")
+            continue
+        try:
+            run_id = upload_bundle(bundle, tracking_uri)
+        except Exception as exc:  # noqa: BLE001 - one line per bundle, the others still go
+            failed += 1
+            typer.echo(f"{bundle}: not uploaded: {type(exc).__name__}: {str(exc)[:300]}", err=True)
+            continue
+        typer.echo(f"{bundle}: MLflow run {run_id}")
+    if failed:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,10 +40,15 @@ def _synthesize(out: Path, bins: int, seed: int) -> tuple[Path, float]:
 
 
 def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str = "demo",
-             runner: str = "subprocess", image: str | None = None) -> int:
+             runner: str = "subprocess", image: str | None = None, track: bool = True, verbose: bool = False) -> int:
+    """The demo; ``track`` False runs it without MLflow, ``verbose`` streams kfp.local's logs."""
+    from vsbench.tracking.command import disable_tracking
+
     out.mkdir(parents=True, exist_ok=True)
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{out / 'mlflow.db'}"
     os.environ[ARTIFACT_LOCATION_ENV] = str(out / "mlartifacts")
+    if not track:
+        disable_tracking()
 
     print(f"[1/3] generating {bins} ABID bins (seed {seed}) ...", flush=True)
     synth_dir, synth_seconds = _synthesize(out, bins, seed)
@@ -61,8 +66,9 @@ def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str
             data_root=out / "data", pipeline_root=out / "kfp",
             arguments={"source": f"s3://{BUCKET}", "endpoint_url": s3.endpoint_url, "seed": seed,
                        "max_per_class": 20000, "experiment": EXPERIMENT, "train_profile": profile,
-                       "params_json": json.dumps({"demo_bins": bins, "demo_seed": seed})},
-            runner=runner, image=image,
+                       "params_json": json.dumps({"demo_bins": bins, "demo_seed": seed, "profile": profile,
+                                                  "data": f"generated ABID, {bins} bins, seed {seed}"})},
+            runner=runner, image=image, verbose=verbose,
         )
 
     print()
@@ -78,7 +84,8 @@ def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str
         print(f"  quantity verification    {scores['quantity_accuracy']:.4f}")
     print(f"  task files:     {out / 'data' / 'tasks'}")
     print(f"  resized images: {out / 'data' / 'bin-images-resize'}")
-    print(f"  MLflow store:   {out / 'mlflow.db'} (experiment {EXPERIMENT})")
+    print(f"  MLflow store:   {out / 'mlflow.db'} (experiment {EXPERIMENT})" if track else
+          "  MLflow:         off (--no-track)")
     print()
     print("Open the MLflow UI with:")
     print(f"  {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri sqlite:///{out / 'mlflow.db'} "

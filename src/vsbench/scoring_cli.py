@@ -35,6 +35,13 @@ HPATCHES_NEGATIVES = {"diffseq": "test_neg_diffseq.results", "sameseq": "test_ne
 OutputOpt = Annotated[Path, typer.Option(help="Where the metrics JSON goes.")]
 StrictOpt = Annotated[bool, typer.Option(
     "--strict", help="Refuse short result files and out-of-range answers (the challenge script scores them).")]
+ModelOpt = Annotated[str, typer.Option(help="Name of the model that made the results (MLflow param 'model').")]
+TrackOpt = Annotated[bool, typer.Option(
+    "--track/--no-track", help="Record an MLflow run (MLFLOW_TRACKING_URI, else a local store it prints); "
+                               "a store down or hanging costs at most VSBENCH_TRACKING_TIMEOUT s (30).")]
+ExperimentOpt = Annotated[str, typer.Option(help="MLflow experiment.")]
+SCORE_EXPERIMENT = "vsbench-score"
+SCORE_PIPELINE = "vsbench-score"
 
 
 def _fail(message: str) -> NoReturn:
@@ -85,6 +92,24 @@ def _warn(notes: tuple[str, ...] | list[str]) -> None:
         typer.echo(f"warning: {note}", err=True)
 
 
+def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[str, Path], options: dict[str, Any],
+           model: str, track: bool, experiment: str) -> None:
+    """The scored record as an MLflow run (params, metrics, the metrics JSON; the inputs' digest as
+    the data tag), bounded against a store that is down; skipped with ``--no-track``."""
+    if not track:
+        return
+    import time
+
+    from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
+    from vsbench.tracking.provenance import data_tags
+
+    record_command_run(output.parent / (output.stem + BUNDLE_SUFFIX), experiment=experiment, pipeline=SCORE_PIPELINE,
+                       params={"benchmark": benchmark, "model": model or "unnamed", **options,
+                               **{name: str(path) for name, path in inputs.items()}},
+                       metrics=dict(_scalar_rows(record)), tags=data_tags(*inputs.values()),
+                       artifacts={str(output): ""}, started=time.time(), kept=output, announce=typer.echo)
+
+
 def _report(title: str, record: dict[str, Any], output: Path) -> None:
     """Print the record's numbers as a two-column table, then write the whole record.
 
@@ -114,6 +139,9 @@ def abid_counting(
     output: OutputOpt,
     num_classes: Annotated[int | None, typer.Option(min=1, help="Classes 0..N-1 (default: inferred).")] = None,
     strict: StrictOpt = False,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
     """ABID counting: accuracy, RMSE, per-class accuracy and RMSE, confusion matrix."""
     from vsbench.metrics import readers
@@ -134,6 +162,7 @@ def abid_counting(
         "num_examples": m.num_examples,
     }
     _report("abid counting", record, output)
+    _track("abid_counting", record, output, {"pred": pred, "gt": gt}, {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment)
 
 
 @score_app.command("abid-verification")
@@ -142,6 +171,9 @@ def abid_verification(
     gt: Annotated[Path, typer.Option(help="obj_verification_val.json.")],
     output: OutputOpt,
     strict: StrictOpt = False,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
     """ABID object verification: accuracy, precision and recall of "yes"."""
     from vsbench.metrics import readers
@@ -151,7 +183,9 @@ def abid_verification(
         result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
     _warn(result.notes)
-    _report("abid verification", {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}, output)
+    record = {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}
+    _report("abid verification", record, output)
+    _track("abid_verification", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
 
 
 @score_app.command("abid-quantity")
@@ -160,6 +194,9 @@ def abid_quantity(
     gt: Annotated[Path, typer.Option(help="obj_num_verification_val.json.")],
     output: OutputOpt,
     strict: StrictOpt = False,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
     """ABID quantity verification: accuracy."""
     from vsbench.metrics import readers
@@ -169,7 +206,9 @@ def abid_quantity(
         result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
     _warn(result.notes)
-    _report("abid quantity verification", {"accuracy": m.accuracy}, output)
+    record = {"accuracy": m.accuracy}
+    _report("abid quantity verification", record, output)
+    _track("abid_quantity", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
 
 
 @score_app.command("copy-detection")
@@ -181,6 +220,9 @@ def copy_detection(
         "--normalize-ids", help="Strip spaces, quotes and byte-order marks around ids (isc2021 keeps them).")] = False,
     gt_duplicates: Annotated[str, typer.Option(
         help="A ground-truth pair listed twice: 'count' it twice (isc2021) or count it 'once'.")] = "count",
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
     """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them."""
     from vsbench.metrics import readers
@@ -196,8 +238,10 @@ def copy_detection(
     if unknown:
         typer.echo(f"warning: {unknown} predictions are for queries absent from {gt}; "
                    "they count as false positives", err=True)
-    _report("copy detection", {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
-                               **tie_fields(m.ties)}, output)
+    record = {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
+                               **tie_fields(m.ties)}
+    _report("copy detection", record, output)
+    _track("copy_detection", record, output, {"predictions": predictions, "gt": gt}, {"normalize_ids": normalize_ids, "gt_duplicates": gt_duplicates}, model, track, experiment)
 
 
 @score_app.command("pairs")
@@ -205,6 +249,9 @@ def pairs(
     results: Annotated[Path, typer.Option(
         help="Folder with test_{pos_easy,pos_hard,neg_diffseq,neg_sameseq}.results.")],
     output: OutputOpt,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
     """HPatches-style patch-pair classification: balanced ROC AUC and imbalanced PR AP."""
     from vsbench.metrics import readers
@@ -218,6 +265,7 @@ def pairs(
     record: dict[str, Any] = {key: {"roc_auc": m.roc.auc, "pr_ap": m.pr.ap} for key, m in grid.items()}
     record["mean_pr_ap"] = mean_pr_ap(grid)
     _report("patch pairs", record, output)
+    _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment)
 
 
 @score_app.command("product-search")
@@ -227,6 +275,9 @@ def product_search(
     features: Annotated[Path, typer.Option(
         help=".npz (or restricted pickle) with query_feature and gallery_feature.")],
     output: OutputOpt,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
     """Language-assisted product search: mAP of the annotated candidates ranked by cosine."""
     from vsbench.metrics import readers
@@ -240,4 +291,6 @@ def product_search(
     if m.num_queries_without_positive:
         typer.echo(f"note: {m.num_queries_without_positive} queries have no fulfilling candidate "
                    "and are left out of the mean", err=True)
-    _report("product search", {"map": m.mean_average_precision}, output)
+    record = {"map": m.mean_average_precision}
+    _report("product search", record, output)
+    _track("product_search", record, output, {"queries": queries, "gallery": gallery, "features": features}, {}, model, track, experiment)

@@ -129,7 +129,7 @@ def _abid_train_step(
     from vsbench.abid.counting import train_counting
     from vsbench.abid.profiles import get_profile
     from vsbench.abid.siamese import train_siamese
-    from vsbench.tracking import Tracker
+    from vsbench.tracking import Tracker, log_to_parent
 
     train, architecture, title = {
         "counting": (train_counting, "resnet34", "counting"),
@@ -163,8 +163,12 @@ def _abid_train_step(
                 return StepResult(out, metrics, manifest)
             _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
             model, example = _best_model_for_export(run, settings.image_size)
-            tracker.log_torch_model(model, f"{task}_model", example)
+            model_uri = tracker.log_torch_model(model, f"{task}_model", example)
+            if model_uri:  # a registered version, with the aliases newest / nightly / best
+                tracker.register_model(model_uri, f"vsbench-abid-{task}", run.fit.best_score)
             tracker.log_artifact(run.result_path)
+            if "val_majority_rate" in metrics:  # the trivial baseline the report draws beside the score
+                log_to_parent(parent_run_id, {"counting_majority_accuracy": metrics["val_majority_rate"]})
             return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"train_{task}.json", started)
 
 
@@ -209,6 +213,7 @@ def abid_quantity_step(
     from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
     from vsbench.metrics.abid import verification_metrics
     from vsbench.metrics.readers import read_quantity_ground_truth
+    from vsbench.tracking import log_to_parent
 
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior-capped-by-predicted-count"}) as tracker:
@@ -217,6 +222,9 @@ def abid_quantity_step(
         metrics = {f"{name}_accuracy": verification_metrics(getattr(answers, name), truth).accuracy
                    for name in ("baseline", "prior_only", "always_yes", "always_no")}
         tracker.log_artifact(Path(out) / RESULT_NAME)
+        # The trivial answers beside the score on the parent run: the report draws them as baselines.
+        log_to_parent(parent_run_id, {f"quantity_{name}": metrics[name]
+                                      for name in ("always_yes_accuracy", "prior_only_accuracy")})
         result = StepResult(str(Path(out) / RESULT_NAME), metrics, {"result": str(Path(out) / RESULT_NAME)})
         return _finish(tracker, result, manifest_path, "quantity.json", started)
 
@@ -248,6 +256,7 @@ def abid_score_step(
         metrics = {f"counting_{k}": float(v) for k, v in counting.as_dict().items()}
         metrics.update({f"verification_{k}": float(v) for k, v in verification.as_dict().items()})
         metrics["quantity_accuracy"] = quantity.accuracy
+        metrics["verification_always_yes_accuracy"] = float((verify_truth == 1).mean()) if verify_truth.size else 0.0
         metrics["quantity_num_examples"] = float(quantity.num_examples)
         for figure, name in (
             (plots.per_class_bars(counting.per_class_accuracy, counting.per_class_rmse, counting.per_class_count,
@@ -259,10 +268,21 @@ def abid_score_step(
             plots.close(figure)
         log_to_parent(parent_run_id, {k: v for k, v in metrics.items()
                                       if k in ("counting_accuracy", "counting_rmse", "verification_accuracy",
-                                               "quantity_accuracy")})
+                                               "verification_always_yes_accuracy", "quantity_accuracy")})
         manifest = {"counting_confusion_matrix": counting.confusion_matrix.tolist(),
                     "verification_confusion_matrix": _binary_confusion(verification_result, verify_truth)}
         return _finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started)
+
+
+def _save_figure(figure: Any, path: Path) -> None:
+    """A figure as a PNG file, written atomically (a reader never sees half a file)."""
+    import io
+
+    from vsbench.storage import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _metric_safe(text: str) -> str:
@@ -395,11 +415,15 @@ def similarity_score_step(
         metrics = flat_metrics(result.records)
         if result.csv_name:
             tracker.log_artifact(Path(out) / result.csv_name)
+        saved = []
         for name, figure in result.figures.items():
-            tracker.log_figure(figure, name if name.endswith(".png") else f"plots/{name}.png")
+            artifact = name if name.endswith(".png") else f"plots/{name}.png"
+            tracker.log_figure(figure, artifact)
+            _save_figure(figure, Path(out) / artifact)  # beside the CSV: a command run attaches it later
+            saved.append(artifact)
             plots.close(figure)
         # On the parent run as <benchmark>__<model>__<variant>__<metric>: a nightly parent holds many pairs.
         prefix = f"{benchmark}__{_metric_safe(model or 'model')}"
         log_to_parent(parent_run_id, {f"{prefix}__{k}": v for k, v in metrics.items()})
-        manifest = {"records": result.records, "csv": result.csv_name}
+        manifest = {"records": result.records, "csv": result.csv_name, "plots": saved}
         return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started)

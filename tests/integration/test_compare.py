@@ -119,13 +119,16 @@ def test_report_holds_tables_and_inline_plots(runs, fresh_experiment, tmp_path):
     for benchmark, metrics in (("abid", ("counting_accuracy", "counting_rmse")), ("disc", ("accuracy_at_1", "uap"))):
         table = re.search(rf'<table class="leaderboard" data-benchmark="{benchmark}">.*?</table>', page).group(0)
         assert re.findall(r'<tr data-metric="([^"]+)">', table) == list(metrics)
-    assert '<td class="best">0.9 *</td>' in page and "<td>1.3</td>" in page
+    # Every value links to the MLflow run it came from.
+    assert re.search(r'<td class="best"><a class="run-link" href="[^"]+/runs/\w+"[^>]*>0\.9 \*</a></td>', page)
+    assert re.search(r'<td><a class="run-link" href="[^"]+"[^>]*>1\.3</a></td>', page)
     images = re.findall(r'<img class="plot (trend|bars)"[^>]*src="data:image/png;base64,([^"]+)"', page)
     assert sorted(kind for kind, _ in images) == ["bars", "bars", "trend", "trend"]
     assert all(base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n") for _, data in images)
-    assert not re.search(r'(src|href)="(https?:)?//', page)  # self-contained: the cluster has no internet
+    assert not re.search(r'src="(https?:)?//', page)  # self-contained: the cluster has no internet
+    assert not re.search(r'<(?!a class="run-link")[^>]*href="(https?:)?//', page)  # only links to MLflow runs
     runs_table = re.search(r'<table class="runs">.*?</table>', page).group(0)
-    assert runs_table.count("<tr>") == 1 + 4
+    assert runs_table.count("<tr>") == 1 and runs_table.count("<tr data-run=") == 4
 
 
 def test_split_metrics_and_empty_inputs(tmp_path):

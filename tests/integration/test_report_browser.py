@@ -1,8 +1,11 @@
 """The comparison report opened in a real headless browser (Chromium from Debian's packages).
 
-A week of nightly runs goes into a real ``mlflow server``; the report built from it must render
-offline: every leaderboard table with its rows, every plot decoded (the report's own script counts
-them into ``data-plots-decoded``), and a screenshot that is a page, not a blank.
+A week of nightly runs, a random-features run and a command's run go into a real ``mlflow server``;
+the report built from it must render offline: every leaderboard table with its rows (the ABID
+baselines marked as baselines of their scores), every value and run linked to its MLflow run, a
+data/profile/code line per run, every plot decoded (the report's own script counts them into
+``data-plots-decoded``), and a screenshot that is a page, not a blank.
+``VSBENCH_UPDATE_SCREENSHOT=1`` copies the screenshot to docs/img/compare-report.png (the README's).
 
 Chromium is a system package: ``make test`` installs it (``apt-get install -y chromium``). Without
 it this test FAILS rather than skips, so a CI image that lost it cannot pass unnoticed.
@@ -25,10 +28,20 @@ from PIL import Image
 
 from vsbench.reporting.compare import collect_runs, write_report
 from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG, ensure_experiment
+from vsbench.tracking.provenance import (
+    BASELINE_TAG,
+    DATA_DIGEST_TAG,
+    DATA_FILES_TAG,
+    DATA_ROOT_TAG,
+    PROFILE_TAG,
+    SOURCE_TAG,
+    VERSION_TAG,
+)
 
 pytestmark = pytest.mark.integration
 
 WINDOW = (1280, 2000)
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "compare-report.png"
 MODELS = {"efficientnet_lite0": 0.55, "dino_vits16": 0.62, "sscd_disc_mixup": 0.71}
 RAN_IN = [{IMAGE_TAG: "registry.test/vsbench-cpu:0.1.0", IMAGE_ID_TAG: "sha256:0123456789abcdef"},
           {IMAGE_TAG: "host venv"}]
@@ -63,12 +76,16 @@ class _Dom(HTMLParser):
         self.best_cells = 0
         self.images: list[dict[str, str | None]] = []
         self.ran_in: list[str] = []
-        self._in_ran_in = False
+        self.provenance: list[str] = []
+        self.links: list[str] = []
+        self.baseline_rows: dict[str, str] = {}
+        self.run_rows: list[str] = []
+        self._capture: list[str] | None = None
 
     def handle_data(self, data: str) -> None:
-        if self._in_ran_in:
-            self.ran_in.append(data)
-            self._in_ran_in = False
+        if self._capture is not None:
+            self._capture.append(data)
+            self._capture = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
@@ -79,10 +96,18 @@ class _Dom(HTMLParser):
             self.rows[self.tables[-1]] = []
         elif tag == "tr" and "data-metric" in values:
             self.rows[self.tables[-1]].append(values["data-metric"] or "")
+            if values.get("data-baseline-for"):
+                self.baseline_rows[values["data-metric"] or ""] = values["data-baseline-for"] or ""
+        elif tag == "tr" and "data-run" in values:
+            self.run_rows.append(values["data-run"] or "")
+        elif tag == "a" and values.get("class") == "run-link":
+            self.links.append(values.get("href") or "")
+        elif tag == "td" and values.get("class") == "provenance":
+            self._capture = self.provenance
         elif tag == "td" and values.get("class") == "best":
             self.best_cells += 1
         elif tag == "td" and values.get("class") == "ran-in":
-            self._in_ran_in = True
+            self._capture = self.ran_in
         elif tag == "img":
             self.images.append(values)
 
@@ -100,30 +125,70 @@ def _week_of_nights(experiment: str) -> None:
                                 tags={KFP_RUN_TAG: f"kfp-{uuid.uuid4().hex[:8]}", PIPELINE_TAG: "vsbench-nightly",
                                       STEP_TAG: "pipeline", **RAN_IN[night % 2]})
         values = {"abid__baselines__counting_accuracy": 0.50 + 0.01 * night,
-                  "abid__baselines__counting_rmse": 1.2 - 0.03 * night}
+                  "abid__baselines__counting_rmse": 1.2 - 0.03 * night,
+                  "abid__baselines__counting_majority_accuracy": 0.41,
+                  "abid__baselines__quantity_accuracy": 0.66 + 0.005 * night,
+                  "abid__baselines__quantity_always_yes_accuracy": 0.5,
+                  "abid__baselines__quantity_prior_only_accuracy": 0.58}
         for i, (model, base) in enumerate(MODELS.items()):
             trend = 0.004 * night * (i - 1) + 0.01 * ((night + i) % 3)
             values[f"disc__{model}__Flat__1.00_0_2__uap"] = base + trend
             values[f"disc__{model}__Flat__1.00_0_2__accuracy_at_1"] = base + 0.08 + trend
             values[f"disc__{model}__Flat__1.00_0_2__recall_at_p90"] = base - 0.2 + trend
         client.log_batch(run.info.run_id, metrics=[Metric(k, v, start, 0) for k, v in values.items()])
+        client.log_param(run.info.run_id, "profile", "demo")
         client.set_terminated(run.info.run_id, "FINISHED", end_time=start + 3_600_000)
+
+
+def _command_runs(experiment: str) -> None:
+    """Two command runs (`vsbench similarity run`) tagged as the command tags them: a random-features
+    baseline of efficientnet_lite0 on disc and a trained model, with their data digest."""
+    client = MlflowClient()
+    experiment_id = ensure_experiment(client, experiment)
+    start = int(datetime(2026, 3, 7, 12, 0, tzinfo=UTC).timestamp() * 1000)
+    for number, (model, tags, uap) in enumerate((("efficientnet_lite0", {BASELINE_TAG: "random-features"}, 0.08),
+                                                 ("resnet50", {}, 0.5))):
+        run = client.create_run(experiment_id, start_time=start + number * 60_000,
+                                run_name=f"vsbench-similarity-cli-{number}",
+                                tags={PIPELINE_TAG: "vsbench-similarity", STEP_TAG: "pipeline", SOURCE_TAG: "cli",
+                                      IMAGE_TAG: "host venv", VERSION_TAG: "0.1.0", DATA_ROOT_TAG: "/data/disc21",
+                                      DATA_DIGEST_TAG: "ab" * 32, DATA_FILES_TAG: "1200", PROFILE_TAG: "-", **tags})
+        client.log_batch(run.info.run_id, metrics=[Metric(f"disc__{model}__Flat__1.00_0_2__uap", uap, start, 0)])
+        client.set_terminated(run.info.run_id, "FINISHED")
 
 
 def test_report_renders_in_headless_chromium(mlflow_tracking, fresh_experiment, tmp_path):
     _week_of_nights(fresh_experiment)
-    report = write_report(collect_runs(fresh_experiment, last=30), tmp_path / "report.html",
-                          title=f"{fresh_experiment}: last 30 runs")
+    _command_runs(fresh_experiment)
+    records = collect_runs(fresh_experiment, last=30)
+    report = write_report(records, tmp_path / "report.html", title=f"{fresh_experiment}: last 30 runs")
 
     dom = _Dom()
     dom.feed(_headless(report, tmp_path / "profile-dom", "--dump-dom").stdout)
     assert dom.tables == ["abid", "disc"]
-    assert dom.rows == {"abid": ["counting_accuracy", "counting_rmse"],
+    assert dom.rows == {"abid": ["counting_accuracy", "counting_majority_accuracy", "counting_rmse",
+                                 "quantity_accuracy", "quantity_always_yes_accuracy", "quantity_prior_only_accuracy"],
                         "disc": [f"Flat__1.00_0_2__{m}" for m in ("accuracy_at_1", "recall_at_p90", "uap")]}
-    assert dom.best_cells == 5  # one best model per metric row
+    # The trivial baselines are rows of their own, marked with the score they explain (and drawn in its panel).
+    assert dom.baseline_rows == {"counting_majority_accuracy": "counting_accuracy",
+                                 "quantity_always_yes_accuracy": "quantity_accuracy",
+                                 "quantity_prior_only_accuracy": "quantity_accuracy"}
+    assert dom.best_cells == 9  # one best model per metric row
     assert len(dom.images) == 4
     assert dom.body.get("data-plots-decoded") == "4/4"  # set by the page's load handler: every PNG decoded
-    assert sorted(dom.ran_in) == ["host venv"] * 3 + ["registry.test/vsbench-cpu:0.1.0 (0123456789ab)"] * 4
+    assert sorted(dom.ran_in) == ["host venv"] * 5 + ["registry.test/vsbench-cpu:0.1.0 (0123456789ab)"] * 4
+    # Every run is a row linked to its MLflow run; every leaderboard value links to the run it came from.
+    run_ids = {r.run_id for r in records}
+    assert sorted(dom.run_rows) == sorted(run_ids) and len(run_ids) == 9
+    server = os.environ["MLFLOW_TRACKING_URI"]
+    assert all(link.startswith(f"{server}/#/experiments/") for link in dom.links), dom.links[:3]
+    assert {link.rsplit("/", 1)[-1] for link in dom.links} == run_ids
+    # A line per run says what data and profile it used (and which code ran).
+    assert len(dom.provenance) == 9
+    assert sum("profile: demo" in line for line in dom.provenance) == 7
+    assert sum("/data/disc21 (1200 files, digest abababababab)" in line for line in dom.provenance) == 2
+    assert all(line.startswith("data: ") and "code: vsbench" in line for line in dom.provenance)
+    assert any(r.model == "efficientnet_lite0 (random features)" for r in records)
 
     shot = tmp_path / "shot.png"
     _headless(report, tmp_path / "profile-shot", f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}")
@@ -131,4 +196,21 @@ def test_report_renders_in_headless_chromium(mlflow_tracking, fresh_experiment, 
         assert image.size == WINDOW
         colors = image.convert("RGB").getcolors(maxcolors=1 << 20)
     assert colors is not None and len(colors) > 200, "the screenshot is nearly uniform: the page did not render"
+    if os.environ.get("VSBENCH_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(shot, SCREENSHOT)
     print(f"screenshot: {shot}")
+
+
+def test_one_run_report_has_a_readable_time_axis(mlflow_tracking, fresh_experiment, tmp_path):
+    """One run alone: no AutoDateLocator warning, and the axis spans about an hour around it, not years."""
+    import warnings
+
+    from vsbench.reporting.compare import time_limits
+
+    _command_runs(fresh_experiment)
+    records = collect_runs(fresh_experiment)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_report(records[:1], tmp_path / "one.html", title="one run")
+    first, last = time_limits([records[0].start_time])
+    assert timedelta(minutes=59) < last - first < timedelta(hours=2)

@@ -66,6 +66,15 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
     assert artifacts == {"plots/counting_per_class.png", "plots/counting_confusion.png"}
     models = {a.path for a in client.list_artifacts(children["abid-train-siamese"].info.run_id)}
     assert {"siamese_model_weights", "obj_verification_result.txt"} <= models
+    # The trivial baselines ride beside the scores on the parent run (the report draws them there).
+    assert {"counting_majority_accuracy", "quantity_always_yes_accuracy", "quantity_prior_only_accuracy",
+            "verification_always_yes_accuracy"} <= set(parent.data.metrics)
+    assert parent.data.tags["vsbench.source"] == "kfp" and parent.data.tags["vsbench.version"]
+    # The trained baselines are registered models, named by aliases (no deprecated stages).
+    from vsbench.tracking.models import aliases
+
+    for task in ("counting", "siamese"):
+        assert aliases(client, f"vsbench-abid-{task}") == {"newest": "1", "best": "1"}, task
     for shard in (0, 1):
         downloaded = json.loads((tmp_path / "data" / "raw" / "_manifests" / f"download.shard-{shard}-of-2.json")
                                 .read_text())

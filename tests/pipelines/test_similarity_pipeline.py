@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,25 @@ def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_
     assert len(inline) == 2 and printed["subprocess"] == inline
     assert printed["inline--search-shards3--reference-shards2"] == inline
     assert "ran in: host venv" in result.output
+    # kfp.local's executor output went to a file; the terminal got one line per step.
+    assert "kfp.local executor logs: " in result.output and "Executing task" not in result.output
+    log = Path(result.output.split("kfp.local executor logs: ")[1].split()[0])
+    assert "Executing task" in log.read_text()
+    steps = [line for line in result.output.splitlines() if line.startswith("  [")]
+    assert any("score" in line and line.endswith("ok") for line in steps), result.output
+    assert len(result.output.splitlines()) < 40, result.output
+
+
+def test_a_failing_step_prints_the_last_lines_of_its_log(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vsbench.cli import app
+
+    generate_disc(tmp_path / "disc", references=12, queries=8, train=12, seed=3)
+    result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "disc"),
+                                      "--out", str(tmp_path / "out"), "--runner", "subprocess", "--no-track",
+                                      "--model", "no_such_model"])
+    assert result.exit_code == 1
+    assert "similarity pipeline failed" in result.output
+    assert "last lines of embed-shard" in result.output and "no_such_model" in result.output
+    assert "FAILURE" in result.output  # the step's own line

@@ -8,7 +8,9 @@ Two runners execute exactly the lightweight components a cluster runs:
   :mod:`vsbench.platform.containers`).
 
 kfp.local keeps every task's outputs under ``<pipeline_root>/<pipeline>-<timestamp>/<task>/``;
-the report reads the step manifests from there.
+the report reads the step manifests from there. Its executor logs go to
+``<pipeline_root>/logs/<pipeline>-<time>.log`` while the terminal shows one line per step
+(:mod:`vsbench.platform.progress`); ``verbose`` streams them as well.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 RUNNERS = ("subprocess", "container")
+LOG_FOLDER = "logs"  # under the pipeline root, beside kfp.local's run folders
 
 ABID_STEPS = ("abid-download", "abid-prepare", "abid-resize", "abid-train-counting", "abid-train-siamese",
               "abid-quantity", "abid-score")
@@ -52,10 +55,34 @@ class LocalRunReport:
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str = ""
     ran_in: str = "host venv"
+    log_path: Path | None = None
+    failed_step: str = ""
+    log_tail: list[str] = field(default_factory=list)
 
     def scores(self) -> dict[str, float]:
         return {k: v for k, v in self.steps.get("abid-score", {}).get("metrics", {}).items()
                 if k in STEP_SCORES["abid-score"]}
+
+    def parent_metrics(self) -> dict[str, float]:
+        """What the pipeline's parent run holds: the scores and the trivial baselines beside them
+        (for a bundle kept while the store was down)."""
+        metrics = dict(self.scores())
+        counting = self.steps.get("abid-train-counting", {}).get("metrics", {})
+        if "val_majority_rate" in counting:
+            metrics["counting_majority_accuracy"] = counting["val_majority_rate"]
+        quantity = self.steps.get("abid-quantity", {}).get("metrics", {})
+        metrics.update({f"quantity_{k}": quantity[k] for k in ("always_yes_accuracy", "prior_only_accuracy")
+                        if k in quantity})
+        scored = self.steps.get("abid-score", {}).get("metrics", {})
+        if "verification_always_yes_accuracy" in scored:
+            metrics["verification_always_yes_accuracy"] = scored["verification_always_yes_accuracy"]
+        return metrics
+
+    def manifests(self) -> dict[str, str]:
+        """The step manifests of the run (file -> artifact folder), for a kept bundle."""
+        if self.run_dir is None:
+            return {}
+        return {str(path): f"steps/{path.parent.name}" for step in self.steps for path in step_manifests(self.run_dir, step)}
 
     def render(self) -> str:
         lines = [f"pipeline {'succeeded' if self.succeeded else 'FAILED'} in {self.seconds:.1f} s"]
@@ -69,12 +96,22 @@ class LocalRunReport:
         lines.append(f"  ran in:         {self.ran_in}")
         lines.append(f"  data root:      {self.data_root}")
         lines.append(f"  step outputs:   {self.run_dir}")
+        lines.append(f"  executor logs:  {self.log_path}")
         lines.append(f"  MLflow run:     {self.parent_run_id or '(tracking offline)'}")
+        if not self.succeeded:
+            lines.append(failure_tail(self.failed_step, self.log_tail, self.log_path))
         return "\n".join(lines)
 
 
+def failure_tail(step: str, tail: list[str], log_path: Path | None) -> str:
+    """The last lines a failed step wrote, and where its whole log is."""
+    head = f"  last lines of {step or 'the run'} (whole log: {log_path}):"
+    return "\n".join([head, *(f"    | {line}" for line in tail[-20:])] if tail else [head, "    (no output)"])
+
+
 def _latest_run_dir(pipeline_root: Path, before: set[Path]) -> Path | None:
-    runs = [p for p in pipeline_root.iterdir() if p.is_dir() and p not in before] if pipeline_root.exists() else []
+    runs = ([p for p in pipeline_root.iterdir() if p.is_dir() and p not in before and p.name != LOG_FOLDER]
+            if pipeline_root.exists() else [])
     return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 
 
@@ -111,6 +148,9 @@ class LocalRun:
     run_dir: Path | None
     error: str
     ran_in: str = "host venv"
+    log_path: Path | None = None
+    failed_step: str = ""
+    log_tail: tuple[str, ...] = ()
 
     def __iter__(self) -> Iterator[Any]:  # (succeeded, seconds, run_dir, error), as callers unpack it
         return iter((self.succeeded, self.seconds, self.run_dir, self.error))
@@ -196,11 +236,15 @@ def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, da
 def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dict[str, Any],
                          steps: tuple[str, ...], suite_path: Path | None = None, *, runner: str = "subprocess",
                          image: str | None = None, data: tuple[Path, ...] = (),
-                         read_only: tuple[Path, ...] = ()) -> LocalRun:
-    """Run one pipeline with kfp.local; a failed step is reported, never raised."""
+                         read_only: tuple[Path, ...] = (), verbose: bool = False) -> LocalRun:
+    """Run one pipeline with kfp.local; a failed step is reported, never raised.
+
+    kfp.local's output goes to a log file (its path printed first) and the terminal gets a line per
+    step; ``verbose`` streams the log too."""
     from kfp import local
 
     from vsbench.platform.compile import load_pipeline
+    from vsbench.platform.progress import StepLog
 
     # The components name the production image; the subprocess runner's environment is its twin.
     warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
@@ -210,32 +254,42 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
     started = time.perf_counter()
     error = ""
     ran_in = runner
+    log_path = pipeline_root / LOG_FOLDER / f"{pipeline_name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    print(f"kfp.local executor logs: {log_path}" + ("" if verbose else " (--verbose streams them)"), flush=True)
+    sink = StepLog(log_path, steps, verbose=verbose)
     try:
-        with kfp_runner(runner, pipeline_root, image=image, data=data, read_only=read_only,
-                        experiment=str(arguments.get("experiment", ""))) as (chosen, ran_in):
-            local.init(runner=chosen, pipeline_root=str(pipeline_root),
-                       raise_on_error=True)  # a failed task fails the run, after the exit handler ran
-            load_pipeline(pipeline_name, suite_path=suite_path)(**arguments)
+        with contextlib.redirect_stdout(sink):
+            with kfp_runner(runner, pipeline_root, image=image, data=data, read_only=read_only,
+                            experiment=str(arguments.get("experiment", ""))) as (chosen, ran_in):
+                local.init(runner=chosen, pipeline_root=str(pipeline_root),
+                           raise_on_error=True)  # a failed task fails the run, after the exit handler ran
+                load_pipeline(pipeline_name, suite_path=suite_path)(**arguments)
     except Exception as exc:  # noqa: BLE001 - reported, the caller decides the exit code
         error = f"{type(exc).__name__}: {exc}"
+        sink.write(f"\n{error}\n")
+    finally:
+        sink.close()
     seconds = time.perf_counter() - started
     run_dir = _latest_run_dir(pipeline_root, before)
     succeeded = not error and run_dir is not None and all(step_manifests(run_dir, s) for s in steps)
     if not succeeded and not error:
         missing = [s for s in steps if run_dir is None or not step_manifests(run_dir, s)]
-        error = f"steps without output: {', '.join(missing)} (see the log above)"
-    return LocalRun(succeeded, seconds, run_dir, error, ran_in)
+        error = f"steps without output: {', '.join(missing)} (see {log_path})"
+    return LocalRun(succeeded, seconds, run_dir, error, ran_in, log_path, sink.failed_task,
+                    tuple(sink.tail()) if not succeeded else ())
 
 
 def run_abid_pipeline_locally(data_root: Path, pipeline_root: Path, arguments: dict[str, Any], *,
-                              runner: str = "subprocess", image: str | None = None) -> LocalRunReport:
+                              runner: str = "subprocess", image: str | None = None,
+                              verbose: bool = False) -> LocalRunReport:
     """The ABID pipeline with kfp.local; ``runner`` "container" runs every step in ``image``."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     data_root = data_root.resolve()
     run = run_pipeline_locally("abid", pipeline_root, {"data_root": str(data_root), **arguments}, ABID_STEPS,
-                               runner=runner, image=image, data=(data_root,))
+                               runner=runner, image=image, data=(data_root,), verbose=verbose)
     run_dir = run.run_dir
-    report = LocalRunReport(run.succeeded, run.seconds, run_dir, data_root, "", error=run.error, ran_in=run.ran_in)
+    report = LocalRunReport(run.succeeded, run.seconds, run_dir, data_root, "", error=run.error, ran_in=run.ran_in,
+                            log_path=run.log_path, failed_step=run.failed_step, log_tail=list(run.log_tail))
     if run_dir is not None:
         output = _read_json(run_dir / "open-tracking" / "executor_output.json")
         report.parent_run_id = str(output.get("parameterValues", {}).get("Output", ""))
@@ -247,9 +301,9 @@ def run_abid_pipeline_locally(data_root: Path, pipeline_root: Path, arguments: d
 
 
 def run_similarity_pipeline_locally(root: Path, out: Path, arguments: dict[str, Any], *, runner: str = "subprocess",
-                                    image: str | None = None) -> LocalRun:
+                                    image: str | None = None, verbose: bool = False) -> LocalRun:
     """The similarity pipeline with kfp.local over ``root`` (read only) into ``out``."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return run_pipeline_locally("similarity", out / "_kfp", {**arguments, "root": str(root), "out": str(out)},
                                 ("embed-shard", "index", "search", "score"), runner=runner, image=image, data=(out,),
-                                read_only=(root,))
+                                read_only=(root,), verbose=verbose)

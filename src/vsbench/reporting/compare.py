@@ -16,6 +16,13 @@ Which (model, benchmark) a parent-run metric belongs to
   (its parent carries ``counting_accuracy``, ``counting_rmse``, ...), else ``-`` on the pipeline's name.
 * Metrics about the run rather than a model (``regression_drops``) are left out.
 
+Baselines beside the scores
+---------------------------
+A score means little without its trivial answer: the ABID pipeline logs the majority-class, always-yes
+and asin-prior accuracies beside its scores (:data:`BASELINES`), and a similarity run with untrained
+weights is tagged ``vsbench.baseline`` = ``random-features`` (its model shows as ``<model> (random
+features)``). The report draws both as dashed reference lines in the panels of the scores they explain.
+
 :func:`collect_runs` splits every parent run into one :class:`RunRecord` per pair, so the leaderboard
 and the report see a single shape whatever pipeline produced the run.
 """
@@ -27,7 +34,7 @@ import html
 import io
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,14 +43,35 @@ import pandas as pd
 
 from vsbench.storage import atomic_write_text
 from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
+from vsbench.tracking.provenance import (
+    BASELINE_TAG,
+    DATA_DIGEST_TAG,
+    DATA_FILES_TAG,
+    DATA_ROOT_TAG,
+    GIT_COMMIT_TAG,
+    HOST_TAG,
+    PROFILE_TAG,
+    SOURCE_TAG,
+    VERSION_TAG,
+)
 
 ABID_PIPELINE = "vsbench-abid"
 SEPARATOR = "__"
 # Logged on a parent run by the regression check: it describes the run, not a model.
 BOOKKEEPING_METRICS = frozenset({"regression_drops"})
 LOWER_IS_BETTER = ("rmse", "loss", "error", "seconds")
+# score -> its trivial baselines (metric name -> label), as the ABID pipeline logs them on its parent run.
+BASELINES: dict[str, dict[str, str]] = {
+    "counting_accuracy": {"counting_majority_accuracy": "majority class"},
+    "verification_accuracy": {"verification_always_yes_accuracy": "always yes"},
+    "quantity_accuracy": {"quantity_always_yes_accuracy": "always yes", "quantity_prior_only_accuracy": "asin prior"},
+}
+BASELINE_OF = {baseline: score for score, names in BASELINES.items() for baseline in names}
+RANDOM_FEATURES = " (random features)"
+UI_ENV = "VSBENCH_MLFLOW_UI"  # where the report's run links point when the store is not a server
+DEFAULT_UI = "http://127.0.0.1:5000"  # what `mlflow ui` serves
 LEADERBOARD_COLUMNS = ["benchmark", "metric", "model", "value", "best", "higher_is_better", "runs", "run_id",
-                       "start_time"]
+                       "start_time", "experiment_id"]
 
 
 def higher_is_better(metric: str) -> bool:
@@ -63,6 +91,8 @@ class RunRecord:
     benchmark: str
     metrics: dict[str, float]
     tags: dict[str, str]
+    params: dict[str, str] = field(default_factory=dict)
+    experiment_id: str = ""
 
 
 def split_metrics(metrics: Mapping[str, float], params: Mapping[str, str],
@@ -117,7 +147,9 @@ def _records(run: Any) -> list[RunRecord]:
     tags = dict(run.data.tags)
     pipeline = tags.get(PIPELINE_TAG, "")
     pairs = split_metrics(run.data.metrics, run.data.params, pipeline)
-    return [RunRecord(run.info.run_id, start, pipeline, model, benchmark, metrics, tags)
+    suffix = RANDOM_FEATURES if tags.get(BASELINE_TAG) == "random-features" else ""
+    return [RunRecord(run.info.run_id, start, pipeline, model + suffix, benchmark, metrics, tags,
+                      dict(run.data.params), str(run.info.experiment_id))
             for (model, benchmark), metrics in sorted(pairs.items())]
 
 
@@ -167,7 +199,8 @@ def leaderboard(runs: Iterable[RunRecord]) -> pd.DataFrame:
             else:
                 latest[key] = {"benchmark": record.benchmark, "metric": metric, "model": record.model,
                                "value": float(value), "best": False, "higher_is_better": higher_is_better(metric),
-                               "runs": 1, "run_id": record.run_id, "start_time": record.start_time}
+                               "runs": 1, "run_id": record.run_id, "start_time": record.start_time,
+                               "experiment_id": record.experiment_id}
     frame = pd.DataFrame(list(latest.values()), columns=LEADERBOARD_COLUMNS)
     if frame.empty:
         return frame
@@ -186,6 +219,8 @@ def _format(value: float) -> str:
 class _Cell:
     text: str
     best: bool
+    run_id: str = ""
+    experiment_id: str = ""
 
 
 def _table(frame: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, list[_Cell | None]]]]:
@@ -193,7 +228,8 @@ def _table(frame: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, list[_C
     models = sorted(frame["model"].unique())
     rows = []
     for metric, group in frame.groupby("metric", sort=True):
-        by_model = {row.model: _Cell(_format(row.value), bool(row.best)) for row in group.itertuples()}
+        by_model = {row.model: _Cell(_format(row.value), bool(row.best), row.run_id, row.experiment_id)
+                    for row in group.itertuples()}
         better = "higher" if group["higher_is_better"].iloc[0] else "lower"
         rows.append((str(metric), better, [by_model.get(model) for model in models]))
     return models, rows
@@ -233,6 +269,9 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; font-family: monospace; }
 td.best { background: #d8f0d8; font-weight: bold; }
 td.missing { color: #999; }
+td a.run-link { color: inherit; text-decoration: none; border-bottom: 1px dotted #888; }
+td.provenance { text-align: left; font-size: 0.85em; color: #444; }
+tr[data-baseline-for] td { color: #666; font-style: italic; }
 img.plot { max-width: 100%; display: block; margin: 0.5em 0 1.5em; border: 1px solid #eee; }
 .note { color: #555; font-size: 0.9em; }
 #plot-warning { display: none; background: #fdd; padding: 0.5em; }
@@ -285,18 +324,39 @@ def _colors(models: list[str]) -> dict[str, Any]:
     return {model: palette(i % palette.N) for i, model in enumerate(models)}
 
 
+def time_limits(times: list[datetime]) -> tuple[datetime, datetime]:
+    """The x range of a trend: the runs' span padded by 5% on each side, and at least an hour wide, so
+    one run (or several within minutes) gets a readable axis instead of AutoDateLocator's years."""
+    from datetime import timedelta
+
+    first, last = min(times), max(times)
+    pad = max((last - first) * 0.05, (timedelta(hours=1) - (last - first)) / 2, timedelta(minutes=5))
+    return first - pad, last + pad
+
+
 def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[str, Any]) -> Any:
-    """One panel per metric, one line per model over the runs' start times."""
+    """One panel per metric, one line per model over the runs' start times; a score's trivial
+    baselines and random-features runs as dashed grey lines."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 
     figure, axes = _grid(len(metrics))
     ordered = sorted(records, key=lambda r: r.start_time)
+    limits = time_limits([r.start_time for r in ordered]) if ordered else None
     for axis, metric in zip(axes, metrics):
         for model, color in colors.items():
             points = [(r.start_time, r.metrics[metric]) for r in ordered if r.model == model and metric in r.metrics]
             if points:
-                axis.plot(*zip(*points), marker="o", color=color)
-        locator = AutoDateLocator(maxticks=5)
+                axis.plot(*zip(*points), marker="o", color=color,
+                          linestyle="--" if model.endswith(RANDOM_FEATURES) else "-")
+        for shade, (baseline, label) in enumerate(BASELINES.get(metric, {}).items()):
+            points = [(r.start_time, r.metrics[baseline]) for r in ordered if baseline in r.metrics]
+            if points:
+                axis.plot(*zip(*points), linestyle="--", marker=".", color=str(0.35 + 0.25 * shade), label=label)
+                axis.annotate(label, points[-1], textcoords="offset points", xytext=(3, 3), fontsize=7,
+                              color="0.3")
+        if limits:
+            axis.set_xlim(*limits)
+        locator = AutoDateLocator(minticks=2, maxticks=5)
         axis.xaxis.set_major_locator(locator)
         axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))
         axis.set_title(_wrap(metric) + ("" if higher_is_better(metric) else "\n(lower is better)"), fontsize=9)
@@ -322,12 +382,57 @@ def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, A
                         edgecolor=["black" if b else "none" for b in rows["best"]], linewidth=2)
         center, half = (len(rows) - 1) / 2, max(len(rows), 3) / 2  # one or two models: bars, not walls
         axis.set_xlim(center - half, center + half)
+        for bar, model in zip(bars, rows["model"]):
+            if model.endswith(RANDOM_FEATURES):
+                bar.set_hatch("//")
         axis.bar_label(bars, labels=[_format(v) for v in rows["value"]], fontsize=8)
+        for shade, (value, label) in enumerate(_reference_lines(frame, metric)):
+            axis.axhline(value, linestyle="--", color=str(0.3 + 0.2 * shade), linewidth=1.2)
+            axis.annotate(f"{label} {_format(value)}", (1.0, value), xycoords=("axes fraction", "data"),
+                          xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=7, color="0.25")
         axis.set_xticks(range(len(rows)), rows["model"], rotation=20, ha="right", fontsize=8)
         axis.margins(y=0.15)
         axis.set_title(_wrap(metric) + ("" if higher_is_better(metric) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(axis="y", labelsize=8)
     return figure
+
+
+def _reference_lines(frame: pd.DataFrame, metric: str) -> list[tuple[float, str]]:
+    """(value, label) of what a metric's score should beat: its trivial baselines (the newest value
+    of each) and, for a similarity score, each random-features model's value."""
+    lines = []
+    for baseline, label in BASELINES.get(metric, {}).items():
+        rows = frame[frame["metric"] == baseline].sort_values("start_time")
+        if not rows.empty:
+            lines.append((float(rows["value"].iloc[-1]), label))
+    rows = frame[(frame["metric"] == metric) & frame["model"].str.endswith(RANDOM_FEATURES)]
+    lines.extend((float(row.value), "random features") for row in rows.itertuples())
+    return lines
+
+
+def plotted_metrics(frame: pd.DataFrame) -> list[str]:
+    """The metrics that get a panel: every metric except the baselines drawn inside their score's panel."""
+    metrics = set(frame["metric"].unique())
+    return sorted(m for m in metrics if not (m in BASELINE_OF and BASELINE_OF[m] in metrics))
+
+
+def run_url(run_id: str, experiment_id: str) -> str:
+    """The run's page in the MLflow UI: the tracking server itself, or (a local store) VSBENCH_MLFLOW_UI,
+    default what ``mlflow ui`` serves on 127.0.0.1:5000."""
+    import os
+
+    from vsbench.tracking import tracking_uri
+
+    uri = tracking_uri()
+    base = os.environ.get(UI_ENV) or (uri if uri.startswith(("http://", "https://")) else DEFAULT_UI)
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id or '0'}/runs/{run_id}"
+
+
+def _link(text: str, run_id: str, experiment_id: str) -> str:
+    if not run_id:
+        return text
+    return (f'<a class="run-link" href="{html.escape(run_url(run_id, experiment_id))}" '
+            f'title="MLflow run {html.escape(run_id)}">{text}</a>')
 
 
 def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
@@ -336,17 +441,21 @@ def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
     body = []
     for metric, better, cells in rows:
         tds = "".join('<td class="missing">-</td>' if cell is None else
-                      f'<td class="best">{cell.text} *</td>' if cell.best else f"<td>{cell.text}</td>"
+                      f'<td class="best">{_link(cell.text + " *", cell.run_id, cell.experiment_id)}</td>' if cell.best
+                      else f"<td>{_link(cell.text, cell.run_id, cell.experiment_id)}</td>"
                       for cell in cells)
-        body.append(f'<tr data-metric="{html.escape(metric)}"><td>{html.escape(metric)}</td><td>{better}</td>'
-                    f"{tds}</tr>")
+        score = BASELINE_OF.get(metric)
+        marker = f' data-baseline-for="{html.escape(score)}"' if score else ""
+        note = f" (baseline of {html.escape(score)})" if score else ""
+        body.append(f'<tr data-metric="{html.escape(metric)}"{marker}><td>{html.escape(metric)}{note}</td>'
+                    f"<td>{better}</td>{tds}</tr>")
     return (f'<table class="leaderboard" data-benchmark="{html.escape(benchmark)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
 
 
 def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataFrame,
                        colors: Mapping[str, Any]) -> str:
-    metrics = sorted(frame["metric"].unique())
+    metrics = plotted_metrics(frame)
     models = sorted(frame["model"].unique())
     used = {model: colors[model] for model in models}
     trend = _png(_trend_figure(records, metrics, used))
@@ -384,15 +493,42 @@ def render_runs(records: list[RunRecord]) -> str:
     return _text_table(rows)
 
 
+def source(record: RunRecord) -> str:
+    """"kfp <run id>" for a pipeline run, "command" for a command's run."""
+    if record.tags.get(SOURCE_TAG) == "cli":
+        return "command"
+    kfp = record.tags.get(KFP_RUN_TAG, "")
+    return f"kfp {kfp}" if kfp else "-"
+
+
+def provenance(record: RunRecord) -> str:
+    """One line: what data (and its digest) and which profile a run used, and the code that ran."""
+    tags, params = record.tags, record.params
+    data = tags.get(DATA_ROOT_TAG) or params.get("data") or params.get("root") or params.get("source") or "unrecorded"
+    if tags.get(DATA_DIGEST_TAG):
+        data += f" ({tags.get(DATA_FILES_TAG, '?')} files, digest {tags[DATA_DIGEST_TAG][:12]})"
+    profile = (tags.get(PROFILE_TAG) or params.get("profile") or params.get("train_profile")
+               or params.get("suite") or "-")
+    code = f"vsbench {tags.get(VERSION_TAG, '?')}"
+    if tags.get(GIT_COMMIT_TAG):
+        code += f" @ {tags[GIT_COMMIT_TAG][:7]}"
+    if tags.get(HOST_TAG):
+        code += f" on {tags[HOST_TAG]}"
+    return f"data: {data}; profile: {profile}; code: {code}"
+
+
 def _runs_table(records: list[RunRecord]) -> str:
     rows = "".join(
-        f"<tr><td>{html.escape(run_id)}</td><td>{group[0].start_time:%Y-%m-%d %H:%M:%S} UTC</td>"
-        f"<td>{html.escape(group[0].pipeline)}</td><td>{html.escape(group[0].tags.get(KFP_RUN_TAG, ''))}</td>"
+        f'<tr data-run="{html.escape(run_id)}"><td>{_link(html.escape(run_id), run_id, group[0].experiment_id)}</td>'
+        f"<td>{group[0].start_time:%Y-%m-%d %H:%M:%S} UTC</td>"
+        f"<td>{html.escape(group[0].pipeline)}</td><td>{html.escape(source(group[0]))}</td>"
         f'<td class="ran-in">{html.escape(ran_in(group[0]))}</td>'
-        f"<td>{html.escape(', '.join(f'{r.model} on {r.benchmark}' for r in group))}</td></tr>"
+        f"<td>{html.escape(', '.join(f'{r.model} on {r.benchmark}' for r in group))}</td>"
+        f'<td class="provenance">{html.escape(provenance(group[0]))}</td></tr>'
         for run_id, group in _runs_by_id(records).items())
-    return ('<table class="runs"><thead><tr><th>MLflow run</th><th>started</th><th>pipeline</th><th>KFP run</th>'
-            f"<th>ran in</th><th>model on benchmark</th></tr></thead><tbody>{rows}</tbody></table>")
+    return ('<table class="runs"><thead><tr><th>MLflow run</th><th>started</th><th>pipeline</th><th>source</th>'
+            f"<th>ran in</th><th>model on benchmark</th><th>data, profile, code</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
 
 
 def write_report(runs: list[RunRecord], path: Path, *, title: str) -> Path:
@@ -409,7 +545,7 @@ def write_report(runs: list[RunRecord], path: Path, *, title: str) -> Path:
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p class="note">{run_count} pipeline runs; generated {generated:%Y-%m-%d %H:%M} UTC. In each table the highlighted
+<p class="note">{run_count} runs (pipelines and commands); generated {generated:%Y-%m-%d %H:%M} UTC. In each table the highlighted
 value marked * is the best latest value among the models (higher is better unless the column says lower).</p>
 <p id="plot-warning">Some plots did not load.</p>
 {"".join(sections)}

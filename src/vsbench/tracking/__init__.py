@@ -7,7 +7,13 @@ credentials never appear in a pipeline spec. We use ``MlflowClient`` calls rathe
 
 Tracking must never fail a step: if the server is unreachable or errors part-way, the tracker
 goes offline, says so once on stderr, and the step finishes with its metrics kept in its own
-outputs (KFP Metrics and manifest files).
+outputs (KFP Metrics and manifest files). ``VSBENCH_NO_TRACK=1`` (``--no-track``) turns every call
+here into a no-op.
+
+The package's other rooms: :mod:`~vsbench.tracking.command` (runs of commands, bounded against a
+store that is down or hangs, and their later upload), :mod:`~vsbench.tracking.provenance` (the tags
+for data, code and machine every run carries), :mod:`~vsbench.tracking.models` (trained baselines
+as registered models with aliases).
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from vsbench.tracking.command import tracking_disabled
+from vsbench.tracking.provenance import RUN_KEY_TAG, SOURCE_TAG, code_tags
 
 KFP_RUN_TAG = "kfp.run_id"
 PIPELINE_TAG = "vsbench.pipeline"
@@ -42,6 +51,22 @@ def _image_tags() -> dict[str, str]:
 
     ran_in = running_image()
     return {IMAGE_TAG: ran_in["image"], **({IMAGE_ID_TAG: ran_in["image_id"]} if ran_in["image_id"] else {})}
+
+
+def _param_tags(params: Mapping[str, Any]) -> dict[str, str]:
+    """The data and profile a pipeline names in its params (``data_tags`` / ``profile``), as the tags a
+    command run carries; the report's line per run reads them."""
+    from vsbench.tracking.provenance import DATA_ROOT_TAG, PROFILE_TAG
+
+    tags = {}
+    if params.get("profile") or params.get("train_profile"):
+        tags[PROFILE_TAG] = str(params.get("profile") or params.get("train_profile"))
+    if params.get("data"):
+        tags[DATA_ROOT_TAG] = str(params["data"])[:4000]
+    extra = params.get("data_tags")
+    if isinstance(extra, Mapping):
+        tags.update({str(k): str(v) for k, v in extra.items()})
+    return tags
 
 
 def _flat(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,13 +129,21 @@ class Tracker:
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         self._call("log_figure", lambda: self._client.log_figure(self.run_id, figure, artifact_file))
 
-    def log_torch_model(self, model: Any, name: str, input_example: Any) -> None:
+    def register_model(self, model_uri: str, name: str, score: float | None) -> str:
+        """Register ``model_uri`` as a new version of ``name`` with its aliases (see
+        :func:`vsbench.tracking.models.register_version`); returns the version ("" offline)."""
+        from vsbench.tracking.models import register_version
+
+        return self._call("register_model", lambda: register_version(self._client, self.run_id, model_uri, name,
+                                                                      score)) or ""
+
+    def log_torch_model(self, model: Any, name: str, input_example: Any) -> str:
         """The model through ``mlflow.pytorch`` in the pt2 format (a traced graph: loading it runs no
         pickled code) and, beside it, its ``state_dict``, which vsbench loads with
         ``weights_only=True``. A model that fails to export is reported and skipped; unlike a
-        connection error it does not take the tracker offline."""
+        connection error it does not take the tracker offline. Returns the model's URI ("" if none)."""
         if not self.online:
-            return
+            return ""
         import io
 
         import mlflow
@@ -119,11 +152,13 @@ class Tracker:
 
         from vsbench import __version__
 
+        model_uri = ""
         try:
             with mlflow.start_run(run_id=self.run_id):
-                mlflow.pytorch.log_model(model, name=name, input_example=input_example,
-                                         serialization_format="pt2",
-                                         pip_requirements=[f"vsbench=={__version__}", "torch"])
+                info = mlflow.pytorch.log_model(model, name=name, input_example=input_example,
+                                                serialization_format="pt2",
+                                                pip_requirements=[f"vsbench=={__version__}", "torch"])
+                model_uri = str(info.model_uri)
         except Exception as exc:  # noqa: BLE001 - an export problem is not a tracking outage
             print(f"[vsbench] could not log {name} to MLflow: {type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
         buffer = io.BytesIO()
@@ -132,6 +167,7 @@ class Tracker:
             path = Path(tmp) / "state_dict.pt"
             path.write_bytes(buffer.getvalue())
             self.log_artifact(path, f"{name}_weights")
+        return model_uri
 
     def end(self, status: str = "FINISHED") -> None:
         self._call("end_run", lambda: self._client.set_terminated(self.run_id, status))
@@ -166,8 +202,11 @@ def tracking_uri() -> str:
 def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Mapping[str, Any]) -> str:
     """Find or create the parent run of a pipeline run; returns its id, or "" when offline.
 
-    Looking the run up by its KFP run id makes a retried first step reuse the same parent.
+    Looking the run up by its KFP run id makes a retried first step reuse the same parent. The run is
+    named and tagged like a command's run (:mod:`vsbench.tracking.command`), so both compare side by side.
     """
+    if tracking_disabled():
+        return ""
     try:
         client = _client()
         experiment_id = ensure_experiment(client, experiment)
@@ -176,12 +215,13 @@ def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Map
             return existing
         run = client.create_run(experiment_id, run_name=f"{pipeline}-{kfp_run_id}",
                                 tags={KFP_RUN_TAG: kfp_run_id, PIPELINE_TAG: pipeline, STEP_TAG: "pipeline",
-                                      **_image_tags()})
+                                      SOURCE_TAG: "kfp", RUN_KEY_TAG: kfp_run_id, **code_tags(),
+                                      **_image_tags(), **_param_tags(params)})
     except Exception as exc:  # noqa: BLE001
         Tracker(None, None)._go_offline(f"open parent run: {type(exc).__name__}: {exc}")
         return ""
     tracker = Tracker(run.info.run_id, client)
-    tracker.log_params(params)
+    tracker.log_params({k: v for k, v in params.items() if k != "data_tags"})
     return run.info.run_id
 
 
@@ -193,7 +233,7 @@ def child_run(parent_run_id: str, step: str, params: Mapping[str, Any] | None = 
     a plain CLI call) the tracker is offline and every logging call is a no-op.
     """
     tracker = Tracker(None, None)
-    if parent_run_id:
+    if parent_run_id and not tracking_disabled():
         try:
             client = _client()
             parent = client.get_run(parent_run_id)
@@ -218,7 +258,7 @@ def child_run(parent_run_id: str, step: str, params: Mapping[str, Any] | None = 
 
 def log_to_parent(parent_run_id: str, metrics: Mapping[str, float]) -> None:
     """Headline metrics on the parent run too, so pipeline runs compare side by side in MLflow."""
-    if not parent_run_id:
+    if not parent_run_id or tracking_disabled():
         return
     try:
         tracker = Tracker(parent_run_id, _client())
@@ -231,7 +271,7 @@ def log_to_parent(parent_run_id: str, metrics: Mapping[str, float]) -> None:
 def log_artifact_to_run(run_id: str, path: Path, artifact_file: str) -> None:
     """One file onto an existing run under the name ``artifact_file`` (e.g. ``report.html``: KFP
     names its output files after the output, without an extension); never raises."""
-    if not run_id:
+    if not run_id or tracking_disabled():
         return
     try:
         tracker = Tracker(run_id, _client())
@@ -262,6 +302,8 @@ def parent_run_for(experiment: str, kfp_run_id: str) -> str:
 
     Steps inside a ParallelFor use this instead of taking the parent id from the opening task:
     kfp.local (2.17) hands such steps the loop item in place of an upstream task's output."""
+    if tracking_disabled():
+        return ""
     try:
         return find_parent_run(_client(), experiment, kfp_run_id) or ""
     except Exception as exc:  # noqa: BLE001
@@ -271,6 +313,8 @@ def parent_run_for(experiment: str, kfp_run_id: str) -> str:
 
 def close_parent_run(experiment: str, kfp_run_id: str, succeeded: bool) -> str:
     """Mark the parent run of ``kfp_run_id`` FINISHED or FAILED; returns its id ("" if none/offline)."""
+    if tracking_disabled():
+        return ""
     try:
         client = _client()
         run_id = find_parent_run(client, experiment, kfp_run_id)

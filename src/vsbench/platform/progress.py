@@ -1,0 +1,164 @@
+"""One live line per pipeline step while kfp.local runs, its executor logs in a file.
+
+kfp.local writes everything to ``sys.stdout``: its logger's handler is made on ``sys.stdout`` for
+each task (``kfp.local.logging_utils.local_logger_context``), and the subprocess and container
+handlers ``print`` every line a step writes. Run under ``contextlib.redirect_stdout`` of a
+:class:`StepLog`, all of it lands in the log file instead, and the task-boundary lines kfp.local
+logs ("Executing task 'x'", "Task 'x' finished with status SUCCESS") drive one line per step on
+the real terminal: name, progress (steps done of the steps expected) and time. With ``verbose``
+the log is streamed as well, as before. A failed step's last lines are kept for the error report.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import TextIO
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STARTED = re.compile(r"Executing task '([^']+)'")
+_FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+TAIL_LINES = 30
+
+
+class StepLog(io.TextIOBase):
+    """A text sink for kfp.local's stdout: the log file, the live step lines, the failure tail.
+
+    ``steps`` are the pipeline's main steps (for "3/7"); tasks outside them (tracking, shard
+    lists) are shown too but do not count. Thread-safe: a ticker refreshes the live line."""
+
+    def __init__(self, log_path: Path, steps: tuple[str, ...] = (), *, verbose: bool = False,
+                 terminal: TextIO | None = None) -> None:
+        super().__init__()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self.steps = steps
+        self.verbose = verbose
+        self._terminal = terminal or sys.stdout
+        self._live = (not verbose) and bool(getattr(self._terminal, "isatty", lambda: False)())
+        self._file = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in close()
+        self._lock = threading.RLock()
+        self._partial = ""
+        self._task = ""
+        self._task_started = 0.0
+        self._tails: dict[str, deque[str]] = {}
+        self._done: set[str] = set()
+        self.failed_task = ""
+        self.finished: list[tuple[str, str, float]] = []  # (task, status, seconds)
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if self._live:
+            self._ticker = threading.Thread(target=self._tick, name="vsbench-step-line", daemon=True)
+            self._ticker.start()
+
+    # -- file protocol -------------------------------------------------------------------------------
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._file.closed:  # a late writer (a handler kept past the run): straight to the terminal
+                self._terminal.write(text)
+                return len(text)
+            self._file.write(text)
+            if self.verbose:
+                self._terminal.write(text)
+            self._partial += text
+            *lines, self._partial = self._partial.split("\n")
+            for line in lines:
+                self._line(_ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+            if self.verbose:
+                self._terminal.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+        with self._lock:
+            if self._partial:
+                self._line(_ANSI.sub("", self._partial))
+                self._partial = ""
+            if self._task:  # a task that never finished (the runner raised): show where it stopped
+                self._finish(self._task, "INTERRUPTED")
+            if not self._file.closed:
+                self._file.close()
+        super().close()
+
+    # -- parsing and display -------------------------------------------------------------------------
+    def _line(self, line: str) -> None:
+        started = _STARTED.search(line)
+        if started:
+            self._task, self._task_started = started.group(1), time.monotonic()
+            self._tails[self._task] = deque(maxlen=TAIL_LINES)
+            self._show()
+            return
+        finished = _FINISHED.search(line)
+        if finished:
+            self._finish(finished.group(1), finished.group(2))
+            return
+        if self._task and line.strip():
+            self._tails[self._task].append(line.rstrip())
+            if self._live:
+                self._show()
+
+    def _base(self, task: str) -> str:
+        """A task's step name without kfp.local's loop suffix ("embed-shard" for "embed-shard-2")."""
+        for step in self.steps:
+            if task == step or task.startswith(step + "-"):
+                return step
+        return task
+
+    def _progress(self) -> str:
+        return f"{len(self._done)}/{len(self.steps)}" if self.steps else f"{len(self.finished)}"
+
+    def _finish(self, task: str, status: str) -> None:
+        seconds = time.monotonic() - self._task_started
+        self.finished.append((task, status, seconds))
+        if status != "SUCCESS":
+            self.failed_task = self.failed_task or task
+        else:
+            base = self._base(task)
+            if base in self.steps:
+                self._done.add(base)
+        self._task = ""
+        if not self.verbose:
+            mark = "ok" if status == "SUCCESS" else status
+            self._emit(f"  [{self._progress():>5}] {task:<32} {seconds:7.1f} s  {mark}", final=True)
+
+    def _show(self) -> None:
+        if not self._live or not self._task:
+            return
+        seconds = time.monotonic() - self._task_started
+        last = self._tails[self._task][-1].split("\r")[-1].strip() if self._tails[self._task] else ""
+        self._emit(f"  [{self._progress():>5}] {self._task:<32} {seconds:7.1f} s  running  {last}"[:150], final=False)
+
+    def _emit(self, text: str, *, final: bool) -> None:
+        if self._live:
+            self._terminal.write("\r\x1b[2K" + text + ("\n" if final else ""))
+        elif final:
+            self._terminal.write(text + "\n")
+        self._terminal.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                self._show()
+
+    def tail(self, task: str | None = None) -> list[str]:
+        """The last lines a task wrote (the failed one by default)."""
+        with self._lock:
+            return list(self._tails.get(task or self.failed_task or self._task, ()))

@@ -1,0 +1,299 @@
+"""MLflow runs of commands (``vsbench similarity run``, ``vsbench score ...``), kept safe from the store.
+
+A command's numbers are its product; MLflow is where they are compared. So the order is: the
+command finishes its benchmark and writes its own files (metrics.json, the benchmark's CSV, plots),
+then writes a *run bundle* (``mlflow-run.json``: params, metrics, tags, artifact paths) next to
+them, and only then uploads the bundle, in a background thread that it waits for at most
+``VSBENCH_TRACKING_TIMEOUT`` seconds (default 30). A store that is down, refuses, or accepts and
+never answers therefore costs a benchmark at most that bound; the bundle stays, and
+``vsbench track upload DIR`` uploads it later (idempotently: the run is found again by its key).
+
+Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<run key>``, tags
+``vsbench.step`` = ``pipeline`` and ``vsbench.pipeline`` = ``vsbench-similarity``, ``vsbench-abid``,
+``vsbench-score``..., so ``vsbench compare`` lists them side by side; ``vsbench.source`` says
+``cli`` or ``kfp``. With no ``MLFLOW_TRACKING_URI`` the store is a local sqlite file under
+``VSBENCH_HOME`` (default ``~/.vsbench``), and the command says where.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from vsbench.storage import atomic_write_json
+from vsbench.tracking.provenance import RUN_KEY_TAG, SOURCE_TAG, code_tags
+
+BUNDLE_NAME = "mlflow-run.json"
+BUNDLE_SUFFIX = ".mlflow-run.json"
+TIMEOUT_ENV = "VSBENCH_TRACKING_TIMEOUT"
+DEFAULT_TIMEOUT_S = 30.0
+NO_TRACK_ENV = "VSBENCH_NO_TRACK"
+HOME_ENV = "VSBENCH_HOME"
+UPLOAD_HINT = "vsbench track upload"
+_BATCH = 100  # MLflow's log_batch takes at most 100 params (and 1000 metrics) per call
+
+
+DEFAULT_STORE_ENV = "VSBENCH_DEFAULT_STORE"  # "off": no MLFLOW_TRACKING_URI means no tracking (tests, CI)
+
+
+def tracking_disabled() -> bool:
+    """``--no-track`` (or ``VSBENCH_NO_TRACK=1``): nothing goes to MLflow, pipeline steps included.
+    Also off when no store is named and ``VSBENCH_DEFAULT_STORE=off`` forbids the local default."""
+    if os.environ.get(NO_TRACK_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return True
+    return (not os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+            and os.environ.get(DEFAULT_STORE_ENV, "").strip().lower() == "off")
+
+
+def disable_tracking() -> None:
+    """Turn tracking off for this process and the pipeline steps it starts (they inherit the variable)."""
+    os.environ[NO_TRACK_ENV] = "1"
+
+
+def tracking_timeout() -> float:
+    """The most seconds a command waits for MLflow (``VSBENCH_TRACKING_TIMEOUT``, default 30)."""
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if math.isfinite(value) and value > 0 else DEFAULT_TIMEOUT_S
+
+
+def vsbench_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".vsbench").expanduser().resolve()
+
+
+def resolve_store(announce: Callable[[str], None] = print) -> str:
+    """The tracking URI: ``MLFLOW_TRACKING_URI`` when set; otherwise the local default store, which is
+    then put in the environment (pipeline steps inherit it) and announced."""
+    from vsbench.tracking import ARTIFACT_LOCATION_ENV
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if uri:
+        return uri
+    home = vsbench_home()
+    home.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    os.environ.setdefault(ARTIFACT_LOCATION_ENV, str(home / "mlartifacts"))
+    announce(f"MLflow: no MLFLOW_TRACKING_URI set; tracking in the local store {uri} "
+             f"(see it with: mlflow ui --backend-store-uri {uri})")
+    return uri
+
+
+def new_run_key() -> str:
+    """A command run's key: UTC time and a random suffix (a pipeline run's key is its KFP run id)."""
+    return f"cli-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a run bundle: ``run_id`` when it reached MLflow, else ``error``."""
+
+    bundle: Path
+    run_id: str = ""
+    tracking_uri: str = ""
+    error: str = ""
+
+    @property
+    def uploaded(self) -> bool:
+        return bool(self.run_id)
+
+
+def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[str, Any],
+                 metrics: Mapping[str, Any], tags: Mapping[str, str] | None = None,
+                 artifacts: Mapping[str, str] | None = None, started: float | None = None,
+                 run_key: str | None = None) -> Path:
+    """Write a run bundle (atomically): everything the MLflow run will hold, with absolute artifact paths.
+
+    ``artifacts`` maps a file to the artifact folder it goes in ("" for the run's root);
+    ``started`` is the run's start (``time.time()``)."""
+    from vsbench.tracking import IMAGE_TAG, PIPELINE_TAG, STEP_TAG, _image_tags
+
+    key = run_key or new_run_key()
+    now = time.time()
+    bundle = {
+        "format": 1, "experiment": experiment, "pipeline": pipeline, "run_key": key,
+        "run_name": f"{pipeline}-{key}",
+        "start_ms": int((started or now) * 1000), "end_ms": int(now * 1000),
+        "tracking_uri": os.environ.get("MLFLOW_TRACKING_URI", ""),
+        "params": {str(k): str(v)[:6000] for k, v in params.items()},
+        "metrics": _finite(metrics),
+        "tags": {STEP_TAG: "pipeline", PIPELINE_TAG: pipeline, SOURCE_TAG: "cli", RUN_KEY_TAG: key,
+                 **code_tags(), **_image_tags(), **{str(k): str(v) for k, v in (tags or {}).items()}},
+        "artifacts": [{"path": str(Path(p).resolve()), "folder": folder}
+                      for p, folder in (artifacts or {}).items() if Path(p).is_file()],
+        "uploaded": None,
+    }
+    bundle["tags"].setdefault(IMAGE_TAG, "host venv")
+    atomic_write_json(path, bundle)
+    return path
+
+
+def read_bundle(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or data.get("format") != 1 or "run_key" not in data:
+        raise ValueError(f"{path}: not a vsbench run bundle")
+    return data
+
+
+def find_bundles(location: Path) -> list[Path]:
+    """The run bundles at ``location``: the file itself, or the bundles in a folder and in its
+    kfp run folders (``_kfp/*/``, ``kfp/*/``)."""
+    if location.is_file():
+        return [location]
+    if not location.is_dir():
+        raise FileNotFoundError(f"{location}: no such file or folder")
+    patterns = [BUNDLE_NAME, f"*{BUNDLE_SUFFIX}", f"*/{BUNDLE_NAME}", f"*/*/{BUNDLE_NAME}"]
+    return sorted({p for pattern in patterns for p in location.glob(pattern)})
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
+
+
+def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
+    """Create (or complete) the bundle's MLflow run; returns its id. Raises on any tracking error.
+
+    The run is looked up by its key first, so uploading twice, or after a half-finished attempt,
+    leaves one run."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking import ensure_experiment
+
+    data = read_bundle(path)
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or data["tracking_uri"]
+    client = MlflowClient(uri)
+    experiment_id = ensure_experiment(client, data["experiment"])
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{data['run_key']}'",
+                               max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+    else:
+        run_id = client.create_run(experiment_id, start_time=data["start_ms"], run_name=data["run_name"],
+                                   tags=data["tags"]).info.run_id
+    params = [Param(k, v) for k, v in data["params"].items()]
+    metrics = [Metric(k, v, data["end_ms"], 0) for k, v in data["metrics"].items()]
+    for chunk in _chunks(params, _BATCH):
+        client.log_batch(run_id, params=chunk)
+    for chunk in _chunks(metrics, 10 * _BATCH):
+        client.log_batch(run_id, metrics=chunk)
+    for artifact in data["artifacts"]:
+        if Path(artifact["path"]).is_file():
+            client.log_artifact(run_id, artifact["path"], artifact["folder"] or None)
+    client.set_terminated(run_id, "FINISHED", end_time=data["end_ms"])
+    data["uploaded"] = {"run_id": run_id, "tracking_uri": uri, "at": datetime.now(UTC).isoformat()}
+    atomic_write_json(path, data)
+    return run_id
+
+
+def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | None = None) -> Outcome:
+    """:func:`upload_bundle` in a daemon thread, waited for at most ``timeout`` seconds.
+
+    A hung store leaves the thread blocked on its socket; the process does not wait for it (daemon),
+    so the command ends on time and the bundle says it was not uploaded."""
+    timeout = tracking_timeout() if timeout is None else timeout
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    result: dict[str, str] = {}
+
+    def work() -> None:
+        try:
+            result["run_id"] = upload_bundle(path, uri or None)
+        except BaseException as exc:  # noqa: BLE001 - any failure means "upload later"
+            result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    thread = threading.Thread(target=work, name="vsbench-mlflow-upload", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return Outcome(path, tracking_uri=uri, error=f"no answer within {timeout:g} s ({TIMEOUT_ENV})")
+    return Outcome(path, result.get("run_id", ""), uri, result.get("error", ""))
+
+
+def describe(outcome: Outcome, kept: Path | None = None) -> str:
+    """One or two lines for the user: where the run is, or why not and how to upload it later."""
+    if outcome.uploaded:
+        return f"MLflow run {outcome.run_id} in {outcome.tracking_uri}"
+    where = f"{kept} and {outcome.bundle}" if kept else str(outcome.bundle)
+    return (f"MLflow unavailable at {outcome.tracking_uri or '(default)'}: {outcome.error}\n"
+            f"  the numbers are kept in {where}; upload them later with: {UPLOAD_HINT} {outcome.bundle}")
+
+
+def record_command_run(bundle: Path, *, experiment: str, pipeline: str, params: Mapping[str, Any],
+                       metrics: Mapping[str, Any], tags: Mapping[str, str] | None = None,
+                       artifacts: Mapping[str, str] | None = None, started: float | None = None,
+                       kept: Path | None = None, announce: Callable[[str], None] = print) -> Outcome | None:
+    """Write the bundle and upload it within the bound; ``None`` when tracking is off (``--no-track``).
+
+    Never raises for tracking reasons; says what happened through ``announce``."""
+    if tracking_disabled():
+        return None
+    resolve_store(announce)
+    write_bundle(bundle, experiment=experiment, pipeline=pipeline, params=params, metrics=metrics, tags=tags,
+                 artifacts=artifacts, started=started)
+    outcome = upload_within(bundle)
+    announce(describe(outcome, kept))
+    return outcome
+
+
+def probe_store(timeout: float | None = None) -> str:
+    """"" when the tracking store answers (a cheap search) within the bound, else why not.
+
+    Pipelines probe first: their steps log as they go, so a store found down is switched off for
+    the whole run (the numbers stay in the step manifests) instead of costing every step a timeout."""
+    timeout = tracking_timeout() if timeout is None else timeout
+    result: dict[str, str] = {}
+
+    def work() -> None:
+        try:
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient().search_experiments(max_results=1)
+            result["ok"] = "1"
+        except BaseException as exc:  # noqa: BLE001
+            result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    thread = threading.Thread(target=work, name="vsbench-mlflow-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return f"no answer within {timeout:g} s ({TIMEOUT_ENV})"
+    return "" if result.get("ok") else result.get("error", "unknown error")
+
+
+def prepare_pipeline_tracking(track: bool, announce: Callable[[str], None] = print) -> bool:
+    """Before a pipeline runs: off with ``--no-track``; else the store (default announced) is probed,
+    and a store that is down turns tracking off for the run. Returns whether the run is tracked."""
+    if not track or tracking_disabled():
+        disable_tracking()
+        return False
+    uri = resolve_store(announce)
+    error = probe_store()
+    if error:
+        announce(f"MLflow unavailable at {uri}: {error}\n"
+                 "  the pipeline runs untracked; its numbers are kept locally (the bundle path follows)")
+        disable_tracking()
+        return False
+    return True
+
+
+def keep_for_later(bundle: Path, announce: Callable[[str], None] = print, **run: Any) -> Path:
+    """Write a bundle that was not uploaded (the store was down) and say how to upload it."""
+    write_bundle(bundle, **run)
+    announce(f"  MLflow run kept in {bundle}; upload it later with: {UPLOAD_HINT} {bundle}")
+    return bundle

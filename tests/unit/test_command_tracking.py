@@ -1,0 +1,180 @@
+"""Command runs in MLflow (vsbench.tracking.command): what a run holds, the default store, --no-track,
+and the bound against a store that is down or hangs (a closed port, a listener that never answers),
+with the numbers kept and uploaded later by `vsbench track upload`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vsbench.cli import app
+from vsbench.platform.local_s3 import free_port
+from vsbench.tracking.command import BUNDLE_NAME, read_bundle, upload_bundle, write_bundle
+
+BOUND_S = 3.0  # VSBENCH_TRACKING_TIMEOUT in the fault tests
+SLACK_S = 4.0  # process start, imports, the benchmark itself on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def pairs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from vsbench.synth.registry import generate
+
+    root = tmp_path_factory.mktemp("patch-pairs")
+    generate("patch-pairs", root, seed=0)
+    return root
+
+
+@pytest.fixture
+def hanging_server() -> Iterator[str]:
+    """A socket that accepts connections and never answers: the worst a tracking server can do."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def _score(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`vsbench score abid-verification` in a fresh process (as a user runs it), timed by the caller."""
+    pred, gt = tmp_path / "pred.txt", tmp_path / "gt.json"
+    pred.write_text("1\n0\n1\n1\n")
+    gt.write_text(json.dumps([[i, "B00ASIN", label, []] for i, label in enumerate((1, 0, 0, 1))]))
+    return subprocess.run([sys.executable, "-m", "vsbench", "score", "abid-verification", "--pred", str(pred),
+                           "--gt", str(gt), "--output", str(tmp_path / "m.json"), "--model", "resnet34", *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "patch_pairs", "--root", str(pairs_root),
+                                      "--out", str(out), "--model-options", '{"weights": "random"}'])
+    assert result.exit_code == 0, result.output
+    bundle = read_bundle(out / BUNDLE_NAME)
+    run_id = bundle["uploaded"]["run_id"]
+    assert f"MLflow run {run_id} in {uri}" in result.output
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name.startswith("vsbench-similarity-cli-")
+    assert {k: run.data.params[k] for k in ("benchmark", "model", "codecs", "seed")} == {
+        "benchmark": "patch_pairs", "model": "efficientnet_lite0", "codecs": "Flat", "seed": "0"}
+    assert json.loads(run.data.params["model_options"]) == {"weights": "random"}
+    assert run.data.metrics["patch_pairs__efficientnet_lite0__mean__l2__mean_pr_ap"] > 0
+    tags = run.data.tags
+    assert tags["vsbench.step"] == "pipeline" and tags["vsbench.pipeline"] == "vsbench-similarity"
+    assert tags["vsbench.source"] == "cli" and tags["vsbench.baseline"] == "random-features"
+    assert len(tags["vsbench.data.digest"]) == 64 and tags["vsbench.data.root"] == str(pairs_root.resolve())
+    assert tags["vsbench.version"] and tags["vsbench.host"] and tags["vsbench.image"] == "host venv"
+    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run_id)}
+    assert {"metrics.json", "patch_pairs_pr.png", "patch_pairs_roc.png"} <= artifacts
+
+    # `vsbench compare` lists it beside pipeline runs, under its model (marked as a random-features baseline).
+    from vsbench.reporting.compare import collect_runs
+
+    (record,) = collect_runs("vsbench-similarity")
+    assert (record.model, record.benchmark) == ("efficientnet_lite0 (random features)", "patch_pairs")
+
+
+def test_default_store_is_printed_and_no_track_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("VSBENCH_DEFAULT_STORE")
+    home = tmp_path / "home"
+    monkeypatch.setenv("VSBENCH_HOME", str(home))
+    untracked = _score(tmp_path, "--no-track")
+    assert untracked.returncode == 0, untracked.stderr
+    assert not (home / "mlflow.db").exists()  # --no-track: no store, no bundle
+    assert not (tmp_path / "m.mlflow-run.json").exists()
+
+    result = _score(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"tracking in the local store sqlite:///{home / 'mlflow.db'}" in result.stdout
+    assert (home / "mlflow.db").exists()
+    assert read_bundle(tmp_path / "m.mlflow-run.json")["uploaded"]["run_id"] in result.stdout
+
+
+@pytest.mark.parametrize("store", ["closed port", "hanging server"])
+def test_a_store_down_or_hanging_costs_at_most_the_bound(store, tmp_path, monkeypatch, request):
+    uri = f"http://127.0.0.1:{free_port()}" if store == "closed port" else request.getfixturevalue("hanging_server")
+    monkeypatch.setenv("VSBENCH_TRACKING_TIMEOUT", str(BOUND_S))
+    started = time.monotonic()
+    baseline = _score(tmp_path, "--no-track")
+    untracked = time.monotonic() - started
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    started = time.monotonic()
+    result = _score(tmp_path)
+    tracked = time.monotonic() - started
+    assert baseline.returncode == result.returncode == 0, result.stderr
+    assert tracked < untracked + BOUND_S + SLACK_S, (tracked, untracked)
+    assert f"MLflow unavailable at {uri}" in result.stdout
+    assert f"vsbench track upload {tmp_path / 'm.mlflow-run.json'}" in result.stdout
+    assert json.loads((tmp_path / "m.json").read_text())["accuracy"] == 0.75  # the numbers are kept
+    assert read_bundle(tmp_path / "m.mlflow-run.json")["uploaded"] is None
+
+
+def test_track_upload_sends_a_kept_run_once(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "metrics.json").write_text('{"uap": 0.5}\n')
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")  # where it was meant to go
+    bundle = write_bundle(tmp_path / BUNDLE_NAME, experiment="exp", pipeline="vsbench-similarity",
+                          params={"model": "m", "benchmark": "disc"}, metrics={"uap": 0.5, "bad": float("nan")},
+                          artifacts={str(tmp_path / "metrics.json"): ""})
+    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
+    runner = CliRunner()
+    first = runner.invoke(app, ["track", "upload", str(tmp_path)])
+    assert first.exit_code == 0, first.output
+    run_id = read_bundle(bundle)["uploaded"]["run_id"]
+    again = runner.invoke(app, ["track", "upload", str(tmp_path)])
+    assert "already uploaded" in again.output
+    forced = runner.invoke(app, ["track", "upload", str(bundle), "--force"])
+    assert forced.exit_code == 0 and run_id in forced.output  # found again by its key: still one run
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id]
+    assert runs[0].data.metrics == {"uap": 0.5} and runs[0].info.status == "FINISHED"
+    assert [a.path for a in client.list_artifacts(run_id)] == ["metrics.json"]
+
+
+def test_upload_bundle_raises_on_a_closed_port_quickly(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    bundle = write_bundle(tmp_path / BUNDLE_NAME, experiment="exp", pipeline="p", params={}, metrics={})
+    with pytest.raises(Exception):  # noqa: B017 - whatever MLflow raises; the command turns it into a message
+        upload_bundle(bundle, f"http://127.0.0.1:{free_port()}")
+
+
+def test_trained_models_get_aliases_not_stages(tmp_path):
+    """newest always, best only when at least as good, nightly only from the nightly pipeline."""
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking import PIPELINE_TAG
+    from vsbench.tracking.models import aliases, register_version
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))
+
+    def version(score: float, pipeline: str) -> str:
+        run = client.create_run(experiment, tags={PIPELINE_TAG: pipeline})
+        return register_version(client, run.info.run_id, f"runs:/{run.info.run_id}/model", "vsbench-abid-counting",
+                                score)
+
+    assert version(0.5, "vsbench-abid") == "1"
+    assert aliases(client, "vsbench-abid-counting") == {"newest": "1", "best": "1"}
+    assert version(0.4, "vsbench-nightly") == "2"
+    assert aliases(client, "vsbench-abid-counting") == {"newest": "2", "best": "1", "nightly": "2"}
+    assert version(0.6, "vsbench-abid") == "3"
+    assert aliases(client, "vsbench-abid-counting") == {"newest": "3", "best": "3", "nightly": "2"}
+    assert all(v.current_stage in ("None", None) for v in client.search_model_versions("name='vsbench-abid-counting'"))
