@@ -123,13 +123,22 @@ def abid_resize(
                                         "'draft' (Pillow, DCT-domain downscale when >= 2x) or 'full' (byte-equal to "
                                         "the challenge's Pillow loop).")] = "fast",
     workers: Annotated[int, typer.Option(min=0, help="Processes; 0 = all cores.")] = 0,
+    max_failure_rate: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Fail the step when more than this share of images cannot be resized "
+        "(default: VSBENCH_MAX_FAILURE_RATE, else 0.01); the failures are listed either way.")] = None,
 ) -> None:
     """Resize every bin image (bilinear), in parallel; bad inputs are listed and skipped."""
     from vsbench.abid.resize import DECODES, MANIFEST_NAME, resize_abid
+    from vsbench.imaging.limits import TooManyFailures
 
     if decode not in DECODES:
         raise typer.BadParameter(f"decode must be one of {', '.join(DECODES)}", param_hint="--decode")
-    summary = resize_abid(data, out, size=size, quality=quality, decode=decode, workers=workers or None).as_dict()  # type: ignore[arg-type]
+    try:
+        summary = resize_abid(data, out, size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
+                              workers=workers or None, max_failure_rate=max_failure_rate).as_dict()
+    except TooManyFailures as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     _print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "seconds", "images_per_second"])
     for failure in summary["failures"][:10]:
         typer.echo(f"  skipped {failure['file']}: {failure['reason']}", err=True)

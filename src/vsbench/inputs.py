@@ -317,3 +317,19 @@ def bytes_reader(path: str | Path, *, max_bytes: int, variable: str) -> io.Bytes
     """The whole file in memory after the size check: a parser reading from it can never ask the
     OS for more than the file holds (a pickle may declare a 1 TB string in 9 bytes)."""
     return io.BytesIO(read_bytes(path, max_bytes=max_bytes, variable=variable))
+
+
+def read_index_list(path: str | Path) -> list[int]:
+    """0-based indices of a whitespace-separated list of 1-based bin indices (``random_train.txt``)."""
+    path = Path(path)
+    indices = []
+    for number, line in iter_lines(path):
+        for word in line.split():
+            try:
+                value = int(word)
+            except ValueError:
+                raise InputError(path, f"{quote(word)} is not a bin index", number) from None
+            if value < 1:
+                raise InputError(path, f"bin index {value} is below 1 (indices are 1-based)", number)
+            indices.append(value - 1)
+    return indices
