@@ -76,17 +76,25 @@ def abid_download(
 ) -> None:
     """Mirror ABID from S3: anonymous by default, resumable, verified, atomic."""
     from vsbench.abid.download import MANIFEST_NAME, download_abid
+    from vsbench.storage import S3AccessError
 
-    summary = download_abid(source, dest, limit=limit, endpoint_url=endpoint_url, concurrency=concurrency,
-                            retries=retries)
+    try:
+        summary = download_abid(source, dest, limit=limit, endpoint_url=endpoint_url, concurrency=concurrency,
+                                retries=retries)
+    except S3AccessError as exc:  # one job-wide cause (denied, no bucket, no credentials, wrong endpoint)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     data = summary.as_dict()
     _print_summary("download", data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
                                       "duplicate_spellings", "seconds", "objects_per_second"])
     typer.echo(f"manifest: {dest / MANIFEST_NAME}")
     if not summary.complete:
+        if summary.cause:  # one line for the cause, never one per object
+            typer.echo(f"error: {summary.cause}", err=True)
+            raise typer.Exit(1)
         for failure in summary.failures[:10]:
             typer.echo(f"  failed {failure['key']}: {failure['reason']}", err=True)
-        typer.echo(f"{summary.failed} objects failed; run the same command again to resume.", err=True)
+        typer.echo(f"{summary.advice()}.", err=True)
         raise typer.Exit(1)
 
 
