@@ -72,6 +72,8 @@ def load_features(path: Path) -> FeatureSet:
     try:
         data = load_arrays(path)  # size and headers checked before any array is read
         ids, features = data["ids"], data["features"]
+    except InputError as exc:  # already names the file
+        raise FeatureError(str(exc)) from None
     except (OSError, ValueError, KeyError) as exc:
         raise FeatureError(f"{path}: not a vsbench feature file ({str(exc)[:QUOTE_CHARS]})") from None
     if ids.ndim != 1 or not (ids.dtype.kind in "US" or ids.size == 0):

@@ -210,18 +210,37 @@ def read_json(path: str | Path) -> Any:
     return parse_json(path, read_text(path))
 
 
+MAX_YAML_DEPTH = 100
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` in ``text`` (quotes ignored: an upper bound, cheap and linear)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def read_yaml(path: str | Path) -> Any:
     """A YAML file (``safe_load``), after the size check; a syntax error is an InputError."""
     import yaml
 
     path = Path(path)
     text = read_text(path)
+    if _flow_depth(text) > MAX_YAML_DEPTH:  # PyYAML's scanner is quadratic in flow nesting ("[" * 5000: minutes)
+        raise InputError(path, f"YAML nested too deeply (more than {MAX_YAML_DEPTH} levels of [ or {{)")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(path, f"not valid YAML ({str(exc).splitlines()[0][:QUOTE_CHARS]})") from None
     except RecursionError:
         raise InputError(path, "YAML nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a 5000-digit integer, an unhashable key
+        raise InputError(path, f"not valid YAML ({str(exc)[:QUOTE_CHARS]})") from None
 
 
 def read_bytes(path: str | Path, *, max_bytes: int, variable: str) -> bytes:
