@@ -92,17 +92,25 @@ def abid_download(
 ) -> None:
     """Mirror ABID from S3: anonymous by default, resumable, verified, atomic."""
     from vsbench.abid.download import MANIFEST_NAME, download_abid
+    from vsbench.storage import S3AccessError
 
-    summary = download_abid(source, dest, limit=limit, endpoint_url=endpoint_url, concurrency=concurrency,
-                            retries=retries)
+    try:
+        summary = download_abid(source, dest, limit=limit, endpoint_url=endpoint_url, concurrency=concurrency,
+                                retries=retries)
+    except S3AccessError as exc:  # one job-wide cause (denied, no bucket, no credentials, wrong endpoint)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     data = summary.as_dict()
     _print_summary("download", data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
                                       "duplicate_spellings", "seconds", "objects_per_second"])
     typer.echo(f"manifest: {dest / MANIFEST_NAME}")
     if not summary.complete:
+        if summary.cause:  # one line for the cause, never one per object
+            typer.echo(f"error: {summary.cause}", err=True)
+            raise typer.Exit(1)
         for failure in summary.failures[:10]:
             typer.echo(f"  failed {failure['key']}: {failure['reason']}", err=True)
-        typer.echo(f"{summary.failed} objects failed; run the same command again to resume.", err=True)
+        typer.echo(f"{summary.advice()}.", err=True)
         raise typer.Exit(1)
 
 
@@ -139,13 +147,22 @@ def abid_resize(
                                         "'draft' (Pillow, DCT-domain downscale when >= 2x) or 'full' (byte-equal to "
                                         "the challenge's Pillow loop).")] = "fast",
     workers: Annotated[int, typer.Option(min=0, help="Processes; 0 = all cores.")] = 0,
+    max_failure_rate: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Fail the step when more than this share of images cannot be resized "
+        "(default: VSBENCH_MAX_FAILURE_RATE, else 0.01); the failures are listed either way.")] = None,
 ) -> None:
     """Resize every bin image (bilinear), in parallel; bad inputs are listed and skipped."""
     from vsbench.abid.resize import DECODES, MANIFEST_NAME, resize_abid
+    from vsbench.imaging.limits import TooManyFailures
 
     if decode not in DECODES:
         raise typer.BadParameter(f"decode must be one of {', '.join(DECODES)}", param_hint="--decode")
-    summary = resize_abid(data, out, size=size, quality=quality, decode=decode, workers=workers or None).as_dict()  # type: ignore[arg-type]
+    try:
+        summary = resize_abid(data, out, size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
+                              workers=workers or None, max_failure_rate=max_failure_rate).as_dict()
+    except TooManyFailures as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     _print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "seconds", "images_per_second"])
     for failure in summary["failures"][:10]:
         typer.echo(f"  skipped {failure['file']}: {failure['reason']}", err=True)

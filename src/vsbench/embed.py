@@ -40,7 +40,9 @@ from vsbench import __version__
 from vsbench.benchmarks.base import ImageSet
 from vsbench.device import DeviceSetup, setup_device
 from vsbench.features import FeatureError, FeatureSet, concatenate, load_features, save_features
-from vsbench.imaging import jpeg
+from vsbench.imaging import jpeg, limits
+from vsbench.imaging.limits import open_image
+from vsbench.inputs import read_json
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.storage import atomic_write_json
 
@@ -101,7 +103,7 @@ def load_image_pillow(path: Path, preprocessing: Preprocessing) -> np.ndarray:
 
 
 def _load(path: Path, preprocessing: Preprocessing, *, fast: bool) -> np.ndarray:
-    with Image.open(path) as image:
+    with open_image(path) as image:  # an image over the pixel cap is refused from its header
         target = _resized_size(*image.size, preprocessing)
         if fast:
             pixels = _decode_without_resize(Path(path), image, target, preprocessing)
@@ -326,9 +328,10 @@ def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bo
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        manifest = read_json(path)
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any]) -> bool:
@@ -346,7 +349,7 @@ def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any]) 
 def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
     batch_size: int = 64, device: str = "auto", workers: int = 2, model_options: dict[str, Any] | None = None,
-    progress: bool = True, amp: bool = True,
+    progress: bool = True, amp: bool = True, max_failure_rate: float | None = None,
 ) -> Path:
     """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
 
@@ -354,7 +357,12 @@ def embed_image_set(
     preprocessing, dim, count, shard, seconds, images/s, device, failed images with reasons) and
     returns the feature file. A complete shard for the same model, options, ids and ``amp`` is
     kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
+
+    Unreadable images are left out and listed; when their share passes ``max_failure_rate``
+    (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
+    incomplete, with the failures, and :class:`~vsbench.imaging.limits.TooManyFailures` is raised.
     """
+    rate = limits.max_failure_rate(max_failure_rate)
     if not SET_NAME.fullmatch(set_name):
         raise ValueError(f"set_name {set_name!r} must be letters, digits, '.', '_' or '-'")
     if batch_size < 1:
@@ -402,6 +410,12 @@ def embed_image_set(
         "images_per_second": round(len(ids) / seconds, 2) if seconds > 0 else None,
         "torch": torch.__version__, "vsbench": __version__, "complete": True,
     })
+    try:
+        limits.check_failure_rate(f"embed {stem}", len(failed), len(ids), rate, manifest_path)
+    except Exception as exc:
+        manifest.update({"complete": False, "stopped": str(exc)})  # a re-run must not keep this shard
+        atomic_write_json(manifest_path, manifest)
+        raise
     atomic_write_json(manifest_path, manifest)
     return features_path
 

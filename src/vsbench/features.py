@@ -14,11 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
+from vsbench.inputs import QUOTE_CHARS, InputError, load_arrays
 from vsbench.storage import atomic_write_bytes
 
 
-class FeatureError(ValueError):
-    """A feature file or array that cannot be used, with the file and the reason."""
+class FeatureError(InputError):
+    """A feature file or array that cannot be used, with the file and the reason (an InputError,
+    so the CLI and the fuzz tests treat it as the user's input problem it is)."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, message)
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,16 @@ def save_features(path: Path, features: FeatureSet) -> None:
 
 def load_features(path: Path) -> FeatureSet:
     try:
-        with np.load(path, allow_pickle=False) as data:
-            ids, features = data["ids"], data["features"]
+        data = load_arrays(path)  # size and headers checked before any array is read
+        ids, features = data["ids"], data["features"]
+    except InputError as exc:  # already names the file
+        raise FeatureError(str(exc)) from None
     except (OSError, ValueError, KeyError) as exc:
-        raise FeatureError(f"{path}: not a vsbench feature file ({exc})") from None
+        raise FeatureError(f"{path}: not a vsbench feature file ({str(exc)[:QUOTE_CHARS]})") from None
+    if ids.ndim != 1 or not (ids.dtype.kind in "US" or ids.size == 0):
+        raise FeatureError(f"{path}: ids must be a 1-D array of strings, got {ids.shape} {ids.dtype}")
+    if not (np.issubdtype(features.dtype, np.number) or features.dtype == np.bool_):
+        raise FeatureError(f"{path}: features must be numbers, got dtype {features.dtype}")
     try:
         return FeatureSet(ids.astype(str), features.astype(np.float32, copy=False))
     except FeatureError as exc:

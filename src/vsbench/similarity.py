@@ -27,6 +27,7 @@ from typing import Any
 
 from vsbench.benchmarks.base import EvalResult, EvalSettings, load_benchmark
 from vsbench.features import FeatureSet, load_features
+from vsbench.inputs import read_json
 from vsbench.storage import atomic_write_json, atomic_write_text
 
 FEATURES_DIR = "features"
@@ -143,8 +144,8 @@ def search_requests(bench: Any, features: dict[str, FeatureSet], settings: EvalS
 def _check_reference_shards(out: Path, reference_shards: int) -> None:
     path = out / INDEX_DIR / INDEX_MANIFEST
     try:
-        built = json.loads(path.read_text(encoding="utf-8")).get("reference_shards")
-    except (OSError, ValueError):
+        built = read_json(path).get("reference_shards")
+    except (OSError, ValueError, AttributeError):
         raise ValueError(f"{path}: no index manifest; run the index step first") from None
     if built != reference_shards:
         raise ValueError(f"{path}: the index was built with {built} reference shard(s), the search asks for "

@@ -335,12 +335,12 @@ def similarity_embed_step(
 
 
 def _read_manifest(shard_path: str) -> dict[str, Any]:
-    import json as _json
+    from vsbench.inputs import read_json
 
     candidates = [Path(shard_path).with_suffix(".json"), Path(str(shard_path) + ".json")]
     for candidate in candidates:
         if candidate.exists():
-            return _json.loads(candidate.read_text())
+            return read_json(candidate)
     return {}
 
 

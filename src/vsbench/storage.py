@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from vsbench.inputs import InputError
+
 TMP_MARKER = ".tmp-"
 
 
@@ -31,8 +33,11 @@ _TMP_COUNTER = itertools.count()
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
-class UnsafePathError(ValueError):
+class UnsafePathError(InputError):
     """A dataset-supplied relative path tried to leave its root (``..``, absolute, or empty)."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, message)
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,52 @@ def s3_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64
     )
     region = session.region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     return session.client("s3", endpoint_url=endpoint_url, config=config, region_name=region)
+
+
+class S3AccessError(RuntimeError):
+    """S3 refused the whole job for one reason (access denied, no bucket, no or bad credentials,
+    wrong endpoint or region): the message is one line naming the cause and the fix. Running the
+    same command again cannot help, unlike a transient failure."""
+
+
+def _error_code(exc: BaseException) -> tuple[str, int | None]:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return "", None
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code, status
+
+
+def explain_s3_error(exc: BaseException, bucket: str, *, endpoint_url: str | None, anonymous: bool) -> str | None:
+    """One line naming the cause of a job-wide S3 failure and its fix, or None when ``exc`` is not
+    one (a transient network error, or a problem of one object)."""
+    from botocore import exceptions as boto
+
+    where = f"s3://{bucket}" + (f" at {endpoint_url}" if endpoint_url else "")
+    if isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError):
+        return (f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "(or AWS_PROFILE), or read a public bucket anonymously by setting none")
+    if isinstance(exc, boto.EndpointConnectionError | boto.ConnectTimeoutError):
+        return (f"cannot connect to the S3 endpoint {getattr(exc, 'kwargs', {}).get('endpoint_url') or endpoint_url}: "
+                "check --endpoint-url (scheme, host and port) and the network")
+    code, status = _error_code(exc)
+    if code in ("AccessDenied", "403", "AllAccessDisabled") or status == 403:
+        if anonymous:
+            return (f"the bucket {where} refused anonymous reads (HTTP 403 AccessDenied): set AWS credentials "
+                    "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or check the bucket policy")
+        return (f"the bucket {where} refused these credentials (HTTP 403 AccessDenied): check that their IAM "
+                "policy and the bucket policy allow s3:ListBucket and s3:GetObject")
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"):
+        return (f"{where} rejected the credentials ({code}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY "
+                "and AWS_SESSION_TOKEN")
+    if code == "NoSuchBucket":
+        return f"the bucket {where} does not exist: check the s3:// URI (and --endpoint-url for a non-AWS store)"
+    if code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException",
+                "301") or status == 301:
+        return (f"the bucket {where} is in another region than the client's ({code or 'HTTP 301'}): set "
+                "AWS_DEFAULT_REGION (or AWS_REGION) to the bucket's region")
+    return None
 
 
 def iter_s3_objects(client, location: S3Location, sub_prefix: str = "") -> Iterator[dict[str, Any]]:

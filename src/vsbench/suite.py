@@ -111,10 +111,10 @@ class Suite(BaseModel):
 
     @classmethod
     def load(cls, path: Path | None = None) -> Suite:
-        import yaml
+        from vsbench.inputs import read_yaml
 
         path = path or default_suite_path()
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path)
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a suite is a mapping with 'entries', got {type(data).__name__}")
         try:

@@ -149,3 +149,95 @@ def test_signed_requests_when_the_environment_has_credentials(local_s3, public_b
     summary = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
     assert summary.complete and len(used) == summary.fetched == 12
     assert _local_files(tmp_path) == _expected_files(objects)
+
+
+# --- job-wide causes: one line naming the cause and the fix (issue 15) ------------------------------
+
+
+def _list_only_bucket(s3: LocalS3, name: str, n: int) -> None:
+    """Anonymous ListBucket allowed, GetObject not: every object GET is a 403 (the issue's 1,316 lines)."""
+    client = s3.admin_client()
+    client.create_bucket(Bucket=name)
+    client.put_bucket_policy(Bucket=name, Policy=json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": ["s3:ListBucket"], "Resource": [f"arn:aws:s3:::{name}"]}]}))
+    for i in range(1, n + 1):
+        client.put_object(Bucket=name, Key=f"bin-images/{i}.jpg", Body=b"x" * i)
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from vsbench.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_a_bucket_denying_anonymous_reads_gives_one_line_and_stops_early(local_s3, no_aws_credentials, tmp_path):
+    """On main: one `failed ...: HTTP 403` line per object, then "run the same command again"."""
+    _list_only_bucket(local_s3, "denies-anonymous-gets", 60)
+    summary = download_abid("s3://denies-anonymous-gets", tmp_path, endpoint_url=local_s3.endpoint_url,
+                            concurrency=4, progress=False)
+    assert not summary.complete and not summary.resumable and summary.stopped_early
+    assert summary.fetched == 0 and summary.failed == 60
+    assert "refused anonymous reads" in summary.cause and "set AWS credentials" in summary.cause
+    assert "run" not in summary.advice()
+    result = _cli("abid", "download", "--dest", str(tmp_path / "cli"), "--source", "s3://denies-anonymous-gets",
+                  "--endpoint-url", local_s3.endpoint_url, "--concurrency", "4")
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("download:")]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(lines) == len(errors) == 1 and errors[0].startswith("error: the bucket s3://denies-anonymous-gets at ")
+    assert "refused anonymous reads (HTTP 403 AccessDenied): set AWS credentials" in errors[0] and "run the same command" not in result.stderr
+
+
+def test_a_denied_listing_is_one_line_naming_the_bucket(no_aws_credentials, tmp_path, monkeypatch):
+    """moto's server lists anonymously whatever the policy says, so the denial comes from a stub client."""
+    from botocore.exceptions import ClientError
+
+    from vsbench.abid import download
+
+    class DeniedClient:
+        def get_paginator(self, name):
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListObjectsV2")
+
+    monkeypatch.setattr(download, "s3_client", lambda *args, **kwargs: DeniedClient())
+    result = _cli("abid", "download", "--dest", str(tmp_path), "--source", "s3://private-bucket")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr == ("error: the bucket s3://private-bucket refused anonymous reads (HTTP 403 AccessDenied): "
+                             "set AWS credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or check "
+                             "the bucket policy\n")
+
+
+def test_a_missing_bucket_names_the_uri_and_the_fix(local_s3, no_aws_credentials, tmp_path):
+    result = _cli("abid", "download", "--dest", str(tmp_path), "--source", "s3://no-such-bucket",
+                  "--endpoint-url", local_s3.endpoint_url)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "the bucket s3://no-such-bucket" in result.stderr and "does not exist: check the s3:// URI" in result.stderr
+
+
+def test_a_wrong_endpoint_names_it_once(no_aws_credentials, tmp_path):
+    from vsbench.platform.local_s3 import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    result = _cli("abid", "download", "--dest", str(tmp_path), "--source", "s3://b", "--endpoint-url", endpoint)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert f"cannot connect to the S3 endpoint {endpoint}" in result.stderr and "--endpoint-url" in result.stderr
+
+
+def test_bad_credentials_are_named(local_s3, public_bucket, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    from botocore.exceptions import ClientError
+
+    from vsbench.storage import explain_s3_error
+
+    denied = ClientError({"Error": {"Code": "InvalidAccessKeyId", "Message": "no"}}, "ListObjectsV2")
+    assert "rejected the credentials (InvalidAccessKeyId)" in explain_s3_error(
+        denied, "b", endpoint_url=None, anonymous=False)
+    moved = ClientError({"Error": {"Code": "PermanentRedirect"}, "ResponseMetadata": {"HTTPStatusCode": 301}}, "x")
+    assert "set AWS_DEFAULT_REGION" in explain_s3_error(moved, "b", endpoint_url=None, anonymous=True)
+    from botocore.exceptions import NoCredentialsError
+
+    assert "no AWS credentials found" in explain_s3_error(NoCredentialsError(), "b", endpoint_url=None,
+                                                          anonymous=False)

@@ -41,6 +41,12 @@ class TinyDescriptor(nn.Module):
         return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
 
 
+@pytest.fixture(autouse=True)
+def accept_the_bad_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image set holds 2 bad files in 9 on purpose: over the 1% default failure rate."""
+    monkeypatch.setenv("VSBENCH_MAX_FAILURE_RATE", "1")
+
+
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
@@ -201,3 +207,32 @@ def test_merge_refuses_missing_or_mixed_shards(images: ImageSet, tmp_path: Path)
     with pytest.raises(ValueError, match="set_name"):
         embed_image_set("precomputed", subset, tmp_path, set_name="../up", model_options=options,
                         progress=False)
+
+
+def test_too_many_unreadable_images_fail_the_shard_after_listing_them(images: ImageSet, scripted: Path,
+                                                                       tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from vsbench.imaging.limits import TooManyFailures
+
+    monkeypatch.setenv("VSBENCH_MAX_FAILURE_RATE", "0.1")  # 2 of 9 unreadable: 22%
+    with pytest.raises(TooManyFailures, match=r"2 of 9 images \(22\.2%\).*maximum failure rate of 10\.0%"):
+        embed_image_set("torchscript", images, tmp_path, set_name="refs", batch_size=4, workers=0,
+                        model_options=_options(scripted), progress=False)
+    manifest = json.loads((tmp_path / "refs.shard-0-of-1.json").read_text())
+    assert manifest["complete"] is False and {f["id"] for f in manifest["failed"]} == {"bad", "gone"}
+    assert "maximum failure rate" in manifest["stopped"]
+
+
+def test_a_pixel_bomb_is_a_listed_failure_not_a_crash(tmp_path: Path, scripted: Path) -> None:
+    from tests.unit.test_resize import bomb_jpeg
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    Image.new("RGB", (40, 30), "blue").save(folder / "ok.jpg")
+    (folder / "bomb.jpg").write_bytes(bomb_jpeg(30000, 30000))
+    images = ImageSet(("ok", "bomb"), (folder / "ok.jpg", folder / "bomb.jpg"))
+    path = embed_image_set("torchscript", images, tmp_path / "out", set_name="s", batch_size=2, workers=0,
+                           model_options=_options(scripted), progress=False)
+    failed = {f["id"]: f["reason"] for f in json.loads(path.with_suffix(".json").read_text())["failed"]}
+    assert list(failed) == ["bomb"] and "900,000,000 pixels" in failed["bomb"] and "VSBENCH_MAX_IMAGE_PIXELS" in failed["bomb"]
+    assert load_features(path).ids.tolist() == ["ok"]

@@ -111,6 +111,12 @@ def _mad(a: bytes, b: bytes) -> float:
     return float(np.abs(_decoded(a) - _decoded(b)).mean())
 
 
+@pytest.fixture(autouse=True)
+def accept_the_bad_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resize sets here hold one bad file in a few on purpose: over the 1% default failure rate."""
+    monkeypatch.setenv("VSBENCH_MAX_FAILURE_RATE", "1")
+
+
 def _outcome(data: bytes, decode: str) -> bytes | str:
     try:
         return resize_image_bytes(data, 224, decode=decode)  # type: ignore[arg-type]
@@ -165,14 +171,16 @@ def test_other_kinds_are_left_to_pillow(kind):
     assert got is None
 
 
-def test_images_over_pillows_pixel_limit_are_left_to_pillow(monkeypatch):
+def test_images_over_the_pixel_cap_are_refused_by_every_path_before_decoding(monkeypatch):
+    """(Before issue 15 such images were left to Pillow, which warned and decoded them.)"""
+    from vsbench.imaging.limits import ImageTooLarge
+
     data = KINDS["baseline-420"]
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 430 * 354 - 1)
-    with pytest.warns(Image.DecompressionBombWarning):
-        assert _fast(data, (224, 224)) is None
-        fast = _outcome(data, "fast")
-    with pytest.warns(Image.DecompressionBombWarning):
-        assert fast == _outcome(data, "draft")
+    monkeypatch.setenv("VSBENCH_MAX_IMAGE_PIXELS", str(430 * 354 - 1))
+    with pytest.raises(ImageTooLarge, match="430x354 = 152,220 pixels, over the 152,219-pixel limit"):
+        _fast(data, (224, 224))
+    fast = _outcome(data, "fast")
+    assert fast.startswith("failed: image too large: 430x354") and fast == _outcome(data, "draft")
 
 
 def test_without_simplejpeg_everything_takes_pillows_path(monkeypatch):

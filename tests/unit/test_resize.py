@@ -41,7 +41,7 @@ def mixed_inputs(tmp_path: Path) -> Path:
 
 def test_bad_inputs_are_listed_and_skipped(mixed_inputs, tmp_path):
     out = tmp_path / "resized"
-    summary = resize_abid(mixed_inputs, out, workers=2, progress=False)
+    summary = resize_abid(mixed_inputs, out, workers=2, progress=False, max_failure_rate=1.0)
     assert (summary.inputs, summary.resized, summary.failed) == (6, 2, 4)
     assert sorted(p.name for p in out.glob("*.jpg")) == ["00001.jpg", "00002.jpg"]
     for path in out.glob("*.jpg"):
@@ -56,11 +56,11 @@ def test_bad_inputs_are_listed_and_skipped(mixed_inputs, tmp_path):
 
 def test_rerun_redoes_only_what_is_missing(mixed_inputs, tmp_path):
     out = tmp_path / "resized"
-    resize_abid(mixed_inputs, out, workers=1, progress=False)
+    resize_abid(mixed_inputs, out, workers=1, progress=False, max_failure_rate=1.0)
     (out / "00001.jpg").unlink()
-    again = resize_abid(mixed_inputs, out, workers=1, progress=False)
+    again = resize_abid(mixed_inputs, out, workers=1, progress=False, max_failure_rate=1.0)
     assert (again.resized, again.kept) == (1, 1)
-    changed = resize_abid(mixed_inputs, out, size=112, workers=1, progress=False)
+    changed = resize_abid(mixed_inputs, out, size=112, workers=1, progress=False, max_failure_rate=1.0)
     assert changed.resized == 2  # new settings: everything redone
     with Image.open(out / "00002.jpg") as image:
         assert image.size == (112, 112)
@@ -114,3 +114,59 @@ def test_atomic_write_makes_folders_survives_a_stale_temporary_and_leaves_no_tem
     for _ in range(3):
         storage.atomic_write_bytes(target, b"three")
     assert [p.name for p in target.parent.iterdir()] == ["x.bin"]
+
+
+def bomb_jpeg(width: int, height: int) -> bytes:
+    """A tiny real JPEG whose header declares ``width`` x ``height`` (the SOF0 frame size patched):
+    what a 10 MB 30000x30000 photo looks like to a decoder before it decodes."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), "gray").save(buffer, format="JPEG")
+    data = bytearray(buffer.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("decode", ["fast", "draft", "full"])
+def test_a_pixel_bomb_is_listed_with_the_cap_and_the_step_goes_on(tmp_path, decode):
+    """On main, Pillow's DecompressionBombError escaped the per-image handling and stopped the step."""
+    images = tmp_path / "data" / "bin-images"
+    images.mkdir(parents=True)
+    for i in range(1, 5):
+        (images / f"{i}.jpg").write_bytes(_jpeg(60, 50, i))
+    (images / "5.jpg").write_bytes(bomb_jpeg(30000, 30000))
+    summary = resize_abid(tmp_path / "data", tmp_path / "out", workers=1, progress=False, decode=decode,
+                          max_failure_rate=0.5)
+    assert (summary.resized, summary.failed) == (4, 1)
+    reason = summary.failures[0]["reason"]
+    assert summary.failures[0]["file"] == "bin-images/5.jpg"
+    assert "900,000,000 pixels" in reason and "89,478,485-pixel limit" in reason and "VSBENCH_MAX_IMAGE_PIXELS" in reason
+
+
+def test_the_pixel_cap_is_configurable(tmp_path, monkeypatch):
+    monkeypatch.setenv("VSBENCH_MAX_IMAGE_PIXELS", "2000")
+    with pytest.raises(ValueError, match=r"60x50 = 3,000 pixels, over the 2,000-pixel limit"):
+        resize_image_bytes(_jpeg(60, 50, 1), 32)
+    monkeypatch.setenv("VSBENCH_MAX_IMAGE_PIXELS", "3000")
+    assert resize_image_bytes(_jpeg(60, 50, 1), 32)[:2] == b"\xff\xd8"
+
+
+def test_the_fast_decoder_checks_simplejpegs_own_header_before_decoding():
+    from vsbench.imaging import jpeg
+    from vsbench.imaging.limits import ImageTooLarge
+
+    if not jpeg.available():
+        pytest.skip("simplejpeg is not installed")
+    data = bomb_jpeg(20000, 20000)
+    header = Image.open(io.BytesIO(bomb_jpeg(16, 16)))  # a header that lies about the data's size
+    with pytest.raises(ImageTooLarge, match="20000x20000"):
+        jpeg.decode_rgb(data, header, (32, 32))
+
+
+def test_too_many_failures_fail_the_step_after_writing_the_manifest(mixed_inputs, tmp_path):
+    from vsbench.imaging.limits import TooManyFailures
+
+    out = tmp_path / "resized"
+    with pytest.raises(TooManyFailures, match=r"resize: 4 of 6 images \(66\.7%\).*maximum failure rate of 1\.0%"):
+        resize_abid(mixed_inputs, out, workers=1, progress=False)
+    assert json.loads((out / MANIFEST_NAME).read_text())["failed"] == 4

@@ -8,7 +8,6 @@ are listed in the run summary.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,20 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from vsbench.abid.data import BatchTransform, Images, LabelledImages, flip_generator, split_available
+from vsbench.abid.data import (
+    BatchTransform,
+    Images,
+    LabelledImages,
+    check_unreadable,
+    flip_generator,
+    split_available,
+)
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import counting_network
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit
 from vsbench.device import DeviceSetup
+from vsbench.inputs import read_json
 from vsbench.storage import atomic_write_text
 
 RESULT_NAME = "counting_result.txt"
@@ -64,21 +71,27 @@ def predict_classes(model: torch.nn.Module, images_dir: Path, indices: list[int]
 def train_counting(
     tasks_dir: Path, images_dir: Path, out_dir: Path, profile: TrainProfile, device: DeviceSetup, *,
     seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True, context: Distributed = SINGLE,
+    max_failure_rate: float | None = None,
 ) -> CountingRun:
     """Train (resuming from ``out_dir/checkpoints``) and write the result file and summary.
 
     ``context``: this process's place in a torchrun job (every rank calls this with the same
-    arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch."""
+    arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch. Images that
+    do not decode are left out like missing ones and listed in ``unreadable_images.json``; the run
+    fails when their share passes ``max_failure_rate`` (:mod:`vsbench.imaging.limits`)."""
     suffix = "_hard" if hard else ""
-    train_rows = json.loads((tasks_dir / f"counting_train{suffix}.json").read_text())
-    val_rows = json.loads((tasks_dir / f"counting_val{suffix}.json").read_text())
+    train_rows = read_json(tasks_dir / f"counting_train{suffix}.json")
+    val_rows = read_json(tasks_dir / f"counting_val{suffix}.json")
     if not train_rows or not val_rows:
         raise ValueError(f"{tasks_dir}: counting_train{suffix}.json or counting_val{suffix}.json is empty")
     num_classes = 6 if not hard else max(q for _, q in train_rows + val_rows) + 1
-    train_present, _ = split_available(images_dir, [i for i, _ in train_rows])
+    unreadable: list[dict[str, Any]] = []  # corrupt, truncated or oversized: left out, listed, counted
+    train_present, _ = split_available(images_dir, [i for i, _ in train_rows], unreadable)
     present = set(train_present)
     train_rows = [row for row in train_rows if row[0] in present]
-    val_present, val_missing = split_available(images_dir, [i for i, _ in val_rows])
+    val_present, val_missing = split_available(images_dir, [i for i, _ in val_rows], unreadable)
+    check_unreadable("train counting", out_dir, unreadable, len(present) + len(val_present) + len(unreadable),
+                     max_failure_rate, context.is_main)
     truth = dict(map(tuple, val_rows))
 
     torch.manual_seed(seed)  # the initial weights depend on the seed alone

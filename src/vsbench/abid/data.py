@@ -8,9 +8,12 @@ done without the interruption.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,9 +21,11 @@ from torch.utils.data import Dataset
 
 from vsbench.abid.ids import local_name
 from vsbench.abid.pairs import SiamesePairSampler
+from vsbench.imaging.limits import check_failure_rate, open_image
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+UNREADABLE_NAME = "unreadable_images.json"
 
 
 def image_path(root: Path, idx0: int) -> Path:
@@ -32,7 +37,7 @@ def load_image(path: Path, size: int) -> torch.Tensor:
     """uint8 CHW tensor of side ``size`` (Pillow decode; bilinear, as the resize step)."""
     from PIL import Image
 
-    with Image.open(path) as image:
+    with open_image(path) as image:  # an image over the pixel cap is refused from its header
         if image.size != (size, size):
             image.draft("RGB", (size, size))
         rgb = image.convert("RGB")
@@ -41,12 +46,53 @@ def load_image(path: Path, size: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1)
 
 
-def split_available(root: Path, indices: Sequence[int]) -> tuple[list[int], list[int]]:
-    """(indices whose resized image exists, indices whose image is missing)."""
+def image_problem(path: Path, size: int | None = None) -> str:
+    """Why the image at ``path`` cannot be trained on ("" when it can): fully decoded once, with
+    the pixel cap, so that a corrupt, truncated or oversized file is found before training instead
+    of crashing a DataLoader worker mid-epoch."""
+    try:
+        with open_image(path) as image:
+            if size is not None and image.size != (size, size):
+                image.draft("RGB", (size, size))
+            image.load()
+        return ""
+    except Exception as exc:  # noqa: BLE001 - decoders raise many types; each is this image's fault
+        return f"{type(exc).__name__}: {exc}"
+
+
+def split_available(root: Path, indices: Sequence[int], unreadable: list[dict[str, Any]] | None = None,
+                    *, threads: int | None = None) -> tuple[list[int], list[int]]:
+    """(indices whose resized image exists and decodes, indices whose image is missing or unreadable).
+
+    Each unreadable image (corrupt, truncated, over the pixel cap) is appended to ``unreadable``
+    as ``{"index", "file", "reason"}``; callers list them in their summary and apply the failure
+    rate (:func:`vsbench.imaging.limits.check_failure_rate`). Decoding runs on ``threads`` threads
+    (Pillow releases the GIL while decoding): ~0.5 ms a 224x224 JPEG on one core.
+    """
+    existing = [idx for idx in indices if image_path(root, idx).is_file()]
+    with ThreadPoolExecutor(max_workers=threads or min(16, os.cpu_count() or 1)) as pool:
+        problems = dict(zip(existing, pool.map(lambda idx: image_problem(image_path(root, idx)), existing)))
     present, missing = [], []
     for idx in indices:
-        (present if image_path(root, idx).is_file() else missing).append(idx)
+        problem = problems.get(idx)
+        (present if problem == "" else missing).append(idx)
+        if problem and unreadable is not None:
+            unreadable.append({"index": idx, "file": image_path(root, idx).name, "reason": problem})
     return present, missing
+
+
+def check_unreadable(step: str, out_dir: Path, unreadable: list[dict[str, Any]], checked: int,
+                     max_failure_rate: float | None, write: bool) -> None:
+    """Write ``out_dir/unreadable_images.json`` (when there are any and ``write``) and fail the
+    step when their share of the ``checked`` images passes the threshold."""
+    if not unreadable:
+        return
+    listing = out_dir / UNREADABLE_NAME
+    if write:
+        from vsbench.storage import atomic_write_json
+
+        atomic_write_json(listing, {"checked": checked, "unreadable": unreadable})
+    check_failure_rate(step, len({u["index"] for u in unreadable}), checked, max_failure_rate, listing)
 
 
 class LabelledImages(Dataset):

@@ -22,8 +22,10 @@ from typing import Any
 
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
 from vsbench.storage import (
+    S3AccessError,
     atomic_write_bytes,
     atomic_write_json,
+    explain_s3_error,
     has_aws_credentials,
     iter_s3_objects,
     parse_s3_uri,
@@ -31,6 +33,7 @@ from vsbench.storage import (
 )
 
 PUBLIC_SOURCE = "s3://aft-vbi-pds"
+PROBE_OBJECTS = 20  # when this many first objects all fail for one job-wide cause, the rest are not tried
 MANIFEST_NAME = "_manifests/download.json"
 
 
@@ -57,6 +60,7 @@ class ObjectResult:
     status: str  # fetched | skipped | failed
     attempts: int = 0
     reason: str = ""
+    permanent: bool = False  # an answer that retrying cannot change (denied, not found)
 
 
 @dataclass
@@ -74,10 +78,27 @@ class DownloadSummary:
     seconds: float = 0.0
     failures: list[dict[str, Any]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    cause: str = ""  # one line naming a job-wide cause and its fix (access denied, ...); "" when none
+    stopped_early: bool = False  # the first objects all failed for ``cause``: the rest were not tried
 
     @property
     def complete(self) -> bool:
         return self.failed == 0
+
+    @property
+    def resumable(self) -> bool:
+        """Whether running again can help: every failure was transient (network, timeouts, 5xx)."""
+        return not self.cause and not any(f.get("permanent") for f in self.failures)
+
+    def advice(self) -> str:
+        """One line for a user: the cause and its fix, or what a re-run would do."""
+        if self.cause:
+            return self.cause
+        permanent = sum(1 for f in self.failures if f.get("permanent"))
+        if permanent:
+            return (f"{self.failed} objects failed, {permanent} of them for good (denied or gone; see the "
+                    "manifest); running again fetches only the transient ones")
+        return f"{self.failed} objects failed on transient errors; run the same command again to resume"
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -92,8 +113,7 @@ class DownloadIncomplete(RuntimeError):
     def __init__(self, summary: DownloadSummary) -> None:
         self.summary = summary
         super().__init__(
-            f"download incomplete: {summary.failed} of {summary.planned} objects failed "
-            f"(first: {summary.failures[:1]}); run again to resume"
+            f"download incomplete: {summary.failed} of {summary.planned} objects failed: {summary.advice()}"
         )
 
 
@@ -170,7 +190,11 @@ def verify_local(path: Path, size: int, etag: str) -> str:
 
 
 class PermanentFetchError(RuntimeError):
-    """An answer that retrying cannot change (no such key, access denied)."""
+    """An answer that retrying cannot change (no such key, access denied), with its HTTP status."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.response = {"Error": {"Code": str(status or "")}, "ResponseMetadata": {"HTTPStatusCode": status}}
 
 
 class _BotoGetter:
@@ -209,18 +233,35 @@ class _AnonymousHttpGetter:
             return response.data
         reason = f"HTTP {response.status}: {response.data[:200].decode('utf-8', 'replace')}"
         if response.status in (403, 404):
-            raise PermanentFetchError(reason)
+            raise PermanentFetchError(reason, response.status)
         raise RuntimeError(reason)
 
 
 class _Fetcher:
     """Fetch one object with bounded, jittered exponential backoff."""
 
-    def __init__(self, get, dest: Path, retries: int, backoff: float) -> None:
+    def __init__(self, get, dest: Path, retries: int, backoff: float,
+                 explain: Callable[[BaseException], str | None] = lambda exc: None) -> None:
         self.get = get
         self.dest = dest
         self.retries = retries
         self.backoff = backoff
+        self.explain = explain
+        self.causes: list[str] = []  # job-wide causes met (first one kept per kind)
+        self._lock = threading.Lock()
+
+    def fatal(self, exc: BaseException) -> bool:
+        """Errors that name a job-wide cause although not an HTTP answer (no credentials, no endpoint)."""
+        from botocore import exceptions as boto
+
+        return isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError | boto.EndpointConnectionError)
+
+    def note_permanent(self, exc: BaseException) -> None:
+        cause = self.explain(exc)
+        if cause:
+            with self._lock:
+                if cause not in self.causes:
+                    self.causes.append(cause)
 
     def __call__(self, obj: PlannedObject) -> ObjectResult:
         target = self.dest / obj.path
@@ -235,7 +276,13 @@ class _Fetcher:
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported
                 reason = _describe(exc)
                 if _is_permanent(exc):
-                    return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason)
+                    self.note_permanent(exc)
+                    return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason,
+                                        permanent=True)
+                if self.fatal(exc):  # a wrong endpoint or missing credentials: no retry can help
+                    self.note_permanent(exc)
+                    return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason,
+                                        permanent=True)
             if attempt < self.retries:
                 time.sleep(self.backoff * (2 ** (attempt - 1)) * (0.5 + random.random()))
         return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", self.retries, reason)
@@ -288,7 +335,16 @@ def download_abid(
     client = client or s3_client(endpoint_url, max_pool_connections=max(concurrency, 10))
     dest.mkdir(parents=True, exist_ok=True)
 
-    listing = list(iter_s3_objects(client, location))
+    def explain(exc: BaseException) -> str | None:
+        return explain_s3_error(exc, location.bucket, endpoint_url=endpoint_url, anonymous=anonymous)
+
+    try:
+        listing = list(iter_s3_objects(client, location))
+    except Exception as exc:  # noqa: BLE001 - a job-wide cause is said once; anything else propagates
+        cause = explain(exc)
+        if cause is None:
+            raise
+        raise S3AccessError(cause) from None
     plan, ignored, duplicates = plan_objects(listing, location.prefix, limit, shard, num_shards)
     summary = DownloadSummary(
         source=source, dest=str(dest), listed_keys=len(listing), ignored_keys=len(ignored),
@@ -305,11 +361,14 @@ def download_abid(
     lock = threading.Lock()
     get = (_AnonymousHttpGetter(endpoint_url, location.bucket, concurrency) if anonymous
            else _BotoGetter(client, location.bucket))
-    fetcher = _Fetcher(get, dest, retries, backoff)
+    fetcher = _Fetcher(get, dest, retries, backoff, explain)
+    probe = min(len(todo), PROBE_OBJECTS)
     with tqdm(total=len(todo), desc="download", unit="obj", disable=not progress) as bar:
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             futures = [pool.submit(fetcher, obj) for obj in todo]
             for future in as_completed(futures):
+                if future.cancelled():
+                    continue
                 result = future.result()
                 with lock:
                     if result.status == "fetched":
@@ -321,6 +380,19 @@ def download_abid(
                 if on_result is not None:
                     on_result(result)
                 bar.update(1)
+                if (not summary.stopped_early and summary.fetched == 0 and summary.failed >= probe
+                        and fetcher.causes and all(f["permanent"] for f in summary.failures)):
+                    # The first objects all failed for a job-wide cause: the rest would too (1,316
+                    # identical 403 lines once); stop and say the cause once.
+                    summary.stopped_early = True
+                    for pending in futures:
+                        pending.cancel()
+    if fetcher.causes and (summary.fetched == 0 or summary.stopped_early):
+        summary.cause = "; ".join(fetcher.causes)
+    not_tried = len(todo) - summary.fetched - summary.failed
+    if summary.stopped_early and not_tried:
+        summary.cause += f" ({not_tried} more objects not tried)"
+        summary.failed += not_tried
 
     summary.failures.sort(key=lambda item: (item["bin_id"], item["kind"]))
     summary.seconds = round(time.perf_counter() - started, 3)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR, parse_name
+from vsbench.inputs import InputError, read_json
 from vsbench.storage import atomic_write_json, atomic_write_text, is_temporary
 
 REPORT_NAME = "prepare_report.json"
@@ -104,9 +105,9 @@ def load_metadata(path: Path, bin_id: int) -> tuple[dict[str, Any] | None, list[
     """Parse and check one metadata file; None (with problems) when it cannot be used."""
     name = f"{METADATA_DIR}/{path.name}"
     try:
-        raw = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, [Problem(bin_id, name, f"malformed JSON: {exc}")]
+        raw = read_json(path)
+    except InputError as exc:  # too large, not UTF-8, not JSON, unreadable: a listed problem, never a stop
+        return None, [Problem(bin_id, name, f"malformed JSON: {str(exc).removeprefix(f'{path}: ')}")]
     if not isinstance(raw, dict):
         return None, [Problem(bin_id, name, "top level is not an object")]
     quantity = raw.get("EXPECTED_QUANTITY")

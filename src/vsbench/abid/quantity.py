@@ -14,12 +14,12 @@ is in the bin), and the answer is yes iff the asked quantity equals ``q``. The t
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vsbench.inputs import read_index_list, read_json, read_lines
 from vsbench.storage import atomic_write_text
 
 RESULT_NAME = "obj_num_verification_result.txt"
@@ -62,11 +62,11 @@ def answer_quantity_questions(questions: list[list[Any]], prior: dict[str, int],
 
 def run_quantity_baseline(tasks_dir: Path, counting_result: Path, out_dir: Path) -> QuantityAnswers:
     """Answer ``obj_num_verification_val.json`` from the counting predictions; writes the result file."""
-    questions = json.loads((tasks_dir / "obj_num_verification_val.json").read_text())
-    metadata = json.loads((tasks_dir / "metadata.json").read_text())
-    train = [int(x) - 1 for x in (tasks_dir / "random_train.txt").read_text().split()]
-    counting_val = json.loads((tasks_dir / "counting_val.json").read_text())
-    lines = counting_result.read_text().split()
+    questions = read_json(tasks_dir / "obj_num_verification_val.json")
+    metadata = read_json(tasks_dir / "metadata.json")
+    train = read_index_list(tasks_dir / "random_train.txt")
+    counting_val = read_json(tasks_dir / "counting_val.json")
+    lines = [word for line in read_lines(counting_result) for word in line.split()]
     if len(lines) != len(counting_val):
         raise ValueError(f"{counting_result}: {len(lines)} lines, but counting_val.json has {len(counting_val)} rows")
     totals = {int(idx): int(p) for (idx, _), p in zip(counting_val, lines)}

@@ -18,7 +18,9 @@ and add:
 * ``decode="full"``: the challenge's loop itself, byte for byte the same outputs;
 * a process pool over the cores (one torch thread per process);
 * a manifest listing every input that was not resized and why (empty, truncated, corrupt, not
-  a JPEG): such inputs never stop the step;
+  a JPEG, over the pixel cap of :mod:`vsbench.imaging.limits`, unreadable): such inputs never
+  stop the step, unless their share passes ``max_failure_rate`` (then the step fails after
+  writing the manifest, and says so);
 * idempotence: an output newer than its input is kept, so a re-run does only what is missing
   (and everything is redone when size, quality or decode differ from the manifest's).
 
@@ -39,7 +41,8 @@ from PIL import Image, UnidentifiedImageError
 
 from vsbench.abid.ids import IMAGES_DIR, local_name
 from vsbench.abid.prepare import scan_ids
-from vsbench.imaging import jpeg
+from vsbench.imaging import jpeg, limits
+from vsbench.imaging.limits import open_image
 from vsbench.imaging.resample import one_thread, resize_bilinear
 from vsbench.storage import atomic_write_bytes, atomic_write_json
 
@@ -90,7 +93,7 @@ def resize_image_bytes(data: bytes, size: int, quality: int = 75, decode: Decode
         raise ValueError("empty file")
     pixels = None
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_image(io.BytesIO(data)) as image:  # refuses a pixel bomb from its header
             if image.format != "JPEG":
                 raise ValueError(f"not a JPEG ({image.format or 'unknown format'})")
             if decode == "fast":
@@ -133,6 +136,8 @@ def _run_job(job: ResizeJob) -> tuple[str, str]:
         return job.source, ""
     except (ValueError, OSError) as exc:
         return job.source, str(exc)
+    except Exception as exc:  # noqa: BLE001 - any other decoder fault is this image's, never the step's
+        return job.source, f"{type(exc).__name__}: {exc}"
 
 
 def _is_current(source: Path, target: Path) -> bool:
@@ -153,11 +158,16 @@ def resize_abid(
     progress: bool = True,
     shard: int = 0,
     num_shards: int = 1,
+    max_failure_rate: float | None = None,
 ) -> ResizeSummary:
     """Resize every ``data/bin-images/<id>.jpg`` to ``out/<'%05d' id>.jpg``; see module doc.
 
     With ``num_shards`` > 1 only ids with ``id % num_shards == shard`` (and their own manifest).
+    When the share of inputs that failed passes ``max_failure_rate`` (default
+    :func:`vsbench.imaging.limits.max_failure_rate`: 1%), :class:`~vsbench.imaging.limits.TooManyFailures`
+    is raised after the manifest is written.
     """
+    rate = limits.max_failure_rate(max_failure_rate)  # a bad value fails before any work
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in 0..{num_shards - 1}")
     from tqdm.auto import tqdm
@@ -202,6 +212,7 @@ def resize_abid(
     summary.failures.sort(key=lambda item: item["file"])
     summary.seconds = round(time.perf_counter() - started, 3)
     atomic_write_json(out / manifest, summary.as_dict())
+    limits.check_failure_rate("resize", summary.failed, summary.resized + summary.failed, rate, out / manifest)
     return summary
 
 
@@ -225,10 +236,10 @@ def _collect(results, summary: ResizeSummary, bar) -> None:
 
 
 def _previous_settings(manifest: Path) -> tuple[int, int, str] | None:
-    import json
+    from vsbench.inputs import read_json
 
     try:
-        previous = json.loads(manifest.read_text())
+        previous = read_json(manifest)
         return int(previous["size"]), int(previous["quality"]), str(previous["decode"])
     except (FileNotFoundError, KeyError, ValueError, TypeError):
         return None

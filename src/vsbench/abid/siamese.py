@@ -10,7 +10,6 @@ Each image goes through the trunk once; only the cheap head runs per pair.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,14 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from vsbench.abid.data import BatchTransform, Images, SiameseRowPairs, flip_generator, split_available
+from vsbench.abid.data import (
+    BatchTransform,
+    Images,
+    SiameseRowPairs,
+    check_unreadable,
+    flip_generator,
+    split_available,
+)
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import SiameseNetwork, arch_of_trunk
 from vsbench.abid.pairs import SiamesePairSampler
@@ -28,6 +34,7 @@ from vsbench.abid.prepare import MODERATE_MAX_QUANTITY
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit
 from vsbench.device import DeviceSetup
+from vsbench.inputs import read_index_list, read_json
 from vsbench.storage import atomic_write_json, atomic_write_text
 
 RESULT_NAME = "obj_verification_result.txt"
@@ -128,7 +135,7 @@ def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
 def train_siamese(
     tasks_dir: Path, images_dir: Path, out_dir: Path, profile: TrainProfile, device: DeviceSetup, *,
     seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True,
-    trunk_checkpoint: Path | None = None, context: Distributed = SINGLE,
+    trunk_checkpoint: Path | None = None, context: Distributed = SINGLE, max_failure_rate: float | None = None,
 ) -> SiameseRun:
     """Train (resuming from ``out_dir/checkpoints``) and write the result file and summary.
 
@@ -137,10 +144,10 @@ def train_siamese(
     suffix = "_hard" if hard else ""
     if profile.siamese_lr is not None:  # the 4096-wide head from scratch wants a gentler lr than counting
         profile = profile.model_copy(update={"lr": profile.siamese_lr})
-    train_rows = json.loads((tasks_dir / f"obj_verification_train{suffix}.json").read_text())
-    questions = json.loads((tasks_dir / f"obj_verification_val{suffix}.json").read_text())
-    metadata = json.loads((tasks_dir / "metadata.json").read_text())
-    train_ids = [int(x) - 1 for x in (tasks_dir / "random_train.txt").read_text().split()]
+    train_rows = read_json(tasks_dir / f"obj_verification_train{suffix}.json")
+    questions = read_json(tasks_dir / f"obj_verification_val{suffix}.json")
+    metadata = read_json(tasks_dir / "metadata.json")
+    train_ids = read_index_list(tasks_dir / "random_train.txt")
     if not train_rows or not questions:
         raise ValueError(f"{tasks_dir}: obj_verification_train{suffix}.json or _val{suffix}.json is empty")
 
@@ -148,7 +155,11 @@ def train_siamese(
         quantity = metadata[i].get("EXPECTED_QUANTITY", 0)
         return quantity > 0 and (hard or quantity <= MODERATE_MAX_QUANTITY)
 
-    candidates, _ = split_available(images_dir, [i for i in train_ids if metadata[i] and holds_items(i)])
+    unreadable: list[dict[str, Any]] = []  # corrupt, truncated or oversized: left out, listed, counted
+    wanted = [i for i in train_ids if metadata[i] and holds_items(i)]
+    candidates, _ = split_available(images_dir, wanted, unreadable)
+    check_unreadable("train siamese", out_dir, unreadable, len(candidates) + len(unreadable), max_failure_rate,
+                     context.is_main)
     available = set(candidates)
     rows = [[idx, [[asin, [t for t in ts if t in available]] for asin, ts in objects]] for idx, objects in train_rows
             if idx in available]

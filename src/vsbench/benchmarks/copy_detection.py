@@ -31,6 +31,7 @@ import numpy as np
 
 from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, register
 from vsbench.features import FeatureError, FeatureSet
+from vsbench.inputs import iter_lines, quote
 from vsbench.metrics.copy_detection import copy_detection_metrics
 from vsbench.metrics.readers import InputError, read_copy_detection_ground_truth
 from vsbench.metrics.ties import tie_fields
@@ -90,22 +91,18 @@ def restrict_to_list(images: ImageSet, list_file: Path, folder: Path) -> ImageSe
     :class:`~vsbench.storage.UnsafePathError`. An entry naming no image in the folder is an
     error with its line.
     """
-    try:
-        lines = list_file.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(list_file, "file not found") from None
     path_of = dict(zip(images.ids, images.paths))
     line_of: dict[str, int] = {}  # id -> line, in list order
-    for number, line in enumerate(lines, start=1):
+    for number, line in iter_lines(list_file):
         entry = line.strip()
         if not entry:
             continue
         target = safe_join(folder, entry)
         image_id = target.stem if target.suffix.lower() in IMAGE_EXTENSIONS else target.name
         if target.parent != folder or image_id not in path_of:
-            raise InputError(list_file, f"{entry!r} is not an image in {folder}", number)
+            raise InputError(list_file, f"{quote(entry)} is not an image in {folder}", number)
         if image_id in line_of:
-            raise InputError(list_file, f"id {image_id!r} repeats line {line_of[image_id]}", number)
+            raise InputError(list_file, f"id {quote(image_id)} repeats line {line_of[image_id]}", number)
         line_of[image_id] = number
     return ImageSet(tuple(line_of), tuple(path_of[i] for i in line_of))
 
@@ -276,9 +273,9 @@ def _unknown_note(path: Path, column: int, listed: np.ndarray, images: ImageSet,
     unknown = {i for i in listed.tolist() if i not in known}
     if not unknown:
         return None
-    first = next((number for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+    first = next((number for number, line in iter_lines(path)
                   if len(fields := line.strip().split(",")) > column and fields[column] in unknown), None)
-    return (f"{path}:{first}: {len(unknown)} id(s) in column {column + 1} are not {what} (e.g. {sorted(unknown)[0]!r}); "
+    return (f"{path}:{first}: {len(unknown)} id(s) in column {column + 1} are not {what} (e.g. {quote(sorted(unknown)[0])}); "
             "SSCD counts their pairs as positives never retrieved, which caps recall, and so does this score; "
             "remove those lines (or add the images) to score only what can be found")
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_path, register
 from vsbench.features import FeatureSet
+from vsbench.inputs import quote, read_lines
 from vsbench.metrics.patch_pairs import PatchPairMetrics, mean_pr_ap, patch_pair_grid
 from vsbench.metrics.readers import InputError
 from vsbench.storage import UnsafePathError, atomic_write_text, safe_join
@@ -61,10 +62,7 @@ class PairDistances:
 
 def read_pairs(path: Path, label: int) -> PairsFile:
     """``patch_a,patch_b,label`` lines; every label must equal ``label``; blank lines at the end are ignored."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
+    lines = read_lines(path)
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines:
@@ -78,7 +76,7 @@ def read_pairs(path: Path, label: int) -> PairsFile:
             raise InputError(path, "empty patch id", number)
         if fields[2] != str(label):
             kind = "positives" if label == 1 else "negatives"
-            raise InputError(path, f"label {fields[2]!r} in a {kind} file (expected {label})", number)
+            raise InputError(path, f"label {quote(fields[2])} in a {kind} file (expected {label})", number)
         first.append(fields[0])
         second.append(fields[1])
     return PairsFile(path.name.removesuffix(".pairs"), label, tuple(first), tuple(second))

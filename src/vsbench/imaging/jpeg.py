@@ -20,7 +20,9 @@ other M/8, but that changes the pixels (and for ABID-sized photos it was not eve
 Safety: the file is first opened lazily by Pillow (header only, ~0.03 ms), so the checks the
 callers make today are made the same way: the format must be ``JPEG`` (an MPO is not), the mode
 one that libjpeg-turbo turns into RGB as Pillow does (``RGB`` or ``L``; CMYK/YCCK and anything
-odd go to Pillow) and the pixel count within ``Image.MAX_IMAGE_PIXELS``. simplejpeg decodes with
+odd go to Pillow) and the pixel count within :func:`vsbench.imaging.limits.max_image_pixels`,
+checked on Pillow's header and again on simplejpeg's own reading of it, before anything is
+decoded (an image over the cap raises :class:`~vsbench.imaging.limits.ImageTooLarge`). simplejpeg decodes with
 ``strict=True``: anything libjpeg-turbo only warns about (truncated data, corrupt entropy
 data, extraneous bytes) is an error there, and any error means "not for the fast path". The
 caller then runs its Pillow code unchanged, so every corrupt, truncated or unusual file gives
@@ -33,6 +35,8 @@ import math
 
 import numpy as np
 from PIL import Image
+
+from vsbench.imaging.limits import check_pixels
 
 try:  # an optional speed-up: without simplejpeg everything takes the Pillow path
     import simplejpeg
@@ -76,8 +80,13 @@ def decode_rgb(data: bytes, header: Image.Image, target: tuple[int, int] | None 
     if simplejpeg is None or header.format != "JPEG" or header.mode not in FAST_MODES:
         return None
     width, height = header.size
-    limit = Image.MAX_IMAGE_PIXELS
-    if limit is not None and width * height > limit:
+    check_pixels((width, height))  # ImageTooLarge: a listed failure, never a decode
+    try:  # simplejpeg reads its own header: the size it would decode must be the one just checked
+        declared = simplejpeg.decode_jpeg_header(data)[:2]
+    except Exception:  # noqa: BLE001 - a header libjpeg-turbo cannot read goes to Pillow
+        return None
+    if tuple(declared) != (height, width):
+        check_pixels((declared[1], declared[0]))
         return None
     scale = draft_scale((width, height), target)
     if scale > 1 and max(width, height) < 8:

@@ -60,6 +60,7 @@ from vsbench.index.codec import (
 )
 from vsbench.index.plan import SearchRequest, SearchResults, array_digest
 from vsbench.index.search import use_gpu_now
+from vsbench.inputs import load_arrays, parse_json, read_json
 from vsbench.storage import atomic_write_bytes, atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -359,7 +360,7 @@ def _complete(folder: Path, meta: dict[str, Any]) -> bool:
 
 def _read_meta(folder: Path) -> dict[str, Any] | None:
     try:
-        meta = json.loads((folder / INDEX_JSON).read_text(encoding="utf-8"))
+        meta = read_json(folder / INDEX_JSON)
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
@@ -383,8 +384,8 @@ def _write_npz(path: Path, key: dict[str, Any], arrays: dict[str, np.ndarray]) -
 def _read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
     """A search result file, or None when missing or unreadable (it is then searched again)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return json.loads(str(data["key"])), {name: data[name] for name in data.files if name != "key"}
+        data = load_arrays(path)
+        return parse_json(path, str(data.pop("key"))), data
     except (OSError, ValueError, KeyError):
         return None
 

@@ -26,7 +26,6 @@ Decisions recorded here:
 from __future__ import annotations
 
 import importlib
-import json
 import pickle
 import re
 import zipfile
@@ -37,16 +36,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vsbench.inputs import (
+    InputError,
+    bytes_reader,
+    check_text,
+    iter_lines,
+    load_arrays,
+    max_array_bytes,
+    parse_json,
+    quote,
+)
+from vsbench.inputs import read_json as _bounded_json
+
+__all__ = ["InputError"]  # re-exported: vsbench's one input error lives in vsbench.inputs
+
 FEATURE_DIM = 128
 NORM_TOLERANCE = 1e-3
-
-
-class InputError(ValueError):
-    """A file does not match its expected format; the message names the file and line or entry."""
-
-    def __init__(self, path: str | Path, message: str, line: int | None = None) -> None:
-        where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {message}")
 
 
 # ------------------------------------------------------------------------------- CSV helpers
@@ -56,8 +61,10 @@ def _read_text_csv(path: Path) -> pd.DataFrame:
     """Every field as text ("" when empty or missing), no header handling: row i is line i + 1.
 
     Reading without a header makes pandas refuse a line with more fields than the first one
-    (with a header it may instead silently turn the first column into an index).
+    (with a header it may instead silently turn the first column into an index). The file passes
+    the bounded checks first (size, line length, UTF-8), so pandas never sees a 2 GB line.
     """
+    check_text(path, encoding="utf-8-sig")
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, header=None,
                            encoding="utf-8-sig")
@@ -66,7 +73,7 @@ def _read_text_csv(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise InputError(path, "file is empty") from None
     except pd.errors.ParserError as exc:
-        detail = str(exc).replace("Error tokenizing data. C error: ", "").strip()
+        detail = str(exc).replace("Error tokenizing data. C error: ", "").strip()[:200]
         line = re.search(r"line (\d+)", detail)
         raise InputError(path, f"malformed CSV: {detail}", int(line.group(1)) if line else None) from None
     except UnicodeDecodeError as exc:
@@ -80,7 +87,7 @@ def _read_headed_csv(path: Path, required: list[str]) -> pd.DataFrame:
     missing = [c for c in required if c not in header]
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)}; the header must name "
-                               f"{','.join(required)} (found {','.join(header)})", 1)
+                               f"{','.join(required)} (found {quote(','.join(header))})", 1)
     body = frame.iloc[1:].reset_index(drop=True)
     body.columns = header
     return body
@@ -116,9 +123,9 @@ def _parse_finite(path: Path, text: pd.Series, what: str, first_line: int) -> np
         if raw == "":
             problem = f"empty {what}"
         elif np.isnan(values[row]):
-            problem = f"{what} is NaN" if raw.lower().lstrip("+-") == "nan" else f"{what} {raw!r} is not a number"
+            problem = f"{what} is NaN" if raw.lower().lstrip("+-") == "nan" else f"{what} {quote(raw)} is not a number"
         else:
-            problem = f"{what} {raw!r} is not finite"
+            problem = f"{what} {quote(raw)} is not finite"
         raise InputError(path, problem, row + first_line)
     return values
 
@@ -129,7 +136,7 @@ def _check_unique_pairs(path: Path, first: np.ndarray, second: np.ndarray, what:
     repeated = pd.DataFrame({"a": first, "b": second}).duplicated().to_numpy()
     if (row := _first(repeated)) is not None:
         earlier = _first((first == first[row]) & (second == second[row]))
-        raise InputError(path, f"duplicate {what} (query {str(first[row])!r}, reference {str(second[row])!r}); "
+        raise InputError(path, f"duplicate {what} (query {quote(first[row])}, reference {quote(second[row])}); "
                                f"first given on line {line_numbers[earlier]} (isc2021 refuses duplicates too)",
                          int(line_numbers[row]))
 
@@ -174,14 +181,9 @@ def _isc_lines(path: Path) -> list[tuple[int, str]]:
 
     Text mode splits on \\n, \\r and \\r\\n alike. The file is decoded as UTF-8 (isc2021 uses the
     locale's encoding, UTF-8 on the systems it was run on).
+    Lines are capped in length and the file in size (:mod:`vsbench.inputs`).
     """
-    try:
-        with path.open("r", encoding="utf-8") as handle:
-            return [(number, line.strip()) for number, line in enumerate(handle, start=1)]
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return [(number, line.strip()) for number, line in iter_lines(path)]
 
 
 def _fields(path: Path, number: int, line: str, names: list[str]) -> list[str]:
@@ -208,7 +210,7 @@ def _id_notes(path: Path, ids: list[tuple[int, str]], normalize: bool) -> tuple[
     if odd:
         number, text = odd[0]
         notes.append(f"{path}: {len(odd)} id(s) have surrounding spaces, quotes or a byte-order mark (line {number}: "
-                     f"{text!r}); isc2021 compares ids as written, so these match no clean id; {NORMALIZE_IDS_HINT}")
+                     f"{quote(text)}); isc2021 compares ids as written, so these match no clean id; {NORMALIZE_IDS_HINT}")
     return [text for _, text in ids], notes
 
 
@@ -217,7 +219,7 @@ def _parse_score(path: Path, number: int, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        problem = "empty score" if not text.strip() else f"score {text.strip()!r} is not a number"
+        problem = "empty score" if not text.strip() else f"score {quote(text.strip())} is not a number"
         raise InputError(path, f"{problem} (isc2021 fails on it too)", number) from None
     if value != value:
         raise InputError(path, "score is NaN: isc2021 has no defined order for it", number)
@@ -245,7 +247,7 @@ def read_copy_detection_predictions(path: str | Path, *, normalize_ids: bool = F
     elif lines[0][1] != PREDICTION_HEADER and set(header) & set(PREDICTION_COLUMNS) and len(header) != 3:
         missing = [c for c in PREDICTION_COLUMNS if c not in header]
         raise InputError(path, f"missing column(s) {', '.join(missing)}; the header must name "
-                               f"{PREDICTION_HEADER} (found {','.join(header)})", 1)
+                               f"{PREDICTION_HEADER} (found {quote(','.join(header))})", 1)
     where = [columns.index(c) for c in PREDICTION_COLUMNS]
     queries: list[tuple[int, str]] = []
     references: list[tuple[int, str]] = []
@@ -287,7 +289,7 @@ def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = 
         if {normalize_id(q), normalize_id(db)} == set(GROUND_TRUTH_COLUMNS):
             if normalize_ids:
                 continue
-            notes.append(f"{path}:{number}: {line!r} looks like a header but is not exactly "
+            notes.append(f"{path}:{number}: {quote(line)} looks like a header but is not exactly "
                          f"{GROUND_TRUTH_HEADER!r}, so isc2021 counts it as a ground-truth pair; {NORMALIZE_IDS_HINT}")
         listed.append((number, q))
         if (normalize_id(db) if normalize_ids else db) == "":
@@ -327,7 +329,7 @@ def read_hpatches_results(path: str | Path, expected_label: int | None = None) -
     distances = _parse_finite(path, frame["distance"], "distance", first_line=1)
     labels = frame["label"].str.strip().to_numpy()
     if (row := _first(~np.isin(labels, ("0", "1")))) is not None:
-        raise InputError(path, f"label {labels[row]!r} is not 0 or 1", row + 1)
+        raise InputError(path, f"label {quote(labels[row])} is not 0 or 1", row + 1)
     if expected_label is not None and (row := _first(labels != str(expected_label))) is not None:
         kind = "positives" if expected_label == 1 else "negatives"
         raise InputError(path, f"label {labels[row]} in a {kind} file", row + 1)
@@ -340,10 +342,7 @@ def read_hpatches_results(path: str | Path, expected_label: int | None = None) -
 def read_int_lines(path: str | Path) -> np.ndarray:
     """One integer per line (``counting_result.txt`` and the verification result files)."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
+    lines = [line for _, line in iter_lines(path)]
     while lines and not lines[-1].strip():
         lines.pop()
     values = []
@@ -354,20 +353,16 @@ def read_int_lines(path: str | Path) -> np.ndarray:
         try:
             values.append(int(text))  # Python's int(), as the challenge scripts parse each line
         except ValueError:
-            raise InputError(path, f"{text!r} is not an integer", number) from None
+            raise InputError(path, f"{quote(text)} is not an integer", number) from None
     if not values:
         raise InputError(path, "file is empty")
     return np.asarray(values, dtype=np.int64)
 
 
 def read_json(path: Path) -> Any:
-    """A JSON file, or an InputError naming the file and where the JSON breaks."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    """A JSON file (size-checked: :func:`vsbench.inputs.read_json`), or an InputError naming the
+    file and where the JSON breaks."""
+    return _bounded_json(path)
 
 
 def _read_json_list(path: Path) -> list[Any]:
@@ -385,14 +380,14 @@ def _entries(path: Path, min_len: int, layout: str) -> list[list[Any]]:
     data = _read_json_list(path)
     for number, entry in enumerate(data, start=1):
         if not isinstance(entry, list) or len(entry) < min_len:
-            raise InputError(path, f"entry {number}: expected {layout}, got {json.dumps(entry)[:80]}")
+            raise InputError(path, f"entry {number}: expected {layout}, got {quote(entry, 80)}")
     return data
 
 
 def _int_field(path: Path, number: int, value: Any, name: str, allowed: tuple[int, ...] | None = None) -> int:
     if not _is_int(value) or value < 0 or (allowed is not None and value not in allowed):
         want = " or ".join(map(str, allowed)) if allowed else "a non-negative integer"
-        raise InputError(path, f"entry {number}: {name} must be {want}, got {value!r}")
+        raise InputError(path, f"entry {number}: {name} must be {want}, got {quote(repr(value))}")
     return value
 
 
@@ -491,21 +486,14 @@ class ProductQuery:
 def read_product_queries(path: str | Path) -> list[ProductQuery]:
     """Queries JSONL, one object a line (blank lines skipped), in file order = feature row order."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    queries = [_product_query(path, number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+    queries = [_product_query(path, number, line) for number, line in iter_lines(path) if line.strip()]
     if not queries:
         raise InputError(path, "no queries")
     return queries
 
 
 def _product_query(path: Path, number: int, line: str) -> ProductQuery:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc.msg}, column {exc.colno})", number) from None
+    record = parse_json(path, line, number)
     if not isinstance(record, dict) or not isinstance(record.get("candidates"), list):
         raise InputError(path, "expected an object with a 'candidates' list", number)
     pids, labels = [], []
@@ -515,7 +503,7 @@ def _product_query(path: Path, number: int, line: str) -> ProductQuery:
         if not isinstance(pid, str) or not pid:
             raise InputError(path, f"candidate {i}: missing 'candidate_pid'", number)
         if label not in (0, 1) or isinstance(label, float):
-            raise InputError(path, f"candidate {i}: 'label' must be 0 or 1, got {label!r}", number)
+            raise InputError(path, f"candidate {i}: 'label' must be 0 or 1, got {quote(repr(label))}", number)
         pids.append(pid)
         labels.append(int(label))
     if len(set(pids)) != len(pids):
@@ -531,7 +519,7 @@ def read_gallery_image_ids(path: str | Path) -> np.ndarray:
     ids = frame["Image ID"].str.strip().to_numpy()
     if (row := _first(pd.Series(ids).duplicated().to_numpy())) is not None:
         earlier = _first(ids == ids[row])
-        raise InputError(path, f"Image ID {ids[row]!r} repeats line {earlier + 2}", row + 2)
+        raise InputError(path, f"Image ID {quote(ids[row])} repeats line {earlier + 2}", row + 2)
     return ids
 
 
@@ -543,7 +531,7 @@ def candidate_gallery_rows(queries: list[ProductQuery], gallery_ids: np.ndarray,
     for query in queries:
         missing = [pid for pid in query.candidate_pids if pid not in row_of]
         if missing:
-            raise InputError(queries_path, f"candidate {missing[0]!r} is not in the gallery {gallery_path}",
+            raise InputError(queries_path, f"candidate {quote(missing[0])} is not in the gallery {gallery_path}",
                              query.line)
         rows.append(np.asarray([row_of[pid] for pid in query.candidate_pids], dtype=np.int64))
     return rows
@@ -586,14 +574,16 @@ class ArrayOnlyUnpickler(pickle.Unpickler):
 
 
 def load_array_pickle(path: str | Path) -> Any:
+    """A restricted pickle, read from memory after the size check (VSBENCH_MAX_ARRAY_BYTES)."""
     path = Path(path)
+    handle = bytes_reader(path, max_bytes=max_array_bytes(), variable="VSBENCH_MAX_ARRAY_BYTES")
     try:
-        with path.open("rb") as handle:
-            return ArrayOnlyUnpickler(handle, encoding="latin1").load()
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise InputError(path, f"unreadable or refused pickle: {exc}") from None
+        return ArrayOnlyUnpickler(handle, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError,
+            ImportError, UnicodeDecodeError, OverflowError, RecursionError) as exc:
+        raise InputError(path, f"unreadable or refused pickle: {str(exc)[:100]}") from None
+    except MemoryError:
+        raise InputError(path, "unreadable pickle: it asks for more memory than there is") from None
 
 
 FEATURE_KEYS = ("query_feature", "gallery_feature")
@@ -609,18 +599,14 @@ def read_product_features(path: str | Path, num_queries: int, num_gallery: int) 
     features = _load_feature_mapping(path)
     missing = [key for key in FEATURE_KEYS if key not in features]
     if missing:
-        raise InputError(path, f"missing {', '.join(missing)} (found {', '.join(map(str, features))})")
+        raise InputError(path, f"missing {', '.join(missing)} (found {quote(', '.join(map(str, features)))})")
     return (_checked_features(path, "query_feature", features["query_feature"], num_queries, "queries"),
             _checked_features(path, "gallery_feature", features["gallery_feature"], num_gallery, "gallery rows"))
 
 
 def _load_feature_mapping(path: Path) -> dict[str, Any]:
     if zipfile.is_zipfile(path):
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                return {key: archive[key] for key in archive.files}
-        except ValueError as exc:  # object arrays need pickle, which .npz loading refuses
-            raise InputError(path, f"unreadable .npz ({exc})") from None
+        return load_arrays(path)  # headers checked first; object arrays (pickle) refused
     data = load_array_pickle(path)
     if not isinstance(data, dict):
         raise InputError(path, f"expected a dict of arrays, got {type(data).__name__}")

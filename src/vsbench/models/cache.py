@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from vsbench.inputs import check_array_file
 from vsbench.models.registry import Embedder
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ class EmbeddingCache:
             return found
         for chunk in sorted(self.folder.glob("chunk-*.npz")):
             try:
+                check_array_file(chunk)  # headers first: a damaged chunk never asks for more than it holds
                 with np.load(chunk, allow_pickle=False) as data:
                     names = data["digests"]
                     rows = [i for i, d in enumerate(names.tolist()) if d in wanted and d not in found]

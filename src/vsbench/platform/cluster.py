@@ -59,11 +59,11 @@ class ClusterSettings(BaseModel):
 
     @classmethod
     def load(cls, path: Path | None) -> ClusterSettings:
-        import yaml
+        from vsbench.inputs import read_yaml
 
         if path is None:
             return cls()
-        data = yaml.safe_load(path.read_text()) or {}
+        data = read_yaml(path) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
         return cls(**data)

@@ -1,0 +1,354 @@
+"""Bounded reading of user files: the one place that decides how much of a file vsbench will hold.
+
+Why: a reader that reads a line or a file whole holds whatever the file holds. ``vsbench score
+copy-detection`` on a 2 GB file with no newline once read it as one 2 GB "header" line (12.7 GB of
+memory) and echoed it back in the error. Every reader of a user file (predictions, ground truth,
+pair lists, task and metadata JSONs, feature arrays, configs) goes through this module instead:
+
+* text is read line by line with a cap on the line length (:data:`MAX_LINE_CHARS`), so memory
+  stays bounded whatever the file holds, and the first overlong line stops the read with its
+  number, after reading at most the cap;
+* a file read whole (JSON, YAML) or kept whole in memory (line lists) must first pass a size check
+  (:data:`MAX_TEXT_BYTES`, :data:`MAX_JSON_BYTES`); the check uses ``stat`` only;
+* ``.npy``/``.npz`` arrays are checked from their headers before any data is read: the declared
+  size must fit :data:`MAX_ARRAY_BYTES` and the bytes actually present, so a 1 kB file declaring a
+  10^12-element array is refused instead of allocated;
+* error messages quote at most :data:`QUOTE_CHARS` characters of input (:func:`quote`).
+
+Every problem is an :class:`InputError` (a ValueError): vsbench's one "your input is wrong" error,
+which the CLI turns into one line and exit code 2. The caps are module constants with defaults
+for the largest real inputs (DISC's 500k-query predictions are ~50 MB, ABID's task JSONs a few
+hundred MB at most), overridable by environment variable; the message names the variable.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+QUOTE_CHARS = 100
+
+
+def _env_int(name: str, default: int) -> int:
+    """A positive integer from the environment (``1_000_000`` and ``1e6`` forms accepted), or the default."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(float(raw.replace("_", "")))
+    except ValueError:
+        raise ValueError(f"{name}={raw[:QUOTE_CHARS]!r} is not a number of bytes/characters") from None
+    if value < 1:
+        raise ValueError(f"{name}={raw!r} must be at least 1")
+    return value
+
+
+def max_line_chars() -> int:
+    """Longest line (characters, newline excluded) any line reader accepts: ``VSBENCH_MAX_LINE_CHARS``."""
+    return _env_int("VSBENCH_MAX_LINE_CHARS", MAX_LINE_CHARS)
+
+
+def max_text_bytes() -> int:
+    """Largest line-oriented text file (CSV, result lists, JSONL): ``VSBENCH_MAX_TEXT_BYTES``."""
+    return _env_int("VSBENCH_MAX_TEXT_BYTES", MAX_TEXT_BYTES)
+
+
+def max_json_bytes() -> int:
+    """Largest JSON or YAML file, parsed whole (~10x its size in memory): ``VSBENCH_MAX_JSON_BYTES``."""
+    return _env_int("VSBENCH_MAX_JSON_BYTES", MAX_JSON_BYTES)
+
+
+def max_array_bytes() -> int:
+    """Largest array data one ``.npy``/``.npz`` file may declare: ``VSBENCH_MAX_ARRAY_BYTES``."""
+    return _env_int("VSBENCH_MAX_ARRAY_BYTES", MAX_ARRAY_BYTES)
+
+
+MAX_LINE_CHARS = 1 << 20  # 1,048,576 characters: no real id, path or JSONL query comes near
+MAX_TEXT_BYTES = 1 << 30  # 1 GiB
+MAX_JSON_BYTES = 1 << 30  # 1 GiB
+MAX_ARRAY_BYTES = 32 << 30  # 32 GiB: 4M x 2048 float32 descriptors
+
+
+class InputError(ValueError):
+    """A user file (or value) that does not match its expected format; the message names the file
+    and, where there is one, the line (``preds.csv:12: ...``) or entry. vsbench's own input error:
+    the CLI prints it as one line with exit code 2, and the fuzz tests allow nothing else."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+def quote(text: Any, limit: int = QUOTE_CHARS) -> str:
+    """``repr`` of at most ``limit`` characters of ``text``, saying how long the whole was."""
+    text = f"{text}"  # a plain str, also from numpy strings (whose repr names their type)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def human_bytes(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
+
+
+def _os_error(path: Path, exc: OSError) -> InputError:
+    if isinstance(exc, FileNotFoundError):
+        return InputError(path, "file not found")
+    if isinstance(exc, IsADirectoryError):
+        return InputError(path, "is a folder, not a file")
+    return InputError(path, f"cannot read: {exc.strerror or exc}")
+
+
+def file_size(path: str | Path) -> int:
+    """Bytes of ``path``, or InputError (not found, a folder, unreadable)."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    if path.is_dir():
+        raise InputError(path, "is a folder, not a file")
+    return info.st_size
+
+
+def check_size(path: str | Path, limit: int, variable: str) -> int:
+    """The file's size, or InputError when it is over ``limit`` (stated, with the variable that raises it)."""
+    size = file_size(path)
+    if size > limit:
+        raise InputError(path, f"file is {human_bytes(size)}, over the {human_bytes(limit)} limit for this kind "
+                               f"of file (set {variable} to raise it)")
+    return size
+
+
+def iter_lines(path: str | Path, *, encoding: str = "utf-8", max_chars: int | None = None,
+               max_bytes: int | None = None) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its line break), read as text mode reads them (``\\n``,
+    ``\\r`` and ``\\r\\n`` all end a line) but never more than ``max_chars`` characters a line.
+
+    The file must first pass the size check (``max_bytes``, default :func:`max_text_bytes`), since
+    the callers keep what they read. A line over the cap, a non-UTF-8 byte or an unreadable file is
+    an InputError naming the file and line.
+    """
+    path = Path(path)
+    cap = max_chars if max_chars is not None else max_line_chars()
+    check_size(path, max_bytes if max_bytes is not None else max_text_bytes(), "VSBENCH_MAX_TEXT_BYTES")
+    number = 0
+    try:
+        with path.open("r", encoding=encoding, newline=None) as handle:
+            while True:
+                line = handle.readline(cap + 1)
+                if not line:
+                    return
+                number += 1
+                if line.endswith("\n"):
+                    line = line[:-1]
+                elif len(line) > cap:
+                    raise InputError(path, f"line is longer than {cap:,} characters (starts {quote(line[:40])}); "
+                                           "is this the right file? (set VSBENCH_MAX_LINE_CHARS to raise the limit)",
+                                     number)
+                yield number, line
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason})", number + 1) from None
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+
+
+def read_lines(path: str | Path, **options: Any) -> list[str]:
+    """Every line of :func:`iter_lines`, as a list (the size check bounds its memory)."""
+    return [line for _, line in iter_lines(path, **options)]
+
+
+def check_text(path: str | Path, *, encoding: str = "utf-8") -> None:
+    """Run the size, line-length and encoding checks over a file that another parser (pandas) reads."""
+    for _ in iter_lines(path, encoding=encoding):
+        pass
+
+
+def read_text(path: str | Path, *, max_bytes: int | None = None, variable: str = "VSBENCH_MAX_JSON_BYTES",
+              encoding: str = "utf-8") -> str:
+    """A whole text file after the size check (default :func:`max_json_bytes`)."""
+    path = Path(path)
+    check_size(path, max_bytes if max_bytes is not None else max_json_bytes(), variable)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def parse_json(path: str | Path, text: str | bytes, line: int | None = None) -> Any:
+    """``json.loads`` whose every failure (bad syntax, nesting too deep, a number with thousands of
+    digits) is an InputError naming the file (and line, for JSONL)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}" if line is None else f"column {exc.colno}"
+        raise InputError(path, f"not valid JSON ({exc.msg} at {where})", line) from None
+    except RecursionError:
+        raise InputError(path, "JSON nested too deeply", line) from None
+    except ValueError as exc:  # int() digit limit, surrogates
+        raise InputError(path, f"not valid JSON ({str(exc)[:QUOTE_CHARS]})", line) from None
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file, after the size check, or InputError naming the file and where the JSON breaks."""
+    path = Path(path)
+    return parse_json(path, read_text(path))
+
+
+MAX_YAML_DEPTH = 100
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` in ``text`` (quotes ignored: an upper bound, cheap and linear)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file (``safe_load``), after the size check; a syntax error is an InputError."""
+    import yaml
+
+    path = Path(path)
+    text = read_text(path)
+    if _flow_depth(text) > MAX_YAML_DEPTH:  # PyYAML's scanner is quadratic in flow nesting ("[" * 5000: minutes)
+        raise InputError(path, f"YAML nested too deeply (more than {MAX_YAML_DEPTH} levels of [ or {{)")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(path, f"not valid YAML ({str(exc).splitlines()[0][:QUOTE_CHARS]})") from None
+    except RecursionError:
+        raise InputError(path, "YAML nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a 5000-digit integer, an unhashable key
+        raise InputError(path, f"not valid YAML ({str(exc)[:QUOTE_CHARS]})") from None
+
+
+def read_bytes(path: str | Path, *, max_bytes: int, variable: str) -> bytes:
+    """A whole binary file after the size check."""
+    path = Path(path)
+    check_size(path, max_bytes, variable)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+
+
+# ------------------------------------------------------------------------------------ arrays
+
+
+def _npy_header(handle: Any) -> tuple[tuple[int, ...], np.dtype]:
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(handle, max_header_size=10_000)
+    elif version in ((2, 0), (3, 0)):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(handle, max_header_size=10_000)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    return shape, dtype
+
+
+def _declared_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    count = 1
+    for side in shape:
+        count *= int(side)
+    return count * dtype.itemsize
+
+
+def check_array_file(path: str | Path) -> None:
+    """Check a ``.npy`` or ``.npz`` file from its headers, reading no array data: every member a
+    plain ``.npy`` whose declared bytes fit :func:`max_array_bytes` in all and the bytes present."""
+    path = Path(path)
+    size = file_size(path)
+    limit = max_array_bytes()
+    members: list[tuple[str, int, int, tuple[int, ...], np.dtype]] = []
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                for info in archive.infolist():
+                    with archive.open(info) as member:
+                        shape, dtype = _npy_header(member)
+                    members.append((info.filename, info.file_size, info.header_offset, shape, dtype))
+        else:
+            with path.open("rb") as handle:
+                shape, dtype = _npy_header(handle)
+                members.append((path.name, size, handle.tell(), shape, dtype))
+    except InputError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, KeyError, TypeError) as exc:
+        if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
+            raise _os_error(path, exc) from None
+        raise InputError(path, f"not a .npy/.npz array file ({str(exc)[:QUOTE_CHARS]})") from None
+    total = 0
+    zipped = zipfile.is_zipfile(path)
+    for name, available, offset, shape, dtype in members:
+        declared = _declared_bytes(shape, dtype)
+        if dtype.hasobject:
+            raise InputError(path, f"unreadable {'.npz' if zipped else '.npy'}: {name} is an object array, which "
+                                   "needs pickle, and vsbench never loads pickled arrays")
+        room = available - (0 if zipped else offset)
+        if declared > room:
+            raise InputError(path, f"{name}: header declares {shape} {dtype} ({human_bytes(declared)}) but the "
+                                   f"file holds {human_bytes(max(room, 0))}: truncated or forged")
+        total += declared
+    if total > limit:
+        raise InputError(path, f"arrays of {human_bytes(total)}, over the {human_bytes(limit)} limit "
+                               "(set VSBENCH_MAX_ARRAY_BYTES to raise it)")
+
+
+def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """Every array of a ``.npz`` (or the one array of a ``.npy``, as ``{"arr_0": ...}``), after
+    :func:`check_array_file`, loaded without pickle; any failure is an InputError."""
+    path = Path(path)
+    check_array_file(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+        if isinstance(data, np.ndarray):
+            return {"arr_0": data}
+        with data:
+            return {key: data[key] for key in data.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise InputError(path, f"unreadable array file ({str(exc)[:QUOTE_CHARS]})") from None
+    except MemoryError:
+        raise InputError(path, "not enough memory to load its arrays") from None
+
+
+def bytes_reader(path: str | Path, *, max_bytes: int, variable: str) -> io.BytesIO:
+    """The whole file in memory after the size check: a parser reading from it can never ask the
+    OS for more than the file holds (a pickle may declare a 1 TB string in 9 bytes)."""
+    return io.BytesIO(read_bytes(path, max_bytes=max_bytes, variable=variable))
+
+
+def read_index_list(path: str | Path) -> list[int]:
+    """0-based indices of a whitespace-separated list of 1-based bin indices (``random_train.txt``)."""
+    path = Path(path)
+    indices = []
+    for number, line in iter_lines(path):
+        for word in line.split():
+            try:
+                value = int(word)
+            except ValueError:
+                raise InputError(path, f"{quote(word)} is not a bin index", number) from None
+            if value < 1:
+                raise InputError(path, f"bin index {value} is below 1 (indices are 1-based)", number)
+            indices.append(value - 1)
+    return indices
