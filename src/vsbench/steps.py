@@ -131,11 +131,9 @@ def _abid_train_step(
     from vsbench.abid.siamese import train_siamese
     from vsbench.tracking import Tracker, log_to_parent
 
-    train, architecture, title = {
-        "counting": (train_counting, "resnet34", "counting"),
-        "siamese": (train_siamese, "siamese-resnet34", "siamese verification"),
-    }[task]
+    train, title = {"counting": (train_counting, "counting"), "siamese": (train_siamese, "siamese verification")}[task]
     settings = get_profile(profile, **(overrides or {}))
+    architecture = settings.arch if task == "counting" else f"siamese-{settings.arch}"
     with distributed.session(device, settings.amp) as (context, setup):
         params = {"profile": profile, "seed": seed, "device": str(setup.device), "amp_dtype": str(setup.amp_dtype),
                   "architecture": architecture, "task": f"{task}-moderate", "world_size": context.world_size,
@@ -153,11 +151,15 @@ def _abid_train_step(
                 extra["trunk_checkpoint"] = Path(out).parent / "counting" / "checkpoints" / "best.pt"
             run = train(Path(tasks), Path(images), Path(out), settings, setup, seed=seed, on_epoch_end=log_epoch,
                         progress=progress and context.is_main, context=context, **extra)
-            metrics = {"best_val_accuracy": run.fit.best_score, "best_epoch": float(run.fit.best_epoch),
+            # The validation score of the chosen epoch, and how it was chosen (param epoch_selection,
+            # manifest epoch_choice): "val" picks it on the very questions it is reported on.
+            metrics = {"val_accuracy": run.fit.best_score, "chosen_epoch": float(run.fit.best_epoch),
+                       **run.fit.chosen_metrics(),
                        "train_images_per_second": run.fit.images_per_second,
                        "world_size": float(context.world_size), **run.summary_metrics()}
             manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
+                        "epoch_choice": run.fit.describe_choice(),
                         "world_size": context.world_size}
             if not context.is_main:
                 return StepResult(out, metrics, manifest)

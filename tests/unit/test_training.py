@@ -113,3 +113,57 @@ def test_adamw_runs_fused_and_matches_the_per_tensor_update() -> None:
     for a, b in zip(fused_model.parameters(), loop_model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     assert not make_optimizer(fused_model, get_profile("full")).defaults.get("fused")
+
+
+def test_hold_out_is_seeded_disjoint_and_refuses_to_take_everything() -> None:
+    from vsbench.abid.trainer import hold_out
+
+    kept, held = hold_out(list(range(50)), 0.1, seed=3)
+    assert len(held) == 5 and sorted(kept + held) == list(range(50)) and not set(kept) & set(held)
+    assert (kept, held) == hold_out(list(range(50)), 0.1, seed=3)
+    assert held != hold_out(list(range(50)), 0.1, seed=4)[1]
+    with pytest.raises(ValueError, match="cannot hold out"):
+        hold_out([7], 0.5, seed=0)
+
+
+@pytest.mark.parametrize("train", [train_counting, train_siamese], ids=["counting", "siamese"])
+def test_the_epoch_is_chosen_on_held_out_training_bins_and_said_so(tiny, tmp_path, train, capsys):
+    """epoch_selection holdout: the epoch with the best held-out score answers, its validation
+    score is what is reported, and every epoch printed a line though the bars were off."""
+    tasks, images = tiny
+    profile = get_profile("demo", epochs=3, batch_size=8, image_size=32, workers=0, epoch_selection="holdout",
+                          holdout_fraction=0.2)
+    run = train(tasks, images, tmp_path, profile, setup_device("cpu"), seed=1, progress=False)
+    held = [record["holdout_score"] for record in run.fit.history]
+    assert run.fit.best_epoch == 1 + held.index(max(held))  # the first of equal bests
+    assert run.fit.best_score == run.fit.history[run.fit.best_epoch - 1]["val_score"]
+    assert run.fit.chosen_metrics() == {"holdout_accuracy": max(held)}
+    assert "held out of training" in run.fit.describe_choice()
+    summary = next(tmp_path.glob("*_summary.json")).read_text()
+    assert json.loads(summary)["epoch_choice"] == run.fit.describe_choice()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert len(lines) == 3 and all("held-out" in line for line in lines)
+
+
+def test_the_last_epoch_answers_when_asked(tiny, tmp_path):
+    tasks, images = tiny
+    profile = get_profile("demo", epochs=2, batch_size=8, image_size=32, workers=0, epoch_selection="last")
+    run = train_counting(tasks, images, tmp_path, profile, setup_device("cpu"), seed=1, progress=False)
+    assert run.fit.best_epoch == 2 and run.fit.best_score == run.fit.history[-1]["val_score"]
+    assert run.fit.describe_choice() == "epoch 2 of 2, the last epoch"
+
+
+def test_held_out_siamese_bins_are_never_training_partners(tiny) -> None:
+    """The held-out bins are out of the training rows, their targets and the negative pool."""
+    from vsbench.abid.pairs import SiamesePairSampler
+    from vsbench.abid.siamese import _usable_rows
+
+    rows = [[1, [["a", [2, 3]]]], [2, [["a", [1, 3]]]], [3, [["a", [1, 2]], ["b", [4]]]]]
+    available = {1, 3, 4}  # 2 held out
+    usable = _usable_rows([r for r in rows if r[0] in available], available)
+    assert usable == [[1, [["a", [3]]]], [3, [["a", [1]], ["b", [4]]]]]
+    sampler = SiamesePairSampler(usable, {i: frozenset({"x" + str(i)}) for i in (1, 2, 3, 4)}, pool=sorted(available))
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    assert all(2 not in (p.first, p.second) for p in (sampler.sample(k % 2, rng) for k in range(200)))

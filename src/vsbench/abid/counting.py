@@ -29,7 +29,7 @@ from vsbench.abid.data import (
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import counting_network
 from vsbench.abid.profiles import TrainProfile
-from vsbench.abid.trainer import FitResult, fit
+from vsbench.abid.trainer import FitResult, fit, hold_out
 from vsbench.device import DeviceSetup
 from vsbench.inputs import read_json
 from vsbench.storage import atomic_write_text
@@ -93,6 +93,10 @@ def train_counting(
     check_unreadable("train counting", out_dir, unreadable, len(present) + len(val_present) + len(unreadable),
                      max_failure_rate, context.is_main)
     truth = dict(map(tuple, val_rows))
+    held_rows: list[list[int]] = []
+    if profile.epoch_selection == "holdout":
+        train_rows, held_rows = hold_out(train_rows, profile.holdout_fraction, seed)
+    held_truth = dict(map(tuple, held_rows))
 
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     model = counting_network(num_classes, arch=profile.arch)
@@ -114,7 +118,11 @@ def train_counting(
     def evaluate(model) -> dict[str, float]:
         predicted = predict_classes(model, images_dir, val_present, profile, device, context)
         accuracy = float(np.mean([p == truth[i] for i, p in zip(val_present, predicted)]))
-        return {"score": accuracy, "accuracy": accuracy}
+        metrics = {"score": accuracy, "accuracy": accuracy}
+        if held_rows:
+            held = predict_classes(model, images_dir, list(held_truth), profile, device, context)
+            metrics["holdout_score"] = float(np.mean([p == held_truth[i] for i, p in zip(held_truth, held)]))
+        return metrics
 
     result = fit(model=model, make_batches=batches, step=step, evaluate=evaluate, profile=profile, device=device,
                  checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: len(b[1]),
@@ -139,7 +147,7 @@ def _write_summary(out_dir: Path, run: CountingRun, majority_class: int, train_m
     from vsbench.storage import atomic_write_json
 
     summary: dict[str, Any] = {
-        "best_epoch": run.fit.best_epoch, "best_val_accuracy": run.fit.best_score,
+        "chosen_epoch": run.fit.best_epoch, "val_accuracy": run.fit.best_score, "epoch_choice": run.fit.describe_choice(),
         "majority_class": majority_class, "train_majority_rate": train_majority,
         "val_majority_rate": run.majority_rate, "missing_val_images": run.missing_images,
         "history": run.fit.history,

@@ -29,7 +29,8 @@ class SiamesePairSampler:
     ``asins_by_index`` maps every training image index to the asins its bin holds (from the
     metadata); it is what the negative check needs, since a row lists only repeated objects.
     Negative partners are drawn from all of those training images (REFERENCE: "a random train
-    image"), not only from the rows, which may all share an object with a given bin.
+    image"), not only from the rows, which may all share an object with a given bin. ``pool``
+    narrows them (bins held out of training are in ``asins_by_index`` but never partners).
     """
 
     def __init__(
@@ -38,6 +39,7 @@ class SiamesePairSampler:
         asins_by_index: dict[int, frozenset[str]],
         pos_prob: float = 0.5,
         max_redraws: int = 100,
+        pool: Sequence[int] | None = None,
     ) -> None:
         if not train_rows:
             raise ValueError("no training rows: obj_verification_train.json is empty")
@@ -45,7 +47,7 @@ class SiamesePairSampler:
         self.asins_by_index = asins_by_index
         self.pos_prob = pos_prob
         self.max_redraws = max_redraws
-        self.pool = sorted(asins_by_index)
+        self.pool = sorted(asins_by_index) if pool is None else list(pool)
 
     def __len__(self) -> int:
         return len(self.rows)

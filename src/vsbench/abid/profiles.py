@@ -31,6 +31,11 @@ class TrainProfile(BaseModel):
         default="scratch", description="start the siamese trunk from the trained counting network's trunk")
     siamese_freeze_trunk: bool = Field(default=False, description="train only the siamese head (needs a trunk init)")
     amp: bool = True
+    epoch_selection: Literal["val", "holdout", "last"] = Field(
+        default="val", description="which epoch's weights answer: best on the validation questions (upstream's "
+        "practice; the reported score is then optimistic), best on a part of train held out of training, or the last")
+    holdout_fraction: float = Field(default=0.1, gt=0, lt=1,
+                                    description="share of the training bins held out when epoch_selection='holdout'")
     arch: Literal["resnet34", "resnet18"] = Field(
         default="resnet34", description="trunk of both baselines (the challenge's: resnet34)")
 

@@ -32,7 +32,7 @@ from vsbench.abid.models import SiameseNetwork, arch_of_trunk
 from vsbench.abid.pairs import SiamesePairSampler
 from vsbench.abid.prepare import MODERATE_MAX_QUANTITY
 from vsbench.abid.profiles import TrainProfile
-from vsbench.abid.trainer import FitResult, fit
+from vsbench.abid.trainer import FitResult, fit, hold_out
 from vsbench.device import DeviceSetup
 from vsbench.inputs import read_index_list, read_json
 from vsbench.storage import atomic_write_json, atomic_write_text
@@ -115,6 +115,30 @@ class VerificationScorer:
         return context.gather([majority_vote(p) for p in self.probabilities(model, context.shard(self.pairs))])
 
 
+def _usable_rows(train_rows: list[list[Any]], available: set[int]) -> list[list[Any]]:
+    """Rows ``[idx, [[asin, [targets]], ...]]`` with only ``available`` targets, objects and rows
+    left empty by that dropped."""
+    rows = [[idx, [[asin, [t for t in ts if t in available]] for asin, ts in objects]] for idx, objects in train_rows]
+    rows = [[idx, [o for o in objects if o[1]]] for idx, objects in rows]
+    return [row for row in rows if row[1]]
+
+
+def _held_out_pairs(held_rows: list[list[Any]], asins: dict[int, frozenset[str]], pool: list[int],
+                    profile: TrainProfile, seed: int) -> tuple[list[tuple[int, list[int]]], np.ndarray]:
+    """Fixed pairs of each held-out bin with training images, drawn as training draws them
+    (``pairs_per_row`` of them, at least 4): (bin, partners) groups and their 0/1 labels."""
+    if not held_rows:
+        return [], np.zeros(0)
+    sampler = SiamesePairSampler(held_rows, asins, pos_prob=profile.pos_prob, pool=pool)
+    groups, labels = [], []
+    for number in range(len(held_rows)):
+        rng = np.random.default_rng([seed, 0x401D, number])
+        pairs = [sampler.sample(number, rng) for _ in range(max(profile.pairs_per_row, 4))]
+        groups.append((pairs[0].first, [pair.second for pair in pairs]))
+        labels += [pair.label for pair in pairs]
+    return groups, np.array(labels)
+
+
 def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
     """Start the shared trunk from a trained counting network (everything but its classifier).
 
@@ -161,11 +185,15 @@ def train_siamese(
     check_unreadable("train siamese", out_dir, unreadable, len(candidates) + len(unreadable), max_failure_rate,
                      context.is_main)
     available = set(candidates)
-    rows = [[idx, [[asin, [t for t in ts if t in available]] for asin, ts in objects]] for idx, objects in train_rows
-            if idx in available]
-    rows = [[idx, [o for o in objects if o[1]]] for idx, objects in rows]
-    rows = [row for row in rows if row[1]]
-    sampler = SiamesePairSampler(rows, _asins_by_index(metadata, candidates), pos_prob=profile.pos_prob)
+    held_rows: list[list[Any]] = []
+    if profile.epoch_selection == "holdout":  # held-out bins are never trained on, not even as partners
+        kept, held = hold_out(sorted(available), profile.holdout_fraction, seed)
+        available = set(kept)
+        held_rows = _usable_rows([row for row in train_rows if row[0] in set(held)], available)
+    rows = _usable_rows([row for row in train_rows if row[0] in available], available)
+    asins = _asins_by_index(metadata, candidates)
+    sampler = SiamesePairSampler(rows, asins, pos_prob=profile.pos_prob, pool=sorted(available))
+    held_pairs, held_labels = _held_out_pairs(held_rows, asins, sorted(available), profile, seed)
     dataset = SiameseRowPairs(images_dir, sampler, profile.image_size, seed, profile.pairs_per_row)
     rows_per_batch = profile.batch_size // profile.pairs_per_row  # the profile checks that it divides
     scorer = VerificationScorer(questions, images_dir, profile, device, seed)
@@ -194,7 +222,11 @@ def train_siamese(
 
     def evaluate(model) -> dict[str, float]:
         accuracy = float(np.mean(np.array(scorer.answers(model, context)) == scorer.labels))
-        return {"score": accuracy, "accuracy": accuracy}
+        metrics = {"score": accuracy, "accuracy": accuracy}
+        if held_pairs:  # pair accuracy on the held-out bins (every rank computes it whole: it is small)
+            said = np.concatenate(scorer.probabilities(model, held_pairs)) > 0.5
+            metrics["holdout_score"] = float(np.mean(said == held_labels))
+        return metrics
 
     result = fit(model=model, make_batches=batches, step=step, evaluate=evaluate, profile=profile, device=device,
                  checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: len(b[0]) + b[1].shape[0] * b[1].shape[1],
@@ -206,7 +238,7 @@ def train_siamese(
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
         atomic_write_json(out_dir / "siamese_summary.json", {
-            "best_epoch": result.best_epoch, "best_val_accuracy": result.best_score, "train_rows": len(rows),
+            "chosen_epoch": result.best_epoch, "val_accuracy": result.best_score, "epoch_choice": result.describe_choice(), "train_rows": len(rows),
             "unanswerable_questions": scorer.unanswerable, "history": result.history})
     context.barrier()  # every rank returns once the files exist
     return SiameseRun(result, predictions, result_path, scorer.unanswerable)

@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -32,26 +33,56 @@ from vsbench.abid.profiles import TrainProfile
 from vsbench.device import DeviceSetup
 from vsbench.storage import atomic_write_bytes
 
+T = TypeVar("T")
 LAST = "last.pt"
 BEST = "best.pt"
 
 # (model, batch, device) -> (loss, correct, count): one optimisation step's forward pass.
 StepFn = Callable[[nn.Module, Any, DeviceSetup, int, int], tuple[torch.Tensor, int, int]]
-# (model) -> metrics with a "score" key (higher is better).
+# (model) -> metrics with a "score" key (the validation score, higher is better) and, when the
+# profile chooses its epoch on held-out training data, a "holdout_score" key.
 EvalFn = Callable[[nn.Module], dict[str, float]]
+
+SELECTION_KEYS = {"val": "score", "holdout": "holdout_score", "last": None}
+SELECTION_WORDS = {"val": "best on the validation questions (optimistic: chosen on what it reports)",
+                   "holdout": "best on training bins held out of training", "last": "the last epoch"}
 
 
 @dataclass
 class FitResult:
     history: list[dict[str, float]]
-    best_score: float
-    best_epoch: int
+    best_score: float  # the validation score of the chosen epoch
+    best_epoch: int  # the chosen epoch (1-based), by ``selection``
     resumed_from: int
     checkpoint_dir: Path
     seconds: float = 0.0
     images_per_second: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     world_size: int = 1
+    selection: str = "val"
+
+    def chosen_metrics(self) -> dict[str, float]:
+        """The chosen epoch's held-out score, when the epoch was chosen on one."""
+        if not 0 < self.best_epoch <= len(self.history):
+            return {}
+        record = self.history[self.best_epoch - 1]
+        return {"holdout_accuracy": record["holdout_score"]} if "holdout_score" in record else {}
+
+    def describe_choice(self) -> str:
+        """How the reported epoch was chosen, in words (for summaries and logs)."""
+        return f"epoch {self.best_epoch} of {len(self.history)}, {SELECTION_WORDS[self.selection]}"
+
+
+def hold_out(items: list[T], fraction: float, seed: int) -> tuple[list[T], list[T]]:
+    """(kept, held out): ``fraction`` of ``items`` (at least one) drawn by ``seed``, both in the
+    original order. The held-out part chooses the epoch (``epoch_selection: holdout``), so the
+    validation score stays a fresh measurement instead of the best of several looks at it."""
+    held = round(fraction * len(items))
+    if len(items) < 2 or not 0 < max(held, 1) < len(items):
+        raise ValueError(f"cannot hold out {fraction:.0%} of {len(items)} training items and still train: "
+                         "use epoch_selection 'val' or 'last', or more data")
+    chosen = set(np.random.default_rng([seed, 0x401D]).choice(len(items), size=max(held, 1), replace=False).tolist())
+    return ([x for i, x in enumerate(items) if i not in chosen], [x for i, x in enumerate(items) if i in chosen])
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
@@ -99,7 +130,9 @@ def fit(
 
     ``step`` receives the module to train (DDP-wrapped under torchrun); ``evaluate`` receives
     the plain model and must return the same metrics on every rank. ``make_batches`` yields this
-    rank's part of each global batch."""
+    rank's part of each global batch. ``progress`` draws the per-batch bar; the line per epoch
+    (loss, accuracies, time, ``*`` on the epoch chosen so far) is printed on rank 0 either way, so
+    a pipeline step's log shows how training goes."""
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
@@ -110,6 +143,8 @@ def fit(
     scaler = torch.amp.GradScaler("cuda", enabled=device.needs_grad_scaler())
     history: list[dict[str, float]] = []
     best_score, best_epoch, start = -math.inf, 0, 0
+    selection_key = SELECTION_KEYS[profile.epoch_selection]
+    best_selection = -math.inf  # the chosen epoch's selection score (its validation score under "val")
 
     last = checkpoint_dir / LAST
     if last.exists():
@@ -120,6 +155,7 @@ def fit(
         scaler.load_state_dict(state["scaler"])
         torch.set_rng_state(state["torch_rng"])
         history, best_score, best_epoch, start = state["history"], state["best_score"], state["best_epoch"], state["epoch"]
+        best_selection = state.get("best_selection", best_score)
     resumed_from = start
     trained = context.wrap(model, device)  # after the load: DDP starts every rank from rank 0's weights
 
@@ -162,9 +198,11 @@ def fit(
         record = {"epoch": float(epoch + 1), "lr": lr, "train_loss": loss_sum / max(count, 1),
                   "train_accuracy": correct / max(count, 1), "train_images_per_second": images / max(train_seconds, 1e-9),
                   "epoch_seconds": time.perf_counter() - epoch_started}
-        record.update({f"val_{k}": float(v) for k, v in metrics.items()})
+        record.update({k if k.startswith("holdout_") else f"val_{k}": float(v) for k, v in metrics.items()})
         history.append(record)
-        if metrics["score"] > best_score:
+        chosen = selection_key is None or metrics[selection_key] > best_selection
+        if chosen:
+            best_selection = float(epoch + 1) if selection_key is None else float(metrics[selection_key])
             best_score, best_epoch = float(metrics["score"]), epoch + 1
             if context.is_main:
                 save_state(checkpoint_dir / BEST, {"model": model.state_dict(), "epoch": epoch + 1, "score": best_score})
@@ -172,12 +210,13 @@ def fit(
             save_state(last, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                               "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                               "torch_rng": torch.get_rng_state(), "history": history, "best_score": best_score,
-                              "best_epoch": best_epoch, "epoch": epoch + 1})
+                              "best_selection": best_selection, "best_epoch": best_epoch, "epoch": epoch + 1})
         context.barrier()  # no rank starts the next epoch (or finishes) before last.pt is written
-        if progress:
+        if context.is_main:  # one line an epoch, bars or not: a pipeline step's log shows it too
+            held_out = f" held-out {metrics['holdout_score']:.4f}" if "holdout_score" in metrics else ""
             print(f"epoch {epoch + 1}/{profile.epochs}: loss {record['train_loss']:.4f} "
-                  f"train acc {record['train_accuracy']:.3f} val score {metrics['score']:.4f} "
-                  f"({record['epoch_seconds']:.1f} s)", flush=True)
+                  f"train acc {record['train_accuracy']:.3f} val {metrics['score']:.4f}{held_out} "
+                  f"({record['epoch_seconds']:.1f} s){' *' if chosen else ''}", flush=True)
         if on_epoch_end is not None:
             on_epoch_end(record)
 
@@ -185,4 +224,5 @@ def fit(
     if (checkpoint_dir / BEST).exists():
         model.load_state_dict(load_state(checkpoint_dir / BEST)["model"])
     return FitResult(history, best_score, best_epoch, resumed_from, checkpoint_dir, seconds,
-                     images_seen / seconds if seconds > 0 and images_seen else 0.0, world_size=context.world_size)
+                     images_seen / seconds if seconds > 0 and images_seen else 0.0, world_size=context.world_size,
+                     selection=profile.epoch_selection)

@@ -34,12 +34,12 @@ STEP_COUNTS = {
     "abid-download": ["planned", "fetched", "skipped", "failed"],
     "abid-prepare": ["eligible", "train", "val", "instances", "problems"],
     "abid-resize": ["inputs", "resized", "kept", "failed"],
-    "abid-train-counting": ["best_epoch"],
-    "abid-train-siamese": ["best_epoch"],
+    "abid-train-counting": ["chosen_epoch"],
+    "abid-train-siamese": ["chosen_epoch"],
 }
 STEP_SCORES = {
-    "abid-train-counting": ["best_val_accuracy", "val_majority_rate"],
-    "abid-train-siamese": ["best_val_accuracy"],
+    "abid-train-counting": ["val_accuracy", "holdout_accuracy", "val_majority_rate"],
+    "abid-train-siamese": ["val_accuracy", "holdout_accuracy"],
     "abid-quantity": ["baseline_accuracy", "prior_only_accuracy", "always_yes_accuracy", "always_no_accuracy"],
     "abid-score": ["counting_accuracy", "counting_rmse", "verification_accuracy", "quantity_accuracy"],
 }
