@@ -153,7 +153,7 @@ def _abid_train_step(
                         progress=progress and context.is_main, context=context, **extra)
             # The validation score of the chosen epoch, and how it was chosen (param epoch_selection,
             # manifest epoch_choice): "val" picks it on the very questions it is reported on.
-            metrics = {"val_accuracy": run.fit.best_score, "chosen_epoch": float(run.fit.best_epoch),
+            metrics = {"chosen_val_accuracy": run.fit.best_score, "chosen_epoch": float(run.fit.best_epoch),
                        **run.fit.chosen_metrics(),
                        "train_images_per_second": run.fit.images_per_second,
                        "world_size": float(context.world_size), **run.summary_metrics()}

@@ -40,6 +40,9 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
     resized = list((tmp_path / "data" / "bin-images-resize").glob("*.jpg"))
     assert len(resized) == report.steps["abid-resize"]["metrics"]["resized"] > 0
     assert "MLflow run" in report.render()
+    choice = report.steps["abid-train-siamese"]["epoch_choice"]
+    assert choice == "epoch 1 of 1, best on the validation questions (optimistic: chosen on what it reports)"
+    assert choice in report.render()
 
     client = MlflowClient()
     experiment = client.get_experiment_by_name("pipeline-test")

@@ -137,7 +137,7 @@ def test_the_epoch_is_chosen_on_held_out_training_bins_and_said_so(tiny, tmp_pat
     held = [record["holdout_score"] for record in run.fit.history]
     assert run.fit.best_epoch == 1 + held.index(max(held))  # the first of equal bests
     assert run.fit.best_score == run.fit.history[run.fit.best_epoch - 1]["val_score"]
-    assert run.fit.chosen_metrics() == {"holdout_accuracy": max(held)}
+    assert run.fit.chosen_metrics() == {"chosen_holdout_accuracy": max(held)}
     assert "held out of training" in run.fit.describe_choice()
     summary = next(tmp_path.glob("*_summary.json")).read_text()
     assert json.loads(summary)["epoch_choice"] == run.fit.describe_choice()

@@ -147,7 +147,8 @@ def _write_summary(out_dir: Path, run: CountingRun, majority_class: int, train_m
     from vsbench.storage import atomic_write_json
 
     summary: dict[str, Any] = {
-        "chosen_epoch": run.fit.best_epoch, "val_accuracy": run.fit.best_score, "epoch_choice": run.fit.describe_choice(),
+        "chosen_epoch": run.fit.best_epoch, "chosen_val_accuracy": run.fit.best_score,
+        "epoch_choice": run.fit.describe_choice(),
         "majority_class": majority_class, "train_majority_rate": train_majority,
         "val_majority_rate": run.majority_rate, "missing_val_images": run.missing_images,
         "history": run.fit.history,

@@ -238,7 +238,8 @@ def train_siamese(
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
         atomic_write_json(out_dir / "siamese_summary.json", {
-            "chosen_epoch": result.best_epoch, "val_accuracy": result.best_score, "epoch_choice": result.describe_choice(), "train_rows": len(rows),
+            "chosen_epoch": result.best_epoch, "chosen_val_accuracy": result.best_score,
+            "epoch_choice": result.describe_choice(), "train_rows": len(rows),
             "unanswerable_questions": scorer.unanswerable, "history": result.history})
     context.barrier()  # every rank returns once the files exist
     return SiameseRun(result, predictions, result_path, scorer.unanswerable)

@@ -66,7 +66,7 @@ class FitResult:
         if not 0 < self.best_epoch <= len(self.history):
             return {}
         record = self.history[self.best_epoch - 1]
-        return {"holdout_accuracy": record["holdout_score"]} if "holdout_score" in record else {}
+        return {"chosen_holdout_accuracy": record["holdout_score"]} if "holdout_score" in record else {}
 
     def describe_choice(self) -> str:
         """How the reported epoch was chosen, in words (for summaries and logs)."""

@@ -38,8 +38,8 @@ STEP_COUNTS = {
     "abid-train-siamese": ["chosen_epoch"],
 }
 STEP_SCORES = {
-    "abid-train-counting": ["val_accuracy", "holdout_accuracy", "val_majority_rate"],
-    "abid-train-siamese": ["val_accuracy", "holdout_accuracy"],
+    "abid-train-counting": ["chosen_val_accuracy", "chosen_holdout_accuracy", "val_majority_rate"],
+    "abid-train-siamese": ["chosen_val_accuracy", "chosen_holdout_accuracy"],
     "abid-quantity": ["baseline_accuracy", "prior_only_accuracy", "always_yes_accuracy", "always_no_accuracy"],
     "abid-score": ["counting_accuracy", "counting_rmse", "verification_accuracy", "quantity_accuracy"],
 }
@@ -92,6 +92,8 @@ class LocalRunReport:
             metrics = manifest.get("metrics", {})
             counts = ", ".join([f"{k} {int(metrics[k])}" for k in STEP_COUNTS.get(step, []) if k in metrics]
                                + [f"{k} {metrics[k]:.4f}" for k in STEP_SCORES.get(step, []) if k in metrics])
+            if manifest.get("epoch_choice"):  # which epoch answers, and how it was chosen
+                counts += f" ({manifest['epoch_choice']})"
             lines.append(f"  {step:<20} {metrics.get('step_seconds', float('nan')):7.1f} s   {counts}")
         lines.append(f"  ran in:         {self.ran_in}")
         lines.append(f"  data root:      {self.data_root}")
