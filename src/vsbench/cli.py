@@ -142,10 +142,11 @@ def abid_resize(
     out: Annotated[Path, typer.Option(help="Folder for the resized '%05d.jpg' images.")],
     size: Annotated[int, typer.Option(min=8, help="Side of the square output.")] = 224,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality of the output.")] = 75,
-    decode: Annotated[str, typer.Option(help="'fast' (libjpeg-turbo via simplejpeg + torch's antialiased bilinear; "
-                                        "~0.04 levels from the challenge's output; bad files take the 'draft' path), "
-                                        "'draft' (Pillow, DCT-domain downscale when >= 2x) or 'full' (byte-equal to "
-                                        "the challenge's Pillow loop).")] = "fast",
+    decode: Annotated[str, typer.Option(help="'full' (the default: byte-equal to the challenge's Pillow loop), "
+                                        "'fast' (libjpeg-turbo via simplejpeg + torch's antialiased bilinear, DCT-"
+                                        "domain downscale of photos >= 2x the size; faster, a little off the "
+                                        "challenge's pixels: docs/abid.md 'Resize'; bad files take the 'draft' path) "
+                                        "or 'draft' (Pillow, DCT-domain downscale when >= 2x).")] = "full",
     workers: Annotated[int, typer.Option(min=0, help="Processes; 0 = all cores.")] = 0,
     max_failure_rate: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Fail the step when more than this share of images cannot be resized "

@@ -88,7 +88,7 @@ def abid_prepare_step(
 
 
 def abid_resize_step(
-    data: str, out: str, *, size: int = 224, quality: int = 75, decode: str = "fast", workers: int = 0,
+    data: str, out: str, *, size: int = 224, quality: int = 75, decode: str = "full", workers: int = 0,
     shard: int = 0, num_shards: int = 1, parent_run_id: str = "", manifest_path: str | None = None,
     progress: bool = True,
 ) -> StepResult:
