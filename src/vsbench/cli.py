@@ -123,12 +123,14 @@ def abid_prepare(
     max_per_class: Annotated[int, typer.Option(min=1, help="Verification questions per answer (yes/no).")] = 20000,
 ) -> None:
     """The challenge's split and task files (random_*.txt, metadata, instances, counting, verification)."""
-    from vsbench.abid.prepare import REPORT_NAME, prepare_abid
+    from vsbench.abid.prepare import PREPARE_COUNTS, REPORT_NAME, prepare_abid
 
     summary = prepare_abid(data, out, seed=seed, val_fraction=val_fraction, max_per_class=max_per_class).as_dict()
-    _print_summary("prepare", summary, ["ids", "images", "metadata_files", "eligible", "train", "val", "instances"])
+    _print_summary("prepare", summary, list(PREPARE_COUNTS))
     for name, info in summary["files"].items():
         typer.echo(f"  {name:<36} {info['entries']:>8} entries")
+    if summary["warning"]:  # every empty task file with its reason, in one line (also in the report)
+        typer.echo(summary["warning"], err=True)
     problems = summary["problems"]
     if problems:
         typer.echo(f"{len(problems)} data problems (first 5 below; all in {out / REPORT_NAME}):", err=True)

@@ -73,15 +73,18 @@ def abid_prepare_step(
     parent_run_id: str = "", manifest_path: str | None = None, progress: bool = True,
 ) -> StepResult:
     """Split and task files; bad metadata is reported in the manifest, never fatal."""
-    from vsbench.abid.prepare import prepare_abid
+    from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid
 
     params = {"seed": seed, "val_fraction": val_fraction, "max_per_class": max_per_class}
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-prepare", params) as tracker:
         summary = prepare_abid(Path(data), Path(out), seed=seed, val_fraction=val_fraction,
                                max_per_class=max_per_class, progress=progress).as_dict()
-        metrics = _numbers(summary, ["ids", "images", "metadata_files", "eligible", "train", "val", "instances"])
+        metrics = _numbers(summary, list(PREPARE_COUNTS))
         metrics["problems"] = float(len(summary["problems"]))
+        metrics["empty_task_files"] = float(len(summary["empty_files"]))
+        if summary["warning"]:  # one line in the component's log (the report and the manifest list each file)
+            print(summary["warning"], flush=True)
         for name, info in summary["files"].items():
             metrics[f"entries_{name.rsplit('.', 1)[0]}"] = float(info["entries"])
         return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "prepare.json", started)
