@@ -102,8 +102,10 @@ def abid_download(
         raise typer.Exit(1) from None
     data = summary.as_dict()
     _print_summary("download", data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
-                                      "duplicate_spellings", "seconds", "objects_per_second"])
+                                      "duplicate_spellings", "spelling_conflicts", "seconds", "objects_per_second"])
     typer.echo(f"manifest: {dest / MANIFEST_NAME}")
+    if summary.spelling_conflicts:  # one line for all of them; the manifest lists each
+        typer.echo(summary.conflict_warning(str(dest / MANIFEST_NAME)), err=True)
     if not summary.complete:
         if summary.cause:  # one line for the cause, never one per object
             typer.echo(f"error: {summary.cause}", err=True)

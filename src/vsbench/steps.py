@@ -51,7 +51,7 @@ def abid_download_step(
     progress: bool = True,
 ) -> StepResult:
     """Download ABID into ``dest``; fails (after recording everything) when objects are missing."""
-    from vsbench.abid.download import DownloadIncomplete, download_abid
+    from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
 
     params = {"source": source, "limit": limit, "concurrency": concurrency, "endpoint_url": endpoint_url or "-",
               "shard": shard, "num_shards": num_shards}
@@ -61,7 +61,9 @@ def abid_download_step(
                                 concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
         data = summary.as_dict()
         metrics = _numbers(data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
-                                  "duplicate_spellings", "bytes_fetched", "objects_per_second"])
+                                  "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "objects_per_second"])
+        if summary.spelling_conflicts:  # one line in the component's log; the manifest lists each
+            print(summary.conflict_warning(f"{dest}/{manifest_name(shard, num_shards)}"), flush=True)
         result = _finish(tracker, StepResult(dest, metrics, data), manifest_path, "download.json", started)
         if not summary.complete:
             raise DownloadIncomplete(summary)
