@@ -73,8 +73,8 @@ def abid_resize(
     kfp_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
 ):
     """Resize shard ``shard`` of the bin images into ``<data_root>/bin-images-resize`` (inside a
-    ParallelFor: the MLflow parent is found by the KFP run id). ``decode``: fast, draft or full
-    (``vsbench abid resize --decode``)."""
+    ParallelFor: the MLflow parent is found by the KFP run id). ``decode``: full (the challenge's
+    pixels, the pipeline's default), fast or draft (``vsbench abid resize --decode``)."""
     from vsbench.steps import abid_resize_step
     from vsbench.tracking import parent_run_for
 

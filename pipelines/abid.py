@@ -37,7 +37,7 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
         val_fraction: float = 0.1,
         max_per_class: int = 20000,
         size: int = 224,
-        resize_decode: str = "fast",
+        resize_decode: str = "full",
         concurrency: int = 64,
         workers: int = 0,
         train_profile: str = "full",
@@ -48,7 +48,7 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
     ):
         """``limit`` 0 means the whole bucket; ``num_shards`` splits download and resize over that
         many pods (by bin id modulo); ``workers`` 0 means all cores of the node; ``resize_decode`` is
-        ``fast``, ``draft`` or ``full`` (``vsbench abid resize --decode``); ``train_profile`` is
+        ``full`` (the challenge's pixels), ``fast`` or ``draft`` (``vsbench abid resize --decode``); ``train_profile`` is
         ``full`` (the challenge's settings) or ``demo`` (minutes on 2 CPU cores); ``train_overrides``
         is a JSON object of profile fields, e.g. ``{"epochs": 2}``."""
         with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:

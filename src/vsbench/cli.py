@@ -102,8 +102,10 @@ def abid_download(
         raise typer.Exit(1) from None
     data = summary.as_dict()
     _print_summary("download", data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
-                                      "duplicate_spellings", "seconds", "objects_per_second"])
+                                      "duplicate_spellings", "spelling_conflicts", "seconds", "objects_per_second"])
     typer.echo(f"manifest: {dest / MANIFEST_NAME}")
+    if summary.spelling_conflicts:  # one line for all of them; the manifest lists each
+        typer.echo(summary.conflict_warning(str(dest / MANIFEST_NAME)), err=True)
     if not summary.complete:
         if summary.cause:  # one line for the cause, never one per object
             typer.echo(f"error: {summary.cause}", err=True)
@@ -123,12 +125,14 @@ def abid_prepare(
     max_per_class: Annotated[int, typer.Option(min=1, help="Verification questions per answer (yes/no).")] = 20000,
 ) -> None:
     """The challenge's split and task files (random_*.txt, metadata, instances, counting, verification)."""
-    from vsbench.abid.prepare import REPORT_NAME, prepare_abid
+    from vsbench.abid.prepare import PREPARE_COUNTS, REPORT_NAME, prepare_abid
 
     summary = prepare_abid(data, out, seed=seed, val_fraction=val_fraction, max_per_class=max_per_class).as_dict()
-    _print_summary("prepare", summary, ["ids", "images", "metadata_files", "eligible", "train", "val", "instances"])
+    _print_summary("prepare", summary, list(PREPARE_COUNTS))
     for name, info in summary["files"].items():
         typer.echo(f"  {name:<36} {info['entries']:>8} entries")
+    if summary["warning"]:  # every empty task file with its reason, in one line (also in the report)
+        typer.echo(summary["warning"], err=True)
     problems = summary["problems"]
     if problems:
         typer.echo(f"{len(problems)} data problems (first 5 below; all in {out / REPORT_NAME}):", err=True)
@@ -142,10 +146,11 @@ def abid_resize(
     out: Annotated[Path, typer.Option(help="Folder for the resized '%05d.jpg' images.")],
     size: Annotated[int, typer.Option(min=8, help="Side of the square output.")] = 224,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality of the output.")] = 75,
-    decode: Annotated[str, typer.Option(help="'fast' (libjpeg-turbo via simplejpeg + torch's antialiased bilinear; "
-                                        "~0.04 levels from the challenge's output; bad files take the 'draft' path), "
-                                        "'draft' (Pillow, DCT-domain downscale when >= 2x) or 'full' (byte-equal to "
-                                        "the challenge's Pillow loop).")] = "fast",
+    decode: Annotated[str, typer.Option(help="'full' (the default: byte-equal to the challenge's Pillow loop), "
+                                        "'fast' (libjpeg-turbo via simplejpeg + torch's antialiased bilinear, DCT-"
+                                        "domain downscale of photos >= 2x the size; faster, a little off the "
+                                        "challenge's pixels: docs/abid.md 'Resize'; bad files take the 'draft' path) "
+                                        "or 'draft' (Pillow, DCT-domain downscale when >= 2x).")] = "full",
     workers: Annotated[int, typer.Option(min=0, help="Processes; 0 = all cores.")] = 0,
     max_failure_rate: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Fail the step when more than this share of images cannot be resized "

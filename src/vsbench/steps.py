@@ -51,7 +51,7 @@ def abid_download_step(
     progress: bool = True,
 ) -> StepResult:
     """Download ABID into ``dest``; fails (after recording everything) when objects are missing."""
-    from vsbench.abid.download import DownloadIncomplete, download_abid
+    from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
 
     params = {"source": source, "limit": limit, "concurrency": concurrency, "endpoint_url": endpoint_url or "-",
               "shard": shard, "num_shards": num_shards}
@@ -61,7 +61,9 @@ def abid_download_step(
                                 concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
         data = summary.as_dict()
         metrics = _numbers(data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
-                                  "duplicate_spellings", "bytes_fetched", "objects_per_second"])
+                                  "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "objects_per_second"])
+        if summary.spelling_conflicts:  # one line in the component's log; the manifest lists each
+            print(summary.conflict_warning(f"{dest}/{manifest_name(shard, num_shards)}"), flush=True)
         result = _finish(tracker, StepResult(dest, metrics, data), manifest_path, "download.json", started)
         if not summary.complete:
             raise DownloadIncomplete(summary)
@@ -73,22 +75,25 @@ def abid_prepare_step(
     parent_run_id: str = "", manifest_path: str | None = None, progress: bool = True,
 ) -> StepResult:
     """Split and task files; bad metadata is reported in the manifest, never fatal."""
-    from vsbench.abid.prepare import prepare_abid
+    from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid
 
     params = {"seed": seed, "val_fraction": val_fraction, "max_per_class": max_per_class}
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-prepare", params) as tracker:
         summary = prepare_abid(Path(data), Path(out), seed=seed, val_fraction=val_fraction,
                                max_per_class=max_per_class, progress=progress).as_dict()
-        metrics = _numbers(summary, ["ids", "images", "metadata_files", "eligible", "train", "val", "instances"])
+        metrics = _numbers(summary, list(PREPARE_COUNTS))
         metrics["problems"] = float(len(summary["problems"]))
+        metrics["empty_task_files"] = float(len(summary["empty_files"]))
+        if summary["warning"]:  # one line in the component's log (the report and the manifest list each file)
+            print(summary["warning"], flush=True)
         for name, info in summary["files"].items():
             metrics[f"entries_{name.rsplit('.', 1)[0]}"] = float(info["entries"])
         return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "prepare.json", started)
 
 
 def abid_resize_step(
-    data: str, out: str, *, size: int = 224, quality: int = 75, decode: str = "fast", workers: int = 0,
+    data: str, out: str, *, size: int = 224, quality: int = 75, decode: str = "full", workers: int = 0,
     shard: int = 0, num_shards: int = 1, parent_run_id: str = "", manifest_path: str | None = None,
     progress: bool = True,
 ) -> StepResult:

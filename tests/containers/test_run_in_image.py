@@ -67,7 +67,7 @@ def _scores(report) -> dict[str, float]:
     run may or may not have finished resizing before SIGTERM landed, so the resumed run's split
     between "resized" and "kept" depends on timing, their sum does not."""
     prepare, resize = report.steps["abid-prepare"]["metrics"], report.steps["abid-resize"]["metrics"]
-    return {**report.scores(), **{f"abid-prepare.{key}": prepare[key] for key in ("train", "val", "instances")},
+    return {**report.scores(), **{f"abid-prepare.{key}": prepare[key] for key in ("train", "val", "distinct_asins")},
             "abid-resize.images": resize["resized"] + resize["kept"], "abid-resize.failed": resize["failed"]}
 
 

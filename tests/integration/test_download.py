@@ -121,12 +121,12 @@ def test_plan_prefers_the_unpadded_spelling():
                {"Key": "p/bin-images/7.jpg", "Size": 3, "ETag": "x"},
                {"Key": "p/metadata/7.json", "Size": 2, "ETag": "y"},
                {"Key": "other/bin-images/8.jpg", "Size": 1, "ETag": "z"}]
-    plan, ignored, duplicates = plan_objects(listing, "p/")
+    plan, ignored, duplicates, conflicts = plan_objects(listing, "p/")
     assert [(o.key, o.path, o.alternate_keys) for o in plan] == [
         ("p/bin-images/7.jpg", "bin-images/00007.jpg", ("p/bin-images/00007.jpg",)),
         ("p/metadata/7.json", "metadata/00007.json", ()),
     ]
-    assert ignored == ["other/bin-images/8.jpg"] and duplicates == 1
+    assert ignored == ["other/bin-images/8.jpg"] and duplicates == 1 and conflicts == []
 
 
 def test_signed_requests_when_the_environment_has_credentials(local_s3, public_bucket, tmp_path, monkeypatch):
@@ -241,3 +241,67 @@ def test_bad_credentials_are_named(local_s3, public_bucket, tmp_path, monkeypatc
 
     assert "no AWS credentials found" in explain_s3_error(NoCredentialsError(), "b", endpoint_url=None,
                                                           anonymous=False)
+
+
+# --- issue 18: two spellings of one id with different contents ------------------------------------
+
+
+def _put_conflicting_spellings(s3: LocalS3, bucket: str) -> dict[str, bytes]:
+    """Ids 1-6; id 2's image and id 5's metadata exist under both spellings with different bytes,
+    id 3's image under both spellings with the same bytes (a plain duplicate)."""
+    client = s3.admin_client()
+    objects: dict[str, bytes] = {}
+    for i in range(1, 7):
+        objects[f"bin-images/{i}.jpg"] = f"image {i}".encode() * 10
+        objects[f"metadata/{i}.json"] = json.dumps({"EXPECTED_QUANTITY": i, "BIN_FCSKU_DATA": {}}).encode()
+    objects["bin-images/00002.jpg"] = b"another photo of bin 2, longer" * 10
+    objects["metadata/00005.json"] = json.dumps({"EXPECTED_QUANTITY": 50, "BIN_FCSKU_DATA": {}}).encode()
+    objects["bin-images/00003.jpg"] = objects["bin-images/3.jpg"]
+    for key, data in objects.items():
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+    return objects
+
+
+def test_two_spellings_with_different_contents_are_listed_as_conflicts(local_s3, public_bucket, no_aws_credentials,
+                                                                       tmp_path):
+    objects = _put_conflicting_spellings(local_s3, public_bucket)
+    summary = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
+    assert summary.complete and summary.planned == 12
+    assert (summary.duplicate_spellings, summary.spelling_conflicts) == (1, 2)  # id 3 identical; ids 2, 5 differ
+    assert (tmp_path / "bin-images" / "00002.jpg").read_bytes() == objects["bin-images/2.jpg"]  # unpadded kept
+    assert (tmp_path / "metadata" / "00005.json").read_bytes() == objects["metadata/5.json"]
+
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert manifest["spelling_conflicts"] == 2
+    image, metadata = manifest["conflicts"]
+    md5 = hashlib.md5  # moto's ETag of a single-part upload is the MD5 of the bytes
+    assert (image["bin_id"], image["kind"]) == (2, "image")
+    assert image["kept"] == {"key": "bin-images/2.jpg", "size": len(objects["bin-images/2.jpg"]),
+                             "etag": md5(objects["bin-images/2.jpg"]).hexdigest()}
+    assert image["dropped"] == [{"key": "bin-images/00002.jpg", "size": len(objects["bin-images/00002.jpg"]),
+                                 "etag": md5(objects["bin-images/00002.jpg"]).hexdigest()}]
+    assert "unpadded key" in image["reason"]
+    assert (metadata["bin_id"], metadata["kind"], metadata["dropped"][0]["key"]) == (5, "metadata",
+                                                                                     "metadata/00005.json")
+    line = summary.conflict_warning()
+    assert "\n" not in line and line.startswith("warning: 2 ids have two spellings with different contents")
+    assert "image 2, metadata 5" in line
+
+
+def test_conflicts_are_one_warning_line_in_the_cli_and_the_step(local_s3, public_bucket, no_aws_credentials,
+                                                                tmp_path, capsys):
+    from vsbench.steps import abid_download_step
+
+    _put_conflicting_spellings(local_s3, public_bucket)
+    result = _cli("abid", "download", "--dest", str(tmp_path / "cli"), "--source", f"s3://{public_bucket}",
+                  "--endpoint-url", local_s3.endpoint_url)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "2 ids have two spellings" in warnings[0]
+    assert "spelling_conflicts" in result.output
+
+    step = abid_download_step(f"s3://{public_bucket}", str(tmp_path / "step"), endpoint_url=local_s3.endpoint_url,
+                              progress=False)
+    assert step.metrics["spelling_conflicts"] == 2 and step.metrics["duplicate_spellings"] == 1
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert len(printed) == 1 and len(step.manifest["conflicts"]) == 2

@@ -56,7 +56,7 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
     assert all(c.data.tags[KFP_RUN_TAG] == parent.data.tags[KFP_RUN_TAG] for c in children.values())
     assert children["abid-prepare"].data.params["seed"] == "3"
     assert sum(children[f"abid-resize-shard-{i}-of-2"].data.metrics["resized"] for i in (0, 1)) == len(resized)
-    assert {children[f"abid-resize-shard-{i}-of-2"].data.params["decode"] for i in (0, 1)} == {"fast"}
+    assert {children[f"abid-resize-shard-{i}-of-2"].data.params["decode"] for i in (0, 1)} == {"full"}
     assert all(c.info.status == "FINISHED" for c in children.values())
     scores = report.scores()
     assert 0 <= scores["counting_accuracy"] <= 1 and 0 <= scores["verification_accuracy"] <= 1

@@ -297,10 +297,10 @@ def test_in_process_resize_restores_torchs_threads(tmp_path):
 def test_decode_is_a_setting_of_the_manifest(tmp_path):
     data = _bin_images(tmp_path, 3)
     out = tmp_path / "out"
-    first = resize_abid(data, out, workers=1, progress=False)
-    assert first.decode == "fast" and json.loads((out / MANIFEST_NAME).read_text())["decode"] == "fast"
+    first = resize_abid(data, out, workers=1, progress=False)  # the default: full (issue 18)
+    assert first.decode == "full" and json.loads((out / MANIFEST_NAME).read_text())["decode"] == "full"
     assert resize_abid(data, out, workers=1, progress=False).kept == 4
-    again = resize_abid(data, out, decode="full", workers=1, progress=False)
+    again = resize_abid(data, out, decode="fast", workers=1, progress=False)
     assert (again.resized, again.kept) == (4, 0)
     with pytest.raises(ValueError, match="decode must be one of"):
         resize_abid(data, out, decode="turbo", workers=1, progress=False)  # type: ignore[arg-type]

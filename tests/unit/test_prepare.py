@@ -207,3 +207,100 @@ def test_siamese_negative_pairs_share_no_asin(fixture_dir):
     for pair in pairs:
         shared = asins[pair.first] & asins[pair.second]
         assert bool(shared) == (pair.label == 1), pair
+
+
+# --- issue 18: summaries say what they count; empty task files are named with a reason ---------
+
+
+def test_summary_counts_say_what_they_count(fixture_dir, tmp_path):
+    summary = prepare_abid(fixture_dir, tmp_path / "out", seed=7, val_fraction=0.25, progress=False)
+    # ids 1-12 seen (11 images: 1-7, 9-12; metadata: 1-6, 8-12), so the largest is 12 and 12 are distinct
+    assert (summary.max_id, summary.distinct_ids) == (12, 12)
+    assert (summary.ids_with_image, summary.ids_with_metadata, summary.eligible) == (11, 11, 9)
+    assert summary.distinct_asins == 6  # A-F
+    report = json.loads((tmp_path / "out" / "prepare_report.json").read_text())
+    assert report["max_id"] == 12 and report["distinct_ids"] == 12 and "ids" not in report
+
+
+def test_max_id_and_distinct_ids_differ_when_ids_are_missing(tmp_path):
+    """The issue's case: the largest id (629) was printed as ``ids`` though 627 ids were present."""
+    (tmp_path / "bin-images").mkdir()
+    (tmp_path / "metadata").mkdir()
+    for bin_id in (1, 2, 40):
+        (tmp_path / "bin-images" / f"{bin_id}.jpg").write_bytes(b"\xff\xd8jpeg")
+        (tmp_path / "metadata" / f"{bin_id}.json").write_text(json.dumps(_bin(("A", 1))))
+    summary = prepare_abid(tmp_path, tmp_path / "out", progress=False)
+    assert (summary.max_id, summary.distinct_ids) == (40, 3)
+
+
+def test_an_old_report_is_read_with_todays_names():
+    from vsbench.abid.prepare import read_counts
+
+    old = {"ids": 629, "images": 627, "metadata_files": 627, "instances": 900, "eligible": 620}
+    assert read_counts(old) == {"max_id": 629, "ids_with_image": 627, "ids_with_metadata": 627,
+                                "distinct_asins": 900, "eligible": 620}
+
+
+@pytest.fixture
+def five_bins(tmp_path: Path) -> Path:
+    """A ``--limit 5`` download: 5 bins, no asin in two of them."""
+    (tmp_path / "bin-images").mkdir()
+    (tmp_path / "metadata").mkdir()
+    for bin_id in range(1, 6):
+        (tmp_path / "bin-images" / f"{bin_id}.jpg").write_bytes(b"\xff\xd8jpeg")
+        (tmp_path / "metadata" / f"{bin_id}.json").write_text(json.dumps(_bin((f"ASIN{bin_id}", 2))))
+    return tmp_path
+
+
+def test_five_bins_name_every_empty_task_file_with_its_reason(five_bins, tmp_path):
+    summary = prepare_abid(five_bins, tmp_path / "out", progress=False)
+    assert (summary.train, summary.val) == (4, 1)  # round_half_up(0.1 * 5) = 1
+    empty = {item["file"]: item for item in summary.empty_files}
+    assert set(empty) == {name for name, info in summary.files.items() if info["entries"] == 0}
+    assert {"obj_verification_train.json", "obj_verification_val.json", "obj_num_verification_val.json",
+            "obj_verification_val_hard.json"} <= set(empty)
+    assert empty["obj_verification_val.json"]["reason"] == "no validation bin shares an asin with a training bin"
+    assert empty["obj_verification_val.json"]["needed"].startswith("about 50 eligible bins are needed")
+    assert "two other training bins" in empty["obj_verification_train.json"]["reason"]
+    # One line names them all; the report holds it and the list.
+    assert summary.warning.count("\n") == 0 and summary.warning.startswith(f"warning: {len(empty)} task files")
+    assert "obj_verification_val.json is empty: no validation bin shares an asin with a training bin; about" \
+        in summary.warning
+    report = json.loads((tmp_path / "out" / "prepare_report.json").read_text())
+    assert report["warning"] == summary.warning and report["empty_files"] == summary.empty_files
+
+
+def test_an_empty_validation_split_says_how_many_bins_fill_it(five_bins, tmp_path):
+    for bin_id in (4, 5):
+        (five_bins / "bin-images" / f"{bin_id}.jpg").unlink()
+    summary = prepare_abid(five_bins, tmp_path / "out", progress=False, max_per_class=5)
+    empty = {item["file"]: item for item in summary.empty_files}
+    assert empty["random_val.txt"]["reason"] == "the validation split is empty (0.1 x 3 eligible bins rounds to 0)"
+    assert empty["random_val.txt"]["needed"] == "at least 5 eligible bins are needed at val_fraction 0.1 (there are 3)"
+    assert "counting_val.json" in empty and "random_train.txt" not in empty
+
+
+def test_a_full_dataset_has_no_empty_file_and_no_warning(fixture_dir, tmp_path):
+    summary = prepare_abid(fixture_dir, tmp_path / "out", seed=7, val_fraction=0.25, progress=False)
+    assert [item["file"] for item in summary.empty_files] == \
+        [name for name, info in summary.files.items() if info["entries"] == 0]
+    if not summary.empty_files:
+        assert summary.warning == ""
+
+
+def test_cli_and_step_print_the_one_warning_line(five_bins, tmp_path, capsys):
+    from typer.testing import CliRunner
+
+    from vsbench.cli import app
+    from vsbench.steps import abid_prepare_step
+
+    result = CliRunner().invoke(app, ["abid", "prepare", "--data", str(five_bins), "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1 and "obj_verification_val.json is empty" in lines[0]
+    assert "max_id" in result.output and "distinct_ids" in result.output
+    step = abid_prepare_step(str(five_bins), str(tmp_path / "step"), progress=False)
+    assert step.metrics["max_id"] == 5 and step.metrics["distinct_ids"] == 5
+    assert step.metrics["empty_task_files"] == len(step.manifest["empty_files"]) > 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert printed == [step.manifest["warning"]]

@@ -170,3 +170,66 @@ def test_too_many_failures_fail_the_step_after_writing_the_manifest(mixed_inputs
     with pytest.raises(TooManyFailures, match=r"resize: 4 of 6 images \(66\.7%\).*maximum failure rate of 1\.0%"):
         resize_abid(mixed_inputs, out, workers=1, progress=False)
     assert json.loads((out / MANIFEST_NAME).read_text())["failed"] == 4
+
+
+# --- issue 18: the default is the challenge's pixels, on photos under and over 448 px -----------
+
+FAST_LARGE_PHOTO_MAD_BOUND = 4.0  # levels of 255, per photo >= 448 px both sides (docs/abid.md "Resize")
+SIZES_UNDER_AND_OVER_448 = [(452, 368), (672, 1054)]  # ABID-sized; a real large one (draft scale 1/2)
+
+
+def _challenge_bytes(data: bytes, folder: Path) -> bytes:
+    """The challenge's loop, literally: open, convert, resize bilinear, ``save(q)`` to a .jpg path."""
+    source, target = folder / "in.jpg", folder / "out.jpg"
+    source.write_bytes(data)
+    Image.open(source).convert("RGB").resize((224, 224), Image.BILINEAR).save(target)
+    return target.read_bytes()
+
+
+def _decoded_mad(a: bytes, b: bytes) -> float:
+    arrays = [np.asarray(Image.open(io.BytesIO(x)).convert("RGB"), dtype=np.float32) for x in (a, b)]
+    return float(np.abs(arrays[0] - arrays[1]).mean())
+
+
+def test_the_default_gives_the_challenges_bytes_under_and_over_448px(tmp_path):
+    images = tmp_path / "data" / "bin-images"
+    images.mkdir(parents=True)
+    expected = {}
+    for index, (width, height) in enumerate(SIZES_UNDER_AND_OVER_448, start=1):
+        data = _jpeg(width, height, index)
+        (images / f"{index}.jpg").write_bytes(data)
+        expected[f"{index:05d}.jpg"] = _challenge_bytes(data, tmp_path)
+        assert resize_image_bytes(data, 224) == expected[f"{index:05d}.jpg"], (width, height)
+    summary = resize_abid(tmp_path / "data", tmp_path / "out", workers=1, progress=False)
+    assert summary.decode == "full"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").glob("*.jpg")} == expected
+
+
+def test_fast_differs_on_a_photo_over_448px_within_the_stated_bound(tmp_path):
+    """``fast`` decodes a photo >= 2x the target at a reduced DCT scale: it really differs from the
+    challenge's bytes there, by less than the bound docs/abid.md states; under 448 px it is close."""
+    small, large = (_jpeg(w, h, 7) for w, h in SIZES_UNDER_AND_OVER_448)
+    large_mad = _decoded_mad(resize_image_bytes(large, 224, decode="fast"), _challenge_bytes(large, tmp_path))
+    assert 0.3 < large_mad < FAST_LARGE_PHOTO_MAD_BOUND
+    assert _decoded_mad(resize_image_bytes(small, 224, decode="fast"), _challenge_bytes(small, tmp_path)) < 0.3
+
+
+def test_every_entry_point_defaults_to_full():
+    """The library, the CLI, the step, the component's pipeline parameter: one default."""
+    import inspect
+
+    from typer.testing import CliRunner
+
+    from vsbench import steps
+    from vsbench.abid.resize import DEFAULT_DECODE
+    from vsbench.cli import app
+    from vsbench.pipelines.abid import build_abid_pipeline
+
+    assert DEFAULT_DECODE == "full"
+    assert inspect.signature(resize_abid).parameters["decode"].default == "full"
+    assert inspect.signature(steps.abid_resize_step).parameters["decode"].default == "full"
+    pipeline = build_abid_pipeline()
+    spec = pipeline.pipeline_spec.root.input_definitions.parameters["resize_decode"]
+    assert spec.default_value.string_value == "full"
+    help_text = CliRunner().invoke(app, ["abid", "resize", "--help"], env={"COLUMNS": "200"}).output
+    assert "default: full" in help_text

@@ -35,6 +35,24 @@ from vsbench.storage import (
 PUBLIC_SOURCE = "s3://aft-vbi-pds"
 PROBE_OBJECTS = 20  # when this many first objects all fail for one job-wide cause, the rest are not tried
 MANIFEST_NAME = "_manifests/download.json"
+MAX_LISTED_CONFLICTS = 10_000  # bounds the manifest; the count is always exact
+KEEP_RULE = "the unpadded key is the canonical spelling (the challenge's ids are integers)"
+
+
+@dataclass(frozen=True)
+class SpellingConflict:
+    """Two spellings of one id (``bin-images/00123.jpg`` and ``bin-images/123.jpg``) whose listed
+    size or ETag differ: not the same object twice, so which one was kept is written down."""
+
+    bin_id: int
+    kind: str
+    kept: dict[str, Any]  # key, size, etag
+    dropped: list[dict[str, Any]]  # key, size, etag of each other spelling that differs
+    reason: str = KEEP_RULE
+
+
+def _listed(key: AbidKey, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"key": key.key, "size": obj["Size"], "etag": obj["ETag"]}
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,8 @@ class DownloadSummary:
     dest: str
     listed_keys: int = 0
     ignored_keys: int = 0
-    duplicate_spellings: int = 0
+    duplicate_spellings: int = 0  # keys dropped as another spelling of an id, with the same size and ETag
+    spelling_conflicts: int = 0  # ids whose spellings differ in size or ETag (listed in ``conflicts``)
     planned: int = 0
     fetched: int = 0
     skipped: int = 0
@@ -78,6 +97,7 @@ class DownloadSummary:
     seconds: float = 0.0
     failures: list[dict[str, Any]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
     cause: str = ""  # one line naming a job-wide cause and its fix (access denied, ...); "" when none
     stopped_early: bool = False  # the first objects all failed for ``cause``: the rest were not tried
 
@@ -100,6 +120,16 @@ class DownloadSummary:
                     "manifest); running again fetches only the transient ones")
         return f"{self.failed} objects failed on transient errors; run the same command again to resume"
 
+    def conflict_warning(self, manifest: str = MANIFEST_NAME) -> str:
+        """One line for all spelling conflicts ("" when none): how many, a few ids, where the list is."""
+        if not self.spelling_conflicts:
+            return ""
+        shown = ", ".join(f"{c['kind']} {c['bin_id']}" for c in self.conflicts[:5])
+        more = f" and {self.spelling_conflicts - 5} more" if self.spelling_conflicts > 5 else ""
+        return (f"warning: {self.spelling_conflicts} ids have two spellings with different contents ({shown}{more}); "
+                f"kept the unpadded key of each ({KEEP_RULE.split(' (')[0]}); both keys, sizes and ETags are "
+                f"under 'conflicts' in {manifest}")
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["complete"] = self.complete
@@ -119,11 +149,13 @@ class DownloadIncomplete(RuntimeError):
 
 def plan_objects(
     listing: Iterable[dict[str, Any]], prefix: str, limit: int | None = None, shard: int = 0, num_shards: int = 1,
-) -> tuple[list[PlannedObject], list[str], int]:
-    """Choose one key per (bin id, kind); returns (plan, ignored keys, duplicate spellings).
+) -> tuple[list[PlannedObject], list[str], int, list[SpellingConflict]]:
+    """Choose one key per (bin id, kind); returns (plan, ignored keys, duplicate spellings, conflicts).
 
     When both ``523.jpg`` and ``00523.jpg`` exist they are the same bin: the unpadded key is
-    taken (the canonical spelling) and the other recorded as an alternate. ``limit`` keeps the
+    taken (the canonical spelling) and the other recorded as an alternate. Spellings with the same
+    listed size and ETag count as duplicates (the same object twice); any that differ make one
+    :class:`SpellingConflict` for the id, and the unpadded key is still the one kept. ``limit`` keeps the
     ``limit`` smallest bin ids that have an image, with their metadata. With ``num_shards`` > 1
     only bins with ``id % num_shards == shard`` are planned, so shards can run on separate nodes.
     """
@@ -143,12 +175,17 @@ def plan_objects(
 
     plan: list[PlannedObject] = []
     duplicates = 0
+    conflicts: list[SpellingConflict] = []
     for (bin_id, kind), spellings in sorted(by_id.items()):
         if (keep_ids is not None and bin_id not in keep_ids) or bin_id % num_shards != shard:
             continue
         spellings.sort(key=lambda item: (item[0].padded, item[0].key))
         chosen, obj = spellings[0]
-        duplicates += len(spellings) - 1
+        differing = [_listed(key, other) for key, other in spellings[1:]
+                     if (other["Size"], other["ETag"]) != (obj["Size"], obj["ETag"])]
+        duplicates += len(spellings) - 1 - len(differing)
+        if differing:
+            conflicts.append(SpellingConflict(bin_id, kind, _listed(chosen, obj), differing))
         plan.append(
             PlannedObject(
                 bin_id=bin_id,
@@ -160,7 +197,7 @@ def plan_objects(
                 alternate_keys=tuple(item[0].key for item in spellings[1:]),
             )
         )
-    return plan, ignored, duplicates
+    return plan, ignored, duplicates, conflicts
 
 
 def _etag_is_md5(etag: str) -> bool:
@@ -345,10 +382,11 @@ def download_abid(
         if cause is None:
             raise
         raise S3AccessError(cause) from None
-    plan, ignored, duplicates = plan_objects(listing, location.prefix, limit, shard, num_shards)
+    plan, ignored, duplicates, conflicts = plan_objects(listing, location.prefix, limit, shard, num_shards)
     summary = DownloadSummary(
         source=source, dest=str(dest), listed_keys=len(listing), ignored_keys=len(ignored),
-        duplicate_spellings=duplicates, planned=len(plan), ignored=ignored[:100],
+        duplicate_spellings=duplicates, spelling_conflicts=len(conflicts), planned=len(plan), ignored=ignored[:100],
+        conflicts=[asdict(c) for c in conflicts[:MAX_LISTED_CONFLICTS]],
     )
 
     todo: list[PlannedObject] = []

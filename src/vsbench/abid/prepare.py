@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from vsbench.abid.coverage import explain_all, warning_line
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR, parse_name
 from vsbench.inputs import InputError, read_json
 from vsbench.storage import atomic_write_json, atomic_write_text, is_temporary
@@ -65,21 +66,42 @@ class Problem:
 
 @dataclass
 class PrepareSummary:
+    """What ``prepare`` read and wrote; every count names what it counts (issue 18: ``ids`` was the
+    largest id, read as a count). Ids are bin ids; two spellings of one id count once."""
+
     data: str
     out: str
     seed: int
-    ids: int = 0
-    images: int = 0
-    metadata_files: int = 0
-    eligible: int = 0
-    train: int = 0
-    val: int = 0
-    instances: int = 0
+    max_id: int = 0  # the largest bin id seen: metadata.json has this many entries
+    distinct_ids: int = 0  # bin ids with an image or a metadata file (or both)
+    ids_with_image: int = 0
+    ids_with_metadata: int = 0  # ids with a metadata file, valid or not
+    eligible: int = 0  # bins with an image and a valid metadata file: the ones split
+    train: int = 0  # bins in random_train.txt
+    val: int = 0  # bins in random_val.txt
+    distinct_asins: int = 0  # asins in instances.json
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    empty_files: list[dict[str, str]] = field(default_factory=list)  # file, reason, needed
+    warning: str = ""  # one line naming every empty task file, as the CLI and the step print it
     problems: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The counts printed by the CLI and logged as MLflow metrics, in this order.
+PREPARE_COUNTS = ("max_id", "distinct_ids", "ids_with_image", "ids_with_metadata", "eligible", "train", "val",
+                  "distinct_asins")
+
+# Names of PrepareSummary counts before issue 18, as they appear in older prepare_report.json files
+# and manifests: read_counts() maps them to today's names.
+RENAMED_COUNTS = {"ids": "max_id", "images": "ids_with_image", "metadata_files": "ids_with_metadata",
+                  "instances": "distinct_asins"}
+
+
+def read_counts(report: dict[str, Any]) -> dict[str, Any]:
+    """A prepare report (today's or one written before issue 18) with today's count names."""
+    return {RENAMED_COUNTS.get(key, key): value for key, value in report.items()}
 
 
 def round_half_up(value: float) -> int:
@@ -282,7 +304,11 @@ def prepare_abid(
     max_per_class: int = DEFAULT_MAX_PER_CLASS,
     progress: bool = True,
 ) -> PrepareSummary:
-    """Write the challenge's split and task files for the dataset under ``data`` into ``out``."""
+    """Write the challenge's split and task files for the dataset under ``data`` into ``out``.
+
+    Every file is written, even with 0 entries; each empty one is listed in the summary's
+    ``empty_files`` with the reason and the size that would fill it (:mod:`vsbench.abid.coverage`).
+    """
     from tqdm.auto import tqdm
 
     if not 0.0 < val_fraction < 1.0:
@@ -292,8 +318,9 @@ def prepare_abid(
     if not images and not meta_files:
         raise FileNotFoundError(f"no ABID images or metadata under {data} (expected {IMAGES_DIR}/ and {METADATA_DIR}/)")
     n = max([*images, *meta_files])
-    summary = PrepareSummary(data=str(data), out=str(out), seed=seed, ids=n, images=len(images),
-                             metadata_files=len(meta_files))
+    summary = PrepareSummary(data=str(data), out=str(out), seed=seed, max_id=n,
+                             distinct_ids=len(set(images) | set(meta_files)), ids_with_image=len(images),
+                             ids_with_metadata=len(meta_files))
 
     metadata: list[dict[str, Any]] = [{} for _ in range(n)]
     items: list[list[BinItem]] = [[] for _ in range(n)]
@@ -341,7 +368,10 @@ def prepare_abid(
         atomic_write_text(out / name, text)
         summary.files[name] = {"entries": len(content), "sha256": hashlib.sha256(text.encode()).hexdigest()}
     summary.eligible, summary.train, summary.val = len(eligible), len(train_ids), len(val_ids)
-    summary.instances = len(tasks.instances)
+    summary.distinct_asins = len(tasks.instances)
+    counts = {name: info["entries"] for name, info in summary.files.items()}
+    empty = explain_all(counts, tasks, train, val, val_fraction=val_fraction)
+    summary.empty_files, summary.warning = [asdict(item) for item in empty], warning_line(empty)
     summary.problems = [asdict(p) for p in problems]
     atomic_write_json(out / REPORT_NAME, summary.as_dict())
     return summary
