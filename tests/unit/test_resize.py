@@ -219,11 +219,11 @@ def test_every_entry_point_defaults_to_full():
     import inspect
 
     from typer.testing import CliRunner
+    from vsbench.pipelines.abid import build_abid_pipeline
 
     from vsbench import steps
     from vsbench.abid.resize import DEFAULT_DECODE
     from vsbench.cli import app
-    from vsbench.pipelines.abid import build_abid_pipeline
 
     assert DEFAULT_DECODE == "full"
     assert inspect.signature(resize_abid).parameters["decode"].default == "full"
