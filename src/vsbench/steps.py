@@ -169,7 +169,7 @@ def _abid_train_step(
             if not context.is_main:
                 return StepResult(out, metrics, manifest)
             _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
-            model, example = _best_model_for_export(run, settings.image_size)
+            model, example = _best_model_for_export(run, settings.image_size, settings.siamese_pair_features)
             model_uri = tracker.log_torch_model(model, f"{task}_model", example)
             if model_uri:  # a registered version, with the aliases newest / nightly / best
                 tracker.register_model(model_uri, f"vsbench-abid-{task}", run.fit.best_score)
@@ -196,8 +196,9 @@ _TRAIN_DEFAULTS: dict[str, Any] = {"profile": "demo", "seed": 0, "device": "auto
                                    "parent_run_id": "", "manifest_path": None, "progress": True}
 
 
-def _best_model_for_export(run, image_size: int) -> tuple[Any, Any]:
-    """The best checkpoint as a CPU module with one tensor input, and an example batch for it."""
+def _best_model_for_export(run, image_size: int, pair_features: str = "concat") -> tuple[Any, Any]:
+    """The chosen checkpoint as a CPU module with one tensor input, and an example batch for it.
+    (The trunk's depth is read from the weights; what the head sees of a pair is the profile's.)"""
     import numpy as np
 
     from vsbench.abid.models import SiameseNetwork, SiamesePairClassifier, arch_of_trunk, counting_network
@@ -205,7 +206,7 @@ def _best_model_for_export(run, image_size: int) -> tuple[Any, Any]:
 
     state = load_state(run.fit.checkpoint_dir / BEST)["model"]
     if "head.1.weight" in state:
-        network = SiameseNetwork(arch=arch_of_trunk(state, "trunk."))
+        network = SiameseNetwork(arch=arch_of_trunk(state, "trunk."), pair_features=pair_features)
         network.load_state_dict(state)
         return SiamesePairClassifier(network).eval(), np.zeros((2, 6, image_size, image_size), np.float32)
     network = counting_network(state["fc.weight"].shape[0], arch=arch_of_trunk(state))

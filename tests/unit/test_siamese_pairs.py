@@ -86,3 +86,18 @@ def test_grouped_forward_equals_the_pairs_written_out(arch: str) -> None:
 def test_a_batch_must_hold_whole_rows() -> None:
     with pytest.raises(ValueError, match="not a multiple of pairs_per_row"):
         get_profile("demo", batch_size=30, pairs_per_row=4)
+
+
+def test_symmetric_pair_features_answer_the_same_for_both_orders() -> None:
+    """concat(|a - b|, a * b): the head sees the same 1024 inputs for (a, b) and (b, a), with the
+    challenge's layer sizes; the challenge's concat(a, b) does not."""
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 3, 32, 32), torch.randn(3, 3, 32, 32)
+    symmetric = SiameseNetwork(dropout=0.0, arch="resnet18", pair_features="symmetric").eval()
+    concat = SiameseNetwork(dropout=0.0, arch="resnet18").eval()
+    concat.load_state_dict(symmetric.state_dict())  # same parameters, only the pair features differ
+    with torch.no_grad():
+        torch.testing.assert_close(symmetric(a, b), symmetric(b, a))
+        assert not torch.allclose(concat(a, b), concat(b, a))
+    with pytest.raises(ValueError, match="pair_features"):
+        SiameseNetwork(pair_features="sum")

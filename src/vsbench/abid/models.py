@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# What the head sees of a pair: the challenge's concat(a, b), or concat(|a - b|, a * b).
+PAIR_FEATURES = ("concat", "symmetric")
 ARCHES = ("resnet34", "resnet18")  # the challenge's; and half its compute, with the same 512-d features
 
 
@@ -39,9 +41,13 @@ class SiameseNetwork(nn.Module):
     -> ReLU -> FC 1. Returns logits: training uses BCE-with-logits, which is sigmoid + BCE (the
     challenge's loss) computed stably."""
 
-    def __init__(self, dropout: float = 0.5, freeze_trunk: bool = False, arch: str = "resnet34") -> None:
+    def __init__(self, dropout: float = 0.5, freeze_trunk: bool = False, arch: str = "resnet34",
+                 pair_features: str = "concat") -> None:
         super().__init__()
+        if pair_features not in PAIR_FEATURES:
+            raise ValueError(f"unknown pair_features {pair_features!r}; choose from {', '.join(PAIR_FEATURES)}")
         self.freeze_trunk = freeze_trunk
+        self.pair_features = pair_features
         self.trunk = resnet_trunk(arch)
         self.head = nn.Sequential(
             nn.Dropout(dropout), nn.Linear(1024, 4096), nn.ReLU(inplace=True),
@@ -63,6 +69,8 @@ class SiameseNetwork(nn.Module):
 
     def compare(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
         """Logits for pairs of trunk features (lets inference embed each image only once)."""
+        if self.pair_features == "symmetric":  # the same 1024 inputs, the same for (a, b) and (b, a)
+            return self.head(torch.cat([(first - second).abs(), first * second], dim=1)).squeeze(1)
         return self.head(torch.cat([first, second], dim=1)).squeeze(1)
 
     def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:

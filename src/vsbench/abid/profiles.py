@@ -36,6 +36,8 @@ class TrainProfile(BaseModel):
         "practice; the reported score is then optimistic), best on a part of train held out of training, or the last")
     holdout_fraction: float = Field(default=0.1, gt=0, lt=1,
                                     description="share of the training bins held out when epoch_selection='holdout'")
+    siamese_pair_features: Literal["concat", "symmetric"] = Field(
+        default="concat", description="the head's input: the challenge's concat(a, b), or concat(|a - b|, a * b)")
     arch: Literal["resnet34", "resnet18"] = Field(
         default="resnet34", description="trunk of both baselines (the challenge's: resnet34)")
 

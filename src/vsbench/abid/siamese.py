@@ -200,7 +200,8 @@ def train_siamese(
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     if profile.siamese_freeze_trunk and trunk_checkpoint is None:
         raise ValueError("siamese_freeze_trunk needs a trained trunk (siamese_trunk_init='counting')")
-    model = SiameseNetwork(profile.dropout, freeze_trunk=profile.siamese_freeze_trunk, arch=profile.arch)
+    model = SiameseNetwork(profile.dropout, freeze_trunk=profile.siamese_freeze_trunk, arch=profile.arch,
+                           pair_features=profile.siamese_pair_features)
     if trunk_checkpoint is not None:
         load_counting_trunk(model, trunk_checkpoint)
     transform = BatchTransform(device.device, (context.rank, context.world_size))
