@@ -57,11 +57,11 @@ PROFILES: dict[str, TrainProfile] = {
                          lr_gamma=0.1, image_size=224, workers=8, max_targets=20, pos_prob=0.5, dropout=0.5),
     # Minutes on 2 CPU cores (docs/abid.md, "Why the demo's settings differ"): ResNet-18 trunks at
     # 48 px (a third of ResNet-34's compute at 64 px, and on the demo data no worse), AdamW
-    # (converges in a few epochs from scratch where SGD at this data size needs dozens), 6 epochs
+    # (converges in a few epochs from scratch where SGD at this data size needs dozens), 5 epochs
     # with the lr cut after 4. The siamese run draws 4 pairs per row per epoch (each row's image
     # embedded once for its 4 pairs) at lr 3e-4, and its head sees (|a - b|, a * b): with the
     # challenge's concat(a, b) it needed about three times the compute to leave chance.
-    "demo": TrainProfile(epochs=6, batch_size=32, lr=1e-3, momentum=0.9, weight_decay=0.05, lr_step_epochs=4,
+    "demo": TrainProfile(epochs=5, batch_size=32, lr=1e-3, momentum=0.9, weight_decay=0.05, lr_step_epochs=4,
                          lr_gamma=0.1, image_size=48, workers=2, max_targets=20, pos_prob=0.5, dropout=0.2,
                          optimizer="adamw", pairs_per_row=4, siamese_lr=3e-4, siamese_pair_features="symmetric",
                          arch="resnet18"),
