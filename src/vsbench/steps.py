@@ -198,7 +198,8 @@ _TRAIN_DEFAULTS: dict[str, Any] = {"profile": "demo", "seed": 0, "device": "auto
 
 def _best_model_for_export(run, image_size: int, pair_features: str = "concat") -> tuple[Any, Any]:
     """The chosen checkpoint as a CPU module with one tensor input, and an example batch for it.
-    (The trunk's depth is read from the weights; what the head sees of a pair is the profile's.)"""
+    (The trunk's depth and the head's width are read from the weights; what the head sees of a pair
+    is the profile's.)"""
     import numpy as np
 
     from vsbench.abid.models import SiameseNetwork, SiamesePairClassifier, arch_of_trunk, counting_network
@@ -206,7 +207,8 @@ def _best_model_for_export(run, image_size: int, pair_features: str = "concat") 
 
     state = load_state(run.fit.checkpoint_dir / BEST)["model"]
     if "head.1.weight" in state:
-        network = SiameseNetwork(arch=arch_of_trunk(state, "trunk."), pair_features=pair_features)
+        network = SiameseNetwork(arch=arch_of_trunk(state, "trunk."), pair_features=pair_features,
+                                 head_width=state["head.1.weight"].shape[0])
         network.load_state_dict(state)
         return SiamesePairClassifier(network).eval(), np.zeros((2, 6, image_size, image_size), np.float32)
     network = counting_network(state["fc.weight"].shape[0], arch=arch_of_trunk(state))

@@ -101,3 +101,22 @@ def test_symmetric_pair_features_answer_the_same_for_both_orders() -> None:
         assert not torch.allclose(concat(a, b), concat(b, a))
     with pytest.raises(ValueError, match="pair_features"):
         SiameseNetwork(pair_features="sum")
+
+
+def test_the_export_rebuilds_the_profiles_head_from_its_weights(tmp_path: Path) -> None:
+    """The demo's siamese network (ResNet-18, symmetric, 1024 wide) exports as it was trained."""
+    from types import SimpleNamespace
+
+    from vsbench.abid.trainer import BEST, save_state
+    from vsbench.steps import _best_model_for_export
+
+    torch.manual_seed(3)
+    trained = SiameseNetwork(dropout=0.0, arch="resnet18", pair_features="symmetric", head_width=64).eval()
+    (tmp_path / "checkpoints").mkdir()
+    save_state(tmp_path / "checkpoints" / BEST, {"model": trained.state_dict(), "epoch": 1, "score": 0.5})
+    run = SimpleNamespace(fit=SimpleNamespace(checkpoint_dir=tmp_path / "checkpoints"))
+    exported, example = _best_model_for_export(run, 32, "symmetric")
+    pairs = torch.randn(2, 6, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(exported(pairs), torch.sigmoid(trained(pairs[:, :3], pairs[:, 3:])))
+    assert example.shape == (2, 6, 32, 32)

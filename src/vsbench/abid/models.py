@@ -38,11 +38,12 @@ def counting_network(num_classes: int = 6, arch: str = "resnet34") -> nn.Module:
 
 class SiameseNetwork(nn.Module):
     """Shared ResNet-34 trunk -> concat(512, 512) -> Dropout -> FC 4096 -> ReLU -> Dropout -> FC 4096
-    -> ReLU -> FC 1. Returns logits: training uses BCE-with-logits, which is sigmoid + BCE (the
+    -> ReLU -> FC 1 (the challenge's; ``arch``, ``pair_features`` and ``head_width`` vary it for a
+    CPU budget). Returns logits: training uses BCE-with-logits, which is sigmoid + BCE (the
     challenge's loss) computed stably."""
 
     def __init__(self, dropout: float = 0.5, freeze_trunk: bool = False, arch: str = "resnet34",
-                 pair_features: str = "concat") -> None:
+                 pair_features: str = "concat", head_width: int = 4096) -> None:
         super().__init__()
         if pair_features not in PAIR_FEATURES:
             raise ValueError(f"unknown pair_features {pair_features!r}; choose from {', '.join(PAIR_FEATURES)}")
@@ -50,9 +51,9 @@ class SiameseNetwork(nn.Module):
         self.pair_features = pair_features
         self.trunk = resnet_trunk(arch)
         self.head = nn.Sequential(
-            nn.Dropout(dropout), nn.Linear(1024, 4096), nn.ReLU(inplace=True),
-            nn.Dropout(dropout), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
-            nn.Linear(4096, 1),
+            nn.Dropout(dropout), nn.Linear(1024, head_width), nn.ReLU(inplace=True),
+            nn.Dropout(dropout), nn.Linear(head_width, head_width), nn.ReLU(inplace=True),
+            nn.Linear(head_width, 1),
         )
         if freeze_trunk:
             self.trunk.requires_grad_(False)

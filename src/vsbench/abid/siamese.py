@@ -5,7 +5,9 @@ At test time each question pairs the validation image with up to ``max_targets``
 images holding the asin and answers by strict majority: yes iff ``#{p > 0.5} / n > 0.5`` (a tie
 is "no"). Upstream draws the n training images with replacement; we draw them without
 replacement from a generator seeded by (seed, question), so a question's answer is reproducible.
-Each image goes through the trunk once; only the cheap head runs per pair.
+Each image goes through the trunk once; only the cheap head runs per pair. Training does the
+same for a row's ``pairs_per_row`` pairs: they all start from the row's image (``SiameseRowPairs``),
+which is embedded once for all of them.
 """
 
 from __future__ import annotations
@@ -152,7 +154,8 @@ def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
     state = {k: v for k, v in load_state(checkpoint)["model"].items() if not k.startswith("fc.")}
     missing, unexpected = model.trunk.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.startswith("fc.")]:
-        raise ValueError(f"{checkpoint}: not a counting checkpoint of this trunk ({arch_of_trunk(model.trunk.state_dict())}) (missing {missing[:3]}, "
+        trunk = arch_of_trunk(model.trunk.state_dict())
+        raise ValueError(f"{checkpoint}: not a counting checkpoint of this {trunk} trunk (missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]})")
 
 
@@ -201,7 +204,7 @@ def train_siamese(
     if profile.siamese_freeze_trunk and trunk_checkpoint is None:
         raise ValueError("siamese_freeze_trunk needs a trained trunk (siamese_trunk_init='counting')")
     model = SiameseNetwork(profile.dropout, freeze_trunk=profile.siamese_freeze_trunk, arch=profile.arch,
-                           pair_features=profile.siamese_pair_features)
+                           pair_features=profile.siamese_pair_features, head_width=profile.siamese_head_width)
     if trunk_checkpoint is not None:
         load_counting_trunk(model, trunk_checkpoint)
     transform = BatchTransform(device.device, (context.rank, context.world_size))
