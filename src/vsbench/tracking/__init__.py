@@ -258,25 +258,27 @@ def child_run(parent_run_id: str, step: str, params: Mapping[str, Any] | None = 
 
 def log_to_parent(parent_run_id: str, metrics: Mapping[str, float]) -> None:
     """Headline metrics on the parent run too, so pipeline runs compare side by side in MLflow."""
-    if not parent_run_id or tracking_disabled():
-        return
+    tracker = _tracker_of(parent_run_id, "parent metrics")
+    if tracker is not None:
+        tracker.log_metrics(metrics)
+
+
+def _tracker_of(run_id: str, what: str) -> Tracker | None:
+    """A tracker on an existing run, or None (no run, tracking off, or the store unreachable: said once)."""
+    if not run_id or tracking_disabled():
+        return None
     try:
-        tracker = Tracker(parent_run_id, _client())
-    except Exception as exc:  # noqa: BLE001
-        Tracker(None, None)._go_offline(f"parent metrics: {type(exc).__name__}: {exc}")
-        return
-    tracker.log_metrics(metrics)
+        return Tracker(run_id, _client())
+    except Exception as exc:  # noqa: BLE001 - any tracking failure degrades to offline
+        Tracker(None, None)._go_offline(f"{what}: {type(exc).__name__}: {exc}")
+        return None
 
 
 def log_artifact_to_run(run_id: str, path: Path, artifact_file: str) -> None:
     """One file onto an existing run under the name ``artifact_file`` (e.g. ``report.html``: KFP
     names its output files after the output, without an extension); never raises."""
-    if not run_id or tracking_disabled():
-        return
-    try:
-        tracker = Tracker(run_id, _client())
-    except Exception as exc:  # noqa: BLE001
-        Tracker(None, None)._go_offline(f"artifact: {type(exc).__name__}: {exc}")
+    tracker = _tracker_of(run_id, "artifact")
+    if tracker is None:
         return
     directory, _, name = artifact_file.rpartition("/")
     with tempfile.TemporaryDirectory() as tmp:
