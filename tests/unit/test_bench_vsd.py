@@ -186,3 +186,22 @@ def test_crop_bbox_writes_cropped_copies_once(tmp_path: Path) -> None:
     (tmp_path / "metadata.json").write_text(json.dumps({"images": entries}))
     with pytest.raises(ValueError, match="crop_bbox: 1 images have no bbox"):
         load_vsd(tmp_path, protocol="closed", tags="tags.json", crop_bbox=True)
+
+
+def test_an_unreadable_image_keeps_its_own_path_for_the_embed_step_to_list(tmp_path: Path) -> None:
+    """A corrupt image (or one over the pixel cap) to crop does not stop the benchmark: it is handed
+    on uncropped and the embed step lists it with its reason, like any bad image."""
+    pixels = np.zeros((10, 20, 3), dtype=np.uint8)
+    (tmp_path / "img").mkdir()
+    entries = []
+    for name, pid in (("s", "P1"), ("t", "P2"), ("u", "P3")):
+        Image.fromarray(pixels).save(tmp_path / "img" / f"{name}.png")
+        entries.append({"id": pid, "path": f"img/{name}.png", "phase": "train", "bbox": [2, 3, 4, 5]})
+    (tmp_path / "img" / "t.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    (tmp_path / "metadata.json").write_text(json.dumps({"images": entries}))
+    (tmp_path / "tags.json").write_text(json.dumps(_tags([("img/s.png", "img/t.png", 1),
+                                                         ("img/s.png", "img/u.png", 0)])))
+    bench = load_vsd(tmp_path, protocol="closed", tags="tags.json", crop_bbox=True, crop_dir="crops")
+    paths = dict(zip(bench.image_sets()["images"].ids, bench.image_sets()["images"].paths))
+    assert paths["img/t.png"] == tmp_path / "img" / "t.png"
+    assert paths["img/s.png"] == tmp_path / "crops" / "img" / "s.png.2_3_7_7.png"

@@ -236,14 +236,21 @@ class VsdBenchmark:
         return {IMAGE_SET: ImageSet(tuple(image.path for image in self._needed), tuple(paths))}
 
     def _crop(self, image: VsdImage) -> Path:
-        from PIL import Image
+        """The cropped copy's path; an image that cannot be read (corrupt, missing, over the pixel
+        cap) keeps its own path, so the embed step lists it with its reason like any bad image
+        instead of this one stopping the benchmark."""
+        from vsbench.imaging.limits import open_image
 
         box = image.crop_box
         assert box is not None  # checked when loading
+        original = safe_join(self.images_dir, image.path)
         target = safe_join(self.crop_dir, f"{image.path}.{'_'.join(map(str, box))}.png")
         if not target.is_file():
-            with Image.open(safe_join(self.images_dir, image.path)) as source:
-                rgb = source.convert("RGB")
+            try:
+                with open_image(original) as source:
+                    rgb = source.convert("RGB")
+            except (OSError, ValueError):
+                return original
             clipped = (box[0], box[1], min(box[2], rgb.width), min(box[3], rgb.height))
             if clipped[2] <= clipped[0] or clipped[3] <= clipped[1]:
                 raise ValueError(f"{image.path}: bbox {box} lies outside the {rgb.width}x{rgb.height} image")
