@@ -28,6 +28,19 @@ def session_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 @pytest.fixture(autouse=True)
+def builtin_print_restored() -> Iterator[None]:
+    """kfp.local indents a task's output by swapping ``builtins.print`` (logging_utils.indented_print);
+    when two of those swaps interleave, the indenting print outlives the run. Seen in the full
+    suite: every later test's printed lines came out indented. Each test starts and ends with the
+    real print."""
+    import builtins
+
+    real = builtins.print
+    yield
+    builtins.print = real
+
+
+@pytest.fixture(autouse=True)
 def private_embedding_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets an empty embedding cache of its own (vsbench.models.cache), so no test is
     served descriptors another test computed, and none writes to the user's ~/.cache."""

@@ -15,6 +15,7 @@ the report reads the step manifests from there. Its executor logs go to
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -259,6 +260,7 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
     log_path = pipeline_root / LOG_FOLDER / f"{pipeline_name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     print(f"kfp.local executor logs: {log_path}" + ("" if verbose else " (--verbose streams them)"), flush=True)
     sink = StepLog(log_path, steps, verbose=verbose)
+    real_print = builtins.print
     try:
         with contextlib.redirect_stdout(sink):
             with kfp_runner(runner, pipeline_root, image=image, data=data, read_only=read_only,
@@ -271,6 +273,7 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
         sink.write(f"\n{error}\n")
     finally:
         sink.close()
+        builtins.print = real_print  # kfp.local's indenting print can outlive a run (see tests/conftest.py)
     seconds = time.perf_counter() - started
     run_dir = _latest_run_dir(pipeline_root, before)
     succeeded = not error and run_dir is not None and all(step_manifests(run_dir, s) for s in steps)
