@@ -31,3 +31,17 @@ def test_unreadable_images_are_listed_and_left_out_like_missing_ones(tmp_path: P
     listing = json.loads((tmp_path / UNREADABLE_NAME).read_text())
     assert listing["checked"] == 4 and len(listing["unreadable"]) == 2
     check_unreadable("train counting", tmp_path, unreadable, 4, 0.5, write=False)  # at the threshold: goes on
+
+
+def test_images_checked_earlier_in_the_run_are_not_decoded_again(tmp_path: Path, monkeypatch) -> None:
+    """The siamese scorer's images are mostly training images the run has just decoded."""
+    import vsbench.abid.data as data
+
+    for idx in range(3):
+        Image.new("RGB", (16, 16)).save(image_path(tmp_path, idx))
+    decoded: list[str] = []
+    real = data.image_problem
+    monkeypatch.setattr(data, "image_problem", lambda path: decoded.append(path.name) or real(path))
+    present, missing = split_available(tmp_path, [0, 1, 2, 3], checked={0, 1})
+    assert present == [0, 1, 2] and missing == [3]
+    assert decoded == [image_path(tmp_path, 2).name]

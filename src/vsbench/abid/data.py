@@ -9,7 +9,7 @@ done without the interruption.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,14 +46,12 @@ def load_image(path: Path, size: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1)
 
 
-def image_problem(path: Path, size: int | None = None) -> str:
+def image_problem(path: Path) -> str:
     """Why the image at ``path`` cannot be trained on ("" when it can): fully decoded once, with
     the pixel cap, so that a corrupt, truncated or oversized file is found before training instead
     of crashing a DataLoader worker mid-epoch."""
     try:
         with open_image(path) as image:
-            if size is not None and image.size != (size, size):
-                image.draft("RGB", (size, size))
             image.load()
         return ""
     except Exception as exc:  # noqa: BLE001 - decoders raise many types; each is this image's fault
@@ -61,17 +59,20 @@ def image_problem(path: Path, size: int | None = None) -> str:
 
 
 def split_available(root: Path, indices: Sequence[int], unreadable: list[dict[str, Any]] | None = None,
-                    *, threads: int | None = None) -> tuple[list[int], list[int]]:
+                    *, threads: int | None = None, checked: Collection[int] = ()) -> tuple[list[int], list[int]]:
     """(indices whose resized image exists and decodes, indices whose image is missing or unreadable).
 
     Each unreadable image (corrupt, truncated, over the pixel cap) is appended to ``unreadable``
     as ``{"index", "file", "reason"}``; callers list them in their summary and apply the failure
     rate (:func:`vsbench.imaging.limits.check_failure_rate`). Decoding runs on ``threads`` threads
-    (Pillow releases the GIL while decoding): ~0.5 ms a 224x224 JPEG on one core.
+    (Pillow releases the GIL while decoding): ~0.5 ms a 224x224 JPEG on one core. Indices in
+    ``checked`` were found readable by an earlier call of this run and are not decoded again.
     """
-    existing = [idx for idx in indices if image_path(root, idx).is_file()]
+    existing = [idx for idx in indices if idx in checked or image_path(root, idx).is_file()]
+    to_decode = [idx for idx in existing if idx not in checked]
     with ThreadPoolExecutor(max_workers=threads or min(16, os.cpu_count() or 1)) as pool:
-        problems = dict(zip(existing, pool.map(lambda idx: image_problem(image_path(root, idx)), existing)))
+        problems = dict(zip(to_decode, pool.map(lambda idx: image_problem(image_path(root, idx)), to_decode)))
+    problems.update(dict.fromkeys(set(existing) - set(to_decode), ""))
     present, missing = [], []
     for idx in indices:
         problem = problems.get(idx)

@@ -12,6 +12,7 @@ which is embedded once for all of them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,10 @@ class VerificationScorer:
     """Answers verification questions with a (trained) siamese network."""
 
     def __init__(self, questions: list[list[Any]], images_dir: Path, profile: TrainProfile, device: DeviceSetup,
-                 seed: int) -> None:
+                 seed: int, checked: Collection[int] = ()) -> None:
+        """``checked``: images already found readable (the training candidates), not decoded again."""
         available = set(split_available(images_dir, sorted({q[0] for q in questions} | {
-            t for q in questions for t in q[3]}))[0])
+            t for q in questions for t in q[3]}), checked=checked)[0])
         self.pairs: list[tuple[int, list[int]]] = []
         self.unanswerable: list[int] = []
         for number, question in enumerate(questions):
@@ -199,7 +201,7 @@ def train_siamese(
     held_pairs, held_labels = _held_out_pairs(held_rows, asins, sorted(available), profile, seed)
     dataset = SiameseRowPairs(images_dir, sampler, profile.image_size, seed, profile.pairs_per_row)
     rows_per_batch = profile.batch_size // profile.pairs_per_row  # the profile checks that it divides
-    scorer = VerificationScorer(questions, images_dir, profile, device, seed)
+    scorer = VerificationScorer(questions, images_dir, profile, device, seed, checked=set(candidates))
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     if profile.siamese_freeze_trunk and trunk_checkpoint is None:
         raise ValueError("siamese_freeze_trunk needs a trained trunk (siamese_trunk_init='counting')")

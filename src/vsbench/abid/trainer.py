@@ -77,11 +77,11 @@ def hold_out(items: list[T], fraction: float, seed: int) -> tuple[list[T], list[
     """(kept, held out): ``fraction`` of ``items`` (at least one) drawn by ``seed``, both in the
     original order. The held-out part chooses the epoch (``epoch_selection: holdout``), so the
     validation score stays a fresh measurement instead of the best of several looks at it."""
-    held = round(fraction * len(items))
-    if len(items) < 2 or not 0 < max(held, 1) < len(items):
+    held = max(round(fraction * len(items)), 1)
+    if held >= len(items):
         raise ValueError(f"cannot hold out {fraction:.0%} of {len(items)} training items and still train: "
                          "use epoch_selection 'val' or 'last', or more data")
-    chosen = set(np.random.default_rng([seed, 0x401D]).choice(len(items), size=max(held, 1), replace=False).tolist())
+    chosen = set(np.random.default_rng([seed, 0x401D]).choice(len(items), size=held, replace=False).tolist())
     return ([x for i, x in enumerate(items) if i not in chosen], [x for i, x in enumerate(items) if i in chosen])
 
 
