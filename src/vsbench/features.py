@@ -14,16 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from vsbench.inputs import QUOTE_CHARS, InputError, load_arrays
+from vsbench.inputs import QUOTE_CHARS, InputError, WordedInputError, load_arrays
 from vsbench.storage import atomic_write_bytes
 
 
-class FeatureError(InputError):
+class FeatureError(WordedInputError):
     """A feature file or array that cannot be used, with the file and the reason (an InputError,
     so the CLI and the fuzz tests treat it as the user's input problem it is)."""
-
-    def __init__(self, message: str) -> None:
-        ValueError.__init__(self, message)
 
 
 @dataclass(frozen=True)

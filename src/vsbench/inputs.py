@@ -86,6 +86,14 @@ class InputError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+class WordedInputError(InputError):
+    """An InputError raised with its whole message already worded (it names the file or value
+    itself), for error types older than :class:`InputError`: ``FeatureError``, ``UnsafePathError``."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, message)
+
+
 def quote(text: Any, limit: int = QUOTE_CHARS) -> str:
     """``repr`` of at most ``limit`` characters of ``text``, saying how long the whole was."""
     text = f"{text}"  # a plain str, also from numpy strings (whose repr names their type)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from vsbench.inputs import InputError
+from vsbench.inputs import WordedInputError
 
 TMP_MARKER = ".tmp-"
 
@@ -33,11 +33,8 @@ _TMP_COUNTER = itertools.count()
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
-class UnsafePathError(InputError):
+class UnsafePathError(WordedInputError):
     """A dataset-supplied relative path tried to leave its root (``..``, absolute, or empty)."""
-
-    def __init__(self, message: str) -> None:
-        ValueError.__init__(self, message)
 
 
 @dataclass(frozen=True)
