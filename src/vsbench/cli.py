@@ -426,10 +426,9 @@ def _baseline_tag(model_opts: dict) -> dict[str, str]:
 def _similarity_metrics(benchmark: str, model: str, manifest: dict) -> dict[str, float]:
     """The score step's records as the pipeline's parent run holds them: ``<benchmark>__<model>__<metric>``."""
     from vsbench.similarity import flat_metrics
-    from vsbench.steps import _metric_safe
+    from vsbench.steps import parent_metric_names
 
-    return {f"{benchmark}__{_metric_safe(model or 'model')}__{k}": v
-            for k, v in flat_metrics(manifest.get("records", [])).items()}
+    return parent_metric_names(benchmark, model, flat_metrics(manifest.get("records", [])))
 
 
 def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:

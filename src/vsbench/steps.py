@@ -295,6 +295,13 @@ def _save_figure(figure: Any, path: Path) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def parent_metric_names(benchmark: str, model: str, metrics: dict[str, float]) -> dict[str, float]:
+    """A score step's metrics as a pipeline's parent run (and a command run) holds them,
+    ``<benchmark>__<model>__<variant>__<metric>``: a nightly parent holds many pairs."""
+    prefix = f"{benchmark}__{_metric_safe(model or 'model')}"
+    return {f"{prefix}__{k}": v for k, v in metrics.items()}
+
+
 def _metric_safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
 
@@ -432,8 +439,6 @@ def similarity_score_step(
             _save_figure(figure, Path(out) / artifact)  # beside the CSV: a command run attaches it later
             saved.append(artifact)
             plots.close(figure)
-        # On the parent run as <benchmark>__<model>__<variant>__<metric>: a nightly parent holds many pairs.
-        prefix = f"{benchmark}__{_metric_safe(model or 'model')}"
-        log_to_parent(parent_run_id, {f"{prefix}__{k}": v for k, v in metrics.items()})
+        log_to_parent(parent_run_id, parent_metric_names(benchmark, model, metrics))
         manifest = {"records": result.records, "csv": result.csv_name, "plots": saved}
         return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started)
