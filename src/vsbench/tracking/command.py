@@ -17,7 +17,6 @@ Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<r
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
@@ -29,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vsbench.inputs import read_json
 from vsbench.storage import atomic_write_json
 from vsbench.tracking.provenance import RUN_KEY_TAG, SOURCE_TAG, code_tags
 
@@ -145,7 +145,7 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
 
 
 def read_bundle(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != 1 or "run_key" not in data:
         raise ValueError(f"{path}: not a vsbench run bundle")
     return data
@@ -207,22 +207,30 @@ def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | 
 
     A hung store leaves the thread blocked on its socket; the process does not wait for it (daemon),
     so the command ends on time and the bundle says it was not uploaded."""
-    timeout = tracking_timeout() if timeout is None else timeout
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
-    result: dict[str, str] = {}
+    run_id, error = _within(lambda: upload_bundle(path, uri or None), timeout, "vsbench-mlflow-upload")
+    return Outcome(path, run_id or "", uri, error)
 
-    def work() -> None:
+
+def _within(work: Callable[[], Any], timeout: float | None, name: str) -> tuple[Any, str]:
+    """(``work()``'s value, "") when it returns within ``timeout`` seconds (default
+    :func:`tracking_timeout`), else (None, why not). It runs in a daemon thread: a hung store
+    leaves that thread blocked on its socket, and the process does not wait for it."""
+    timeout = tracking_timeout() if timeout is None else timeout
+    result: dict[str, Any] = {}
+
+    def run() -> None:
         try:
-            result["run_id"] = upload_bundle(path, uri or None)
-        except BaseException as exc:  # noqa: BLE001 - any failure means "upload later"
+            result["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - any failure means "not now"
             result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
-    thread = threading.Thread(target=work, name="vsbench-mlflow-upload", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        return Outcome(path, tracking_uri=uri, error=f"no answer within {timeout:g} s ({TIMEOUT_ENV})")
-    return Outcome(path, result.get("run_id", ""), uri, result.get("error", ""))
+        return None, f"no answer within {timeout:g} s ({TIMEOUT_ENV})"
+    return result.get("value"), result.get("error", "")
 
 
 def describe(outcome: Outcome, kept: Path | None = None) -> str:
@@ -256,24 +264,12 @@ def probe_store(timeout: float | None = None) -> str:
 
     Pipelines probe first: their steps log as they go, so a store found down is switched off for
     the whole run (the numbers stay in the step manifests) instead of costing every step a timeout."""
-    timeout = tracking_timeout() if timeout is None else timeout
-    result: dict[str, str] = {}
+    def search() -> None:
+        from mlflow.tracking import MlflowClient
 
-    def work() -> None:
-        try:
-            from mlflow.tracking import MlflowClient
+        MlflowClient().search_experiments(max_results=1)
 
-            MlflowClient().search_experiments(max_results=1)
-            result["ok"] = "1"
-        except BaseException as exc:  # noqa: BLE001
-            result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-
-    thread = threading.Thread(target=work, name="vsbench-mlflow-probe", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        return f"no answer within {timeout:g} s ({TIMEOUT_ENV})"
-    return "" if result.get("ok") else result.get("error", "unknown error")
+    return _within(search, timeout, "vsbench-mlflow-probe")[1]
 
 
 def prepare_pipeline_tracking(track: bool, announce: Callable[[str], None] = print) -> bool:
