@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 SHARED_ASIN_BINS = 50  # eligible bins after which asin-sharing files are filled (module doc)
-MODERATE_LIMIT = 6  # the moderate sets keep bins with fewer than this many items (upstream's rule)
 
 
 class _Tasks(Protocol):
@@ -59,6 +58,9 @@ def explain_empty(
     name: str, tasks: _Tasks, train: Sequence[int], val: Sequence[int], *, val_fraction: float,
 ) -> EmptyFile:
     """The reason ``name`` (written empty) has no entries; ``train``/``val`` are 0-based indices."""
+    from vsbench.abid.prepare import MODERATE_MAX_QUANTITY  # here: prepare imports this module
+
+    limit = MODERATE_MAX_QUANTITY + 1  # the moderate sets keep bins with fewer items (upstream's rule)
     eligible = len(train) + len(val)
     split_needed = (f"at least {_split_bins_needed(val_fraction)} eligible bins are needed at val_fraction "
                     f"{val_fraction} (there are {eligible})")
@@ -75,17 +77,17 @@ def explain_empty(
     if name == "instances.json":
         return EmptyFile(name, "no eligible bin has EXPECTED_QUANTITY > 0", "bins holding items are needed")
     if name.startswith("counting_"):
-        return EmptyFile(name, f"every {split} bin holds {MODERATE_LIMIT} or more items (the moderate set keeps "
-                               f"fewer than {MODERATE_LIMIT})", f"{split} bins with 0-{MODERATE_LIMIT - 1} items are needed")
-    candidates = [i for i in nonempty if not moderate or tasks.quantity(i) < MODERATE_LIMIT]
+        return EmptyFile(name, f"every {split} bin holds {limit} or more items (the moderate set keeps "
+                               f"fewer than {limit})", f"{split} bins with 0-{limit - 1} items are needed")
+    candidates = [i for i in nonempty if not moderate or tasks.quantity(i) < limit]
     if not candidates:
-        rule = f"1-{MODERATE_LIMIT - 1} items" if moderate else "any items"
+        rule = f"1-{limit - 1} items" if moderate else "any items"
         return EmptyFile(name, f"no {split} bin holds {rule}", f"{split} bins holding {rule} are needed")
     if name.startswith("obj_verification_train"):
         return EmptyFile(name, "no training bin holds an asin that is also in two other training bins",
                          _shared_needed(eligible))
     train_asins = {item.asin for i in train for item in tasks.items[i]
-                   if tasks.quantity(i) > 0 and (not moderate or tasks.quantity(i) < MODERATE_LIMIT)}
+                   if tasks.quantity(i) > 0 and (not moderate or tasks.quantity(i) < limit)}
     shares = [i for i in candidates if any(item.asin in train_asins for item in tasks.items[i])]
     if not shares:
         return EmptyFile(name, "no validation bin shares an asin with a training bin", _shared_needed(eligible))
