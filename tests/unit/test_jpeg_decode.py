@@ -202,6 +202,127 @@ def test_torch_resize_is_pillows_bilinear_within_one_level():
     assert resize_bilinear(_photo(300, 200, 0), (64, 48)).shape == (48, 64, 3)
 
 
+# --- without Pillow's header -------------------------------------------------------------------
+
+# Fast kinds whose header holds plain segments only (no EXIF APP1, no Adobe APP14): the resize
+# step decodes them without opening them with Pillow.
+PLAIN = FAST - {"exif-rotated", "adobe-rgb"}
+
+
+def _segments(data: bytes) -> list[tuple[int, int, int]]:
+    """(marker, offset, length field) of every segment before the scan."""
+    found, offset = [], 2
+    while data[offset + 1] != 0xDA:
+        length = int.from_bytes(data[offset + 2:offset + 4], "big")
+        found.append((data[offset + 1], offset, length))
+        offset += 2 + length
+    return found
+
+
+def _with_segment(data: bytes, marker: int, payload: bytes, before: int = 0xDB) -> bytes:
+    """``data`` with one more segment, put just before the first ``before`` segment."""
+    offset = next(o for m, o, _ in _segments(data) if m == before)
+    segment = bytes([0xFF, marker]) + (len(payload) + 2).to_bytes(2, "big") + payload
+    return data[:offset] + segment + data[offset:]
+
+
+def _short_dqt(data: bytes) -> bytes:
+    """The first quantization table cut by 10 bytes, its length field to match: libjpeg-turbo
+    pads such a table with 1s and decodes, Pillow's header parser refuses it."""
+    _, offset, length = next(s for s in _segments(data) if s[0] == 0xDB)
+    end = offset + 2 + length
+    return data[:offset + 2] + (length - 10).to_bytes(2, "big") + data[offset + 4:end - 10] + data[end:]
+
+
+def _sof_byte(data: bytes, index: int, value: int) -> bytes:
+    """``data`` with byte ``index`` of the SOF payload (0 precision, 5 components) set to ``value``."""
+    _, offset, _ = next(s for s in _segments(data) if s[0] in (0xC0, 0xC2))
+    position = offset + 4 + index
+    return data[:position] + bytes([value]) + data[position + 1:]
+
+
+def _header_variants() -> dict[str, bytes]:
+    good = KINDS["baseline-420"]
+    first = _segments(good)[0][1]
+    return {
+        "short-dqt": _short_dqt(good),
+        "short-jfif": _with_segment(good, 0xE0, b"JFIF\x00\x01"),
+        "icc-app2": _with_segment(good, 0xE2, b"ICC_PROFILE\x00\x01\x01" + bytes(40)),
+        "mpf-app2": _with_segment(good, 0xE2, b"MPF\x00" + bytes(40)),
+        "fill-bytes": good[:first] + b"\xff\xff" + good[first:],
+        "junk-between-segments": good[:first] + b"\x00\x17" + good[first:],
+        "twelve-bit": _sof_byte(good, 0, 12),
+        "two-components": _sof_byte(good, 5, 2),
+        "com": _with_segment(good, 0xFE, b"a comment Pillow stores"),
+        "non-jfif-app0": _with_segment(good, 0xE0, b"AVI1\x00"),
+    }
+
+
+HEADER_VARIANTS = _header_variants()
+PLAIN_VARIANTS = {"com", "non-jfif-app0"}
+
+
+def _pillow_route(data: bytes, target: tuple[int, int] | None) -> np.ndarray | None | str:
+    """What decode_rgb gives after Pillow's header, or why Pillow refused the header."""
+    try:
+        with Image.open(io.BytesIO(data)) as header:
+            return jpeg.decode_rgb(data, header, target, rgbx=True)
+    except Exception as exc:  # noqa: BLE001 - the reason itself does not matter here
+        return f"refused: {type(exc).__name__}"
+
+
+@pytest.mark.parametrize("kind", sorted({**KINDS, **HEADER_VARIANTS}))
+@pytest.mark.parametrize("target", [None, (224, 224)])
+def test_decoding_without_pillows_header_gives_its_pixels_or_leaves_the_file_to_it(kind, target):
+    data = KINDS.get(kind, HEADER_VARIANTS.get(kind))
+    plain = jpeg.decode_plain_rgb(data, target, rgbx=True)
+    if kind in PLAIN or kind in PLAIN_VARIANTS:
+        assert plain is not None, kind
+        np.testing.assert_array_equal(plain, _pillow_route(data, target))
+    else:
+        assert plain is None, kind
+
+
+def test_a_header_libjpeg_accepts_and_pillow_refuses_is_left_to_pillow():
+    """The case a header-free reader gets wrong: libjpeg-turbo decodes a JFIF APP0 too short for
+    Pillow without a warning, so only the header check keeps the resize step's listed failure.
+    (A short quantization table, which libjpeg pads, is refused by the header check too; the
+    simplejpeg build here happens to refuse it as well.)"""
+    import simplejpeg
+
+    data = HEADER_VARIANTS["short-jfif"]
+    assert simplejpeg.decode_jpeg(data, strict=True).shape == (354, 430, 3)
+    assert _pillow_route(data, None).startswith("refused")
+    assert jpeg.plain_header(data) is None
+    fast, draft = _outcome(data, "fast"), _outcome(data, "draft")
+    assert isinstance(draft, str) and fast == draft
+    assert jpeg.plain_header(HEADER_VARIANTS["short-dqt"]) is None
+
+
+@pytest.mark.parametrize("kind", sorted(HEADER_VARIANTS))
+def test_fast_resize_of_header_variants_gives_drafts_output_or_drafts_failure(kind):
+    fast, draft = _outcome(HEADER_VARIANTS[kind], "fast"), _outcome(HEADER_VARIANTS[kind], "draft")
+    if isinstance(draft, str) or isinstance(fast, str):
+        assert fast == draft, kind
+    else:
+        assert _mad(fast, draft) <= 0.5, kind
+
+
+def test_plain_header_reads_the_frame_size():
+    assert jpeg.plain_header(KINDS["baseline-420"]) == (430, 354)
+    assert jpeg.plain_header(KINDS["grayscale"]) == (430, 354)
+    assert jpeg.plain_header(KINDS["large-eighth"]) == (1900, 1800)
+    for kind in ("cmyk", "mpo", "exif-rotated", "header-only", "png-named-jpg", "empty"):
+        assert jpeg.plain_header(KINDS[kind]) is None, kind
+
+
+def test_over_the_pixel_cap_the_header_free_path_steps_aside(monkeypatch):
+    """Pillow's route then words the refusal, as before."""
+    monkeypatch.setenv("VSBENCH_MAX_IMAGE_PIXELS", str(430 * 354 - 1))
+    assert jpeg.decode_plain_rgb(KINDS["baseline-420"], (224, 224)) is None
+    assert _outcome(KINDS["baseline-420"], "fast").startswith("failed: image too large: 430x354")
+
+
 # --- the resize step -------------------------------------------------------------------------
 
 
