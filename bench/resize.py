@@ -20,6 +20,18 @@ Throughput is reported per core because that is what carries over to a cluster: 
 N cores and goes N times faster (the all-cores row shows how close it gets on this machine,
 which is shared with other work, so its per-core figure is a lower bound).
 
+Where the outputs go: every method reads its inputs (hard links on ``--workdir``, in the page
+cache) and writes one file per image. By default the outputs go to a tmpfs (``/dev/shm``), so the
+figures measure the resize work and the file work every step does, not the disk: on the VM these
+figures come from, creating a file on its ext4 disk costs anything from 0.03 to 0.7 ms depending
+on where the file system is in a ~20 s cycle (6 us on tmpfs; tens of microseconds on an ordinary
+node disk), which is as much as the whole image work of the fast path and is the same for every
+method. The challenge's loop and ``fast`` are timed on ``--workdir``'s disk too, in the same run
+(``abid_speedup_on_disk``), beside a method that does only the file work (read each input, write
+it out), whose time per image is that file system's cost at that moment. In that on-disk pass
+the methods take turns on chunks of the images within a round (``--chunks``), so that they share
+the file system's state; elsewhere each method does a whole set in one call.
+
 Difference: every method's JPEG output is decoded to an array and compared with the
 challenge's output for the same input: mean absolute difference in 0..255 levels over all
 pixels and channels.
@@ -30,12 +42,14 @@ core for two preprocessings (a 224 square, and 256 shorter side + 224 crop) on t
 224x224 outputs (what ``abid_embeddings`` reads), the ABID-sized and the large photos, with a
 check that both give the same arrays.
 
-Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--json out.json]``.
-The JSON has, at the top level, ``abid_speedup`` (fast, 1 worker, per core / the challenge's loop
-per core, ABID-sized), ``large_speedup`` (the same on 1600x1200 photos), ``abid_mean_abs_diff``
-(fast's output vs the challenge's, ABID-sized), ``large_mean_abs_diff``,
-``abid_speedup_in_memory`` (the same steps on bytes in memory, no file reads or writes),
-``embed_loading`` (before/after per set and preprocessing) and ``descriptor_agreement``.
+Run: ``python bench/resize.py [--images 400] [--large 40] [--repeat 3] [--chunks 4] [--outputs DIR]
+[--json out.json]``. The JSON has, at the top level, ``abid_speedup`` (fast, 1 worker, per core /
+the challenge's loop per core, ABID-sized, outputs as above), ``large_speedup`` (the same on
+1600x1200 photos), ``abid_mean_abs_diff`` (fast's output vs the challenge's, ABID-sized),
+``large_mean_abs_diff``, ``abid_speedup_in_memory`` (the same steps on bytes in memory, no file
+reads or writes), ``abid_speedup_on_disk`` (outputs on ``--workdir``'s disk),
+``file_work_ms_per_image`` (the file-work-only method, on the outputs' and on the disk's file
+system), ``embed_loading`` (before/after per set and preprocessing) and ``descriptor_agreement``.
 """
 
 from __future__ import annotations
@@ -71,6 +85,7 @@ from _common import (
 LARGE_SIZE = (1600, 1200)
 CHALLENGE = "challenge loop (PIL, 1 core)"
 FAST = "vsbench resize_abid fast, 1 worker"
+FILES = "file work only (read, write a copy)"
 
 
 @dataclass
@@ -143,6 +158,18 @@ def challenge_loop(size: int) -> Method:
         for p in sorted((data / "bin-images").iterdir()):
             q = out / p.name
             Image.open(p).convert("RGB").resize((size, size), Image.BILINEAR).save(q)
+
+    return run
+
+
+def file_work_only() -> Method:
+    """The file work of one image without the image work: read the input, write it out under
+    the same name (one open and read, one create and write, as the challenge's loop does). What
+    the file system alone costs per image at that moment; it is in every method's time."""
+
+    def run(data: Path, out: Path) -> None:
+        for p in sorted((data / "bin-images").iterdir()):
+            (out / p.name).write_bytes(p.read_bytes())
 
     return run
 
@@ -339,22 +366,45 @@ def mean_abs_diff(out: Path, reference: Path) -> float:
     return total / values if values else math.nan
 
 
-def measure(label: str, data: Path, count: int, methods: list[tuple[str, int, Method]], scratch: Path,
-            repeat: int) -> list[Measured]:
-    """Time every method ``repeat`` times (rounds interleaved), keep the best; then compare outputs.
+def split_into_chunks(data: Path, chunks: int, stage: Path) -> list[Path]:
+    """``data/bin-images`` hard-linked into ``chunks`` dataset roots of consecutive images."""
+    files = sorted((data / "bin-images").iterdir())
+    chunks = max(1, min(chunks, len(files)))
+    roots = []
+    for index in range(chunks):
+        root = fresh_dir(stage / f"chunk-{index}")
+        for source in files[index * len(files) // chunks:(index + 1) * len(files) // chunks]:
+            link_or_copy(source, root / "bin-images" / source.name)
+        roots.append(root)
+    return roots
 
-    The differences use each method's last-round outputs: every round writes the same bytes.
+
+def measure(label: str, data: Path, count: int, methods: list[tuple[str, int, Method]], scratch: Path,
+            repeat: int, chunks: int = 1) -> list[Measured]:
+    """Time every method ``repeat`` times, keep the best; then compare outputs.
+
+    Within a round the images are split into ``chunks`` and every method does a chunk before any
+    goes on to the next, so that the methods share the machine's state at each moment: on the VM
+    these figures come from, creating a file costs 0.03 to 0.7 ms depending on where the file
+    system is in a ~20 s cycle, more than the whole image work of some methods, so one method timed
+    whole after another could land in a slow phase the other escaped. Each chunk is one call of
+    the method (one ``resize_abid`` run, start-up included). The differences use each method's
+    last-round outputs: every round writes the same bytes.
     """
+    roots = [data] if chunks <= 1 else split_into_chunks(data, chunks, scratch / label / "input")
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in methods}
     outputs: dict[str, Path] = {}
     for index in range(max(1, repeat)):
-        for slot, (name, _cores, method) in enumerate(methods):
-            out = fresh_dir(scratch / label / f"m{slot}")
-            started = time.perf_counter()
-            method(data, out)
-            seconds[name].append(time.perf_counter() - started)
-            outputs[name] = out
-            produced = sum(1 for p in out.glob("*.jpg"))
+        for slot, (name, _cores, _method) in enumerate(methods):
+            outputs[name] = fresh_dir(scratch / label / f"m{slot}")
+            seconds[name].append(0.0)
+        for root in roots:
+            for name, _cores, method in methods:
+                started = time.perf_counter()
+                method(root, outputs[name])
+                seconds[name][-1] += time.perf_counter() - started
+        for name, _cores, _method in methods:
+            produced = sum(1 for p in outputs[name].glob("*.jpg"))
             if produced != count:
                 raise RuntimeError(f"{name}: {produced} outputs for {count} inputs")
             log(f"  {label} round {index + 1}: {name}: {seconds[name][-1]:.2f} s")
@@ -367,6 +417,8 @@ def measure(label: str, data: Path, count: int, methods: list[tuple[str, int, Me
                                 all_seconds=tuple(seconds[name])))
     reference = next(r for r in results if r.method == CHALLENGE)
     for result in results:
+        if result.method == FILES:
+            continue  # not a resize: its time is the file system's share of the others'
         result.vs_challenge_per_core = result.per_core / reference.per_core
         result.vs_challenge_total = result.images_per_second / reference.images_per_second
         result.mad_vs_challenge = mean_abs_diff(outputs[result.method], outputs[CHALLENGE])
@@ -378,9 +430,32 @@ def table(results: list[Measured]) -> str:
     return format_table(
         ["method", "images", "cores", "seconds", "images/s", "img/s/core", "x challenge/core",
          "x challenge total", "MAD vs challenge"],
-        [[r.method, r.images, r.cores, r.seconds, r.images_per_second, r.per_core, r.vs_challenge_per_core,
-          r.vs_challenge_total, f"{r.mad_vs_challenge:.3f}"] for r in results],
+        [[r.method, r.images, r.cores, r.seconds, r.images_per_second, r.per_core,
+          "-" if r.vs_challenge_per_core is None else r.vs_challenge_per_core,
+          "-" if r.vs_challenge_total is None else r.vs_challenge_total,
+          "-" if r.mad_vs_challenge is None else f"{r.mad_vs_challenge:.3f}"] for r in results],
     )
+
+
+def default_outputs(workdir: Path) -> Path:
+    """/dev/shm/vsbench-resize-runs where /dev/shm is a writable tmpfs, else workdir/resize-outputs."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and filesystem(shm) == "tmpfs":
+        return shm / "vsbench-resize-runs"
+    return workdir / "resize-outputs"
+
+
+def filesystem(path: Path) -> str:
+    """The type of the file system ``path`` (or its nearest existing parent) is on, from /proc/mounts."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    try:
+        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return "unknown"
+    best = max((m for m in mounts if path.is_relative_to(m[0])), key=lambda m: len(m[0]), default=None)
+    return best[1] if best else "unknown"
 
 
 def describe(paths: list[Path]) -> str:
@@ -402,10 +477,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the "
                         "all-cores row")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best per method is kept")
+    parser.add_argument("--chunks", type=int, default=4, help="parts of the set the methods take turns on "
+                        "within a round of the on-disk pass (see measure)")
     parser.add_argument("--descriptors", type=int, default=64, help="photos whose fast and full outputs are "
                         "embedded with efficientnet_lite0 to compare descriptors (0 to skip)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="cache and scratch folder")
+    parser.add_argument("--outputs", type=Path, default=None, help="where the methods write their outputs "
+                        "(default: a folder in /dev/shm where it is a tmpfs, else under --workdir; see the "
+                        "module doc); the challenge loop and fast are timed on --workdir's disk as well")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
 
@@ -414,7 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     root = cached_abid(args.workdir, bins, args.seed)
     small = stage_images(root, args.images, args.workdir / "resize-stage" / "small")
     small_data = small[0].parent.parent
-    scratch = args.workdir / "resize-runs"
+    scratch = args.outputs or default_outputs(args.workdir)
+    disk_scratch = args.workdir / "resize-runs"
+    log(f"outputs under {scratch} ({filesystem(scratch)}); the on-disk pass under {disk_scratch} "
+        f"({filesystem(disk_scratch)})")
 
     size, quality, workers = args.size, args.quality, max(1, args.workers)
     methods: list[tuple[str, int, Method]] = [
@@ -424,9 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         ("vsbench resize_abid full, 1 worker", 1, vsbench_resize(size, quality, "full", 1)),
         (f"vsbench resize_abid fast, {workers} workers", workers, vsbench_resize(size, quality, "fast", workers)),
         ("torchvision.io decode+resize+encode, 1 thread", 1, torchvision_path(size, quality)),
+        (FILES, 1, file_work_only()),
     ]
     log(f"small set: {describe(small)}")
     small_results = measure("small", small_data, len(small), methods, scratch, args.repeat)
+    disk_results = measure("disk", small_data, len(small), [methods[0], methods[1], methods[-1]],
+                           disk_scratch, args.repeat, args.chunks)
 
     large_results: list[Measured] = []
     large_desc = ""
@@ -445,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         large_results = measure("large", large[0].parent.parent, len(large), large_methods, scratch,
                                 args.repeat)
     shutil.rmtree(scratch, ignore_errors=True)
+    shutil.rmtree(disk_scratch, ignore_errors=True)
 
     memory = in_memory(small, size, quality, args.repeat)
     resized = resized_images(small_data, args.workdir / "resize-stage" / "resized", size, quality, "fast")
@@ -480,7 +567,15 @@ def main(argv: list[str] | None = None) -> int:
         ["images", "preprocessing", "count", "before (Pillow) img/s", "after img/s", "x before", "same arrays"],
         [[r["images"], r["preprocessing"], r["count"], r["before_images_per_second"], r["after_images_per_second"],
           r["speedup"], r["identical"]] for r in loading]))
+    print()
+    print(f"The same on {filesystem(disk_scratch)} under {disk_scratch}, file work included as above:")
+    print(table(disk_results))
     fast_small = next(r for r in small_results if r.method == FAST)
+    fast_disk = next(r for r in disk_results if r.method == FAST)
+    files = {label: round(1e3 / next(r for r in results if r.method == FILES).per_core, 3)
+             for label, results in (("outputs", small_results), ("disk", disk_results))}
+    print(f"File work alone (read, write a copy), ms per image: {files['outputs']} on {filesystem(scratch)}, "
+          f"{files['disk']} on {filesystem(disk_scratch)}")
     fast_large = next((r for r in large_results if r.method == FAST), None)
     figures = {
         "abid_speedup": round(fast_small.vs_challenge_per_core or 0.0, 3),
@@ -488,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         "abid_mean_abs_diff": round(fast_small.mad_vs_challenge or 0.0, 4),
         "large_mean_abs_diff": round(fast_large.mad_vs_challenge or 0.0, 4) if fast_large else None,
         "abid_speedup_in_memory": memory["speedup"],
+        "abid_speedup_on_disk": round(fast_disk.vs_challenge_per_core or 0.0, 3),
     }
     if agreement:
         print()
@@ -500,7 +596,11 @@ def main(argv: list[str] | None = None) -> int:
     print("  ".join(f"{k} {v}" for k, v in figures.items()))
     write_json(args.json, {
         **figures,
-        "bench": "resize", "size": size, "quality": quality, "repeat": args.repeat,
+        "bench": "resize", "size": size, "quality": quality, "repeat": args.repeat, "chunks": args.chunks,
+        "outputs": {"folder": str(scratch), "filesystem": filesystem(scratch)},
+        "disk": {"folder": str(disk_scratch), "filesystem": filesystem(disk_scratch),
+                 "results": [asdict(r) for r in disk_results]},
+        "file_work_ms_per_image": files,
         "small": {"inputs": describe(small), "results": [asdict(r) for r in small_results]},
         "large": {"inputs": large_desc, "results": [asdict(r) for r in large_results]},
         "in_memory": memory,
