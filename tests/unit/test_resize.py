@@ -116,6 +116,34 @@ def test_atomic_write_makes_folders_survives_a_stale_temporary_and_leaves_no_tem
     assert [p.name for p in target.parent.iterdir()] == ["x.bin"]
 
 
+def test_atomic_write_takes_strings_and_bare_names_and_finishes_partial_writes(tmp_path, monkeypatch):
+    from vsbench import storage
+
+    storage.atomic_write_bytes(str(tmp_path / "s.bin"), b"as a string")
+    assert (tmp_path / "s.bin").read_bytes() == b"as a string"
+    monkeypatch.chdir(tmp_path)
+    real_write = os.write
+    monkeypatch.setattr(storage.os, "write", lambda fd, data: real_write(fd, bytes(data[:3])))  # 3 bytes a call
+    storage.atomic_write_bytes("bare.bin", b"0123456789" * 5)
+    assert (tmp_path / "bare.bin").read_bytes() == b"0123456789" * 5
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from vsbench import storage
+
+    target = tmp_path / "x.bin"
+    storage.atomic_write_bytes(target, b"old")
+
+    def disk_full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "write", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        storage.atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.bin"]
+
+
 def bomb_jpeg(width: int, height: int) -> bytes:
     """A tiny real JPEG whose header declares ``width`` x ``height`` (the SOF0 frame size patched):
     what a 10 MB 30000x30000 photo looks like to a decoder before it decodes."""
