@@ -9,7 +9,8 @@ and add:
   2x the target on both sides (>= 448 px for 224: a third of a real ABID sample) at a reduced DCT
   scale, which moves their pixels ~1.5 levels from the challenge's (docs/abid.md "Resize");
 * ``decode="fast"`` (named option): libjpeg-turbo decodes through simplejpeg into an array
-  (:mod:`vsbench.imaging.jpeg`: the same pixels as Pillow's decoder, with less overhead) and
+  (:mod:`vsbench.imaging.jpeg`: the same pixels as Pillow's decoder, with less overhead; a plain
+  JPEG's header is read without Pillow, :func:`~vsbench.imaging.jpeg.decode_plain_rgb`) and
   torch's uint8 kernel does the antialiased bilinear resize (:mod:`vsbench.imaging.resample`:
   within one level of Pillow's, ~4x faster). Large photos are decoded at 1/2, 1/4 or 1/8 scale
   in the DCT domain exactly as Pillow's draft mode does. Anything that is not a plain RGB or

@@ -17,8 +17,9 @@ DCT scaling is restricted to what Pillow's draft mode picks, 1/2, 1/4 or 1/8 and
 photo is at least that many times the target on both sides. libjpeg-turbo can also scale by
 other M/8, but that changes the pixels (and for ABID-sized photos it was not even faster).
 
-Safety: the file is first opened lazily by Pillow (header only, ~0.03 ms), so the checks the
-callers make today are made the same way: the format must be ``JPEG`` (an MPO is not), the mode
+Safety: the file is first opened lazily by Pillow (header only, ~0.04 ms; :func:`decode_plain_rgb`
+skips that for JPEGs whose header only holds segments Pillow cannot refuse, see
+:func:`plain_header`), so the checks the callers make today are made the same way: the format must be ``JPEG`` (an MPO is not), the mode
 one that libjpeg-turbo turns into RGB as Pillow does (``RGB`` or ``L``; CMYK/YCCK and anything
 odd go to Pillow) and the pixel count within :func:`vsbench.imaging.limits.max_image_pixels`,
 checked on Pillow's header and again on simplejpeg's own reading of it, before anything is
