@@ -68,11 +68,10 @@ def split_available(root: Path, indices: Sequence[int], unreadable: list[dict[st
     (Pillow releases the GIL while decoding): ~0.5 ms a 224x224 JPEG on one core. Indices in
     ``checked`` were found readable by an earlier call of this run and are not decoded again.
     """
-    existing = [idx for idx in indices if idx in checked or image_path(root, idx).is_file()]
-    to_decode = [idx for idx in existing if idx not in checked]
+    problems = {idx: "" for idx in indices if idx in checked}
+    to_decode = [idx for idx in indices if idx not in checked and image_path(root, idx).is_file()]
     with ThreadPoolExecutor(max_workers=threads or min(16, os.cpu_count() or 1)) as pool:
-        problems = dict(zip(to_decode, pool.map(lambda idx: image_problem(image_path(root, idx)), to_decode)))
-    problems.update(dict.fromkeys(set(existing) - set(to_decode), ""))
+        problems.update(zip(to_decode, pool.map(lambda idx: image_problem(image_path(root, idx)), to_decode)))
     present, missing = [], []
     for idx in indices:
         problem = problems.get(idx)

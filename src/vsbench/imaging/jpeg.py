@@ -37,7 +37,7 @@ import math
 import numpy as np
 from PIL import Image
 
-from vsbench.imaging.limits import check_pixels, max_image_pixels
+from vsbench.imaging.limits import ImageTooLarge, check_pixels
 
 try:  # an optional speed-up: without simplejpeg everything takes the Pillow path
     import simplejpeg
@@ -95,18 +95,22 @@ def decode_plain_rgb(data: bytes, target: tuple[int, int] | None = None, *,
     if simplejpeg is None:
         return None
     size = plain_header(data)
-    if size is None or size[0] * size[1] > max_image_pixels():
+    if size is None:
+        return None
+    try:
+        check_pixels(size)
+    except ImageTooLarge:
         return None  # the Pillow route refuses it, in its own words
     return _decode_checked(data, size, target, rgbx)
 
 
 # The segments a plain JPEG's header holds, that Pillow's parser reads without any way to fail
-# once libjpeg-turbo accepts the file: DHT, DQT, DRI and COM (which Pillow skips, stores, or
-# checks no more than libjpeg does) and the baseline, extended and progressive Huffman SOFs.
-# APP0 is read by Pillow too (a JFIF one needs 7 bytes). Anything else (EXIF and the other APPn
-# that Pillow parses, MPO's APP2, arithmetic or lossless SOFs, junk or fill bytes between
-# segments) sends the file to Pillow's header.
-_PLAIN_SEGMENTS = frozenset({0xC4, 0xDB, 0xDD, 0xFE})
+# once libjpeg-turbo accepts the file: DHT, DRI and COM (which Pillow skips or stores), the
+# baseline, extended and progressive Huffman SOFs, and APP0 and DQT as far as Pillow checks them
+# (a JFIF APP0 needs 7 bytes, every quantization table must be whole: see plain_header). Anything
+# else (EXIF and the other APPn that Pillow parses, MPO's APP2, arithmetic or lossless SOFs, junk
+# or fill bytes between segments) sends the file to Pillow's header.
+_PLAIN_SEGMENTS = frozenset({0xC4, 0xDD, 0xFE})
 _PLAIN_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
 _SOS, _APP0, _DQT = 0xDA, 0xE0, 0xDB
 
