@@ -74,4 +74,5 @@ def test_copydays_equals_sscd(layout, seed: int, codec: str) -> None:
     for name in ("strong_map", "overall_uap"):
         low, high = record.get(f"{name}_worst", record[name]), record.get(f"{name}_best", record[name])
         assert low - TOL <= record[name] <= high + TOL
-    assert "overall_uap_best" in record  # the quantized descriptors do tie across queries
+    if codec == "Flat":  # integer descriptors: exact distances, so they tie on every CPU and BLAS
+        assert "overall_uap_best" in record  # the quantized descriptors do tie across queries

@@ -53,9 +53,13 @@ def _catalog(root: Path, seed: int) -> tuple[list[str], np.ndarray, list[dict]]:
     n = 400
     paths = [f"img/{i:04d}.jpg" for i in range(n)]
     products = np.sort(rng.integers(0, 150, n))
-    features = rng.integers(-2, 3, size=(n, 5)).astype(np.float32)
+    # Signs on 1 or 4 of 5 components: norms 1 or 2, so every normalized row and every cosine is exact
+    # in float32 and ties hold whatever order a kernel sums in (AVX2, AVX-512, another BLAS).
+    features = rng.choice([-1.0, 1.0], size=(n, 5)).astype(np.float32)
+    one_hot = rng.random(n) < 0.5
+    features[one_hot] *= np.eye(5, dtype=np.float32)[rng.integers(0, 5, one_hot.sum())]
+    features[~one_hot, rng.integers(0, 5, (~one_hot).sum())] = 0.0
     features[rng.choice(n, 60)] = features[rng.choice(n, 60)]
-    features[np.abs(features).sum(axis=1) == 0, 0] = 1.0
     metadata = {"images": [{"id": f"P{p}", "path": path, "phase": "train"} for path, p in zip(paths, products)]}
     (root / "metadata.json").write_text(json.dumps(metadata))
     tags = []

@@ -57,14 +57,17 @@ def _features(ids: tuple[str, ...], rows: list[list[float]]) -> FeatureSet:
 
 
 def _hand_features(train_rows: list[list[float]] | None = None) -> dict[str, FeatureSet]:
-    """References e0, e1, e2. With k = 2 (inner products on unit vectors):
+    """References e0, e1, e2; queries with components 0, 0.5 and 1, so that every inner product and
+    every squared distance is exact in float32 whatever order a kernel sums in (AVX2, AVX-512, BLAS):
+    the ties below hold on every CPU. With k = 2, by inner product (normalized runs) and by L2
+    (unnormalized runs, scored as minus the squared distance) alike:
 
-    Q00000 (copy of R000000): R000000 0.8 (hit), R000001 0.6
-    Q00001 (copy of R000001): R000002 0.8, R000000 0.6 -- its copy is never retrieved
-    Q00002 (no copy):        R000002 0.6, then 0.0
+    Q00000 (copy of R000000): R000000 1 | -0.25 (hit), R000001 0.5 | -1.25
+    Q00001 (copy of R000001): R000002 1 | -0.25, R000000 0.5 | -1.25 -- its copy is never retrieved
+    Q00002 (no copy):        R000002 0.5 | -1.25, then 0 | -2.25
     """
     return {
-        "query": _features(QUERIES, [[0.8, 0.6, 0, 0], [0.6, 0, 0.8, 0], [0, 0, 0.6, 0.8]]),
+        "query": _features(QUERIES, [[1, 0.5, 0, 0], [0.5, 0, 1, 0], [0, 0, 0.5, 1]]),
         "reference": _features(REFERENCES, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]),
         "train": _features(TRAIN, train_rows or [[0, 0, 0, 1]] * 4),
     }
@@ -100,7 +103,7 @@ def test_perfect_features_score_one(disc_root: Path) -> None:
 
 
 def test_hand_worked_metrics_with_a_tie_and_a_missed_copy(disc_root: Path) -> None:
-    # Pooled by score, negatives first on ties: 0.8 Q1-R2 (neg), 0.8 Q0-R0 (hit) -> P = 1/2 at the only hit.
+    # Pooled by score, negatives first on ties: -0.25 Q1-R2 (neg), -0.25 Q0-R0 (hit) -> P = 1/2 at the only hit.
     # uAP = (1/2) / N_gt(2) = 0.25; precision never reaches 0.9; acc@1: Q0 yes, Q1's copy missing -> 0.5.
     result = load_disc(disc_root).evaluate(_hand_features(), EvalSettings(codecs="Flat", k=2, score_norm=""))
     (record,) = result.records
@@ -114,9 +117,9 @@ def test_hand_worked_metrics_with_a_tie_and_a_missed_copy(disc_root: Path) -> No
 
 def test_score_normalization_subtracts_each_querys_training_similarity(disc_root: Path) -> None:
     # Every training row is e0 and [0,0] uses the first neighbour only, so each query's adjustment is its
-    # inner product with e0: Q0 0.8, Q1 0.6, Q2 0. Normalized scores (k = 2):
-    # Q0: R0 0.0 (hit), R1 -0.2;  Q1: R2 0.2, R0 0.0;  Q2: R2 0.6, R0 or R1 0.0.
-    # Pooled: 0.6 neg, 0.2 neg, three at 0.0 (negatives first) -> the hit at rank 5: uAP = (1/5) / 2.
+    # inner product with e0: Q0 1, Q1 0.5, Q2 0. Normalized scores (k = 2), all exact in float32:
+    # Q0: R0 0.0 (hit), R1 -0.5;  Q1: R2 0.5, R0 0.0;  Q2: R2 0.5, R0 or R1 0.0.
+    # Pooled: two 0.5 neg, three at 0.0 (negatives first) -> the hit at rank 5: uAP = (1/5) / 2.
     features = _hand_features(train_rows=[[1, 0, 0, 0]] * 4)
     result = load_disc(disc_root).evaluate(features, EvalSettings(codecs="Flat", k=2, score_norm="1.0[0,0]"))
     normalized = result.records[1]

@@ -119,8 +119,11 @@ def test_use_all_data_false_keeps_the_train_phase(catalog: tuple[Path, FeatureSe
 
 def test_tied_scores_report_a_range(catalog: tuple[Path, FeatureSet]) -> None:
     root, features = catalog
-    # Every image the same descriptor: every score ties, so the order decides everything.
-    flat = FeatureSet(features.ids, np.ones_like(features.features))
+    # Every image the same one-hot descriptor: every cosine is exactly 1 whatever the kernel, so every
+    # score ties and the order decides everything.
+    one_hot = np.zeros_like(features.features)
+    one_hot[:, 0] = 1.0
+    flat = FeatureSet(features.ids, one_hot)
     record = _evaluate(root, flat, protocol="closed")["closed"]
     for name in ("hr_at_5", "mrr_at_9"):
         assert record[f"{name}_worst"] <= record[name] <= record[f"{name}_best"]
