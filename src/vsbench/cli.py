@@ -385,17 +385,18 @@ def similarity_run(
     import time
 
     started = time.time()
-    for shard in range(num_shards):
-        similarity_embed_step(benchmark, str(root), str(out), model, shard=shard, num_shards=num_shards,
-                              benchmark_options=bench_opts, model_options=model_opts, batch_size=batch_size,
-                              device=device)
     common = {"model": model, **search, "benchmark_options": bench_opts}
-    similarity_index_step(benchmark, str(root), str(out), reference_shards=reference_shards, **common)
-    for task in range(search_shards * reference_shards):
-        similarity_search_step(benchmark, str(root), str(out), task=task, search_shards=search_shards,
-                               reference_shards=reference_shards, search_params=search_params, **common)
-    result = similarity_score_step(benchmark, str(root), str(out), global_cap=global_cap, search_shards=search_shards,
-                                   search_params=search_params, **common)
+    with user_errors():  # a bad input or a damaged reused file: one line naming it, as every other command
+        for shard in range(num_shards):
+            similarity_embed_step(benchmark, str(root), str(out), model, shard=shard, num_shards=num_shards,
+                                  benchmark_options=bench_opts, model_options=model_opts, batch_size=batch_size,
+                                  device=device)
+        similarity_index_step(benchmark, str(root), str(out), reference_shards=reference_shards, **common)
+        for task in range(search_shards * reference_shards):
+            similarity_search_step(benchmark, str(root), str(out), task=task, search_shards=search_shards,
+                                   reference_shards=reference_shards, search_params=search_params, **common)
+        result = similarity_score_step(benchmark, str(root), str(out), global_cap=global_cap,
+                                       search_shards=search_shards, search_params=search_params, **common)
     _print_similarity_table(out, result.manifest)
     if track:
         from vsbench.tracking.command import BUNDLE_NAME, record_command_run
