@@ -44,6 +44,7 @@ from vsbench.imaging import jpeg, limits
 from vsbench.imaging.limits import open_image
 from vsbench.inputs import read_json
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
+from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.storage import atomic_write_json
 
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -273,6 +274,7 @@ def _precision(setup: DeviceSetup, use_amp: bool) -> str:
 def embed_with_cache(
     model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
     setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int, progress: bool, desc: str,
+    seed: int = RANDOM_SEED,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
@@ -286,9 +288,9 @@ def embed_with_cache(
         features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
                                         workers=workers, progress=progress, desc=desc)
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
-    cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp)))
+    cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp), seed=seed))
     digests = image_digests(paths, threads=max(1, workers))
-    hits = cache.lookup(digests)
+    hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
     if todo:
         new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
@@ -319,10 +321,14 @@ def _ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
 
 
-def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bool) -> dict[str, Any]:
+def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bool,
+                seed: int = RANDOM_SEED) -> dict[str, Any]:
     """What a finished shard must match to be reused (JSON-normalized: tuples become lists,
-    paths strings, so a key read back from a manifest compares equal)."""
-    key = {"model": model, "options": options, "ids_sha256": _ids_digest(ids), "count": len(ids), "amp": amp}
+    paths strings, so a key read back from a manifest compares equal). The seed is in it whatever
+    the weights: a plugin may draw more than its weights from it, and a changed seed costs only
+    cache look-ups where it decides nothing."""
+    key = {"model": model, "options": options, "ids_sha256": _ids_digest(ids), "count": len(ids), "amp": amp,
+           "seed": seed}
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
@@ -349,14 +355,15 @@ def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any]) 
 def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
     batch_size: int = 64, device: str = "auto", workers: int = 2, model_options: dict[str, Any] | None = None,
-    progress: bool = True, amp: bool = True, max_failure_rate: float | None = None,
+    progress: bool = True, amp: bool = True, max_failure_rate: float | None = None, seed: int = RANDOM_SEED,
 ) -> Path:
     """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
 
     Writes ``out_dir/<set_name>.shard-<i>-of-<n>.npz`` and its manifest (model, options,
     preprocessing, dim, count, shard, seconds, images/s, device, failed images with reasons) and
-    returns the feature file. A complete shard for the same model, options, ids and ``amp`` is
-    kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
+    returns the feature file. A complete shard for the same model, options, ids, ``amp`` and
+    ``seed`` is kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
+    ``seed`` draws ``{"weights": "random"}`` (see :func:`~vsbench.models.registry.build_model`).
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``
     (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
@@ -373,18 +380,22 @@ def embed_image_set(
     stem = shard_stem(set_name, shard, num_shards)
     features_path, manifest_path = out_dir / f"{stem}.npz", out_dir / f"{stem}.json"
     options = dict(model_options or {})
-    key = _resume_key(model, options, ids, amp)
+    if "seed" in options:
+        raise WeightsError(f"model option 'seed' ({options['seed']!r}): the seed of random weights is the run's "
+                           f"own setting (--seed, or the pipeline's seed parameter), not a model option")
+    seed = check_seed(seed)
+    key = _resume_key(model, options, ids, amp, seed)
     if _is_complete(features_path, manifest_path, key):
         if progress:
             print(f"[vsbench] {stem}: already complete, kept", file=sys.stderr, flush=True)
         return features_path
 
     manifest: dict[str, Any] = {"complete": False, "key": key, "set_name": set_name, "shard": shard,
-                                "num_shards": num_shards, "model": model, "options": key["options"],
+                                "num_shards": num_shards, "model": model, "options": key["options"], "seed": seed,
                                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write_json(manifest_path, manifest)  # a crashed shard is visible as incomplete
     started = time.perf_counter()
-    built = build_model(model, **options)
+    built = build_model(model, seed=seed, **options)
     build_seconds = time.perf_counter() - started
     started = time.perf_counter()
     if isinstance(built, PrecomputedFeatures):
@@ -394,7 +405,7 @@ def embed_image_set(
         setup = setup_device(device, amp)
         use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
         result, failed, cache_info = embed_with_cache(
-            model, options, built, ids, paths, setup, use_amp=use_amp, batch_size=batch_size, workers=workers,
+            model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size, workers=workers,
             progress=progress, desc=f"embed {stem}")
         run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
                     "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
