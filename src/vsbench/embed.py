@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import re
 import sys
 import time
@@ -48,6 +49,7 @@ from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.storage import atomic_write_json
 
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+logger = logging.getLogger(__name__)
 RESAMPLE = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
             "bicubic": Image.Resampling.BICUBIC}
 
@@ -340,16 +342,56 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) else None
 
 
-def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any]) -> bool:
-    """A complete manifest for this exact work, and the feature file it describes, byte for byte
-    the size it had when written (files are written atomically, the manifest last)."""
+def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], ids: Sequence[str]) -> str | None:
+    """Whether a finished shard can be kept: None when it can, else why not.
+
+    The manifest must be complete and for this exact work (the key: model, options, ids digest,
+    count, amp, seed); the feature file it describes must be byte for byte the file written (size,
+    then sha256), and its content must answer the inputs: ids in input order, every requested id
+    either there or listed as failed, one finite row each, ``dim`` wide. A missing or unfinished
+    manifest is the ordinary first or crashed run (returned as ``""``: recomputed without a word);
+    anything else is a reason worth one line."""
     manifest = _read_manifest(manifest_path)
-    if not manifest or manifest.get("complete") is not True or manifest.get("key") != key:
-        return False
+    if not manifest or manifest.get("complete") is not True:
+        return ""
+    if manifest.get("key") != key:
+        return "its manifest is for other work (model, options, ids, amp or seed changed)"
     try:
-        return features_path.stat().st_size == manifest.get("features_bytes")
-    except OSError:
-        return False
+        size = features_path.stat().st_size
+    except OSError as exc:
+        return f"the feature file cannot be read ({exc.strerror or exc})"
+    if size != manifest.get("features_bytes"):
+        return f"the feature file has {size} bytes, its manifest says {manifest.get('features_bytes')}"
+    if not manifest.get("features_sha256"):
+        return "its manifest records no features_sha256 (written by an older vsbench)"
+    if _file_sha256(features_path) != manifest["features_sha256"]:
+        return "the feature file's sha256 differs from the one its manifest recorded"
+    try:
+        features = load_features(features_path)
+    except FeatureError as exc:
+        return str(exc)
+    failed = [f.get("id") for f in manifest.get("failed") or [] if isinstance(f, dict)]
+    kept = features.ids.tolist()
+    if len(kept) != manifest.get("count") or len(kept) + len(failed) != len(ids) or \
+            set(kept) | set(failed) != set(ids):
+        return (f"it holds {len(kept)} rows and {len(failed)} failed images, not the {len(ids)} images asked for "
+                f"(manifest count {manifest.get('count')})")
+    position = {image_id: n for n, image_id in enumerate(ids)}
+    if any(position[a] >= position[b] for a, b in zip(kept, kept[1:])):
+        return "its ids are not in input order"
+    if features.features.dtype != np.float32 or features.dim != manifest.get("dim"):
+        return f"its rows are {features.dim}-d {features.features.dtype}, the manifest says {manifest.get('dim')}-d float32"
+    if not np.isfinite(features.features).all():
+        return "it holds NaN or infinite values"
+    return None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def embed_image_set(
@@ -385,10 +427,13 @@ def embed_image_set(
                            f"own setting (--seed, or the pipeline's seed parameter), not a model option")
     seed = check_seed(seed)
     key = _resume_key(model, options, ids, amp, seed)
-    if _is_complete(features_path, manifest_path, key):
+    rejected = _is_complete(features_path, manifest_path, key, ids)
+    if rejected is None:
         if progress:
             print(f"[vsbench] {stem}: already complete, kept", file=sys.stderr, flush=True)
         return features_path
+    if rejected:
+        logger.warning("embed %s: %s not kept: %s; embedding the shard again", stem, features_path, rejected)
 
     manifest: dict[str, Any] = {"complete": False, "key": key, "set_name": set_name, "shard": shard,
                                 "num_shards": num_shards, "model": model, "options": key["options"], "seed": seed,
@@ -417,6 +462,7 @@ def embed_image_set(
     manifest.update({
         "dim": built.dim, "requested": len(ids), "count": len(result), "failed": failed,
         "features": features_path.name, "features_bytes": features_path.stat().st_size,
+        "features_sha256": _file_sha256(features_path),
         "seconds": round(seconds, 3), "model_build_seconds": round(build_seconds, 3),
         "images_per_second": round(len(ids) / seconds, 2) if seconds > 0 else None,
         "torch": torch.__version__, "vsbench": __version__, "complete": True,
