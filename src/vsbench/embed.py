@@ -502,15 +502,19 @@ def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
     incomplete = [i for i, m in enumerate(manifests) if m.get("complete") is not True]
     if incomplete:
         raise FeatureError(f"{out_dir}: shards {incomplete} of {set_name!r} are not complete")
-    models = {json.dumps([m["model"], m["options"], m["dim"]], sort_keys=True) for m in manifests}
+    # The seed is part of the model: shards of one random network drawn with two seeds are two models.
+    models = {json.dumps([m["model"], m["options"], m["dim"], m.get("seed", RANDOM_SEED)], sort_keys=True)
+              for m in manifests}
     if len(models) != 1:
-        raise FeatureError(f"{out_dir}: shards of {set_name!r} come from different models: {sorted(models)}")
+        raise FeatureError(f"{out_dir}: shards of {set_name!r} come from different models ([model, options, dim, "
+                           f"seed]): {sorted(models)}")
     merged = concatenate([load_features(out_dir / m["features"]) for m in manifests])
     save_features(out_dir / f"{set_name}.npz", merged)
     seconds = sum(m["seconds"] for m in manifests)
     atomic_write_json(out_dir / f"{set_name}.json", {
         "complete": True, "set_name": set_name, "num_shards": num_shards, "model": manifests[0]["model"],
-        "options": manifests[0]["options"], "preprocessing": manifests[0].get("preprocessing"),
+        "options": manifests[0]["options"], "seed": manifests[0].get("seed", RANDOM_SEED),
+        "preprocessing": manifests[0].get("preprocessing"),
         "dim": merged.dim, "requested": sum(m["requested"] for m in manifests), "count": len(merged),
         "failed": [f for m in manifests for f in m["failed"]],
         "shards": [shard_stem(set_name, i, num_shards) for i in range(num_shards)],

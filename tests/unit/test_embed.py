@@ -291,3 +291,20 @@ def test_a_finished_shard_is_kept_only_when_it_answers_its_inputs(
     assert redone.ids.tolist() == [i for i in images.ids if i not in ("bad", "gone")]
     np.testing.assert_array_equal(redone.features, np.load(io.BytesIO(expected))["features"])
     assert json.loads(manifest_path.read_text())["features_sha256"] == hashlib.sha256(again.read_bytes()).hexdigest()
+
+
+def test_shards_drawn_with_two_seeds_are_not_merged(images: ImageSet, tmp_path: Path) -> None:
+    """A random network re-run with another --seed on one shard only is two models, not one set."""
+    ids = ("img0", "img1", "img2", "img4")
+    save_features(tmp_path / "table.npz", FeatureSet(np.asarray(ids), np.ones((4, 2), np.float32)))
+    subset = ImageSet(ids, images.paths[:4])
+    options = {"path": str(tmp_path / "table.npz")}
+    for shard, seed in ((0, 0), (1, 5)):
+        embed_image_set("precomputed", subset, tmp_path, set_name="x", shard=shard, num_shards=2,
+                        model_options=options, progress=False, seed=seed)
+    with pytest.raises(FeatureError, match=r"come from different models .*seed.*, 0\].*, 5\]"):
+        merge_shards(tmp_path, "x")
+    embed_image_set("precomputed", subset, tmp_path, set_name="x", shard=1, num_shards=2, model_options=options,
+                    progress=False, seed=0)
+    assert len(merge_shards(tmp_path, "x")) == 4
+    assert json.loads((tmp_path / "x.json").read_text())["seed"] == 0

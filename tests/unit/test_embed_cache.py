@@ -421,3 +421,27 @@ def test_chunks_written_by_hand_as_in_the_issue_are_never_served(tmp_path: Path,
     np.testing.assert_array_equal(load_features(tmp_path / "second" / "s.shard-0-of-1.npz").features, reference)
     lines = [r.getMessage() for r in caplog.records if "embedding cache" in r.getMessage()]
     assert len(lines) == 1 and str(chunk.parent / "chunk-by-hand.npz") in lines[0], lines
+
+
+def test_a_foreign_folder_that_cannot_be_moved_is_neither_used_nor_added_to(
+        tmp_path: Path, images: ImageSet, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    run(images, tmp_path / "first")
+    reference = load_features(tmp_path / "first" / "s.shard-0-of-1.npz").features
+    folder = only_chunk(Path(cache_module.cache_root())).parent
+    key = json.loads((folder / "key.json").read_text())
+    (folder / "key.json").write_text(json.dumps({**key, "output": "another layer"}))
+    real_replace = cache_module.os.replace
+
+    def read_only(source, target):
+        if Path(source) == folder:
+            raise PermissionError(13, "Permission denied")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(cache_module.os, "replace", read_only)
+    caplog.clear()
+    second = run(images, tmp_path / "second")
+    assert second["cache"]["hits"] == 0
+    lines = [r.getMessage() for r in caplog.records if "embedding cache" in r.getMessage()]
+    assert len(lines) == 1 and "left in place (Permission denied)" in lines[0]
+    assert len(list(folder.glob("chunk-*.npz"))) == 1  # nothing added beside another key's chunks
+    np.testing.assert_array_equal(load_features(tmp_path / "second" / "s.shard-0-of-1.npz").features, reference)

@@ -211,6 +211,7 @@ class EmbeddingCache:
         self.key = key
         self.digest = key_digest(key)
         self.folder = Path(root) / self.digest
+        self.refused = False  # the folder holds another key and could not be moved: never add to it
 
     def lookup(self, digests: Sequence[str | None], dim: int) -> dict[str, np.ndarray]:
         """Descriptors for the digests that are cached (reading only the chunks that hold some),
@@ -278,27 +279,30 @@ class EmbeddingCache:
             named = key_digest(stored) if isinstance(stored, dict) else "not a key"
             reason = (f"key.json is another key (digest {named[:12]}, this folder's name says "
                       f"{self.digest[:12]})" if named != self.digest else "key.json differs from the key asked for")
-        self._set_aside(self.folder, reason)
+        self.refused = not self._set_aside(self.folder, reason)
         return False
 
-    def _set_aside(self, path: Path, reason: str) -> None:
+    def _set_aside(self, path: Path, reason: str) -> bool:
         """Move a bad chunk or folder out of the way (``rejected-<name>-<random>``), saying so in one
-        line; where it cannot be moved (a read-only cache) it is skipped, and the line says that."""
+        line; where it cannot be moved (a read-only cache) it is skipped, and the line says that.
+        Returns whether ``path`` is out of the way."""
         target = path.with_name(f"{REJECTED}{path.name}-{uuid.uuid4().hex[:8]}")
+        moved = True
         try:
             os.replace(path, target)
             where = f"moved to {target.name}"
         except FileNotFoundError:
             where = "already moved by another process"
         except OSError as exc:
-            where = f"left in place ({exc.strerror or exc})"
+            where, moved = f"left in place ({exc.strerror or exc})", False
         logger.warning("embedding cache %s %s not used: %s; %s, its images are embedded again",
                        "folder" if path == self.folder else "chunk", path, reason, where)
+        return moved
 
     def store(self, digests: Sequence[str], features: np.ndarray) -> None:
         """Add descriptors (finite rows only) as one new chunk, written atomically, with the
         content digest a reader checks."""
-        if len(digests) == 0:
+        if len(digests) == 0 or self.refused:
             return
         features = np.ascontiguousarray(features, dtype=np.float32)
         finite = np.isfinite(features).all(axis=1)

@@ -12,10 +12,12 @@ Three rules every adapter follows:
   set, weights come only from the library's cache or a local path; a miss is an error naming the
   ``{"weights": "PATH"}`` option.
 
-The digest of the weights actually loaded (not of the file they came from) goes into the
-embedding cache key: a safetensors and a ``.bin`` copy of the same weights share embeddings, and
-``{"weights": "random"}`` (seeded, so reproducible) gets a key of its own per library version
-and seed.
+The digest of the weights actually loaded (:func:`state_digest`) goes into the embedding cache
+key, beside the sha256 of the file an option names (:mod:`vsbench.models.cache`): the values pin
+what the network computes however they arrived, the file's bytes what was asked for (the same
+file at another path is the same key; a ``.bin`` copy of a safetensors file is another, which
+costs one embedding, never a wrong row); ``{"weights": "random"}`` (seeded, so reproducible)
+gets a key of its own per library version and seed.
 
 **One seed per build.** :func:`vsbench.models.registry.build_model` runs every builder inside
 :func:`seeded` with the run's seed (``--seed``, default 0), so ``{"weights": "random"}`` is the
