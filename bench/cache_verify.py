@@ -64,7 +64,6 @@ def main() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit deprecation, once per load
 
-    from vsbench import embed
     from vsbench.embed import _is_complete, _resume_key, embed_image_set
     from vsbench.models import cache as cache_module
 
