@@ -19,9 +19,10 @@ def shard_list(num_shards: int) -> list[int]:
 def embed_shard(
     benchmark: str, root: str, out: str, model: str, shard: int, num_shards: int, benchmark_options: str,
     model_options: str, batch_size: int, device: str, experiment: str, kfp_run_id: str,
-    manifest: Output[Artifact], metrics: Output[Metrics],
+    manifest: Output[Artifact], metrics: Output[Metrics], seed: int = 0,
 ):
-    """Embed shard ``shard`` of every image set of ``benchmark`` with ``model`` (resumable).
+    """Embed shard ``shard`` of every image set of ``benchmark`` with ``model`` (resumable);
+    ``seed`` draws ``{"weights": "random"}`` (0 when a caller gives none, as before it existed).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.parent_run_for``) rather than taking it from the opening task."""
@@ -34,7 +35,7 @@ def embed_shard(
         benchmark, root, out, model, shard=shard, num_shards=num_shards,
         benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
         model_options=load_json_option(model_options, "model_options"), batch_size=batch_size, device=device,
-        parent_run_id=parent_run_id, manifest_path=manifest.path, progress=False)
+        parent_run_id=parent_run_id, manifest_path=manifest.path, progress=False, seed=seed)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 

@@ -65,11 +65,13 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         search_params: str = "",
         batch_size: int = 64,
         device: str = "auto",
+        seed: int = 0,
         experiment: str = "vsbench-similarity",
         params_json: str = "{}",
     ):
         """``global_cap`` 0 keeps k per query; ``score_norm`` "" reports only unnormalized scores;
-        ``num_shards`` embedding shards, ``search_shards`` x ``reference_shards`` search tasks."""
+        ``num_shards`` embedding shards, ``search_shards`` x ``reference_shards`` search tasks;
+        ``seed`` draws ``{"weights": "random"}`` networks."""
         with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
             shards = shard_list(num_shards=num_shards)
             shards.set_caching_options(False)
@@ -77,8 +79,8 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                 embedded = embed_shard(benchmark=benchmark, root=root, out=out, model=model, shard=shard,
                                        num_shards=num_shards, benchmark_options=benchmark_options,
                                        model_options=model_options, batch_size=batch_size, device=device,
-                                       experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER
-                                       ).after(opened)
+                                       experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                                       seed=seed).after(opened)
                 embedded.set_caching_options(False)  # resumable on its own: complete shards are skipped
                 apply(embedded, "gpu", cluster, RETRIES["embed"])
             search_and_score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,

@@ -324,6 +324,9 @@ def similarity_run(
     search_params: SearchParamsOpt = "",
     batch_size: int = 64,
     device: str = "auto",
+    seed: Annotated[int, typer.Option(
+        min=0, max=2**63 - 1,
+        help='Seed of {"weights": "random"}: the same seed draws the same network in every model family.')] = 0,
     runner: Annotated[str, typer.Option(
         help="'inline': every step in this process; 'subprocess' or 'container': the similarity pipeline with "
              "kfp.local, each step a process of this environment or a container of the vsbench image.")] = "inline",
@@ -351,7 +354,9 @@ def similarity_run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     search = {"codecs": codecs, "k": k, "score_norm": score_norm}
-    run_params = _similarity_params(benchmark, model, model_opts, bench_opts, search, global_cap, search_params)
+    if "seed" in model_opts:
+        raise typer.BadParameter("the seed is --seed, not a key of --model-options", param_hint="--model-options")
+    run_params = _similarity_params(benchmark, model, model_opts, bench_opts, search, global_cap, search_params, seed)
     if runner != "inline":
         from vsbench.platform.local_run import failure_tail, run_similarity_pipeline_locally
         from vsbench.tracking.command import prepare_pipeline_tracking
@@ -365,7 +370,7 @@ def similarity_run(
                        "benchmark_options": json.dumps(bench_opts), **search, "global_cap": global_cap,
                        "num_shards": num_shards, "search_shards": search_shards, "reference_shards": reference_shards,
                        "search_params": search_params,
-                       "batch_size": batch_size, "device": device, "experiment": experiment,
+                       "batch_size": batch_size, "device": device, "seed": seed, "experiment": experiment,
                        "params_json": json.dumps({**run_params, "data_tags": {**tags, **_baseline_tag(model_opts)}})})
         if not run.succeeded:
             typer.echo(f"similarity pipeline failed: {run.error}", err=True)
@@ -390,7 +395,7 @@ def similarity_run(
         for shard in range(num_shards):
             similarity_embed_step(benchmark, str(root), str(out), model, shard=shard, num_shards=num_shards,
                                   benchmark_options=bench_opts, model_options=model_opts, batch_size=batch_size,
-                                  device=device)
+                                  device=device, seed=seed)
         similarity_index_step(benchmark, str(root), str(out), reference_shards=reference_shards, **common)
         for task in range(search_shards * reference_shards):
             similarity_search_step(benchmark, str(root), str(out), task=task, search_shards=search_shards,
@@ -410,11 +415,12 @@ def similarity_run(
 
 
 def _similarity_params(benchmark: str, model: str, model_opts: dict, bench_opts: dict, search: dict,
-                       global_cap: int, search_params: str) -> dict:
-    """A similarity run's MLflow params: what decides its numbers (not shards, batch or device)."""
+                       global_cap: int, search_params: str, seed: int = 0) -> dict:
+    """A similarity run's MLflow params: what decides its numbers (not shards, batch or device).
+    ``seed`` is the one the random weights were drawn with (--seed), the same the embed step logs."""
     return {"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts, sort_keys=True),
             "benchmark_options": json.dumps(bench_opts, sort_keys=True), **search, "global_cap": global_cap,
-            "search_params": search_params or "-", "seed": model_opts.get("seed", bench_opts.get("seed", 0))}
+            "search_params": search_params or "-", "seed": seed}
 
 
 def _baseline_tag(model_opts: dict) -> dict[str, str]:

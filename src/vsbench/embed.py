@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import re
 import sys
 import time
@@ -44,9 +45,11 @@ from vsbench.imaging import jpeg, limits
 from vsbench.imaging.limits import open_image
 from vsbench.inputs import read_json
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
+from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.storage import atomic_write_json
 
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+logger = logging.getLogger(__name__)
 RESAMPLE = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
             "bicubic": Image.Resampling.BICUBIC}
 
@@ -273,6 +276,7 @@ def _precision(setup: DeviceSetup, use_amp: bool) -> str:
 def embed_with_cache(
     model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
     setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int, progress: bool, desc: str,
+    seed: int = RANDOM_SEED,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
@@ -286,9 +290,9 @@ def embed_with_cache(
         features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
                                         workers=workers, progress=progress, desc=desc)
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
-    cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp)))
+    cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp), seed=seed))
     digests = image_digests(paths, threads=max(1, workers))
-    hits = cache.lookup(digests)
+    hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
     if todo:
         new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
@@ -319,10 +323,14 @@ def _ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
 
 
-def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bool) -> dict[str, Any]:
+def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bool,
+                seed: int = RANDOM_SEED) -> dict[str, Any]:
     """What a finished shard must match to be reused (JSON-normalized: tuples become lists,
-    paths strings, so a key read back from a manifest compares equal)."""
-    key = {"model": model, "options": options, "ids_sha256": _ids_digest(ids), "count": len(ids), "amp": amp}
+    paths strings, so a key read back from a manifest compares equal). The seed is in it whatever
+    the weights: a plugin may draw more than its weights from it, and a changed seed costs only
+    cache look-ups where it decides nothing."""
+    key = {"model": model, "options": options, "ids_sha256": _ids_digest(ids), "count": len(ids), "amp": amp,
+           "seed": seed}
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
@@ -334,29 +342,70 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) else None
 
 
-def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any]) -> bool:
-    """A complete manifest for this exact work, and the feature file it describes, byte for byte
-    the size it had when written (files are written atomically, the manifest last)."""
+def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], ids: Sequence[str]) -> str | None:
+    """Whether a finished shard can be kept: None when it can, else why not.
+
+    The manifest must be complete and for this exact work (the key: model, options, ids digest,
+    count, amp, seed); the feature file it describes must be byte for byte the file written (size,
+    then sha256), and its content must answer the inputs: ids in input order, every requested id
+    either there or listed as failed, one finite row each, ``dim`` wide. A missing or unfinished
+    manifest is the ordinary first or crashed run (returned as ``""``: recomputed without a word);
+    anything else is a reason worth one line."""
     manifest = _read_manifest(manifest_path)
-    if not manifest or manifest.get("complete") is not True or manifest.get("key") != key:
-        return False
+    if not manifest or manifest.get("complete") is not True:
+        return ""
+    if manifest.get("key") != key:
+        return "its manifest is for other work (model, options, ids, amp or seed changed)"
     try:
-        return features_path.stat().st_size == manifest.get("features_bytes")
-    except OSError:
-        return False
+        size = features_path.stat().st_size
+    except OSError as exc:
+        return f"the feature file cannot be read ({exc.strerror or exc})"
+    if size != manifest.get("features_bytes"):
+        return f"the feature file has {size} bytes, its manifest says {manifest.get('features_bytes')}"
+    if not manifest.get("features_sha256"):
+        return "its manifest records no features_sha256 (written by an older vsbench)"
+    if _file_sha256(features_path) != manifest["features_sha256"]:
+        return "the feature file's sha256 differs from the one its manifest recorded"
+    try:
+        features = load_features(features_path)
+    except FeatureError as exc:
+        return str(exc)
+    failed = [f.get("id") for f in manifest.get("failed") or [] if isinstance(f, dict)]
+    kept = features.ids.tolist()
+    if len(kept) != manifest.get("count") or len(kept) + len(failed) != len(ids) or \
+            set(kept) | set(failed) != set(ids):
+        return (f"it holds {len(kept)} rows and {len(failed)} failed images, not the {len(ids)} images asked for "
+                f"(manifest count {manifest.get('count')})")
+    position = {image_id: n for n, image_id in enumerate(ids)}
+    if any(position[a] >= position[b] for a, b in zip(kept, kept[1:])):
+        return "its ids are not in input order"
+    if features.features.dtype != np.float32 or features.dim != manifest.get("dim"):
+        return f"its rows are {features.dim}-d {features.features.dtype}, the manifest says {manifest.get('dim')}-d float32"
+    if not np.isfinite(features.features).all():
+        return "it holds NaN or infinite values"
+    return None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
     batch_size: int = 64, device: str = "auto", workers: int = 2, model_options: dict[str, Any] | None = None,
-    progress: bool = True, amp: bool = True, max_failure_rate: float | None = None,
+    progress: bool = True, amp: bool = True, max_failure_rate: float | None = None, seed: int = RANDOM_SEED,
 ) -> Path:
     """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
 
     Writes ``out_dir/<set_name>.shard-<i>-of-<n>.npz`` and its manifest (model, options,
     preprocessing, dim, count, shard, seconds, images/s, device, failed images with reasons) and
-    returns the feature file. A complete shard for the same model, options, ids and ``amp`` is
-    kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
+    returns the feature file. A complete shard for the same model, options, ids, ``amp`` and
+    ``seed`` is kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
+    ``seed`` draws ``{"weights": "random"}`` (see :func:`~vsbench.models.registry.build_model`).
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``
     (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
@@ -373,18 +422,25 @@ def embed_image_set(
     stem = shard_stem(set_name, shard, num_shards)
     features_path, manifest_path = out_dir / f"{stem}.npz", out_dir / f"{stem}.json"
     options = dict(model_options or {})
-    key = _resume_key(model, options, ids, amp)
-    if _is_complete(features_path, manifest_path, key):
+    if "seed" in options:
+        raise WeightsError(f"model option 'seed' ({options['seed']!r}): the seed of random weights is the run's "
+                           f"own setting (--seed, or the pipeline's seed parameter), not a model option")
+    seed = check_seed(seed)
+    key = _resume_key(model, options, ids, amp, seed)
+    rejected = _is_complete(features_path, manifest_path, key, ids)
+    if rejected is None:
         if progress:
             print(f"[vsbench] {stem}: already complete, kept", file=sys.stderr, flush=True)
         return features_path
+    if rejected:
+        logger.warning("embed %s: %s not kept: %s; embedding the shard again", stem, features_path, rejected)
 
     manifest: dict[str, Any] = {"complete": False, "key": key, "set_name": set_name, "shard": shard,
-                                "num_shards": num_shards, "model": model, "options": key["options"],
+                                "num_shards": num_shards, "model": model, "options": key["options"], "seed": seed,
                                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write_json(manifest_path, manifest)  # a crashed shard is visible as incomplete
     started = time.perf_counter()
-    built = build_model(model, **options)
+    built = build_model(model, seed=seed, **options)
     build_seconds = time.perf_counter() - started
     started = time.perf_counter()
     if isinstance(built, PrecomputedFeatures):
@@ -394,7 +450,7 @@ def embed_image_set(
         setup = setup_device(device, amp)
         use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
         result, failed, cache_info = embed_with_cache(
-            model, options, built, ids, paths, setup, use_amp=use_amp, batch_size=batch_size, workers=workers,
+            model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size, workers=workers,
             progress=progress, desc=f"embed {stem}")
         run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
                     "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
@@ -406,6 +462,7 @@ def embed_image_set(
     manifest.update({
         "dim": built.dim, "requested": len(ids), "count": len(result), "failed": failed,
         "features": features_path.name, "features_bytes": features_path.stat().st_size,
+        "features_sha256": _file_sha256(features_path),
         "seconds": round(seconds, 3), "model_build_seconds": round(build_seconds, 3),
         "images_per_second": round(len(ids) / seconds, 2) if seconds > 0 else None,
         "torch": torch.__version__, "vsbench": __version__, "complete": True,
@@ -445,15 +502,19 @@ def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
     incomplete = [i for i, m in enumerate(manifests) if m.get("complete") is not True]
     if incomplete:
         raise FeatureError(f"{out_dir}: shards {incomplete} of {set_name!r} are not complete")
-    models = {json.dumps([m["model"], m["options"], m["dim"]], sort_keys=True) for m in manifests}
+    # The seed is part of the model: shards of one random network drawn with two seeds are two models.
+    models = {json.dumps([m["model"], m["options"], m["dim"], m.get("seed", RANDOM_SEED)], sort_keys=True)
+              for m in manifests}
     if len(models) != 1:
-        raise FeatureError(f"{out_dir}: shards of {set_name!r} come from different models: {sorted(models)}")
+        raise FeatureError(f"{out_dir}: shards of {set_name!r} come from different models ([model, options, dim, "
+                           f"seed]): {sorted(models)}")
     merged = concatenate([load_features(out_dir / m["features"]) for m in manifests])
     save_features(out_dir / f"{set_name}.npz", merged)
     seconds = sum(m["seconds"] for m in manifests)
     atomic_write_json(out_dir / f"{set_name}.json", {
         "complete": True, "set_name": set_name, "num_shards": num_shards, "model": manifests[0]["model"],
-        "options": manifests[0]["options"], "preprocessing": manifests[0].get("preprocessing"),
+        "options": manifests[0]["options"], "seed": manifests[0].get("seed", RANDOM_SEED),
+        "preprocessing": manifests[0].get("preprocessing"),
         "dim": merged.dim, "requested": sum(m["requested"] for m in manifests), "count": len(merged),
         "failed": [f for m in manifests for f in m["failed"]],
         "shards": [shard_stem(set_name, i, num_shards) for i in range(num_shards)],

@@ -39,9 +39,10 @@ INDEX_MANIFEST = "manifest.json"
 def embed_benchmark_shard(
     benchmark: str, root: Path, out: Path, model: str, *, shard: int = 0, num_shards: int = 1,
     benchmark_options: dict[str, Any] | None = None, model_options: dict[str, Any] | None = None,
-    batch_size: int = 64, device: str = "auto", workers: int = 2, progress: bool = True,
+    batch_size: int = 64, device: str = "auto", workers: int = 2, progress: bool = True, seed: int = 0,
 ) -> dict[str, str]:
-    """Embed shard ``shard`` of every image set; returns set name -> shard file."""
+    """Embed shard ``shard`` of every image set; returns set name -> shard file. ``seed`` draws
+    ``{"weights": "random"}`` networks (the same seed, the same network)."""
     from vsbench.embed import embed_image_set
 
     bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
@@ -49,7 +50,7 @@ def embed_benchmark_shard(
     for set_name, images in bench.image_sets().items():
         path = embed_image_set(model, images, out / FEATURES_DIR, set_name=set_name, shard=shard,
                                num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
-                               model_options=model_options, progress=progress)
+                               model_options=model_options, progress=progress, seed=seed)
         written[set_name] = str(path)
     return written
 

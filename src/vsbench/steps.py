@@ -319,20 +319,22 @@ def similarity_embed_step(
     benchmark: str, root: str, out: str, model: str, *, shard: int = 0, num_shards: int = 1,
     benchmark_options: dict[str, Any] | None = None, model_options: dict[str, Any] | None = None,
     batch_size: int = 64, device: str = "auto", parent_run_id: str = "", manifest_path: str | None = None,
-    progress: bool = True,
+    progress: bool = True, seed: int = 0,
 ) -> StepResult:
-    """Embed shard ``shard`` of ``num_shards`` of every image set of a benchmark."""
+    """Embed shard ``shard`` of ``num_shards`` of every image set of a benchmark; ``seed`` draws
+    ``{"weights": "random"}`` and is a param of the step's run."""
     import json as _json
 
     from vsbench.similarity import embed_benchmark_shard
 
     params = {"benchmark": benchmark, "model": model, "shard": shard, "num_shards": num_shards,
-              "batch_size": batch_size, "device": device, "model_options": _json.dumps(model_options or {})}
+              "batch_size": batch_size, "device": device, "model_options": _json.dumps(model_options or {}),
+              "seed": seed}
     started = time.perf_counter()
     with child_run(parent_run_id, f"embed-shard-{shard}-of-{num_shards}", params) as tracker:
         written = embed_benchmark_shard(benchmark, Path(root), Path(out), model, shard=shard, num_shards=num_shards,
                                         benchmark_options=benchmark_options, model_options=model_options,
-                                        batch_size=batch_size, device=device, progress=progress)
+                                        batch_size=batch_size, device=device, progress=progress, seed=seed)
         manifests = {name: _read_manifest(path) for name, path in written.items()}
         metrics = {f"{name}_images": float(m.get("count", 0)) for name, m in manifests.items()}
         metrics.update({f"{name}_images_per_second": float(m.get("images_per_second", 0.0))

@@ -19,3 +19,13 @@ def test_submit_names_a_bad_cluster_config(tmp_path):
     config.write_text("gpu_node_selektor: {}\n")
     result = CliRunner().invoke(app, ["submit", "--host", "http://127.0.0.1:9", "--cluster-config", str(config)])
     assert result.exit_code == 2 and "gpu_node_selektor" in result.output
+
+
+def test_similarity_run_takes_the_seed_as_an_option_not_a_model_option(tmp_path):
+    """The MLflow 'seed' param was once read from --model-options, which no builder accepts: every
+    run recorded seed 0. The seed is --seed; a 'seed' key is refused before any work."""
+    common = ["similarity", "run", "--benchmark", "patch_pairs", "--root", str(tmp_path), "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, [*common, "--model-options", '{"weights": "random", "seed": 3}'])
+    assert result.exit_code == 2 and "--seed" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, [*common, "--seed", "-1"])
+    assert result.exit_code == 2 and "--seed" in result.output

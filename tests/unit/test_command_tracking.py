@@ -60,7 +60,7 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "patch_pairs", "--root", str(pairs_root),
-                                      "--out", str(out), "--model-options", '{"weights": "random"}'])
+                                      "--out", str(out), "--model-options", '{"weights": "random"}', "--seed", "7"])
     assert result.exit_code == 0, result.output
     bundle = read_bundle(out / BUNDLE_NAME)
     run_id = bundle["uploaded"]["run_id"]
@@ -69,7 +69,10 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert run.info.status == "FINISHED"
     assert run.info.run_name.startswith("vsbench-similarity-cli-")
     assert {k: run.data.params[k] for k in ("benchmark", "model", "codecs", "seed")} == {
-        "benchmark": "patch_pairs", "model": "efficientnet_lite0", "codecs": "Flat", "seed": "0"}
+        "benchmark": "patch_pairs", "model": "efficientnet_lite0", "codecs": "Flat", "seed": "7"}
+    # the seed recorded is the one the random weights were drawn with (it was always "0" before --seed)
+    shard = json.loads(next((out / "features").glob("*.shard-0-of-1.json")).read_text())
+    assert shard["seed"] == 7 and shard["weights_source"] == "random initialization (seed 7)"
     assert json.loads(run.data.params["model_options"]) == {"weights": "random"}
     assert run.data.metrics["patch_pairs__efficientnet_lite0__mean__l2__mean_pr_ap"] > 0
     tags = run.data.tags

@@ -3,6 +3,8 @@ kept, unreadable images are reported by id, precomputed features go through the 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -236,3 +238,73 @@ def test_a_pixel_bomb_is_a_listed_failure_not_a_crash(tmp_path: Path, scripted: 
     failed = {f["id"]: f["reason"] for f in json.loads(path.with_suffix(".json").read_text())["failed"]}
     assert list(failed) == ["bomb"] and "900,000,000 pixels" in failed["bomb"] and "VSBENCH_MAX_IMAGE_PIXELS" in failed["bomb"]
     assert load_features(path).ids.tolist() == ["ok"]
+
+
+# --- issue 26: what a re-run keeps is verified against its inputs --------------------------------
+
+def _tamper(kind: str, features_path: Path, manifest_path: Path) -> str:
+    """Change a finished shard the way a bad disk, a hand edit or an older vsbench leaves it; returns
+    the reason the log line must give."""
+    manifest = json.loads(manifest_path.read_text())
+    kept = load_features(features_path)
+    rows = kept.features.copy()
+    if kind == "same size, other values":  # kept on size alone before
+        rows[0] = 0
+        save_features(features_path, FeatureSet(kept.ids, rows))
+        return "sha256 differs"
+    if kind == "no features_sha256":
+        del manifest["features_sha256"]
+        manifest_path.write_text(json.dumps(manifest))
+        return "no features_sha256"
+    if kind == "NaN row":
+        rows[1, 0] = np.nan
+        replaced, reason = FeatureSet(kept.ids, rows), "NaN or infinite"
+    elif kind == "a row missing":
+        replaced, reason = FeatureSet(kept.ids[1:], rows[1:]), "not the 9 images asked for"
+    elif kind == "out of order":
+        replaced, reason = FeatureSet(kept.ids[::-1], rows[::-1]), "not in input order"
+    else:  # "other width"
+        replaced, reason = FeatureSet(kept.ids, np.zeros((len(rows), 3), np.float32)), "3-d float32, the manifest says"
+    save_features(features_path, replaced)  # and the manifest re-signed: only the content checks can tell
+    manifest.update(features_bytes=features_path.stat().st_size,
+                    features_sha256=hashlib.sha256(features_path.read_bytes()).hexdigest())
+    manifest_path.write_text(json.dumps(manifest))
+    return reason
+
+
+@pytest.mark.parametrize("kind", ["same size, other values", "no features_sha256", "NaN row", "a row missing",
+                                  "out of order", "other width"])
+def test_a_finished_shard_is_kept_only_when_it_answers_its_inputs(
+        images: ImageSet, scripted: Path, tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    options = _options(scripted)
+    first = embed_image_set("torchscript", images, tmp_path, set_name="q", workers=0, model_options=options,
+                            progress=False)
+    manifest_path = first.with_suffix(".json")
+    expected = first.read_bytes()
+    reason = _tamper(kind, first, manifest_path)
+    caplog.clear()
+    again = embed_image_set("torchscript", images, tmp_path, set_name="q", workers=0, model_options=options,
+                            progress=False)
+    lines = [r.getMessage() for r in caplog.records if "not kept" in r.getMessage()]
+    assert len(lines) == 1 and str(first) in lines[0] and reason in lines[0], lines
+    redone = load_features(again)
+    assert redone.ids.tolist() == [i for i in images.ids if i not in ("bad", "gone")]
+    np.testing.assert_array_equal(redone.features, np.load(io.BytesIO(expected))["features"])
+    assert json.loads(manifest_path.read_text())["features_sha256"] == hashlib.sha256(again.read_bytes()).hexdigest()
+
+
+def test_shards_drawn_with_two_seeds_are_not_merged(images: ImageSet, tmp_path: Path) -> None:
+    """A random network re-run with another --seed on one shard only is two models, not one set."""
+    ids = ("img0", "img1", "img2", "img4")
+    save_features(tmp_path / "table.npz", FeatureSet(np.asarray(ids), np.ones((4, 2), np.float32)))
+    subset = ImageSet(ids, images.paths[:4])
+    options = {"path": str(tmp_path / "table.npz")}
+    for shard, seed in ((0, 0), (1, 5)):
+        embed_image_set("precomputed", subset, tmp_path, set_name="x", shard=shard, num_shards=2,
+                        model_options=options, progress=False, seed=seed)
+    with pytest.raises(FeatureError, match=r"come from different models .*seed.*, 0\].*, 5\]"):
+        merge_shards(tmp_path, "x")
+    embed_image_set("precomputed", subset, tmp_path, set_name="x", shard=1, num_shards=2, model_options=options,
+                    progress=False, seed=0)
+    assert len(merge_shards(tmp_path, "x")) == 4
+    assert json.loads((tmp_path / "x.json").read_text())["seed"] == 0

@@ -301,3 +301,49 @@ def test_precomputed_wrong_dim_and_nan_are_errors(tmp_path: Path) -> None:
     assert model.select(["img0"]).features.shape == (1, 3)
     with pytest.raises(FeatureError, match="img1.*NaN"):
         model.select(["img0", "img1"])
+
+
+# --- seeded random weights (issue 26, part 2) ---------------------------------------------------
+
+SEEDED = ["resnet34", "resnet50", "efficientnet_lite0"]
+
+
+def _random_digest(name: str, **kwargs) -> str:
+    from vsbench.models.weights import state_digest
+
+    torch.rand(17)  # the caller's random state moves between builds: the network must not
+    return state_digest(build_model(name, weights="random", **kwargs))
+
+
+@pytest.mark.parametrize("name", [*SEEDED, "timm:test_resnet"])
+def test_random_weights_are_one_network_per_seed(no_network: None, name: str) -> None:
+    """Two identical DISC runs of resnet34 with {"weights": "random"} once gave two uAPs: torchvision
+    and EfficientNet drew from the unseeded global generator."""
+    if name.startswith("timm:"):
+        pytest.importorskip("timm")
+    first = _random_digest(name)
+    assert _random_digest(name) == first
+    assert _random_digest(name, seed=0) == first  # 0 is the default seed
+    other = _random_digest(name, seed=1)
+    assert _random_digest(name, seed=1) == other != first
+
+
+def test_building_leaves_the_callers_random_state_alone(no_network: None) -> None:
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    build_model("resnet34", weights="random", seed=9)
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("name", SEEDED)
+def test_random_weights_name_their_seed(no_network: None, name: str) -> None:
+    assert build_model(name, weights="random", seed=42).weights_source == "random initialization (seed 42)"
+
+
+def test_a_seed_that_is_not_a_non_negative_integer_is_refused() -> None:
+    from vsbench.models.weights import WeightsError
+
+    for bad in (-1, 2**63, 1.5, "3", True):
+        with pytest.raises(WeightsError, match="seed must be an integer from 0"):
+            build_model("resnet34", weights="random", seed=bad)

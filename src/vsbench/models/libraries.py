@@ -11,7 +11,7 @@ Each family builds the network with its own library, reads that library's *own* 
   extra dense+tanh layer that the checkpoints people use for retrieval never trained).
 
 Options (the ``--model-options`` JSON): ``weights`` is ``"pretrained"`` (default: the library's
-cache, downloading only when not offline), ``"random"`` (seeded initialization) or a local path:
+cache, downloading only when not offline), ``"random"`` (initialization seeded with the run's ``--seed``) or a local path:
 a ``.safetensors`` file (preferred) or a ``torch.save`` state dict (read with
 ``weights_only=True``), or for ``hf:`` a ``save_pretrained`` folder. open_clip also takes
 ``config``, a local model-config JSON registered under its file name (custom or tiny
@@ -35,6 +35,7 @@ from vsbench.models.weights import (
     is_offline,
     load_checked,
     offline_error,
+    random_source,
     read_state_dict,
     seeded,
     weights_choice,
@@ -133,7 +134,7 @@ def _timm_hub_file(net: nn.Module, name: str) -> str:
 def timm_weights_source(spec: str, weights: str = "pretrained") -> str:
     choice = weights_choice(weights)
     if choice != "pretrained":
-        return "random initialization (seed 0)" if choice == "random" else f"local file {weights}"
+        return random_source() if choice == "random" else f"local file {weights}"
     timm = _require("timm")
     with torch.device("meta"):
         net = timm.create_model(spec, pretrained=False, num_classes=0)
@@ -169,7 +170,7 @@ def timm_model(spec: str, weights: str = "pretrained") -> Embedder:
     else:
         with seeded():
             net = timm.create_model(spec, pretrained=False, num_classes=0)
-        source = "random initialization (seed 0)"
+        source = random_source()
     if choice == "path":
         state = read_state_dict(weights)
         heads = net.pretrained_cfg.get("classifier") or ()
@@ -178,8 +179,11 @@ def timm_model(spec: str, weights: str = "pretrained") -> Embedder:
         load_checked(net, state, f"weights file {weights}")
         source = f"local file {weights}"
     preprocessing = timm_preprocessing(net)
+    # The pretrained config decides the network beside the name (timm's version is in the key too);
+    # "file" is where this machine's copy of the weights lies, which their digest covers.
+    config = {"timm_pretrained_cfg": {k: v for k, v in dict(net.pretrained_cfg).items() if k != "file"}}
     return Embedder(f"timm:{spec}", net, int(net.num_features), preprocessing, weights_source=source,
-                    output="pooled features (timm num_classes=0)")
+                    output="pooled features (timm num_classes=0)", config=config)
 
 
 # --- open_clip ---------------------------------------------------------------------------------
@@ -256,7 +260,7 @@ def _open_clip_pretrained_file(arch: str, tag: str) -> str:
 def open_clip_weights_source(spec: str, weights: str = "pretrained", config: str | None = None) -> str:
     choice = weights_choice(weights)
     if choice != "pretrained":
-        return "random initialization (seed 0)" if choice == "random" else f"local file {weights}"
+        return random_source() if choice == "random" else f"local file {weights}"
     arch, tag = _open_clip_parse(spec, config)
     if not tag:
         return "none: name a pretrained tag (open_clip:<arch>/<tag>) or pass weights"
@@ -295,11 +299,14 @@ def open_clip_model(spec: str, weights: str = "pretrained", config: str | None =
         load_checked(model, state, f"weights file {weights}")
         source = f"local file {weights}"
     else:
-        source = "random initialization (seed 0)"
+        source = random_source()
     preprocessing = open_clip_preprocessing(model, arch, tag)
     network = _Output(model.visual)  # the text tower is dropped: only the image tower embeds
+    # The model config (a local one can be edited between runs) and the tag's config shape the tower.
+    config = {"open_clip_model_cfg": open_clip.get_model_config(arch),
+              "open_clip_pretrained_cfg": open_clip.get_pretrained_cfg(arch, tag) if tag else {}}
     return Embedder(f"open_clip:{spec}", network, _probe_dim(network, preprocessing.input_size), preprocessing,
-                    weights_source=source, output="CLIP image embedding (encode_image, unnormalized)")
+                    weights_source=source, output="CLIP image embedding (encode_image, unnormalized)", config=config)
 
 
 # --- Hugging Face transformers -----------------------------------------------------------------
@@ -373,7 +380,7 @@ def _hf_load(spec: str, what: str, loader: Any, **kwargs: Any) -> Any:
 def hf_weights_source(spec: str, weights: str = "pretrained") -> str:
     choice = weights_choice(weights)
     if choice == "random":
-        return "random initialization (seed 0)"
+        return random_source()
     if choice == "path":
         return f"local {'folder' if Path(weights).is_dir() else 'file'} {weights}"
     if Path(spec).is_dir():
@@ -403,7 +410,7 @@ def hf_model(spec: str, weights: str = "pretrained") -> Embedder:
             if state and not any(k in model.state_dict() for k in state) and any(k.startswith(prefix) for k in state):
                 state = {k.removeprefix(prefix): v for k, v in state.items()}
             load_checked(model, state, f"weights file {weights}", allow_unexpected=True)
-        source = "random initialization (seed 0)" if choice == "random" else f"local file {weights}"
+        source = random_source() if choice == "random" else f"local file {weights}"
     else:
         location = spec if choice == "pretrained" else weights
         model, info = _hf_load(location, "weights", transformers.AutoModel.from_pretrained, config=config,
@@ -422,6 +429,14 @@ def hf_model(spec: str, weights: str = "pretrained") -> Embedder:
     network = _HFImageFeatures(model, kind)
     output = {"image_features": "image embedding (get_image_features)", "cls": "CLS token of the last layer",
               "pooler": "pooler_output"}[kind]
+    config_files = {"hf_config": _public(config.to_dict()), "hf_image_processor": _public(processor.to_dict())}
     return Embedder(f"hf:{spec}", network, _probe_dim(network, preprocessing.input_size), preprocessing,
-                    weights_source=source, output=output)
+                    weights_source=source, output=output, config=config_files)
+
+
+def _public(settings: dict[str, Any]) -> dict[str, Any]:
+    """A config as loaded, less the keys that say where it was read from (``_name_or_path``,
+    ``_commit_hash``): config.json edited in place (``hidden_act`` gelu -> relu) is another model,
+    the same folder moved is not."""
+    return {k: v for k, v in settings.items() if not k.startswith("_")}
 

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from vsbench.features import FeatureError, FeatureSet, load_features
+from vsbench.models.weights import RANDOM_SEED, seeded
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -97,14 +98,17 @@ class Embedder(nn.Module):
     mixed precision for them.
 
     ``weights_source`` says where the weights came from (for ``vsbench similarity models`` and
-    the manifest); ``weights_digest``, when the builder knows better than a hash of the state dict
-    (a TorchScript file is code as well as weights), is what the embedding cache keys on.
-    ``output`` names the layer the descriptors come from.
+    the manifest); ``weights_digest`` is the sha256 of the model file as a whole where the state
+    dict does not say everything (a TorchScript file is code as well as weights: two files with the
+    same parameters and another pooling are two models); ``config`` is the library configuration
+    that shapes the network beyond its weights (Hugging Face's config.json, an activation say;
+    timm's and open_clip's model configs). The embedding cache keys on both, beside the state
+    dict's digest. ``output`` names the layer the descriptors come from.
     """
 
     def __init__(self, name: str, network: nn.Module, dim: int, preprocessing: Preprocessing, *,
                  supports_autocast: bool = True, weights_source: str = "", weights_digest: str | None = None,
-                 output: str = "pooled features") -> None:
+                 output: str = "pooled features", config: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.name = name
         self.network = network
@@ -114,6 +118,7 @@ class Embedder(nn.Module):
         self.weights_source = weights_source
         self.weights_digest = weights_digest
         self.output = output
+        self.config = dict(config or {})
         self.eval()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -257,13 +262,18 @@ def _check_options(name: str, builder: Builder, spec: str | None, options: dict[
         raise ValueError(f"model {name!r}: {exc}; its options are {accepted}") from None
 
 
-def build_model(name: str, **options: Any) -> Model:
+def build_model(name: str, *, seed: int = RANDOM_SEED, **options: Any) -> Model:
     """Build the model registered as ``name`` (or ``<family>:<spec>``); unknown names and options
     are errors that list what is accepted (checked before building, so a typo never starts a
-    download)."""
+    download).
+
+    The builder runs inside :func:`~vsbench.models.weights.seeded` with ``seed`` (the run's
+    ``--seed``): ``{"weights": "random"}`` is then the same network for the same seed in every
+    family, a plugin's included, and building leaves the caller's random state untouched."""
     builder, spec = resolve(name)
     _check_options(name, builder, spec, options)
-    return builder(**options) if spec is None else builder(spec, **options)
+    with seeded(seed):
+        return builder(**options) if spec is None else builder(spec, **options)
 
 
 @dataclass(frozen=True)
@@ -277,24 +287,29 @@ class ModelInfo:
     output: str
 
 
-def describe_model(name: str, **options: Any) -> ModelInfo:
+def describe_model(name: str, *, seed: int = RANDOM_SEED, **options: Any) -> ModelInfo:
     """A model's dimension, preprocessing, output layer and where its weights would come from,
     without downloading or loading any weights: the network is built randomly initialized (which
     fixes every shape) and the weights' location is resolved, not read."""
     builder, spec = resolve(name)
     _check_options(name, builder, spec, options)
+    with seeded(seed):  # "random initialization (seed N)" names the seed asked for
+        return _describe(name, builder, spec, options)
+
+
+def _describe(name: str, builder: Builder, spec: str | None, options: dict[str, Any]) -> ModelInfo:
+    accepts_weights = "weights" in inspect.signature(builder).parameters
     if spec is not None:
         family = _FAMILIES[name.partition(":")[0]]
         built = builder(spec, **{**options, "weights": "random"})  # first: it checks the name
         where = family.weights_source(spec, **options)
     else:
-        accepts_weights = "weights" in inspect.signature(builder).parameters
         built = builder(**({"weights": "random", **options} if accepts_weights else options))
         where = (builder.__doc__ or "").strip().splitlines()[0] if builder.__doc__ else ""
     if isinstance(built, PrecomputedFeatures):
         return ModelInfo(name, built.dim, None, f"precomputed features {built.path}", "precomputed")
-    if spec is None:
-        where = built.weights_source or where
+    if spec is None and (not accepts_weights or options.get("weights") == "random"):
+        where = built.weights_source or where  # the random build stands in for the shapes only otherwise
     return ModelInfo(name, built.dim, built.preprocessing, where, built.output)
 
 

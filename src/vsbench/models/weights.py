@@ -12,14 +12,24 @@ Three rules every adapter follows:
   set, weights come only from the library's cache or a local path; a miss is an error naming the
   ``{"weights": "PATH"}`` option.
 
-The digest of the weights actually loaded (not of the file they came from) goes into the
-embedding cache key: a safetensors and a ``.bin`` copy of the same weights share embeddings, and
-``{"weights": "random"}`` (seeded, so reproducible) gets a key of its own per library version.
+The digest of the weights actually loaded (:func:`state_digest`) goes into the embedding cache
+key, beside the sha256 of the file an option names (:mod:`vsbench.models.cache`): the values pin
+what the network computes however they arrived, the file's bytes what was asked for (the same
+file at another path is the same key; a ``.bin`` copy of a safetensors file is another, which
+costs one embedding, never a wrong row); ``{"weights": "random"}`` (seeded, so reproducible)
+gets a key of its own per library version and seed.
+
+**One seed per build.** :func:`vsbench.models.registry.build_model` runs every builder inside
+:func:`seeded` with the run's seed (``--seed``, default 0), so ``{"weights": "random"}`` is the
+same network for the same seed in every model family, built-in, library or plugin; builders that
+initialize randomly call :func:`seeded` again right before, so what ran earlier in the builder
+never shifts the draw. :func:`random_source` is the one sentence naming that seed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import os
 import pickle
@@ -31,7 +41,9 @@ import torch
 from torch import nn
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VSBENCH_OFFLINE")
-RANDOM_SEED = 0
+RANDOM_SEED = 0  # the seed when none is given (the CLI's and the pipelines' default too)
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes any 64-bit value; a non-negative int64 survives every JSON and MLflow
+_SEED: contextvars.ContextVar[int] = contextvars.ContextVar("vsbench_weights_seed", default=RANDOM_SEED)
 WEIGHTS_HELP = ('pass {"weights": "PATH"} (a local .safetensors file or save_pretrained folder), '
                 'or {"weights": "random"} for an untrained network')
 
@@ -123,13 +135,40 @@ def state_digest(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def check_seed(seed: Any) -> int:
+    """``seed`` as an int in [0, 2**63), or a WeightsError saying what was given."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise WeightsError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    return seed
+
+
+def current_seed() -> int:
+    """The seed of the model build in progress (:func:`seeded`), else :data:`RANDOM_SEED`."""
+    return _SEED.get()
+
+
 @contextlib.contextmanager
-def seeded() -> Iterator[None]:
+def seeded(seed: int | None = None) -> Iterator[None]:
     """Random initialization with a fixed seed, leaving the caller's random state as it was, so
-    that ``{"weights": "random"}`` is the same network in every run (and cacheable)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(RANDOM_SEED)
-        yield
+    that ``{"weights": "random"}`` is the same network in every run (and cacheable).
+
+    ``seed`` None keeps the seed of the build in progress (the one ``build_model`` was given), so a
+    builder that re-seeds right before its random initialization draws the same values whatever
+    it did before; outside any build that is :data:`RANDOM_SEED`.
+    """
+    value = current_seed() if seed is None else check_seed(seed)
+    token = _SEED.set(value)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(value)
+            yield
+    finally:
+        _SEED.reset(token)
+
+
+def random_source() -> str:
+    """Where random weights come from, naming the seed they were drawn with."""
+    return f"random initialization (seed {current_seed()})"
 
 
 def weights_choice(weights: str) -> str:
