@@ -300,22 +300,24 @@ def only_chunk(root: Path) -> Path:
     return chunk
 
 
-def bad_chunks(names: np.ndarray, rows: np.ndarray) -> dict[str, tuple[dict, str]]:
-    """What a chunk in place of the real one may hold, and the reason the log line must give."""
+def bad_chunks(key: str, names: np.ndarray, rows: np.ndarray) -> dict[str, tuple[dict, str]]:
+    """What a chunk in place of the real one (in the folder of model key ``key``) may hold, and the
+    reason the log line must give."""
     nan, inf = rows.copy(), rows.copy()
     nan[2, 0] = np.nan
     inf[1, 3] = np.inf
-    good = np.asarray(cache_module.chunk_digest(names, rows))
+    good = np.asarray(cache_module.chunk_digest(key, names, rows))
     return {
         "100-d rows": ({"digests": names, "features": rng_rows(len(names), 100)}, "rows of 100 dimensions"),
-        "NaN rows": (signed(names, nan), "1 of 5 rows hold NaN or infinite values"),
-        "inf rows": (signed(names, inf), "1 of 5 rows hold NaN or infinite values"),
+        "NaN rows": (signed(key, names, nan), "1 of 5 rows hold NaN or infinite values"),
+        "inf rows": (signed(key, names, inf), "1 of 5 rows hold NaN or infinite values"),
         "zeros written over": ({"digests": names, "features": np.zeros_like(rows), "content_sha256": good},
                                "content digest mismatch"),
         "no content digest": ({"digests": names, "features": rows}, "no content digest"),
-        "float64": (signed(names, rows.astype(np.float64)), "not 2-d float32"),
-        "3-d": (signed(names, rows[:, None, :]), "not 2-d float32"),
-        "digests for fewer rows": (signed(names[:3], rows), "digests for 5 rows"),
+        "another key's chunk": (signed("0" * 64, names, rows), "written for another model key"),
+        "float64": (signed(key, names, rows.astype(np.float64)), "not 2-d float32"),
+        "3-d": (signed(key, names, rows[:, None, :]), "not 2-d float32"),
+        "digests for fewer rows": (signed(key, names[:3], rows), "digests for 5 rows"),
     }
 
 
@@ -323,14 +325,14 @@ def rng_rows(count: int, dim: int) -> np.ndarray:
     return np.random.default_rng(0).standard_normal((count, dim)).astype(np.float32)
 
 
-def signed(names: np.ndarray, rows: np.ndarray) -> dict:
+def signed(key: str, names: np.ndarray, rows: np.ndarray) -> dict:
     """A chunk whose content digest is right for what it holds: each check is tested on its own."""
-    digest = cache_module.chunk_digest(names, rows.reshape(len(rows), -1) if rows.ndim == 3 else rows)
+    digest = cache_module.chunk_digest(key, names, rows.reshape(len(rows), -1) if rows.ndim == 3 else rows)
     return {"digests": names, "features": rows, "content_sha256": np.asarray(digest)}
 
 
 @pytest.mark.parametrize("kind", ["100-d rows", "NaN rows", "inf rows", "zeros written over", "no content digest",
-                                  "float64", "3-d", "digests for fewer rows"])
+                                  "another key's chunk", "float64", "3-d", "digests for fewer rows"])
 def test_a_bad_chunk_is_set_aside_with_one_line_and_its_images_embedded_again(
         tmp_path: Path, images: ImageSet, kind: str, caplog: pytest.LogCaptureFixture) -> None:
     """A 100-d chunk was once served to another model (exit 0, features (5, 100)); NaN and inf
@@ -341,7 +343,7 @@ def test_a_bad_chunk_is_set_aside_with_one_line_and_its_images_embedded_again(
     chunk = only_chunk(root)
     with np.load(chunk) as data:
         names, rows = data["digests"], data["features"]
-    arrays, reason = bad_chunks(names, rows)[kind]
+    arrays, reason = bad_chunks(chunk.parent.name, names, rows)[kind]
     with open(chunk, "wb") as handle:
         np.savez(handle, **arrays)
     caplog.clear()

@@ -22,7 +22,7 @@ documents; tests/unit/test_embed_cache.py changes each field of the key and expe
 
 Layout: ``<root>/<key digest>/key.json`` (the key in full) and ``chunk-*.npz`` files holding
 ``digests`` (sha256 of each image file), ``features`` (float32, one row per digest) and
-``content_sha256`` (sha256 over both, see :func:`chunk_digest`). Writers add chunks under unique
+``content_sha256`` (sha256 over both and the key's digest, see :func:`chunk_digest`). Writers add chunks under unique
 names with an atomic rename, so shards embedding in parallel never overwrite one another. The
 root is ``VSBENCH_EMBED_CACHE`` (``off`` disables it), by default
 ``$XDG_CACHE_HOME/vsbench/embeddings``. On a cluster, point it at the data volume
@@ -171,11 +171,12 @@ def image_digests(paths: Sequence[Path], threads: int = 4) -> list[str | None]:
         return list(pool.map(file_digest, paths))
 
 
-def chunk_digest(digests: np.ndarray, features: np.ndarray) -> str:
-    """sha256 over a chunk's shape, its image digests and its float32 rows' bytes: written with the
-    chunk, recomputed when it is read, so rows changed after writing (zeros over a block, a chunk
-    copied from elsewhere) are never served."""
-    content = hashlib.sha256(f"{features.shape}|{features.dtype.str}\n".encode())
+def chunk_digest(key: str, digests: np.ndarray, features: np.ndarray) -> str:
+    """sha256 over the model key's digest, a chunk's shape, its image digests and its float32 rows'
+    bytes: written with the chunk, recomputed when it is read, so rows changed after writing (zeros
+    over a block) and a well-formed chunk of another model copied into this key's folder are never
+    served."""
+    content = hashlib.sha256(f"{key}|{features.shape}|{features.dtype.str}\n".encode())
     content.update("\n".join(digests.tolist()).encode("utf-8"))
     content.update(np.ascontiguousarray(features).view(np.uint8).reshape(-1).data)
     return content.hexdigest()
@@ -185,10 +186,10 @@ class BadChunk(Exception):
     """A cache chunk that is not what :meth:`EmbeddingCache.store` writes; the message says why."""
 
 
-def check_chunk(names: np.ndarray, features: np.ndarray, recorded: np.ndarray, dim: int) -> None:
-    """Raise :class:`BadChunk` unless the arrays are a chunk for descriptors of ``dim`` dimensions:
-    float32, 2-d, ``dim`` wide, one 1-d string digest per row, finite, and their content digest the
-    one recorded. Cheap checks first: the content digest is the one that reads every byte."""
+def check_chunk(key: str, names: np.ndarray, features: np.ndarray, recorded: np.ndarray, dim: int) -> None:
+    """Raise :class:`BadChunk` unless the arrays are a chunk of model key ``key`` (its digest) for
+    descriptors of ``dim`` dimensions: float32, 2-d, ``dim`` wide, one 1-d string digest per row,
+    finite, and their content digest (which covers the key) the one recorded. Cheap checks first: the content digest is the one that reads every byte."""
     if features.dtype != np.float32 or features.ndim != 2:
         raise BadChunk(f"features are {features.dtype} of shape {features.shape}, not 2-d float32")
     if features.shape[1] != dim:
@@ -200,8 +201,9 @@ def check_chunk(names: np.ndarray, features: np.ndarray, recorded: np.ndarray, d
     if not np.isfinite(features).all():
         bad = int((~np.isfinite(features).all(axis=1)).sum())
         raise BadChunk(f"{bad} of {len(features)} rows hold NaN or infinite values")
-    if chunk_digest(names, features) != recorded.item():
-        raise BadChunk("content digest mismatch: the rows changed after they were written")
+    if chunk_digest(key, names, features) != recorded.item():
+        raise BadChunk("content digest mismatch: the rows changed after they were written, or the chunk was "
+                       "written for another model key")
 
 
 class EmbeddingCache:
@@ -257,7 +259,7 @@ class EmbeddingCache:
             raise BadChunk(f"no {exc} array") from None
         except (ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise BadChunk(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
-        check_chunk(names, features, recorded, dim)
+        check_chunk(self.digest, names, features, recorded, dim)
         return {names[i].item(): features[i] for i in rows}
 
     def _key_file_matches(self) -> bool:
@@ -315,20 +317,20 @@ class EmbeddingCache:
             key_file = self.folder / "key.json"
             if not key_file.exists():
                 _atomic_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
-            write_chunk(self.folder, names, features)
+            write_chunk(self.folder, self.digest, names, features)
         except OSError as exc:  # a cache is a shortcut: the step's own output is already safe
             logger.warning("embedding cache %s cannot be written (%s): the embeddings are kept in the step's "
                            "output but not cached; set %s to a writable folder or 'off'", self.folder,
                            exc.strerror or exc, CACHE_ENV)
 
 
-def write_chunk(folder: Path, names: np.ndarray, features: np.ndarray) -> Path:
+def write_chunk(folder: Path, key: str, names: np.ndarray, features: np.ndarray) -> Path:
     """One chunk file under a unique name, written to a temporary and renamed into place."""
     name = f"chunk-{uuid.uuid4().hex}.npz"
     tmp = folder / f".{name}.tmp"
     with open(tmp, "wb") as handle:
         np.savez(handle, digests=names, features=features,
-                 content_sha256=np.asarray(chunk_digest(names, features)))
+                 content_sha256=np.asarray(chunk_digest(key, names, features)))
     os.replace(tmp, folder / name)
     return folder / name
 
