@@ -23,6 +23,7 @@ hundred MB at most), overridable by environment variable; the message names the 
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import os
@@ -166,9 +167,41 @@ def iter_lines(path: str | Path, *, encoding: str = "utf-8", max_chars: int | No
                                      number)
                 yield number, line
     except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason})", number + 1) from None
+        # Text mode decodes ahead in 8 KiB chunks, so the error surfaces lines before or after the
+        # byte's own line: find that line from the bytes themselves.
+        line_of_byte, offset = _first_undecodable(path, encoding)
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {offset:,})", line_of_byte or number + 1) from None
     except OSError as exc:
         raise _os_error(path, exc) from None
+
+
+def _line_breaks(data: bytes, after_cr: bool) -> int:
+    """Line ends in ``data`` as text mode counts them (``\\n``, ``\\r``, ``\\r\\n``); ``after_cr``: the
+    bytes before ``data`` ended with ``\\r`` (so a leading ``\\n`` closes a line already counted)."""
+    count = data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+    return count - 1 if after_cr and data.startswith(b"\n") else count
+
+
+def _first_undecodable(path: Path, encoding: str) -> tuple[int | None, int]:
+    """(1-based line, byte offset) of the first byte that does not decode, read in 1 MiB chunks;
+    (None, 0) if none is found (the file changed under us)."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    line, offset, after_cr = 1, 0, False
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                start = max(exc.start - (len(exc.object) - len(chunk)), 0)  # the decoder prepends held-back bytes
+                return line + _line_breaks(chunk[:start], after_cr), offset + start
+            line += _line_breaks(chunk, after_cr)
+            offset += len(chunk)
+            after_cr = chunk.endswith(b"\r")
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:  # a character cut off by the end of the file
+        return line, offset - len(exc.object) + exc.start
+    return None, 0
 
 
 def read_lines(path: str | Path, **options: Any) -> list[str]:
@@ -195,7 +228,8 @@ def read_text(path: str | Path, *, max_bytes: int | None = None, variable: str =
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start:,})",
+                         _line_breaks(data[: exc.start], False) + 1) from None
 
 
 def parse_json(path: str | Path, text: str | bytes, line: int | None = None) -> Any:

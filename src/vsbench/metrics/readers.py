@@ -84,6 +84,12 @@ def _read_headed_csv(path: Path, required: list[str]) -> pd.DataFrame:
     """A CSV whose first line names the columns; ``required`` must be among them (others are ignored)."""
     frame = _read_text_csv(path)
     header = [str(name).strip() for name in frame.iloc[0]]
+    for column in required:
+        if header.count(column) > 1:
+            positions = [i + 1 for i, name in enumerate(header) if name == column]
+            raise InputError(path, f"column {column!r} is named {len(positions)} times in the header (columns "
+                                   f"{', '.join(map(str, positions))}: found {quote(','.join(header))}); "
+                                   "keep one, or rename the others", 1)
     missing = [c for c in required if c not in header]
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)}; the header must name "
@@ -243,6 +249,9 @@ def read_copy_detection_predictions(path: str | Path, *, normalize_ids: bool = F
     columns: list[str] = PREDICTION_COLUMNS
     header = [normalize_id(name) for name in lines[0][1].split(",")]
     if lines[0][1] != PREDICTION_HEADER and set(PREDICTION_COLUMNS) <= set(header):
+        if repeated := [c for c in PREDICTION_COLUMNS if header.count(c) > 1]:
+            raise InputError(path, f"column {repeated[0]!r} is named {header.count(repeated[0])} times in the header "
+                                   f"(found {quote(','.join(header))}); keep one, or rename the others", 1)
         columns, lines = header, lines[1:]
     elif lines[0][1] != PREDICTION_HEADER and set(header) & set(PREDICTION_COLUMNS) and len(header) != 3:
         missing = [c for c in PREDICTION_COLUMNS if c not in header]
@@ -275,22 +284,34 @@ def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = 
     Stripped lines split into exactly two fields, the header skipped wherever it appears, ids kept
     as written (``normalize_ids`` strips padding and quotes); an empty reference marks a query
     without a copy. A pair listed twice is kept twice (isc2021 counts it twice; the scorer notes it).
-    A line that names the columns in any other way is read as a pair, as isc2021 does, with a note.
+    A first line naming the columns in the other order (``reference_id,query_id``) is read as the
+    header, and the columns by name (isc2021 reads that line as a pair and the columns as
+    ``query_id,reference_id``, scoring every pair as missed). Any other line that names the
+    columns is read as a pair, as isc2021 does, with a note.
     """
     path = Path(path)
     queries: list[tuple[int, str]] = []
     references: list[tuple[int, str]] = []
     listed: list[tuple[int, str]] = []
     notes: list[str] = []
-    for number, line in _isc_lines(path):
+    lines = _isc_lines(path)
+    swapped = bool(lines) and [normalize_id(name) for name in lines[0][1].split(",")] == GROUND_TRUTH_COLUMNS[::-1]
+    if swapped:  # "reference_id,query_id": the columns are read by name (isc2021 reads it as a pair, then swaps them)
+        lines = lines[1:]
+    for number, line in lines:
         if line == GROUND_TRUTH_HEADER:
             continue
-        q, db = _fields(path, number, line, GROUND_TRUTH_COLUMNS)
+        fields = _fields(path, number, line, GROUND_TRUTH_COLUMNS)
+        q, db = fields[::-1] if swapped else fields
         if {normalize_id(q), normalize_id(db)} == set(GROUND_TRUTH_COLUMNS):
             if normalize_ids:
                 continue
-            notes.append(f"{path}:{number}: {quote(line)} looks like a header but is not exactly "
-                         f"{GROUND_TRUTH_HEADER!r}, so isc2021 counts it as a ground-truth pair; {NORMALIZE_IDS_HINT}")
+            if [normalize_id(f) for f in fields] == GROUND_TRUTH_COLUMNS[::-1]:
+                notes.append(f"{path}:{number}: {quote(line)} names the columns in the other order; only a first "
+                             "line is read as a header, so this one counts as a ground-truth pair (as in isc2021)")
+            else:
+                notes.append(f"{path}:{number}: {quote(line)} looks like a header but is not exactly "
+                             f"{GROUND_TRUTH_HEADER!r}, so isc2021 counts it as a ground-truth pair; {NORMALIZE_IDS_HINT}")
         listed.append((number, q))
         if (normalize_id(db) if normalize_ids else db) == "":
             continue

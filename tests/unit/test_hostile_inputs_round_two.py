@@ -1,0 +1,110 @@
+"""Issue 28, round two of hostile inputs to the readers and scorers: each case gets one line naming
+the file, the line or entry, the field and the fix, in bounded memory and time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vsbench import inputs
+from vsbench.metrics import readers
+from vsbench.metrics.readers import InputError
+from vsbench.scoring_cli import score_app
+
+runner = CliRunner()
+
+
+def _run(*args: str | Path):
+    return runner.invoke(score_app, [str(a) for a in args] + ["--no-track"])
+
+
+def _one_line_error(result, *fragments: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+# ---------------------------------------------------------------- 5. a swapped ground-truth header
+
+
+def test_a_ground_truth_header_in_the_other_order_is_read_by_name(tmp_path: Path) -> None:
+    gt = tmp_path / "gt.csv"
+    gt.write_text("reference_id,query_id\nR1,Q1\nR2,Q2\n,Q3\n")
+    truth = readers.read_copy_detection_ground_truth(gt)
+    assert truth.query_ids.tolist() == ["Q1", "Q2"] and truth.reference_ids.tolist() == ["R1", "R2"]
+    assert truth.listed_queries.tolist() == ["Q1", "Q2", "Q3"] and truth.notes == ()
+    preds = tmp_path / "preds.csv"
+    preds.write_text("reference_id,score,query_id\nR1,0.9,Q1\nR2,0.8,Q2\n")
+    out = tmp_path / "m.json"
+    result = _run("copy-detection", "--predictions", preds, "--gt", gt, "--output", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["uap"] == 1.0
+    assert "warning" not in result.stderr
+
+
+def test_a_swapped_header_past_the_first_line_is_a_pair_with_a_note_that_does_not_suggest_normalizing(
+        tmp_path: Path) -> None:
+    gt = tmp_path / "gt.csv"
+    gt.write_text("Q1,R1\nreference_id,query_id\n")
+    (note,) = readers.read_copy_detection_ground_truth(gt).notes
+    assert "gt.csv:2:" in note and "other order" in note and "normalize" not in note
+
+
+# ---------------------------------------------------------------- 6. duplicate column names
+
+
+def test_a_gallery_with_a_column_named_twice_is_refused_in_one_line(tmp_path: Path) -> None:
+    gallery = tmp_path / "gallery.csv"
+    gallery.write_text("ASIN,Image ID,Image ID\nA,1,2\n")
+    with pytest.raises(InputError, match=r"gallery.csv:1: column 'Image ID' is named 2 times .*columns 2, 3"):
+        readers.read_gallery_image_ids(gallery)
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"source_pid": "s", "candidates": [{"candidate_pid": "1", "label": 1}]}) + "\n")
+    _one_line_error(_run("product-search", "--queries", queries, "--gallery", gallery, "--features",
+                         tmp_path / "f.npz", "--output", tmp_path / "m.json"), "gallery.csv:1:", "Image ID")
+
+
+def test_a_prediction_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    preds = tmp_path / "preds.csv"
+    preds.write_text("reference_id,query_id,score,query_id\nR1,Q1,0.5,Q2\n")
+    with pytest.raises(InputError, match=r"preds.csv:1: column 'query_id' is named 2 times"):
+        readers.read_copy_detection_predictions(preds)
+
+
+# ---------------------------------------------------------------- 7. the true line of a bad byte
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    (b"a\n" * 5000 + b"\xff\n", 5001),  # past text mode's first 8 KiB chunk: was reported as line 4097
+    (b"a\nb\n\xff\n", 3),  # in the first chunk: was reported as line 1
+    (b"a\r\nb\rc\n\xe2\x82", 4),  # \r\n and \r end lines too; a character cut off by the end of the file
+    (b"a\r" * 600_000 + b"\n\xff", 600_001),  # a \r\n across the 1 MiB chunks of the search
+])
+def test_a_non_utf8_byte_is_reported_on_its_own_line(tmp_path: Path, data: bytes, line: int) -> None:
+    path = tmp_path / "x.txt"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=rf"x.txt:{line}: not UTF-8 text"):
+        inputs.read_lines(path)
+
+
+def test_a_non_utf8_byte_in_a_json_file_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(b'[\n[0, 1],\n[1, "\xff"]\n]')
+    with pytest.raises(InputError, match=r"x.json:3: not UTF-8 text"):
+        inputs.read_json(path)
+
+
+def test_a_non_utf8_byte_in_a_result_file_is_one_cli_line_with_its_line(tmp_path: Path) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(json.dumps([[i, 1] for i in range(5001)]))
+    pred = tmp_path / "counting_result.txt"
+    pred.write_bytes(b"1\n" * 5000 + b"\xff\n")
+    _one_line_error(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json"),
+                    "counting_result.txt:5001: not UTF-8")
