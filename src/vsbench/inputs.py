@@ -27,6 +27,7 @@ import codecs
 import io
 import json
 import os
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,7 +244,11 @@ def parse_json(path: str | Path, text: str | bytes, line: int | None = None) -> 
     except RecursionError:
         raise InputError(path, "JSON nested too deeply", line) from None
     except ValueError as exc:  # int() digit limit, surrogates
-        raise InputError(path, f"not valid JSON ({str(exc)[:QUOTE_CHARS]})", line) from None
+        if "integer string conversion" in str(exc):
+            detail = f"an integer of more than {sys.get_int_max_str_digits():,} digits, Python's limit"
+        else:
+            detail = str(exc)[:QUOTE_CHARS]
+        raise InputError(path, f"not valid JSON ({detail})", line) from None
 
 
 def read_json(path: str | Path) -> Any:

@@ -150,9 +150,7 @@ def abid_counting(
         truth = readers.read_counting_ground_truth(gt)
         result = readers.read_abid_result(pred, truth.size, gt, binary=False, strict=strict)
         m = counting_metrics(result.values, truth[: result.values.size], num_classes)
-    _warn(result.notes)
-    for cls in np.flatnonzero(m.per_class_count == 0).tolist():
-        typer.echo(f"note: class {cls} has no ground-truth example; its per-class values are null", err=True)
+    _warn(list(result.notes) + _counting_notes(pred, result.values, truth[: result.values.size], m.per_class_count))
     record = {
         "accuracy": m.accuracy,
         "rmse": m.rmse,
@@ -163,6 +161,38 @@ def abid_counting(
     }
     _report("abid counting", record, output)
     _track("abid_counting", record, output, {"pred": pred, "gt": gt}, {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment)
+
+
+def _listed(values: list[int], most: int = 10) -> str:
+    """``3, 4, 5`` or ``3, 4, ... (and 20,093 more)``: a bounded list for a one-line message."""
+    shown = ", ".join(map(str, values[:most]))
+    return shown if len(values) <= most else f"{shown} ... (and {len(values) - most:,} more)"
+
+
+def _counting_notes(pred: Path, answers: np.ndarray, truth: np.ndarray, per_class_count: np.ndarray) -> list[str]:
+    """One line each, whatever the number of classes or answers: classes the ground truth does not
+    use, answers outside its classes, and errors too large for the challenge script's integer square."""
+    from vsbench.metrics.abid import WRAP_FREE_ERROR
+
+    notes = []
+    classes = per_class_count.size
+    empty = np.flatnonzero(per_class_count == 0).tolist()
+    if empty:
+        notes.append(f"{len(empty)} of the {classes} classes have no ground-truth example ({_listed(empty)}); "
+                     "their per-class values are null")
+    outside = answers >= classes  # negative answers have the reader's note
+    if outside.any():
+        row = int(np.argmax(outside))
+        notes.append(f"{pred}:{row + 1}: {int(np.count_nonzero(outside)):,} answer(s) are above the classes "
+                     f"0..{classes - 1} (e.g. {answers[row]}); scored as wrong answers, as the challenge script "
+                     "scores them")
+    wraps = np.abs(answers.astype(np.float64) - truth.astype(np.float64)) > WRAP_FREE_ERROR
+    if wraps.any():
+        row = int(np.argmax(wraps))
+        notes.append(f"{pred}:{row + 1}: answer {answers[row]} is off by more than {WRAP_FREE_ERROR:,}: the "
+                     "challenge script's squared error wraps around in 64-bit integers there (a meaningless "
+                     "RMSE); this RMSE uses the exact square")
+    return notes
 
 
 @score_app.command("abid-verification")

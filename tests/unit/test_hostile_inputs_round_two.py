@@ -108,3 +108,123 @@ def test_a_non_utf8_byte_in_a_result_file_is_one_cli_line_with_its_line(tmp_path
     pred.write_bytes(b"1\n" * 5000 + b"\xff\n")
     _one_line_error(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json"),
                     "counting_result.txt:5001: not UTF-8")
+
+
+# ---------------------------------------------------------------- 1. integers past 64 bits
+
+
+@pytest.mark.parametrize("answer", [str(1 << 63), "99999999999999999999", "-99999999999999999999", "9" * 4300])
+def test_an_answer_past_64_bits_is_one_line_naming_the_file_and_line(tmp_path: Path, answer: str) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(json.dumps([[0, 1], [1, 2], [2, 0]]))
+    pred = tmp_path / "counting_result.txt"
+    pred.write_text(f"1\n{answer}\n0\n")
+    line = _one_line_error(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json"),
+                           "counting_result.txt:2:", "64-bit")
+    assert len(line) < 400
+
+
+def test_an_answer_with_more_digits_than_python_reads_says_so(tmp_path: Path) -> None:
+    pred = tmp_path / "r.txt"
+    pred.write_text("1\n" + "9" * 5000 + "\n")
+    with pytest.raises(InputError, match=r"r.txt:2: an integer of 5,000 characters, more than Python's int\(\) reads"):
+        readers.read_abid_result(pred, 2, "gt.json", binary=True)
+
+
+@pytest.mark.parametrize(("quantity", "message"), [
+    ("99999999999999999999", "entry 2: quantity '99999999999999999999' is over the largest count scored, 999"),
+    ("9" * 5000, r"not valid JSON \(an integer of more than 4,300 digits, Python's limit\)"),
+])
+def test_a_ground_truth_count_past_64_bits_is_one_line(tmp_path: Path, quantity: str, message: str) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(f"[[0, 1], [1, {quantity}]]")
+    with pytest.raises(InputError, match=rf"counting_val.json: {message}"):
+        readers.read_counting_ground_truth(gt)
+    pred = tmp_path / "r.txt"
+    pred.write_text("1\n1\n")
+    _one_line_error(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json"),
+                    "counting_val.json")
+
+
+# ---------------------------------------------------------------- 2. counting answers of 20000 and 10^9
+
+
+def _traced_peak(call) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("answer", [20_000, 10**9, 3_037_000_499])
+def test_a_huge_counting_answer_is_scored_as_upstream_in_bounded_memory_and_few_lines(
+        tmp_path: Path, answer: int) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(json.dumps([[0, 1], [1, 2], [2, 0]]))
+    pred = tmp_path / "counting_result.txt"
+    pred.write_text(f"1\n{answer}\n0\n")
+    out = tmp_path / "m.json"
+    holder = {}
+    peak = _traced_peak(lambda: holder.setdefault("r", _run("abid-counting", "--pred", pred, "--gt", gt,
+                                                           "--output", out)))
+    result = holder["r"]
+    assert result.exit_code == 0, result.output
+    assert peak < 16 << 20  # was 4.6 GB for 20000, 7.45 GiB asked for 10^9
+    record = json.loads(out.read_text())
+    # counting/evaluate.py: correct 2 of 3, RMSE sqrt(sum((pred - gt)^2) / 3) (exact in int64 up to 3,037,000,499)
+    assert record["accuracy"] == pytest.approx(2 / 3)
+    assert record["rmse"] == pytest.approx(((answer - 2) ** 2 / 3) ** 0.5, rel=1e-12)
+    assert len(record["per_class_accuracy"]) == 3 and len(record["confusion_matrix"][0]) == 3
+    warnings = [line for line in result.stderr.splitlines() if line.startswith(("warning", "note"))]
+    assert len(warnings) == 1 and "counting_result.txt:2: 1 answer(s) are above the classes 0..2" in warnings[0]
+
+
+def test_an_answer_past_the_wrap_free_range_says_upstream_wraps(tmp_path: Path) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(json.dumps([[0, 1], [1, 2]]))
+    pred = tmp_path / "counting_result.txt"
+    pred.write_text("1\n10000000002\n")
+    out = tmp_path / "m.json"
+    result = _run("abid-counting", "--pred", pred, "--gt", gt, "--output", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["rmse"] == pytest.approx((1e20 / 2) ** 0.5)
+    assert "counting_result.txt:2: answer 10000000002 is off by more than 3,037,000,499" in result.stderr
+
+
+def test_a_ground_truth_count_of_20000_is_refused_in_one_line_and_the_limit_is_configurable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(json.dumps([[0, 1], [1, 20_000]]))
+    pred = tmp_path / "r.txt"
+    pred.write_text("1\n1\n")
+    _one_line_error(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json"),
+                    "counting_val.json: entry 2: quantity '20000' is over the largest count scored, 999",
+                    "VSBENCH_MAX_COUNT_CLASSES")
+    monkeypatch.setenv("VSBENCH_MAX_COUNT_CLASSES", "20001")
+    assert readers.read_counting_ground_truth(gt).tolist() == [1, 20_000]
+
+
+def test_num_classes_past_the_limit_is_refused_in_one_line(tmp_path: Path) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(json.dumps([[0, 1], [1, 2]]))
+    pred = tmp_path / "r.txt"
+    pred.write_text("1\n1\n")
+    _one_line_error(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json",
+                         "--num-classes", 10**9), "num_classes 1000000000 is over the 1,000-class limit")
+
+
+def test_classes_without_examples_are_one_summary_line(tmp_path: Path) -> None:
+    gt = tmp_path / "counting_val.json"
+    gt.write_text(json.dumps([[0, 1], [1, 2]]))
+    pred = tmp_path / "r.txt"
+    pred.write_text("1\n1\n")
+    out = tmp_path / "m.json"
+    result = _run("abid-counting", "--pred", pred, "--gt", gt, "--output", out, "--num-classes", 1000)
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.stderr.splitlines() if "ground-truth example" in line]
+    assert "998 of the 1000 classes have no ground-truth example (0, 3, 4," in line and "(and 988 more)" in line
+    assert json.loads(out.read_text())["per_class_accuracy"][:3] == [None, 1.0, 0.0]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import pickle
 import re
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ from vsbench.inputs import (
     quote,
 )
 from vsbench.inputs import read_json as _bounded_json
+from vsbench.metrics.abid import max_count_classes
 
 __all__ = ["InputError"]  # re-exported: vsbench's one input error lives in vsbench.inputs
 
@@ -372,12 +374,29 @@ def read_int_lines(path: str | Path) -> np.ndarray:
         if not text:
             raise InputError(path, "blank line", number)
         try:
-            values.append(int(text))  # Python's int(), as the challenge scripts parse each line
+            value = int(text)  # Python's int(), as the challenge scripts parse each line
         except ValueError:
+            if _too_many_digits(text):
+                raise InputError(path, f"an integer of {len(text):,} characters, more than Python's int() reads "
+                                       f"({sys.get_int_max_str_digits():,} digits): is this the right file?",
+                                 number) from None
             raise InputError(path, f"{quote(text)} is not an integer", number) from None
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InputError(path, f"answer {quote(text, 40)} is outside the 64-bit integers "
+                                   f"({INT64_MIN}..{INT64_MAX}) that are scored: is this the right file?", number)
+        values.append(value)
     if not values:
         raise InputError(path, "file is empty")
     return np.asarray(values, dtype=np.int64)
+
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _too_many_digits(text: str) -> bool:
+    """Whether ``int(text)`` failed only on Python's digit limit (``sys.set_int_max_str_digits``)."""
+    digits = text.strip().lstrip("+-").replace("_", "")
+    return digits.isdigit() and len(digits) > sys.get_int_max_str_digits() > 0
 
 
 def read_json(path: Path) -> Any:
@@ -416,7 +435,12 @@ def read_counting_ground_truth(path: str | Path) -> np.ndarray:
     """Counts of ``counting_{val,train}[_hard].json``: ``[[idx, quantity], ...]``."""
     path = Path(path)
     entries = _entries(path, 2, "[image_index, quantity]")
-    return np.asarray([_int_field(path, n, e[1], "quantity") for n, e in enumerate(entries, 1)], dtype=np.int64)
+    cap = max_count_classes()
+    quantities = [_int_field(path, n, e[1], "quantity") for n, e in enumerate(entries, 1)]
+    if (row := _first(np.asarray([q >= cap for q in quantities]))) is not None:
+        raise InputError(path, f"entry {row + 1}: quantity {quote(quantities[row], 40)} is over the largest count "
+                               f"scored, {cap - 1} (set VSBENCH_MAX_COUNT_CLASSES to raise it)")
+    return np.asarray(quantities, dtype=np.int64)
 
 
 def read_verification_ground_truth(path: str | Path) -> np.ndarray:
