@@ -321,17 +321,45 @@ def _declared_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return count * dtype.itemsize
 
 
-def check_array_file(path: str | Path) -> None:
-    """Check a ``.npy`` or ``.npz`` file from its headers, reading no array data: every member a
-    plain ``.npy`` whose declared bytes fit :func:`max_array_bytes` in all and the bytes present."""
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def is_npy(path: str | Path) -> bool:
+    """Whether the file starts as a ``.npy`` does (whatever follows)."""
+    try:
+        with Path(path).open("rb") as handle:
+            return handle.read(len(NPY_MAGIC)) == NPY_MAGIC
+    except OSError:
+        return False
+
+
+def _member_key(filename: str) -> str:
+    """The key ``np.load`` gives an ``.npz`` member: its name without ``.npy``."""
+    return filename[: -len(".npy")] if filename.endswith(".npy") else filename
+
+
+def check_array_file(path: str | Path, names: tuple[str, ...] | list[str] | None = None) -> None:
+    """Check a ``.npy`` or ``.npz`` file from its headers, reading no array data: every member (or
+    only the members ``names``, by ``np.load`` key, when given: the others are never opened) a plain
+    ``.npy`` whose declared bytes fit :func:`max_array_bytes` in all and the bytes present."""
     path = Path(path)
     size = file_size(path)
     limit = max_array_bytes()
+    zipped = zipfile.is_zipfile(path)
+    kind = ".npz" if zipped else ".npy"
     members: list[tuple[str, int, int, tuple[int, ...], np.dtype]] = []
+    where = path.name
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
+        if zipped:
+            try:
+                archive = zipfile.ZipFile(path)
+            except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
+                raise InputError(path, f"not a valid .npz (zip): {str(exc)[:QUOTE_CHARS]}") from None
+            with archive:
                 for info in archive.infolist():
+                    if names is not None and _member_key(info.filename) not in names:
+                        continue
+                    where = f".npz member {info.filename!r}"
                     with archive.open(info) as member:
                         shape, dtype = _npy_header(member)
                     members.append((info.filename, info.file_size, info.header_offset, shape, dtype))
@@ -341,39 +369,42 @@ def check_array_file(path: str | Path) -> None:
                 members.append((path.name, size, handle.tell(), shape, dtype))
     except InputError:
         raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, KeyError, TypeError) as exc:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, KeyError, TypeError,
+            NotImplementedError, RuntimeError) as exc:
         if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
             raise _os_error(path, exc) from None
-        raise InputError(path, f"not a .npy/.npz array file ({str(exc)[:QUOTE_CHARS]})") from None
+        what = f"{where} is not a valid .npy" if zipped else "not a valid .npy (nor a .npz)"
+        raise InputError(path, f"{what} ({str(exc)[:QUOTE_CHARS]})") from None
     total = 0
-    zipped = zipfile.is_zipfile(path)
     for name, available, offset, shape, dtype in members:
         declared = _declared_bytes(shape, dtype)
         if dtype.hasobject:
-            raise InputError(path, f"unreadable {'.npz' if zipped else '.npy'}: {name} is an object array, which "
+            raise InputError(path, f"unreadable {kind}: {name} is an object array, which "
                                    "needs pickle, and vsbench never loads pickled arrays")
         room = available - (0 if zipped else offset)
         if declared > room:
             raise InputError(path, f"{name}: header declares {shape} {dtype} ({human_bytes(declared)}) but the "
-                                   f"file holds {human_bytes(max(room, 0))}: truncated or forged")
+                                   f"file holds {human_bytes(max(room, 0))}: truncated or forged {kind}")
         total += declared
     if total > limit:
         raise InputError(path, f"arrays of {human_bytes(total)}, over the {human_bytes(limit)} limit "
                                "(set VSBENCH_MAX_ARRAY_BYTES to raise it)")
 
 
-def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
+def load_arrays(path: str | Path, names: tuple[str, ...] | list[str] | None = None) -> dict[str, np.ndarray]:
     """Every array of a ``.npz`` (or the one array of a ``.npy``, as ``{"arr_0": ...}``), after
-    :func:`check_array_file`, loaded without pickle; any failure is an InputError."""
+    :func:`check_array_file`, loaded without pickle; any failure is an InputError. With ``names``,
+    only those members of an ``.npz`` are checked and read (the ones it lacks are left out of the
+    result for the caller to name): an unused 3 GiB member costs nothing."""
     path = Path(path)
-    check_array_file(path)
+    check_array_file(path, names)
     try:
         data = np.load(path, allow_pickle=False)
         if isinstance(data, np.ndarray):
             return {"arr_0": data}
         with data:
-            return {key: data[key] for key in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+            return {key: data[key] for key in data.files if names is None or key in names}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, NotImplementedError, RuntimeError) as exc:
         raise InputError(path, f"unreadable array file ({str(exc)[:QUOTE_CHARS]})") from None
     except MemoryError:
         raise InputError(path, "not enough memory to load its arrays") from None

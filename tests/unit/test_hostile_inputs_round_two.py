@@ -228,3 +228,124 @@ def test_classes_without_examples_are_one_summary_line(tmp_path: Path) -> None:
     (line,) = [line for line in result.stderr.splitlines() if "ground-truth example" in line]
     assert "998 of the 1000 classes have no ground-truth example (0, 3, 4," in line and "(and 988 more)" in line
     assert json.loads(out.read_text())["per_class_accuracy"][:3] == [None, 1.0, 0.0]
+
+
+# ---------------------------------------------------------------- 3. feature files: only the named members
+
+
+def _unit_rows(rows: int):
+    import numpy as np
+
+    values = np.random.default_rng(rows).normal(size=(rows, readers.FEATURE_DIM)).astype(np.float32)
+    return values / np.linalg.norm(values, axis=1, keepdims=True)
+
+
+def test_an_npz_member_the_features_do_not_use_is_never_read(tmp_path: Path) -> None:
+    import zipfile
+
+    import numpy as np
+
+    path = tmp_path / "features.npz"
+    np.savez(path, query_feature=_unit_rows(2), gallery_feature=_unit_rows(3))
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as archive, \
+            archive.open("junk.npy", "w", force_zip64=True) as member:  # 256 MiB of zeros, ~250 kB compressed
+        np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": (1 << 26,)})
+        zeros = bytes(1 << 22)
+        for _ in range(64):
+            member.write(zeros)
+    assert path.stat().st_size < 2 << 20
+    holder = {}
+    peak = _traced_peak(lambda: holder.setdefault("f", readers.read_product_features(path, 2, 3)))
+    assert holder["f"][0].shape == (2, readers.FEATURE_DIM)
+    assert peak < 32 << 20  # was every member: 256 MiB here, 3.3 GB for a 3 GiB member
+
+
+def test_an_unused_npz_member_with_a_forged_header_is_not_even_opened(tmp_path: Path) -> None:
+    import numpy as np
+
+    path = tmp_path / "features.npz"
+    np.savez(path, query_feature=_unit_rows(1), gallery_feature=_unit_rows(1), junk=np.zeros(3))
+    data = path.read_bytes().replace(b"'shape': (3,)", b"'shape': (9,)")
+    path.write_bytes(data)
+    assert readers.read_product_features(path, 1, 1)[1].shape == (1, readers.FEATURE_DIM)
+
+
+def test_a_forged_npy_as_features_is_named_as_a_npy_not_a_pickle(tmp_path: Path) -> None:
+    path = tmp_path / "features.npy"
+    path.write_bytes(b"\x93NUMPY\x01\x00garbage")
+    with pytest.raises(InputError, match=r"features.npy: not a valid .npy") as caught:
+        readers.read_product_features(path, 1, 1)
+    assert "pickle" not in str(caught.value)
+    good = tmp_path / "one.npy"
+    import numpy as np
+
+    np.save(good, _unit_rows(1))
+    with pytest.raises(InputError, match=r"one.npy: a .npy file holds one array; .*np.savez"):
+        readers.read_product_features(good, 1, 1)
+
+
+def test_a_broken_npz_member_is_named(tmp_path: Path) -> None:
+    import numpy as np
+
+    path = tmp_path / "features.npz"
+    np.savez(path, query_feature=_unit_rows(1), gallery_feature=_unit_rows(1))
+    path.write_bytes(path.read_bytes().replace(b"\x93NUMPY", b"\x93NUMPX", 1))
+    with pytest.raises(InputError, match=r"features.npz: .npz member 'query_feature.npy' is not a valid .npy"):
+        readers.read_product_features(path, 1, 1)
+
+
+# ---------------------------------------------------------------- 4. the restricted unpickler cannot grow memory
+
+
+def _codec_chain(start: bytes, codec: str, rounds: int) -> bytes:
+    """A protocol 2 pickle of ``encode(...encode(encode(start_text, "latin1"), codec)..., codec)``."""
+    out = b"\x80\x02" + b"c_codecs\nencode\n" * rounds
+    out += b"X" + len(start).to_bytes(4, "little") + start + b"X\x06\x00\x00\x00latin1\x86R"
+    word = codec.encode()
+    out += (b"X" + len(word).to_bytes(4, "little") + word + b"\x86R") * (rounds - 1)
+    return out + b"."
+
+
+@pytest.mark.parametrize("codec", ["hex", "base64", "zlib"])
+def test_a_pickle_chaining_codecs_is_refused_before_it_grows(tmp_path: Path, codec: str) -> None:
+    path = tmp_path / "features.pkl"
+    path.write_bytes(_codec_chain(b"x" * 1024, codec, 15))  # hex: 1 kB -> 16 MiB (22 rounds of 1.4 kB: 6.45 GB)
+    assert path.stat().st_size < 2048
+    peak = _traced_peak(lambda: pytest.raises(InputError, readers.load_array_pickle, path))
+    assert peak < 1 << 20
+
+
+def test_the_unpickler_makes_no_array_larger_than_its_bytes(tmp_path: Path) -> None:
+    import pickle
+
+    import numpy as np
+
+    calls = {
+        "ndarray": b"\x80\x02cnumpy\nndarray\nJ\x00\xe4\x0bT\x85X\x01\x00\x00\x00b\x86R.",  # ndarray((1.4e9,), "b")
+        "_reconstruct": b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nJ\x00\xe4\x0bT\x85C\x01b\x87R.",
+    }
+    for name, data in calls.items():
+        path = tmp_path / f"{name}.pkl"
+        path.write_bytes(data)
+        with pytest.raises(InputError, match=r"unreadable or refused pickle: refusing"):
+            readers.load_array_pickle(path)
+    path = tmp_path / "objects.pkl"
+    path.write_bytes(pickle.dumps({"query_feature": np.array([1, "a"], dtype=object)}, protocol=2))
+    with pytest.raises(InputError, match=r"refusing dtype"):
+        readers.load_array_pickle(path)
+
+
+@pytest.mark.parametrize("protocol", range(6))
+def test_feature_pickles_of_every_protocol_still_load(tmp_path: Path, protocol: int) -> None:
+    import pickle
+
+    import numpy as np
+
+    path = tmp_path / "features.pkl"
+    query, gallery = _unit_rows(2).astype(np.float64), _unit_rows(3)
+    path.write_bytes(pickle.dumps({"query_feature": query, "gallery_feature": gallery, "epoch": np.float32(3),
+                                   "name": "resnet"}, protocol=protocol))
+    q, g = readers.read_product_features(path, 2, 3)
+    assert type(q) is np.ndarray and q.dtype == np.float64 and np.array_equal(q, query)
+    assert type(g) is np.ndarray and np.array_equal(g, gallery)
+    assert readers.load_array_pickle(path)["epoch"] == np.float32(3)
