@@ -213,6 +213,10 @@ def abid_verification(
         result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
     _warn(result.notes)
+    if m.precision == 0.0 and not np.any(result.values == 1):
+        _warn([f"precision is 0: no answer in {pred} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
+    if m.recall == 0.0 and not np.any(truth[: result.values.size] == 1):
+        _warn([f"recall is 0: no scored entry of {gt} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
     record = {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}
     _report("abid verification", record, output)
     _track("abid_verification", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
@@ -268,6 +272,12 @@ def copy_detection(
     if unknown:
         typer.echo(f"warning: {unknown} predictions are for queries absent from {gt}; "
                    "they count as false positives", err=True)
+    if m.num_true_positives == 0 and not preds.notes + truth.notes:  # (a note on the ids says why already)
+        _warn([f"uap, accuracy_at_1 and recall_at_p90 are 0: none of the {m.num_predictions:,} predictions in "
+               f"{predictions} is a pair of {gt}; check that both files name the same queries and references"])
+    elif m.threshold_at_p90 is None:
+        _warn(["recall_at_p90 is 0: precision never reaches 0.9 at any score threshold "
+               "(isc2021 reports None there)"])
     record = {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
                                **tie_fields(m.ties)}
     _report("copy detection", record, output)
@@ -294,6 +304,11 @@ def pairs(
         grid = patch_pair_grid(positives, negatives)
     record: dict[str, Any] = {key: {"roc_auc": m.roc.auc, "pr_ap": m.pr.ap} for key, m in grid.items()}
     record["mean_pr_ap"] = mean_pr_ap(grid)
+    if empty := [key for key, m in grid.items() if m.num_imbalanced_positives == 0]:
+        few = [name for name in positives if positives[name].size < 5]
+        sizes = ", ".join(f"{HPATCHES_POSITIVES[name]} holds {positives[name].size}" for name in few)
+        _warn([f"pr_ap is 0 for {', '.join(empty)}: the imbalanced protocol keeps the first 20% of the positives "
+               f"(n // 5), none of fewer than 5 ({sizes}); give at least 5 positive pairs"])
     _report("patch pairs", record, output)
     _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment)
 

@@ -349,3 +349,56 @@ def test_feature_pickles_of_every_protocol_still_load(tmp_path: Path, protocol: 
     assert type(q) is np.ndarray and q.dtype == np.float64 and np.array_equal(q, query)
     assert type(g) is np.ndarray and np.array_equal(g, gallery)
     assert readers.load_array_pickle(path)["epoch"] == np.float32(3)
+
+
+# ---------------------------------------------------------------- 11. a metric of 0 for a reason says why
+
+
+def _pairs_folder(folder: Path, positives: int) -> Path:
+    from vsbench.scoring_cli import HPATCHES_NEGATIVES, HPATCHES_POSITIVES
+
+    folder.mkdir()
+    for name in HPATCHES_POSITIVES.values():
+        (folder / name).write_text("".join(f"0.{i},1\n" for i in range(1, positives + 1)))
+    for name in HPATCHES_NEGATIVES.values():
+        (folder / name).write_text("0.95,0\n0.96,0\n0.97,0\n")
+    return folder
+
+
+def test_pairs_with_fewer_than_five_positives_say_why_every_pr_ap_is_zero(tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    result = _run("pairs", "--results", _pairs_folder(tmp_path / "r", 4), "--output", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["mean_pr_ap"] == 0.0
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("warning")]
+    assert "pr_ap is 0 for easy_diffseq, easy_sameseq, hard_diffseq, hard_sameseq" in line
+    assert "test_pos_easy.results holds 4" in line and "at least 5" in line
+    quiet = _run("pairs", "--results", _pairs_folder(tmp_path / "ok", 5), "--output", out)
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    assert json.loads(out.read_text())["mean_pr_ap"] > 0
+
+
+def test_copy_detection_with_no_true_pair_or_no_p90_point_says_why(tmp_path: Path) -> None:
+    gt = tmp_path / "gt.csv"
+    gt.write_text("query_id,reference_id\nQ1,R1\n")
+    preds = tmp_path / "p.csv"
+    preds.write_text("query_id,reference_id,score\nQ1,R9,0.9\n")
+    out = tmp_path / "m.json"
+    result = _run("copy-detection", "--predictions", preds, "--gt", gt, "--output", out)
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("warning")]
+    assert "are 0: none of the 1 predictions in" in line and "normalize" not in line
+    preds.write_text("query_id,reference_id,score\nQ1,R9,0.9\nQ1,R1,0.1\n")
+    result = _run("copy-detection", "--predictions", preds, "--gt", gt, "--output", out)
+    assert "recall_at_p90 is 0: precision never reaches 0.9" in result.stderr
+    assert json.loads(out.read_text())["uap"] == 0.5
+
+
+def test_verification_precision_and_recall_of_zero_by_zero_say_so(tmp_path: Path) -> None:
+    gt = tmp_path / "v.json"
+    gt.write_text(json.dumps([[0, "A", 0, []], [1, "B", 0, []]]))
+    pred = tmp_path / "r.txt"
+    pred.write_text("0\n0\n")
+    result = _run("abid-verification", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json")
+    assert result.exit_code == 0, result.output
+    assert "precision is 0: no answer in" in result.stderr and "recall is 0: no scored entry of" in result.stderr
