@@ -272,9 +272,10 @@ def copy_detection(
     if unknown:
         typer.echo(f"warning: {unknown} predictions are for queries absent from {gt}; "
                    "they count as false positives", err=True)
-    if m.num_true_positives == 0 and not preds.notes + truth.notes:  # (a note on the ids says why already)
-        _warn([f"uap, accuracy_at_1 and recall_at_p90 are 0: none of the {m.num_predictions:,} predictions in "
-               f"{predictions} is a pair of {gt}; check that both files name the same queries and references"])
+    if m.num_true_positives == 0:
+        if not preds.notes + truth.notes:  # (else a note on the ids says why already)
+            _warn([f"uap, accuracy_at_1 and recall_at_p90 are 0: none of the {m.num_predictions:,} predictions in "
+                   f"{predictions} is a pair of {gt}; check that both files name the same queries and references"])
     elif m.threshold_at_p90 is None:
         _warn(["recall_at_p90 is 0: precision never reaches 0.9 at any score threshold "
                "(isc2021 reports None there)"])
