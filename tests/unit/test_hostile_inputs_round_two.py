@@ -402,3 +402,9 @@ def test_verification_precision_and_recall_of_zero_by_zero_say_so(tmp_path: Path
     result = _run("abid-verification", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json")
     assert result.exit_code == 0, result.output
     assert "precision is 0: no answer in" in result.stderr and "recall is 0: no scored entry of" in result.stderr
+
+
+def test_a_column_the_gallery_does_not_use_may_be_named_twice(tmp_path: Path) -> None:
+    gallery = tmp_path / "gallery.csv"
+    gallery.write_text("query_id,query_id,Image ID\nx,y,1\n,,2\n")  # found by the fuzz suite: AttributeError
+    assert readers.read_gallery_image_ids(gallery).tolist() == ["1", "2"]

@@ -87,7 +87,8 @@ def _read_text_csv(path: Path) -> pd.DataFrame:
 
 
 def _read_headed_csv(path: Path, required: list[str]) -> pd.DataFrame:
-    """A CSV whose first line names the columns; ``required`` must be among them (others are ignored)."""
+    """A CSV whose first line names the columns; ``required`` must be among them, once each (the
+    others are ignored and left out of the frame)."""
     frame = _read_text_csv(path)
     header = [str(name).strip() for name in frame.iloc[0]]
     for column in required:
@@ -100,8 +101,8 @@ def _read_headed_csv(path: Path, required: list[str]) -> pd.DataFrame:
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)}; the header must name "
                                f"{','.join(required)} (found {quote(','.join(header))})", 1)
-    body = frame.iloc[1:].reset_index(drop=True)
-    body.columns = header
+    body = frame.iloc[1:, [header.index(c) for c in required]].reset_index(drop=True)
+    body.columns = required  # only these: another column may be named twice, or not at all
     return body
 
 
