@@ -408,3 +408,24 @@ def test_a_column_the_gallery_does_not_use_may_be_named_twice(tmp_path: Path) ->
     gallery = tmp_path / "gallery.csv"
     gallery.write_text("query_id,query_id,Image ID\nx,y,1\n,,2\n")  # found by the fuzz suite: AttributeError
     assert readers.read_gallery_image_ids(gallery).tolist() == ["1", "2"]
+
+
+def test_python2_style_feature_pickles_with_text_data_still_load(tmp_path: Path) -> None:
+    """Python 2 wrote an array's bytes as a str; read with encoding="latin1" it arrives as text."""
+    import io
+    import pickle
+
+    import numpy as np
+
+    class TextBytesPickler(pickle._Pickler):  # the pure-Python pickler, writing bytes as Python 2 did
+        dispatch = dict(pickle._Pickler.dispatch)
+        dispatch[bytes] = lambda self, obj: self.save(obj.decode("latin-1"))
+
+    query = _unit_rows(2)
+    buffer = io.BytesIO()
+    TextBytesPickler(buffer, protocol=2).dump({"query_feature": query, "gallery_feature": query, "s": np.float32(2)})
+    assert b"_codecs" not in buffer.getvalue()
+    path = tmp_path / "py2.pkl"
+    path.write_bytes(buffer.getvalue())
+    q, _ = readers.read_product_features(path, 2, 2)
+    assert np.array_equal(q, query) and readers.load_array_pickle(path)["s"] == np.float32(2)

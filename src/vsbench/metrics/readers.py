@@ -620,6 +620,9 @@ class _PickledArray(np.ndarray):
         _plain_dtype(dtype)
         if not isinstance(shape, tuple) or not all(isinstance(side, int) and side >= 0 for side in shape):
             _refuse(f"array shape {quote(shape, 40)}")
+        if isinstance(data, str):  # Python 2 pickles read with encoding="latin1": one character a byte
+            data = _latin1_encode(data, "latin1")
+            state = (*state[:-1], data)
         if not isinstance(data, bytes | bytearray) or len(data) != math.prod(shape) * dtype.itemsize:
             _refuse("array data that is not exactly the bytes of its shape")
         super().__setstate__(state)
@@ -642,6 +645,8 @@ def _reconstruct(subtype: Any, shape: Any, typecode: Any) -> np.ndarray:
 
 def _scalar(dtype: Any, data: Any = None) -> Any:
     _plain_dtype(dtype)
+    if isinstance(data, str):  # Python 2 pickles, as for arrays
+        data = _latin1_encode(data, "latin1")
     if not isinstance(data, bytes) or len(data) != dtype.itemsize:
         _refuse("a numpy scalar whose data is not its dtype's bytes")
     return np.frombuffer(data, dtype)[0]
