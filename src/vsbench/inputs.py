@@ -23,9 +23,11 @@ hundred MB at most), overridable by environment variable; the message names the 
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import os
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,9 +168,41 @@ def iter_lines(path: str | Path, *, encoding: str = "utf-8", max_chars: int | No
                                      number)
                 yield number, line
     except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason})", number + 1) from None
+        # Text mode decodes ahead in 8 KiB chunks, so the error surfaces lines before or after the
+        # byte's own line: find that line from the bytes themselves.
+        line_of_byte, offset = _first_undecodable(path, encoding)
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {offset:,})", line_of_byte or number + 1) from None
     except OSError as exc:
         raise _os_error(path, exc) from None
+
+
+def _line_breaks(data: bytes, after_cr: bool) -> int:
+    """Line ends in ``data`` as text mode counts them (``\\n``, ``\\r``, ``\\r\\n``); ``after_cr``: the
+    bytes before ``data`` ended with ``\\r`` (so a leading ``\\n`` closes a line already counted)."""
+    count = data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+    return count - 1 if after_cr and data.startswith(b"\n") else count
+
+
+def _first_undecodable(path: Path, encoding: str) -> tuple[int | None, int]:
+    """(1-based line, byte offset) of the first byte that does not decode, read in 1 MiB chunks;
+    (None, 0) if none is found (the file changed under us)."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    line, offset, after_cr = 1, 0, False
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                start = max(exc.start - (len(exc.object) - len(chunk)), 0)  # the decoder prepends held-back bytes
+                return line + _line_breaks(chunk[:start], after_cr), offset + start
+            line += _line_breaks(chunk, after_cr)
+            offset += len(chunk)
+            after_cr = chunk.endswith(b"\r")
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:  # a character cut off by the end of the file
+        return line, offset - len(exc.object) + exc.start
+    return None, 0
 
 
 def read_lines(path: str | Path, **options: Any) -> list[str]:
@@ -195,7 +229,8 @@ def read_text(path: str | Path, *, max_bytes: int | None = None, variable: str =
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start:,})",
+                         _line_breaks(data[: exc.start], False) + 1) from None
 
 
 def parse_json(path: str | Path, text: str | bytes, line: int | None = None) -> Any:
@@ -209,7 +244,11 @@ def parse_json(path: str | Path, text: str | bytes, line: int | None = None) -> 
     except RecursionError:
         raise InputError(path, "JSON nested too deeply", line) from None
     except ValueError as exc:  # int() digit limit, surrogates
-        raise InputError(path, f"not valid JSON ({str(exc)[:QUOTE_CHARS]})", line) from None
+        if "integer string conversion" in str(exc):
+            detail = f"an integer of more than {sys.get_int_max_str_digits():,} digits, Python's limit"
+        else:
+            detail = str(exc)[:QUOTE_CHARS]
+        raise InputError(path, f"not valid JSON ({detail})", line) from None
 
 
 def read_json(path: str | Path) -> Any:
@@ -282,17 +321,45 @@ def _declared_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return count * dtype.itemsize
 
 
-def check_array_file(path: str | Path) -> None:
-    """Check a ``.npy`` or ``.npz`` file from its headers, reading no array data: every member a
-    plain ``.npy`` whose declared bytes fit :func:`max_array_bytes` in all and the bytes present."""
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def is_npy(path: str | Path) -> bool:
+    """Whether the file starts as a ``.npy`` does (whatever follows)."""
+    try:
+        with Path(path).open("rb") as handle:
+            return handle.read(len(NPY_MAGIC)) == NPY_MAGIC
+    except OSError:
+        return False
+
+
+def _member_key(filename: str) -> str:
+    """The key ``np.load`` gives an ``.npz`` member: its name without ``.npy``."""
+    return filename[: -len(".npy")] if filename.endswith(".npy") else filename
+
+
+def check_array_file(path: str | Path, names: tuple[str, ...] | list[str] | None = None) -> None:
+    """Check a ``.npy`` or ``.npz`` file from its headers, reading no array data: every member (or
+    only the members ``names``, by ``np.load`` key, when given: the others are never opened) a plain
+    ``.npy`` whose declared bytes fit :func:`max_array_bytes` in all and the bytes present."""
     path = Path(path)
     size = file_size(path)
     limit = max_array_bytes()
+    zipped = zipfile.is_zipfile(path)
+    kind = ".npz" if zipped else ".npy"
     members: list[tuple[str, int, int, tuple[int, ...], np.dtype]] = []
+    where = path.name
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
+        if zipped:
+            try:
+                archive = zipfile.ZipFile(path)
+            except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
+                raise InputError(path, f"not a valid .npz (zip): {str(exc)[:QUOTE_CHARS]}") from None
+            with archive:
                 for info in archive.infolist():
+                    if names is not None and _member_key(info.filename) not in names:
+                        continue
+                    where = f".npz member {info.filename!r}"
                     with archive.open(info) as member:
                         shape, dtype = _npy_header(member)
                     members.append((info.filename, info.file_size, info.header_offset, shape, dtype))
@@ -302,39 +369,42 @@ def check_array_file(path: str | Path) -> None:
                 members.append((path.name, size, handle.tell(), shape, dtype))
     except InputError:
         raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, KeyError, TypeError) as exc:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, KeyError, TypeError,
+            NotImplementedError, RuntimeError) as exc:
         if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
             raise _os_error(path, exc) from None
-        raise InputError(path, f"not a .npy/.npz array file ({str(exc)[:QUOTE_CHARS]})") from None
+        what = f"{where} is not a valid .npy" if zipped else "not a valid .npy (nor a .npz)"
+        raise InputError(path, f"{what} ({str(exc)[:QUOTE_CHARS]})") from None
     total = 0
-    zipped = zipfile.is_zipfile(path)
     for name, available, offset, shape, dtype in members:
         declared = _declared_bytes(shape, dtype)
         if dtype.hasobject:
-            raise InputError(path, f"unreadable {'.npz' if zipped else '.npy'}: {name} is an object array, which "
+            raise InputError(path, f"unreadable {kind}: {name} is an object array, which "
                                    "needs pickle, and vsbench never loads pickled arrays")
         room = available - (0 if zipped else offset)
         if declared > room:
             raise InputError(path, f"{name}: header declares {shape} {dtype} ({human_bytes(declared)}) but the "
-                                   f"file holds {human_bytes(max(room, 0))}: truncated or forged")
+                                   f"file holds {human_bytes(max(room, 0))}: truncated or forged {kind}")
         total += declared
     if total > limit:
         raise InputError(path, f"arrays of {human_bytes(total)}, over the {human_bytes(limit)} limit "
                                "(set VSBENCH_MAX_ARRAY_BYTES to raise it)")
 
 
-def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
+def load_arrays(path: str | Path, names: tuple[str, ...] | list[str] | None = None) -> dict[str, np.ndarray]:
     """Every array of a ``.npz`` (or the one array of a ``.npy``, as ``{"arr_0": ...}``), after
-    :func:`check_array_file`, loaded without pickle; any failure is an InputError."""
+    :func:`check_array_file`, loaded without pickle; any failure is an InputError. With ``names``,
+    only those members of an ``.npz`` are checked and read (the ones it lacks are left out of the
+    result for the caller to name): an unused 3 GiB member costs nothing."""
     path = Path(path)
-    check_array_file(path)
+    check_array_file(path, names)
     try:
         data = np.load(path, allow_pickle=False)
         if isinstance(data, np.ndarray):
             return {"arr_0": data}
         with data:
-            return {key: data[key] for key in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+            return {key: data[key] for key in data.files if names is None or key in names}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, NotImplementedError, RuntimeError) as exc:
         raise InputError(path, f"unreadable array file ({str(exc)[:QUOTE_CHARS]})") from None
     except MemoryError:
         raise InputError(path, "not enough memory to load its arrays") from None

@@ -150,9 +150,7 @@ def abid_counting(
         truth = readers.read_counting_ground_truth(gt)
         result = readers.read_abid_result(pred, truth.size, gt, binary=False, strict=strict)
         m = counting_metrics(result.values, truth[: result.values.size], num_classes)
-    _warn(result.notes)
-    for cls in np.flatnonzero(m.per_class_count == 0).tolist():
-        typer.echo(f"note: class {cls} has no ground-truth example; its per-class values are null", err=True)
+    _warn(list(result.notes) + _counting_notes(pred, result.values, truth[: result.values.size], m.per_class_count))
     record = {
         "accuracy": m.accuracy,
         "rmse": m.rmse,
@@ -163,6 +161,38 @@ def abid_counting(
     }
     _report("abid counting", record, output)
     _track("abid_counting", record, output, {"pred": pred, "gt": gt}, {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment)
+
+
+def _listed(values: list[int], most: int = 10) -> str:
+    """``3, 4, 5`` or ``3, 4, ... (and 20,093 more)``: a bounded list for a one-line message."""
+    shown = ", ".join(map(str, values[:most]))
+    return shown if len(values) <= most else f"{shown} ... (and {len(values) - most:,} more)"
+
+
+def _counting_notes(pred: Path, answers: np.ndarray, truth: np.ndarray, per_class_count: np.ndarray) -> list[str]:
+    """One line each, whatever the number of classes or answers: classes the ground truth does not
+    use, answers outside its classes, and errors too large for the challenge script's integer square."""
+    from vsbench.metrics.abid import WRAP_FREE_ERROR
+
+    notes = []
+    classes = per_class_count.size
+    empty = np.flatnonzero(per_class_count == 0).tolist()
+    if empty:
+        notes.append(f"{len(empty)} of the {classes} classes have no ground-truth example ({_listed(empty)}); "
+                     "their per-class values are null")
+    outside = answers >= classes  # negative answers have the reader's note
+    if outside.any():
+        row = int(np.argmax(outside))
+        notes.append(f"{pred}:{row + 1}: {int(np.count_nonzero(outside)):,} answer(s) are above the classes "
+                     f"0..{classes - 1} (e.g. {answers[row]}); scored as wrong answers, as the challenge script "
+                     "scores them")
+    wraps = np.abs(answers.astype(np.float64) - truth.astype(np.float64)) > WRAP_FREE_ERROR
+    if wraps.any():
+        row = int(np.argmax(wraps))
+        notes.append(f"{pred}:{row + 1}: answer {answers[row]} is off by more than {WRAP_FREE_ERROR:,}: the "
+                     "challenge script's squared error wraps around in 64-bit integers there (a meaningless "
+                     "RMSE); this RMSE uses the exact square")
+    return notes
 
 
 @score_app.command("abid-verification")
@@ -183,6 +213,10 @@ def abid_verification(
         result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
     _warn(result.notes)
+    if m.precision == 0.0 and not np.any(result.values == 1):
+        _warn([f"precision is 0: no answer in {pred} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
+    if m.recall == 0.0 and not np.any(truth[: result.values.size] == 1):
+        _warn([f"recall is 0: no scored entry of {gt} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
     record = {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}
     _report("abid verification", record, output)
     _track("abid_verification", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
@@ -238,6 +272,13 @@ def copy_detection(
     if unknown:
         typer.echo(f"warning: {unknown} predictions are for queries absent from {gt}; "
                    "they count as false positives", err=True)
+    if m.num_true_positives == 0:
+        if not preds.notes + truth.notes:  # (else a note on the ids says why already)
+            _warn([f"uap, accuracy_at_1 and recall_at_p90 are 0: none of the {m.num_predictions:,} predictions in "
+                   f"{predictions} is a pair of {gt}; check that both files name the same queries and references"])
+    elif m.threshold_at_p90 is None:
+        _warn(["recall_at_p90 is 0: precision never reaches 0.9 at any score threshold "
+               "(isc2021 reports None there)"])
     record = {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
                                **tie_fields(m.ties)}
     _report("copy detection", record, output)
@@ -264,6 +305,11 @@ def pairs(
         grid = patch_pair_grid(positives, negatives)
     record: dict[str, Any] = {key: {"roc_auc": m.roc.auc, "pr_ap": m.pr.ap} for key, m in grid.items()}
     record["mean_pr_ap"] = mean_pr_ap(grid)
+    if empty := [key for key, m in grid.items() if m.num_imbalanced_positives == 0]:
+        few = [name for name in positives if positives[name].size < 5]
+        sizes = ", ".join(f"{HPATCHES_POSITIVES[name]} holds {positives[name].size}" for name in few)
+        _warn([f"pr_ap is 0 for {', '.join(empty)}: the imbalanced protocol keeps the first 20% of the positives "
+               f"(n // 5), none of fewer than 5 ({sizes}); give at least 5 positive pairs"])
     _report("patch pairs", record, output)
     _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment)
 

@@ -296,3 +296,83 @@ def test_an_empty_or_zero_filled_file_is_an_input_error_for_every_line_reader(si
                  readers.read_int_lines, readers.read_product_queries, readers.read_gallery_image_ids,
                  lambda p: readers.read_hpatches_results(p, 1)):
         assert outcome(read, b"\0" * size) is None
+
+
+# --- issue 28: huge integers, headers by name, the line of a bad byte, pickles that grow -------------
+
+HUGE_INTEGERS = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from(
+    [20_000, 10**9, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 3_037_000_500, 10**20]))
+
+
+@FUZZ
+@given(st.lists(HUGE_INTEGERS, min_size=1, max_size=6), st.lists(HUGE_INTEGERS, min_size=1, max_size=6))
+def test_counting_with_huge_answers_and_counts_is_scored_or_refused_in_bounded_memory(
+        answers: list[int], counts: list[int]) -> None:
+    truth_data = json.dumps([[i, c] for i, c in enumerate(counts)]).encode()
+    truth = outcome(readers.read_counting_ground_truth, truth_data, "counting_val.json")
+    if truth is None:
+        return
+
+    def read_and_score(path: Path) -> Any:
+        result = readers.read_abid_result(path, truth.size, "counting_val.json", binary=False)
+        m = counting_metrics(result.values, truth[: result.values.size], None)
+        assert m.confusion_matrix.size <= 1000 * 1000 and m.per_class_count.size <= 1000
+        assert 0.0 <= m.accuracy <= 1.0 and m.rmse >= 0.0
+        return m
+
+    outcome(read_and_score, "".join(f"{a}\n" for a in answers).encode(), "counting_result.txt")
+
+
+HEADER_NAMES = st.sampled_from(["query_id", "reference_id", "score", "Image ID", "ASIN", " query_id", "x"])
+HEADED_CSV = st.builds(lambda names, body: ",".join(names) + "\n" + body,
+                       st.lists(HEADER_NAMES, min_size=1, max_size=4), CSV_TEXT)
+
+
+@FUZZ
+@given(file_bytes(HEADED_CSV), st.booleans())
+def test_headers_in_any_order_or_repeated(data: bytes, normalize: bool) -> None:
+    outcome(lambda p: readers.read_copy_detection_predictions(p, normalize_ids=normalize), data)
+    outcome(lambda p: readers.read_copy_detection_ground_truth(p, normalize_ids=normalize), data)
+    outcome(readers.read_gallery_image_ids, data, "g.csv")
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(["a", "bb", "", "1,2", "x" * 3000]), min_size=1, max_size=4000),
+       st.integers(0, 10**6), st.sampled_from([b"\xff", b"\xe2\x82", b"\xc3"]), st.sampled_from(["\n", "\r\n", "\r"]))
+def test_a_bad_byte_is_reported_on_its_own_line(lines: list[str], where: int, bad: bytes, newline: str) -> None:
+    line = where % len(lines)
+    encoded = [text.encode() for text in lines]
+    encoded[line] += bad + (b"x" if bad != b"\xff" else b"")
+    data = newline.encode().join(encoded)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.txt"
+        path.write_bytes(data)
+        with pytest.raises(InputError, match=rf"x.txt:{line + 1}: not UTF-8"):
+            inputs.read_lines(path)
+
+
+PICKLED = st.builds(lambda arrays, protocol: pickle.dumps(arrays, protocol=protocol),
+                    st.dictionaries(st.sampled_from(["query_feature", "gallery_feature", "n"]), st.one_of(
+                        ARRAYS.filter(lambda a: a.dtype.kind != "U"), st.integers(), st.text(max_size=4)),
+                        max_size=3),
+                    st.integers(0, 5))
+
+
+def _mutate(data: bytes, at: int, byte: int) -> bytes:
+    at %= len(data)
+    return data[:at] + bytes([byte]) + data[at + 1:]
+
+
+def _codec_chain(codec: str, rounds: int) -> bytes:
+    out = b"\x80\x02" + b"c_codecs\nencode\n" * rounds + b"X\x40\x00\x00\x00" + b"x" * 64 + b"X\x06\x00\x00\x00latin1\x86R"
+    word = codec.encode()
+    return out + (b"X" + len(word).to_bytes(4, "little") + word + b"\x86R") * (rounds - 1) + b"."
+
+
+@FUZZ
+@given(st.one_of(PICKLED, st.builds(_mutate, PICKLED, st.integers(0, 10**4), st.integers(0, 255)),
+                 st.builds(_codec_chain, st.sampled_from(["hex", "base64", "zlib", "rot13", "latin1", "utf-16"]),
+                           st.integers(1, 30))))
+def test_restricted_pickles_never_grow_past_their_bytes(data: bytes) -> None:
+    outcome(readers.load_array_pickle, data, "features.pkl")
+    outcome(lambda p: readers.read_product_features(p, 1, 1), data, "features.pkl")

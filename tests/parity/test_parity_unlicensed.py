@@ -132,3 +132,19 @@ def test_abid_scorers_equal_the_challenge_scripts(tmp_path: Path, seed: int) -> 
     v = verification_metrics(result.values, np.array([e[2] for e in vtruth])[: result.values.size])
     assert v.accuracy == pytest.approx(float(printed[1].split("(")[1].rstrip(")")), abs=1e-6)
     assert v.accuracy * v.num_examples == pytest.approx(int(printed[1].split("/")[0]))  # exact count of correct
+
+
+@needs_originals
+@pytest.mark.parametrize("answer", [20_000, 10**9, 3_037_000_499, -3_037_000_000])
+def test_abid_counting_equals_the_challenge_script_on_huge_answers(tmp_path: Path, answer: int) -> None:
+    """Answers far outside the classes (issue 28): the script's number, from tables of 6 classes; up to
+    |pred - gt| = 3,037,000,499 its int64 square is exact (past it, it wraps: see docs/fidelity.md)."""
+    truth = [[0, 1], [1, 2], [2, 0], [3, 5]]
+    preds = ["1", str(answer), "0", "4"]
+    printed = _run_script(tmp_path, ORIGINALS / "abid_challenge/counting/evaluate.py", "counting_result.txt",
+                          preds, truth).split("\n")
+    result = read_abid_result(tmp_path / "work/counting_result.txt", len(truth), "gt", binary=False)
+    m = counting_metrics(result.values, np.array([q for _, q in truth]))
+    assert m.accuracy == pytest.approx(float(printed[1].split("(")[1].rstrip(")")), abs=1e-6)
+    assert m.rmse == pytest.approx(float(printed[3]), rel=1e-12)
+    assert m.per_class_count.size == 6 and m.confusion_matrix.shape == (6, 6)

@@ -12,6 +12,14 @@ and both again per ground-truth class. Differences from upstream, on purpose:
 * A class with no ground-truth example has no per-class accuracy or RMSE: upstream prints ``nan``
   (0/0); here the arrays hold NaN too, ``as_dict`` leaves those classes out (MLflow keeps only
   real numbers) and JSON writers should emit ``null`` for them.
+* The classes, and so the per-class tables and the confusion matrix, are bounded by
+  :func:`max_count_classes` (``VSBENCH_MAX_COUNT_CLASSES``, 1,000): a ground-truth count or a
+  ``num_classes`` past it is refused, and an answer past it (upstream scores a count of 20000 or
+  10^9 as wrong, and so does this) adds no class and no column, so memory does not depend on the
+  answers' values. (Before, an answer of 20000 built a 20001 x 20001 confusion matrix: 4.6 GB.)
+* The squared error is computed in floating point: where ``|pred - gt|`` is over
+  :data:`WRAP_FREE_ERROR` upstream's ``np.power`` on 64-bit integers wraps around (a meaningless
+  RMSE); up to it, both give the same number.
 """
 
 from __future__ import annotations
@@ -20,6 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from vsbench.inputs import _env_int
+
+MAX_COUNT_CLASSES = 1000
+WRAP_FREE_ERROR = 3_037_000_499  # the largest |pred - gt| whose square fits in a signed 64-bit integer
+
+
+def max_count_classes() -> int:
+    """Most counting classes (0..N-1) a score holds tables for: ``VSBENCH_MAX_COUNT_CLASSES``."""
+    return _env_int("VSBENCH_MAX_COUNT_CLASSES", MAX_COUNT_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -79,27 +97,38 @@ def counting_metrics(pred: ArrayLike, gt: ArrayLike, num_classes: int | None = N
     """Accuracy, RMSE, per-ground-truth-class accuracy and RMSE, and the confusion matrix.
 
     ``num_classes`` sets the ground-truth class range ``0..num_classes-1`` (6 for the moderate task);
-    by default it is ``max(pred, gt) + 1``. Ground-truth counts must be in that range; predictions may
-    be any integer (upstream: ``int(pred == gt)`` and ``(pred - gt)^2``, whatever ``pred`` is). The
-    confusion matrix has a column per count ``0..max(num_classes, max(pred) + 1) - 1``; a negative
-    prediction has no column (it still counts in accuracy and RMSE).
+    by default it is ``max(pred, gt) + 1``, leaving out predictions past :func:`max_count_classes`.
+    Ground-truth counts must be in that range; predictions may be any integer (upstream:
+    ``int(pred == gt)`` and ``(pred - gt)^2``, whatever ``pred`` is). The confusion matrix has a
+    column per count ``0..max(num_classes, max(pred) + 1) - 1``, again up to that limit; a negative
+    prediction, or one past the limit, has no column (it still counts in accuracy and RMSE).
     Per class ``c`` the scores use only examples with ``gt == c``; with none they are NaN.
     """
     p, g = _paired_int_arrays(pred, gt)
+    cap = max_count_classes()
     if g.min() < 0:
         raise ValueError("ground-truth counts must be non-negative")
+    if g.max() >= cap:
+        raise ValueError(f"ground-truth count {int(g.max())} is over the largest count scored, {cap - 1} "
+                         "(set VSBENCH_MAX_COUNT_CLASSES to raise it)")
+    if num_classes is not None and num_classes > cap:
+        raise ValueError(f"num_classes {num_classes} is over the {cap:,}-class limit "
+                         "(set VSBENCH_MAX_COUNT_CLASSES to raise it)")
+    in_range = p[(p >= 0) & (p < cap)]
+    largest_answer = int(in_range.max()) if in_range.size else -1
     if num_classes is None:
-        num_classes = int(max(p.max(), g.max())) + 1
+        num_classes = max(largest_answer, int(g.max())) + 1
     elif g.max() >= num_classes:
         raise ValueError(f"ground-truth count {int(g.max())} is outside the {num_classes} classes 0..{num_classes - 1}")
     correct = (p == g).astype(np.float64)
-    squared = (p - g).astype(np.float64) ** 2
+    squared = (p.astype(np.float64) - g.astype(np.float64)) ** 2  # no int64 wrap-around (see the module doc)
     count = np.bincount(g, minlength=num_classes)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         per_acc = np.bincount(g, weights=correct, minlength=num_classes) / count
         per_rmse = np.sqrt(np.bincount(g, weights=squared, minlength=num_classes) / count)
-    confusion = np.zeros((num_classes, max(num_classes, int(p.max()) + 1)), dtype=np.int64)
-    counted = p >= 0
+    columns = max(num_classes, largest_answer + 1)
+    confusion = np.zeros((num_classes, columns), dtype=np.int64)
+    counted = (p >= 0) & (p < columns)
     np.add.at(confusion, (g[counted], p[counted]), 1)
     return CountingMetrics(
         accuracy=float(correct.mean()),

@@ -18,20 +18,23 @@ Decisions recorded here:
   scripts score (a short file's prefix, any integer) with notes; ``strict`` refuses those.
 * Product-search queries: each candidate is ``{"candidate_pid": <gallery Image ID>, "label": 0|1}``
   (the public challenge file hides the labels; ``label`` is our name for the fulfil annotation).
-* Product-search features: ``.npz`` (no pickle allowed) or the upstream pickle, read by an
-  unpickler that can only rebuild numpy arrays and refuses every other global *before* anything is
-  called, so a hostile file cannot run code.
+* Product-search features: ``.npz`` (no pickle allowed; only the two feature members are opened,
+  each checked from its header first) or the upstream pickle, read by an unpickler that can only
+  rebuild plain numeric numpy arrays and refuses every other global *before* anything is called,
+  so a hostile file cannot run code, nor make more bytes than it holds (no codec but latin-1, no
+  array but one filled with exactly its own bytes).
 """
 
 from __future__ import annotations
 
-import importlib
+import math
 import pickle
 import re
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -39,7 +42,9 @@ import pandas as pd
 from vsbench.inputs import (
     InputError,
     bytes_reader,
+    check_array_file,
     check_text,
+    is_npy,
     iter_lines,
     load_arrays,
     max_array_bytes,
@@ -47,6 +52,7 @@ from vsbench.inputs import (
     quote,
 )
 from vsbench.inputs import read_json as _bounded_json
+from vsbench.metrics.abid import max_count_classes
 
 __all__ = ["InputError"]  # re-exported: vsbench's one input error lives in vsbench.inputs
 
@@ -81,15 +87,22 @@ def _read_text_csv(path: Path) -> pd.DataFrame:
 
 
 def _read_headed_csv(path: Path, required: list[str]) -> pd.DataFrame:
-    """A CSV whose first line names the columns; ``required`` must be among them (others are ignored)."""
+    """A CSV whose first line names the columns; ``required`` must be among them, once each (the
+    others are ignored and left out of the frame)."""
     frame = _read_text_csv(path)
     header = [str(name).strip() for name in frame.iloc[0]]
+    for column in required:
+        if header.count(column) > 1:
+            positions = [i + 1 for i, name in enumerate(header) if name == column]
+            raise InputError(path, f"column {column!r} is named {len(positions)} times in the header (columns "
+                                   f"{', '.join(map(str, positions))}: found {quote(','.join(header))}); "
+                                   "keep one, or rename the others", 1)
     missing = [c for c in required if c not in header]
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)}; the header must name "
                                f"{','.join(required)} (found {quote(','.join(header))})", 1)
-    body = frame.iloc[1:].reset_index(drop=True)
-    body.columns = header
+    body = frame.iloc[1:, [header.index(c) for c in required]].reset_index(drop=True)
+    body.columns = required  # only these: another column may be named twice, or not at all
     return body
 
 
@@ -243,6 +256,9 @@ def read_copy_detection_predictions(path: str | Path, *, normalize_ids: bool = F
     columns: list[str] = PREDICTION_COLUMNS
     header = [normalize_id(name) for name in lines[0][1].split(",")]
     if lines[0][1] != PREDICTION_HEADER and set(PREDICTION_COLUMNS) <= set(header):
+        if repeated := [c for c in PREDICTION_COLUMNS if header.count(c) > 1]:
+            raise InputError(path, f"column {repeated[0]!r} is named {header.count(repeated[0])} times in the header "
+                                   f"(found {quote(','.join(header))}); keep one, or rename the others", 1)
         columns, lines = header, lines[1:]
     elif lines[0][1] != PREDICTION_HEADER and set(header) & set(PREDICTION_COLUMNS) and len(header) != 3:
         missing = [c for c in PREDICTION_COLUMNS if c not in header]
@@ -275,22 +291,34 @@ def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = 
     Stripped lines split into exactly two fields, the header skipped wherever it appears, ids kept
     as written (``normalize_ids`` strips padding and quotes); an empty reference marks a query
     without a copy. A pair listed twice is kept twice (isc2021 counts it twice; the scorer notes it).
-    A line that names the columns in any other way is read as a pair, as isc2021 does, with a note.
+    A first line naming the columns in the other order (``reference_id,query_id``) is read as the
+    header, and the columns by name (isc2021 reads that line as a pair and the columns as
+    ``query_id,reference_id``, scoring every pair as missed). Any other line that names the
+    columns is read as a pair, as isc2021 does, with a note.
     """
     path = Path(path)
     queries: list[tuple[int, str]] = []
     references: list[tuple[int, str]] = []
     listed: list[tuple[int, str]] = []
     notes: list[str] = []
-    for number, line in _isc_lines(path):
+    lines = _isc_lines(path)
+    swapped = bool(lines) and [normalize_id(name) for name in lines[0][1].split(",")] == GROUND_TRUTH_COLUMNS[::-1]
+    if swapped:  # "reference_id,query_id": the columns are read by name (isc2021 reads it as a pair, then swaps them)
+        lines = lines[1:]
+    for number, line in lines:
         if line == GROUND_TRUTH_HEADER:
             continue
-        q, db = _fields(path, number, line, GROUND_TRUTH_COLUMNS)
+        fields = _fields(path, number, line, GROUND_TRUTH_COLUMNS)
+        q, db = fields[::-1] if swapped else fields
         if {normalize_id(q), normalize_id(db)} == set(GROUND_TRUTH_COLUMNS):
             if normalize_ids:
                 continue
-            notes.append(f"{path}:{number}: {quote(line)} looks like a header but is not exactly "
-                         f"{GROUND_TRUTH_HEADER!r}, so isc2021 counts it as a ground-truth pair; {NORMALIZE_IDS_HINT}")
+            if [normalize_id(f) for f in fields] == GROUND_TRUTH_COLUMNS[::-1]:
+                notes.append(f"{path}:{number}: {quote(line)} names the columns in the other order; only a first "
+                             "line is read as a header, so this one counts as a ground-truth pair (as in isc2021)")
+            else:
+                notes.append(f"{path}:{number}: {quote(line)} looks like a header but is not exactly "
+                             f"{GROUND_TRUTH_HEADER!r}, so isc2021 counts it as a ground-truth pair; {NORMALIZE_IDS_HINT}")
         listed.append((number, q))
         if (normalize_id(db) if normalize_ids else db) == "":
             continue
@@ -351,12 +379,29 @@ def read_int_lines(path: str | Path) -> np.ndarray:
         if not text:
             raise InputError(path, "blank line", number)
         try:
-            values.append(int(text))  # Python's int(), as the challenge scripts parse each line
+            value = int(text)  # Python's int(), as the challenge scripts parse each line
         except ValueError:
+            if _too_many_digits(text):
+                raise InputError(path, f"an integer of {len(text):,} characters, more than Python's int() reads "
+                                       f"({sys.get_int_max_str_digits():,} digits): is this the right file?",
+                                 number) from None
             raise InputError(path, f"{quote(text)} is not an integer", number) from None
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InputError(path, f"answer {quote(text, 40)} is outside the 64-bit integers "
+                                   f"({INT64_MIN}..{INT64_MAX}) that are scored: is this the right file?", number)
+        values.append(value)
     if not values:
         raise InputError(path, "file is empty")
     return np.asarray(values, dtype=np.int64)
+
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _too_many_digits(text: str) -> bool:
+    """Whether ``int(text)`` failed only on Python's digit limit (``sys.set_int_max_str_digits``)."""
+    digits = text.strip().lstrip("+-").replace("_", "")
+    return digits.isdigit() and len(digits) > sys.get_int_max_str_digits() > 0
 
 
 def read_json(path: Path) -> Any:
@@ -395,7 +440,12 @@ def read_counting_ground_truth(path: str | Path) -> np.ndarray:
     """Counts of ``counting_{val,train}[_hard].json``: ``[[idx, quantity], ...]``."""
     path = Path(path)
     entries = _entries(path, 2, "[image_index, quantity]")
-    return np.asarray([_int_field(path, n, e[1], "quantity") for n, e in enumerate(entries, 1)], dtype=np.int64)
+    cap = max_count_classes()
+    quantities = [_int_field(path, n, e[1], "quantity") for n, e in enumerate(entries, 1)]
+    if (row := _first(np.asarray([q >= cap for q in quantities]))) is not None:
+        raise InputError(path, f"entry {row + 1}: quantity {quote(quantities[row], 40)} is over the largest count "
+                               f"scored, {cap - 1} (set VSBENCH_MAX_COUNT_CLASSES to raise it)")
+    return np.asarray(quantities, dtype=np.int64)
 
 
 def read_verification_ground_truth(path: str | Path) -> np.ndarray:
@@ -537,53 +587,134 @@ def candidate_gallery_rows(queries: list[ProductQuery], gallery_ids: np.ndarray,
     return rows
 
 
-def _numpy_core(module: str) -> str:
-    """numpy 1.x pickles name ``numpy.core``, numpy 2.x ``numpy._core``: load either with the installed one."""
-    installed = "numpy._core" if hasattr(np, "_core") else "numpy.core"
-    for prefix in ("numpy._core", "numpy.core"):
-        if module.startswith(prefix + "."):
-            return installed + module[len(prefix) :]
-    return module
+_PLAIN_KINDS = "biufc"  # bool, integers, floats, complex: arrays of plain numbers
+_LATIN1 = frozenset({"latin1", "latin-1", "iso-8859-1", "iso8859-1", "l1"})
 
 
-_ALLOWED_GLOBALS = frozenset({
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"),  # protocol 5 arrays
-    ("numpy._core.numeric", "_frombuffer"),
-    ("_codecs", "encode"),  # bytes in protocol 0-2 pickles
-})
+def _refuse(what: str) -> NoReturn:
+    raise pickle.UnpicklingError(f"refusing {what}: only plain numeric numpy arrays are allowed")
+
+
+def _plain_dtype(dtype: Any) -> np.dtype:
+    """A dtype of plain numbers (no objects, fields or sub-arrays), checked where it is used: a
+    pickle may change a dtype after making it (BUILD), and numpy trusts an object dtype's data as
+    pointers (an object array given a short list in its state crashes the interpreter)."""
+    if (not isinstance(dtype, np.dtype) or dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None
+            or dtype.kind not in _PLAIN_KINDS):
+        _refuse(f"dtype {quote(dtype, 40)}")
+    return dtype
+
+
+def _new_dtype(*args: Any) -> np.dtype:
+    return _plain_dtype(np.dtype(*args))
+
+
+class _PickledArray(np.ndarray):
+    """The array a pickle builds, whose state is checked before numpy takes it: a plain dtype and
+    exactly the bytes its shape needs (no list of objects). Viewed as a plain ndarray once loaded."""
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) not in (4, 5):
+            _refuse("an array state that is not (version, shape, dtype, fortran, data)")
+        shape, dtype, _, data = state[-4:]
+        _plain_dtype(dtype)
+        if not isinstance(shape, tuple) or not all(isinstance(side, int) and side >= 0 for side in shape):
+            _refuse(f"array shape {quote(shape, 40)}")
+        if isinstance(data, str):  # Python 2 pickles read with encoding="latin1": one character a byte
+            data = _latin1_encode(data, "latin1")
+            state = (*state[:-1], data)
+        if not isinstance(data, bytes | bytearray) or len(data) != math.prod(shape) * dtype.itemsize:
+            _refuse("array data that is not exactly the bytes of its shape")
+        super().__setstate__(state)
+
+
+class _NdarrayName:
+    """What ``numpy.ndarray`` resolves to: only an argument of ``_reconstruct``, never callable
+    (``ndarray((10**12,), "b")`` would allocate a terabyte)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _refuse("a call of numpy.ndarray")
+
+
+def _reconstruct(subtype: Any, shape: Any, typecode: Any) -> np.ndarray:
+    """numpy's ``_reconstruct(ndarray, (0,), b"b")``, the empty array its pickles fill; nothing else."""
+    if not isinstance(subtype, _NdarrayName) or shape != (0,) or typecode not in (b"b", "b"):
+        _refuse("_reconstruct other than of an empty ndarray")
+    return np.ndarray.__new__(_PickledArray, (0,), np.int8)
+
+
+def _scalar(dtype: Any, data: Any = None) -> Any:
+    _plain_dtype(dtype)
+    if isinstance(data, str):  # Python 2 pickles, as for arrays
+        data = _latin1_encode(data, "latin1")
+    if not isinstance(data, bytes) or len(data) != dtype.itemsize:
+        _refuse("a numpy scalar whose data is not its dtype's bytes")
+    return np.frombuffer(data, dtype)[0]
+
+
+def _frombuffer(buffer: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
+    """Protocol 5 arrays; the buffer is the pickle's own bytes, so the array is no larger."""
+    _plain_dtype(dtype)
+    if not isinstance(buffer, bytes | bytearray | pickle.PickleBuffer):
+        _refuse("an array buffer that is not bytes")
+    return np.frombuffer(buffer, dtype).reshape(shape, order=order)
+
+
+def _latin1_encode(text: Any, encoding: Any = "utf-8", errors: Any = "strict") -> bytes:
+    """``_codecs.encode(text, "latin1")``: how protocols 0-2 write bytes (one byte per character).
+    Any other codec is refused: ``hex`` doubles its input, and 22 chained calls took 6.45 GB."""
+    if not isinstance(text, str) or str(encoding).lower().replace("_", "-") not in _LATIN1 or errors != "strict":
+        _refuse(f"_codecs.encode with {quote(encoding, 20)}")
+    return text.encode("latin-1")
+
+
+_NDARRAY = _NdarrayName()
+_ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
+    ("numpy", "ndarray"): _NDARRAY,
+    ("numpy", "dtype"): _new_dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy.core.multiarray", "scalar"): _scalar,
+    ("numpy._core.multiarray", "scalar"): _scalar,
+    ("numpy.core.numeric", "_frombuffer"): _frombuffer,  # protocol 5 arrays
+    ("numpy._core.numeric", "_frombuffer"): _frombuffer,
+    ("_codecs", "encode"): _latin1_encode,  # bytes in protocol 0-2 pickles
+}
 
 
 class ArrayOnlyUnpickler(pickle.Unpickler):
-    """Unpickles dicts, lists, tuples, numbers, strings and numpy arrays, and nothing else.
+    """Unpickles dicts, lists, tuples, numbers, strings and plain numeric numpy arrays, and nothing else.
 
     Pickle runs code only through the globals it looks up; every lookup goes through
-    ``find_class``, which here refuses anything outside numpy's array reconstruction helpers, so a
-    hostile file fails before any of its callables can be reached.
+    ``find_class``, which here returns vsbench's own checked stand-ins for numpy's array
+    reconstruction helpers and refuses anything else, so a hostile file fails before any of its
+    callables can be reached. No stand-in can make more bytes than the pickle holds: arrays are
+    built empty and filled with their exact bytes, and only latin-1 text becomes bytes.
     """
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in _ALLOWED_GLOBALS:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only numpy arrays are allowed")
-        return getattr(importlib.import_module(_numpy_core(module)), name)
+        return _ALLOWED_GLOBALS[module, name]
+
+
+def _plain(value: Any) -> Any:
+    return value.view(np.ndarray) if isinstance(value, _PickledArray) else value
 
 
 def load_array_pickle(path: str | Path) -> Any:
-    """A restricted pickle, read from memory after the size check (VSBENCH_MAX_ARRAY_BYTES)."""
+    """A restricted pickle, read from memory after the size check (VSBENCH_MAX_ARRAY_BYTES); the
+    arrays at its top level (or in its top-level dict) come back as plain ndarrays."""
     path = Path(path)
     handle = bytes_reader(path, max_bytes=max_array_bytes(), variable="VSBENCH_MAX_ARRAY_BYTES")
     try:
-        return ArrayOnlyUnpickler(handle, encoding="latin1").load()
+        data = ArrayOnlyUnpickler(handle, encoding="latin1").load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError,
             ImportError, UnicodeDecodeError, OverflowError, RecursionError) as exc:
         raise InputError(path, f"unreadable or refused pickle: {str(exc)[:100]}") from None
     except MemoryError:
         raise InputError(path, "unreadable pickle: it asks for more memory than there is") from None
+    return {key: _plain(value) for key, value in data.items()} if isinstance(data, dict) else _plain(data)
 
 
 FEATURE_KEYS = ("query_feature", "gallery_feature")
@@ -606,7 +737,11 @@ def read_product_features(path: str | Path, num_queries: int, num_gallery: int) 
 
 def _load_feature_mapping(path: Path) -> dict[str, Any]:
     if zipfile.is_zipfile(path):
-        return load_arrays(path)  # headers checked first; object arrays (pickle) refused
+        return load_arrays(path, FEATURE_KEYS)  # only these members; headers first; object arrays refused
+    if is_npy(path):
+        check_array_file(path)  # a forged header is named as such
+        raise InputError(path, f"a .npy file holds one array; the features need two, {' and '.join(FEATURE_KEYS)}: "
+                               "save them with np.savez (.npz)")
     data = load_array_pickle(path)
     if not isinstance(data, dict):
         raise InputError(path, f"expected a dict of arrays, got {type(data).__name__}")
