@@ -46,7 +46,7 @@ from vsbench.imaging.limits import open_image
 from vsbench.inputs import read_json
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
-from vsbench.storage import atomic_write_json
+from vsbench.storage import atomic_write_json, file_sha256
 
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 logger = logging.getLogger(__name__)
@@ -364,7 +364,7 @@ def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], 
         return f"the feature file has {size} bytes, its manifest says {manifest.get('features_bytes')}"
     if not manifest.get("features_sha256"):
         return "its manifest records no features_sha256 (written by an older vsbench)"
-    if _file_sha256(features_path) != manifest["features_sha256"]:
+    if file_sha256(features_path) != manifest["features_sha256"]:
         return "the feature file's sha256 differs from the one its manifest recorded"
     try:
         features = load_features(features_path)
@@ -384,14 +384,6 @@ def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], 
     if not np.isfinite(features.features).all():
         return "it holds NaN or infinite values"
     return None
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def embed_image_set(
@@ -462,7 +454,7 @@ def embed_image_set(
     manifest.update({
         "dim": built.dim, "requested": len(ids), "count": len(result), "failed": failed,
         "features": features_path.name, "features_bytes": features_path.stat().st_size,
-        "features_sha256": _file_sha256(features_path),
+        "features_sha256": file_sha256(features_path),
         "seconds": round(seconds, 3), "model_build_seconds": round(build_seconds, 3),
         "images_per_second": round(len(ids) / seconds, 2) if seconds > 0 else None,
         "torch": torch.__version__, "vsbench": __version__, "complete": True,
@@ -508,6 +500,11 @@ def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
     if len(models) != 1:
         raise FeatureError(f"{out_dir}: shards of {set_name!r} come from different models ([model, options, dim, "
                            f"seed]): {sorted(models)}")
+    for number, manifest in enumerate(manifests):  # what the embed step vouched for, not what lies there now
+        shard_file = out_dir / manifest["features"]
+        if file_sha256(shard_file) != manifest.get("features_sha256"):
+            raise FeatureError(f"{shard_file}: its sha256 is not the one {found[(number, num_shards)].name} records "
+                               "(changed after the embed step): re-run the embed step, which embeds it again")
     merged = concatenate([load_features(out_dir / m["features"]) for m in manifests])
     save_features(out_dir / f"{set_name}.npz", merged)
     seconds = sum(m["seconds"] for m in manifests)
@@ -519,5 +516,21 @@ def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
         "failed": [f for m in manifests for f in m["failed"]],
         "shards": [shard_stem(set_name, i, num_shards) for i in range(num_shards)],
         "seconds": round(seconds, 3), "features": f"{set_name}.npz",
+        "features_sha256": file_sha256(out_dir / f"{set_name}.npz"),
     })
     return merged
+
+
+def load_merged(out_dir: Path, set_name: str) -> FeatureSet:
+    """The merged features of ``set_name`` as :func:`merge_shards` wrote them, verified against the
+    sha256 its manifest records (a later step may run on another node, from a shared volume)."""
+    out_dir = Path(out_dir)
+    path, manifest_path = out_dir / f"{set_name}.npz", out_dir / f"{set_name}.json"
+    manifest = _read_manifest(manifest_path) or {}
+    if not path.is_file() or manifest.get("complete") is not True:
+        raise FeatureError(f"{path}: no merged features (or no complete {manifest_path.name}): run the index step "
+                           "(vsbench similarity index), which merges the embedding shards")
+    if file_sha256(path) != manifest.get("features_sha256"):
+        raise FeatureError(f"{path}: its sha256 is not the one {manifest_path.name} records (changed after the "
+                           "index step merged it): re-run the index step, which merges the shards again")
+    return load_features(path)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.benchmarks.base import EvalResult, EvalSettings, load_benchmark
-from vsbench.features import FeatureSet, load_features
+from vsbench.features import FeatureSet
 from vsbench.inputs import read_json
 from vsbench.storage import atomic_write_json, atomic_write_text
 
@@ -154,7 +154,9 @@ def _check_reference_shards(out: Path, reference_shards: int) -> None:
 
 
 def _merged_features(bench: Any, out: Path) -> dict[str, FeatureSet]:
-    return {name: load_features(out / FEATURES_DIR / f"{name}.npz") for name in bench.image_sets()}
+    from vsbench.embed import load_merged
+
+    return {name: load_merged(out / FEATURES_DIR, name) for name in bench.image_sets()}
 
 
 def _write_result(benchmark: str, out: Path, result: EvalResult) -> EvalResult:

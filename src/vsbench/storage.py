@@ -7,6 +7,7 @@ which the next run ignores and overwrites.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -19,6 +20,18 @@ from typing import Any
 from vsbench.inputs import WordedInputError
 
 TMP_MARKER = ".tmp-"
+DIGEST_BLOCK = 8 << 20  # bytes hashed per read: large enough that the hash, not the calls, costs the time
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 hex of a file's bytes, read in blocks (memory stays small whatever the file's size).
+    Every digest vsbench records of a file of its own (embed shards, index files, search results)
+    is this one, so a record written by one step is checked by another the same way."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as handle:
+        while block := handle.read(DIGEST_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _file_mode() -> int:

@@ -19,10 +19,15 @@ holding each variant's ``(n_queries_i, k)`` similarities and global reference id
 (:func:`collect`) keeps each query's global top ``k`` (:func:`vsbench.index.codec.merge_found`).
 
 * **Reuse**: an index whose ``index.json`` key (codec, metric, reference and training digests,
-  shards) equals the request's is reused; a search file whose key matches is kept. A re-run after
-  a failure redoes only what is missing.
+  shards) equals the request's, and whose files all have the size and sha256 ``index.json``
+  records, is reused; anything else is rebuilt by the index step with one line naming the damaged
+  files. A search file is kept when its key (the index key, the sha256 of every index file it
+  read, the queries' digest, k, variants, search settings) matches and its content passes
+  :func:`_check_result`. A re-run after a failure redoes only what is missing or damaged.
 * **Checks**: a search refuses an index built for other descriptors, naming the difference
-  (dimension, reference ids digest, codec, metric, shards); a merge names every missing shard.
+  (dimension, reference ids digest, codec, metric, shards), shard bounds that are not the ones
+  ``count`` and the shard count give, and an index file whose sha256 is not the recorded one (the
+  fix: re-run the index step); a merge names every missing, stale or damaged result file.
 * **Large galleries**: shard index files of ``VSBENCH_MMAP_MIN_BYTES`` (default 1 GiB) or more are
   read memory-mapped on the CPU (``IO_FLAG_MMAP`` maps an IVF index's inverted lists,
   ``IO_FLAG_MMAP_IFC`` a flat or PQ index's codes), so a search's resident memory is what it touches,
@@ -35,6 +40,7 @@ holding each variant's ``(n_queries_i, k)`` similarities and global reference id
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -61,12 +67,12 @@ from vsbench.index.codec import (
 from vsbench.index.plan import SearchRequest, SearchResults, array_digest
 from vsbench.index.search import use_gpu_now
 from vsbench.inputs import load_arrays, parse_json, read_json
-from vsbench.storage import atomic_write_bytes, atomic_write_json
+from vsbench.storage import atomic_write_bytes, atomic_write_json, file_sha256
 
 logger = logging.getLogger(__name__)
 
 INDEX_JSON = "index.json"
-FORMAT = 1
+FORMAT = 2  # 2: index.json records each file's size and sha256; search results carry a content digest
 
 
 def codec_slug(codec: str) -> str:
@@ -109,6 +115,32 @@ class IndexInfo:
     def shard_path(self, shard: int) -> Path:
         return self.folder / f"reference-{shard}-of-{len(self.reference_shards)}.faiss"
 
+    def file_digest(self, name: str) -> str:
+        return self.meta["files"][name]["sha256"]
+
+    def read(self, name: str, *, mmap: bool) -> faiss.Index:
+        """Index file ``name`` of this folder, refused unless its size and sha256 are those
+        ``index.json`` records: a shard swapped, replaced or damaged after the index step never
+        answers a search."""
+        path = self.folder / name
+        problem = _file_problem(path, self.meta["files"].get(name))
+        if problem:
+            raise SearchError(f"{path}: {problem}; re-run the index step (vsbench similarity index), which "
+                              "rebuilds what is damaged")
+        return _read_index(path, mmap=mmap, inverted_lists=self.inverted_lists)
+
+    def read_transform(self, number: int) -> faiss.VectorTransform:
+        name = f"transform-{number}.faiss"
+        path = self.folder / name
+        problem = _file_problem(path, self.meta["files"].get(name))
+        if problem:
+            raise SearchError(f"{path}: {problem}; re-run the index step (vsbench similarity index), which "
+                              "rebuilds what is damaged")
+        try:
+            return faiss.read_VectorTransform(str(path))
+        except RuntimeError as exc:
+            raise SearchError(f"{path}: not a readable FAISS transform ({str(exc).strip().splitlines()[-1]})") from None
+
 
 def index_key(request: SearchRequest, codec: str, reference_shards: int, *, content: bool = True) -> dict[str, Any]:
     """Everything that makes an index what it is; two builds with equal keys are interchangeable.
@@ -145,10 +177,14 @@ def build_index(request: SearchRequest, folder: Path, *, reference_shards: int =
         target = folder / request.name / codec_slug(codec)
         key = index_key(request, codec, reference_shards)
         existing = _read_meta(target)
-        if existing is not None and existing.get("key") == key and _complete(target, existing):
-            logger.info("index %s: reused (same inputs)", target)
-            infos.append(IndexInfo(target, {**existing, "reused": True}))
-            continue
+        if existing is not None and existing.get("key") == key:
+            damage = _damage(target, existing, verify=True)
+            if not damage:
+                logger.info("index %s: reused (same inputs)", target)
+                infos.append(IndexInfo(target, {**existing, "reused": True}))
+                continue
+            logger.warning("index %s: rebuilt, its files are not what %s records: %s", target, INDEX_JSON,
+                           "; ".join(damage))
         (target / INDEX_JSON).unlink(missing_ok=True)  # what follows is not this index until it is rewritten
         device_k = max(request.result_k, request.norm_k)
         trained = train_codec(codec, q.shape[1], request.metric, t, keep_train=bool(request.norms), on_gpu=on_gpu,
@@ -169,6 +205,8 @@ def build_index(request: SearchRequest, folder: Path, *, reference_shards: int =
                 "final_index": type(trained.empty).__name__,
                 "reference_shards": [list(b) for b in bounds], "faiss_version": faiss.__version__,
                 "vsbench_version": _vsbench_version(), "trained_on": "gpu" if on_gpu else "cpu"}
+        meta["files"] = {name: {"bytes": (target / name).stat().st_size, "sha256": file_sha256(target / name)}
+                         for name in _file_names(meta)}
         atomic_write_json(target / INDEX_JSON, meta)
         infos.append(IndexInfo(target, {**meta, "reused": False}))
     return infos
@@ -188,8 +226,10 @@ def load_index_info(request: SearchRequest, folder: Path, codec: str) -> IndexIn
     if differences:
         raise SearchError(f"{target / INDEX_JSON} was built for other inputs; rebuild it with the index step. "
                           + "; ".join(differences))
-    if not _complete(target, meta):
-        raise SearchError(f"{target}: index files are missing; re-run the index step")
+    damage = _damage(target, meta, verify=False)
+    if damage:
+        raise SearchError(f"{target / INDEX_JSON}: " + "; ".join(damage) + "; re-run the index step "
+                          "(vsbench similarity index), which rebuilds what is damaged")
     return IndexInfo(target, meta)
 
 
@@ -210,25 +250,28 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
             raise SearchError(f"reference shard {reference_shard} does not exist: the index of codec {codec!r} "
                               f"has {len(shards)} reference shard(s)")
         target = _result_path(out_folder, request, codec, query_shard, query_shards, reference_shard, len(shards))
-        key = _search_key(request, info, codec, start, stop)
-        key["queries_digest"] = array_digest(q)
-        existing = _read_npz(target)
-        if existing is not None and existing[0] == json.loads(json.dumps(key)):
+        key = _search_key(request, info, codec, start, stop, reference_shard, array_digest(q))
+        problem = _result_problem(target, key, len(q), shards[reference_shard], request)
+        if problem is None:
             logger.info("search %s: kept (same inputs)", target)
             written.append(target)
             continue
-        cpu_index = _read_index(info.shard_path(reference_shard), mmap=not on_gpu,
-                                inverted_lists=info.inverted_lists)
+        if target.exists():
+            logger.warning("search %s: searched again: %s", target, problem)
+        cpu_index = info.read(info.shard_path(reference_shard).name, mmap=not on_gpu)
+        shard_start, shard_stop = shards[reference_shard]
+        if cpu_index.ntotal != shard_stop - shard_start or cpu_index.d != info.meta["projected_dim"]:
+            raise SearchError(f"{info.shard_path(reference_shard)}: holds {cpu_index.ntotal} vectors of "
+                              f"{cpu_index.d} dimensions, {INDEX_JSON} says {shard_stop - shard_start} of "
+                              f"{info.meta['projected_dim']}; re-run the index step (vsbench similarity index)")
         trained = _load_trained(info, request, cpu_index)
         # Every query through the transforms, then this shard's rows: the floats of one search (see build_index).
         projected = np.ascontiguousarray(trained.project(queries, "queries")[start:stop]) if trained.transforms else q
         device_k = max(request.result_k, request.norm_k)
-        shard_start, shard_stop = shards[reference_shard]
         k = min(request.k, shard_stop - shard_start)
         references = stored_vectors(cpu_index) if request.norms and trained.exhaustive_ip else None
         index = tune(_on_device(cpu_index, on_gpu, trained, device_k), request.search_params, codec)
-        train_index = _on_device(_read_index(info.folder / "train.faiss", mmap=not on_gpu,
-                                             inverted_lists=info.inverted_lists),
+        train_index = _on_device(info.read("train.faiss", mmap=not on_gpu),
                                  on_gpu, trained, device_k) if request.norms else None
         raw, normalized = search_filled(trained, index, projected, k, score_norms=request.norms,
                                         raw=request.unnormalized, train_index=train_index, references=references,
@@ -254,20 +297,22 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
         reference_shards = len(info.reference_shards)
         variants = [list(v) for v in request.variants if v[0] == codec]
         merged_rows: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in variants]
+        queries = np.ascontiguousarray(request.queries, dtype=np.float32)
         for query_shard, (start, stop) in enumerate(shard_bounds(len(request.queries), query_shards)):
             parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in variants]
+            queries_digest = array_digest(queries[start:stop])
             for reference_shard in range(reference_shards):
                 path = _result_path(search_folder, request, codec, query_shard, query_shards, reference_shard,
                                     reference_shards)
+                expected = _search_key(request, info, codec, start, stop, reference_shard, queries_digest)
+                problem = _result_problem(path, expected, stop - start, info.reference_shards[reference_shard],
+                                          request)
+                if problem is not None:
+                    problems.append(f"{path} of codec {codec!r}: {problem}")
+                    continue
                 loaded = _read_npz(path)
-                if loaded is None:
-                    problems.append(f"{path.name} of codec {codec!r} is missing")
-                    continue
-                key, arrays = loaded
-                expected = _search_key(request, info, codec, start, stop)
-                if any(key.get(field) != value for field, value in expected.items()):
-                    problems.append(f"{path.name} of codec {codec!r} is for other inputs")
-                    continue
+                assert loaded is not None  # just checked
+                arrays = loaded[1]
                 for number in range(len(variants)):
                     parts[number].append((arrays[f"similarity_{number}"], arrays[f"ids_{number}"]))
             if not problems:
@@ -275,7 +320,7 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
                     merged_rows[number].append(merge_found(parts[number], request.result_k, request.metric))
         per_codec[codec] = merged_rows
     if problems:
-        raise SearchError(f"search {request.name!r}: {len(problems)} shard result(s) missing or stale: "
+        raise SearchError(f"search {request.name!r}: {len(problems)} shard result(s) missing, stale or damaged: "
                           + "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")
                           + ". Re-run the search step for those shards (a re-run keeps the finished ones).")
     results: SearchResults = {}
@@ -286,17 +331,64 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
     return results
 
 
-def _search_key(request: SearchRequest, info: IndexInfo, codec: str, start: int, stop: int) -> dict[str, Any]:
-    """What a search result is for (beside the queries' digest): the index, the query rows, k, the
-    variants and the search-time settings."""
-    return {"index": info.meta["key"], "queries": [start, stop], "k": request.k,
-            "variants": [list(v) for v in request.variants if v[0] == codec], "search_params": request.search_params}
+def _search_key(request: SearchRequest, info: IndexInfo, codec: str, start: int, stop: int, reference_shard: int,
+                queries_digest: str) -> dict[str, Any]:
+    """What a search result is for: the index, the sha256 of every index file the search read (the
+    transforms, its reference shard, the training rows), the query rows and their digest, k, the
+    variants and the search-time settings (JSON-normalized, as it is read back)."""
+    names = [f"transform-{n}.faiss" for n in range(info.meta["transforms"])]
+    names.append(info.shard_path(reference_shard).name)
+    if request.norms:
+        names.append("train.faiss")
+    key = {"index": info.meta["key"], "index_files": {name: info.file_digest(name) for name in names},
+           "queries": [start, stop], "queries_digest": queries_digest, "k": request.k,
+           "variants": [list(v) for v in request.variants if v[0] == codec], "search_params": request.search_params}
+    return json.loads(json.dumps(key))
+
+
+def _result_problem(path: Path, key: dict[str, Any], rows: int, bounds: Sequence[int],
+                    request: SearchRequest) -> str | None:
+    """None when the search result at ``path`` is for ``key`` and sound, else what is wrong with it."""
+    if not path.exists():
+        return "missing"
+    loaded = _read_npz(path)
+    if loaded is None:
+        return "unreadable, or its content is not what its digest records"
+    stored, arrays = loaded
+    if stored != key:
+        differing = sorted(field for field in set(key) | set(stored) if key.get(field) != stored.get(field))
+        return f"for other inputs ({', '.join(differing)} differ)"
+    return _check_result(arrays, key["variants"], rows, bounds, request)
+
+
+def _check_result(arrays: dict[str, np.ndarray], variants: Sequence[Any], rows: int, bounds: Sequence[int],
+                  request: SearchRequest) -> str | None:
+    """None when each variant's arrays are what :func:`search_shard` writes: ``(rows, columns)``
+    float32 similarities and int64 ids, ids -1 (an empty slot, score -inf) or inside the shard's
+    ``[start, stop)``, and every filled slot's score finite."""
+    start, stop = bounds
+    columns = max(request.result_k, min(request.k, stop - start))
+    count = len(variants)
+    names = {f"{kind}_{n}" for n in range(count) for kind in ("similarity", "ids")}
+    if not names <= set(arrays):
+        return f"arrays {sorted(names - set(arrays))} missing"
+    for number in range(count):
+        similarity, ids = arrays[f"similarity_{number}"], arrays[f"ids_{number}"]
+        if similarity.dtype != np.float32 or ids.dtype != np.int64:
+            return f"variant {number}: {similarity.dtype} scores and {ids.dtype} ids, not float32 and int64"
+        if similarity.ndim != 2 or similarity.shape != ids.shape or similarity.shape != (rows, columns):
+            return f"variant {number}: arrays of shape {similarity.shape} and {ids.shape}, expected ({rows}, {columns})"
+        filled = ids >= 0
+        if ((ids < -1) | (filled & ((ids < start) | (ids >= stop)))).any():
+            return f"variant {number}: ids outside -1 and this shard's {start}..{stop - 1}"
+        if not np.isfinite(similarity[filled]).all() or np.isnan(similarity).any():
+            return f"variant {number}: NaN or infinite scores"
+    return None
 
 
 def _load_trained(info: IndexInfo, request: SearchRequest, final: faiss.Index) -> TrainedCodec:
     """The codec as the index step trained it: its transforms, and ``final`` (a shard's index) for its kind."""
-    transforms = [faiss.read_VectorTransform(str(info.folder / f"transform-{n}.faiss"))
-                  for n in range(info.meta["transforms"])]
+    transforms = [info.read_transform(n) for n in range(info.meta["transforms"])]
     return TrainedCodec(info.meta["codec"], request.metric, info.meta["dim"], transforms, final)
 
 
@@ -349,13 +441,60 @@ def _write(path: Path, writer) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def _complete(folder: Path, meta: dict[str, Any]) -> bool:
+def _file_names(meta: dict[str, Any]) -> list[str]:
+    """Every file an index folder holds besides ``index.json``."""
     names = [f"transform-{n}.faiss" for n in range(meta.get("transforms", 0))]
     shards = len(meta.get("reference_shards", []))
     names += [f"reference-{j}-of-{shards}.faiss" for j in range(shards)]
     if meta.get("keeps_train"):
         names.append("train.faiss")
-    return shards > 0 and all((folder / name).is_file() for name in names)
+    return names
+
+
+def _file_problem(path: Path, recorded: Any) -> str | None:
+    """None when ``path`` has the size and sha256 recorded for it (``verify``: the sha256 too)."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
+        return f"{INDEX_JSON} records no digest for it"
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return "missing"
+    if size != recorded.get("bytes"):
+        return f"{size} bytes, {INDEX_JSON} records {recorded.get('bytes')}"
+    if file_sha256(path) != recorded["sha256"]:
+        return f"its sha256 is not the one {INDEX_JSON} records (damaged or replaced after the index step)"
+    return None
+
+
+def _damage(folder: Path, meta: dict[str, Any], *, verify: bool) -> list[str]:
+    """What is wrong with an index folder against its ``index.json``: shard bounds other than the
+    ones ``count`` and the shard count give, files missing or of another size, and (``verify``)
+    files whose sha256 is not the recorded one. Empty when sound."""
+    shards = meta.get("reference_shards")
+    count = meta.get("count")
+    if not isinstance(shards, list) or not shards or not isinstance(count, int) or len(shards) > count:
+        return [f"{INDEX_JSON} has no usable reference shards"]
+    if [list(b) for b in shard_bounds(count, len(shards))] != shards:
+        return [f"{INDEX_JSON} records shard bounds {shards}, not the ones {count} references in {len(shards)} "
+                "shard(s) give"]
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        return [f"{INDEX_JSON} records no file digests (written by an older vsbench)"]
+    problems = []
+    for name in _file_names(meta):
+        path = folder / name
+        recorded = files.get(name)
+        if verify:
+            problem = _file_problem(path, recorded)
+        elif not isinstance(recorded, dict):
+            problem = f"{INDEX_JSON} records no digest for it"
+        else:
+            problem = "missing" if not path.is_file() else (
+                None if path.stat().st_size == recorded.get("bytes") else
+                f"{path.stat().st_size} bytes, {INDEX_JSON} records {recorded.get('bytes')}")
+        if problem:
+            problems.append(f"{name}: {problem}")
+    return problems
 
 
 def _read_meta(folder: Path) -> dict[str, Any] | None:
@@ -372,22 +511,39 @@ def _result_path(folder: Path, request: SearchRequest, codec: str, query_shard: 
             / f"q{query_shard}-of-{query_shards}.r{reference_shard}-of-{reference_shards}.npz")
 
 
+def _content_digest(key_json: str, arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over a search result's key and arrays (names, dtypes, shapes, bytes)."""
+    digest = hashlib.sha256(key_json.encode("utf-8"))
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"\n{name}|{array.dtype.str}|{array.shape}\n".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
 def _write_npz(path: Path, key: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     import io
 
+    key_json = json.dumps(key, sort_keys=True)
     buffer = io.BytesIO()
-    np.savez(buffer, key=np.asarray(json.dumps(key, sort_keys=True)), **arrays)
+    np.savez(buffer, key=np.asarray(key_json), content_sha256=np.asarray(_content_digest(key_json, arrays)),
+             **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, buffer.getvalue())
 
 
 def _read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-    """A search result file, or None when missing or unreadable (it is then searched again)."""
+    """A search result file, or None when missing, unreadable, or not what its content digest says
+    (it is then searched again, or named by the merge)."""
     try:
         data = load_arrays(path)
-        return parse_json(path, str(data.pop("key"))), data
-    except (OSError, ValueError, KeyError):
+        key_json, recorded = str(data.pop("key")), str(data.pop("content_sha256"))
+        if _content_digest(key_json, data) != recorded:
+            return None
+        key = parse_json(path, key_json)
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    return (key, data) if isinstance(key, dict) else None
 
 
 def _vsbench_version() -> str:

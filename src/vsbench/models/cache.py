@@ -59,6 +59,7 @@ import numpy as np
 
 from vsbench.inputs import InputError, check_array_file
 from vsbench.models.registry import Embedder
+from vsbench.storage import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -155,14 +156,10 @@ def key_digest(key: dict[str, Any]) -> str:
 
 def file_digest(path: Path) -> str | None:
     """sha256 of an image file's bytes; None when it cannot be read (the embed step reports it)."""
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        return file_sha256(path)
     except OSError:
         return None
-    return digest.hexdigest()
 
 
 def image_digests(paths: Sequence[Path], threads: int = 4) -> list[str | None]:
