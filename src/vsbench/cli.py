@@ -162,16 +162,27 @@ def abid_resize(
 
     if decode not in DECODES:
         raise typer.BadParameter(f"decode must be one of {', '.join(DECODES)}", param_hint="--decode")
-    try:
-        summary = resize_abid(data, out, size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
-                              workers=workers or None, max_failure_rate=max_failure_rate).as_dict()
-    except TooManyFailures as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    with user_errors(FileNotFoundError):  # no bin-images/, a bad VSBENCH_MAX_FAILURE_RATE: one line
+        try:
+            summary = resize_abid(data, out, size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
+                                  workers=workers or None, max_failure_rate=max_failure_rate).as_dict()
+        except TooManyFailures as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
     _print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "seconds", "images_per_second"])
+    _print_redone(summary)
     for failure in summary["failures"][:10]:
         typer.echo(f"  skipped {failure['file']}: {failure['reason']}", err=True)
     typer.echo(f"manifest: {out / MANIFEST_NAME}")
+
+
+def _print_redone(summary: dict) -> None:
+    """One line per output a re-run redid instead of keeping (its source or itself changed), at most
+    the summary's first lines, then the count."""
+    for line in summary["redone"]:
+        typer.echo(f"  {line}", err=True)
+    if summary["redone_count"] > len(summary["redone"]):
+        typer.echo(f"  ... {summary['redone_count'] - len(summary['redone'])} more outputs redone", err=True)
 
 
 TRAIN_TASKS = ("counting", "siamese")
