@@ -45,7 +45,7 @@ import io
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Literal
@@ -101,8 +101,9 @@ class ResizeSummary:
 
     def as_dict(self) -> dict[str, Any]:
         """The summary (the step's KFP manifest and MLflow artifact): counts and failures, not records."""
-        data = asdict(self)
-        del data["outputs"]
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "outputs"}  # asdict would
+        data["failures"] = [dict(failure) for failure in self.failures]  # deep-copy every record: 1/3 of a resume
+        data["redone"] = list(self.redone)
         data["images_per_second"] = round(self.resized / self.seconds, 2) if self.seconds else 0.0
         return data
 
