@@ -118,14 +118,15 @@ def test_an_artifact_folder_that_climbs_out_of_the_run_is_refused(tmp_path, stor
     assert _runs(store) == []
 
 
-def test_write_bundle_records_artifacts_relative_with_size_and_digest_and_refuses_outside(tmp_path):
+def test_write_bundle_records_artifacts_relative_with_size_and_digest_and_leaves_out_others(tmp_path, capsys):
     bundle = _bundle(tmp_path / "out")
     (artifact,) = read_bundle(bundle)["artifacts"]
     assert artifact["path"] == "metrics.json" and artifact["size"] == len('{"uap": 1.0}\n')
     assert len(artifact["sha256"]) == 64 and len(read_bundle(bundle)["digest"]) == 64
     (tmp_path / "elsewhere.json").write_text("{}")
-    with pytest.raises(ValueError, match="outside the bundle's folder"):
-        _bundle(tmp_path / "out", artifacts={str(tmp_path / "elsewhere.json"): ""})
+    bundle = _bundle(tmp_path / "out", artifacts={str(tmp_path / "elsewhere.json"): ""})
+    assert read_bundle(bundle)["artifacts"] == []
+    assert "elsewhere.json is outside the run bundle's folder" in capsys.readouterr().err
 
 
 # --- the store comes from the environment or the default, never from the bundle -------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -120,7 +121,8 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
     """Write a run bundle (atomically): everything the MLflow run will hold, and its content digest.
 
     ``artifacts`` maps a file to the artifact folder it goes in ("" for the run's root); each must
-    lie in the bundle's folder (ValueError otherwise: the upload would refuse it) and is recorded
+    lie in the bundle's folder (one outside is left out, said on stderr: the upload would refuse
+    it, and tracking never fails a benchmark) and is recorded
     relative to it, with its size and sha256, so the folder can move and a file changed later is
     caught. ``started`` is the run's start (``time.time()``). The digest
     (:func:`vsbench.tracking.bundles.content_digest`) is what lets a later upload tell this bundle
@@ -136,8 +138,10 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
         real = Path(file).resolve()
         if not real.is_file():
             continue
-        if not real.is_relative_to(folder):
-            raise ValueError(f"artifact {file} is outside the bundle's folder {folder}")
+        if not real.is_relative_to(folder):  # the upload would refuse it; the benchmark's numbers still go
+            print(f"[vsbench] {file} is outside the run bundle's folder {folder}: not recorded as an artifact",
+                  file=sys.stderr)
+            continue
         files.append({"path": real.relative_to(folder).as_posix(), "folder": where,
                       "size": real.stat().st_size, "sha256": file_sha256(real)})
     tags = {STEP_TAG: "pipeline", PIPELINE_TAG: pipeline, SOURCE_TAG: "cli",
