@@ -353,3 +353,27 @@ def test_an_output_no_manifest_vouches_for_is_redone(mixed_inputs, tmp_path):
     assert summary.resized == 2 and summary.kept == 0
     with Image.open(out / "00001.jpg") as image:
         assert image.size == (224, 224)
+
+
+def test_a_run_killed_part_way_keeps_what_it_checkpointed(tmp_path, monkeypatch):
+    """Outputs no manifest vouches for are redone; so a run writes its manifest as it goes, or a
+    pod killed after hours would leave its whole work to redo."""
+    from vsbench.abid import resize
+
+    data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
+    real, calls = resize.resize_image_bytes, []
+
+    def dies_at_the_tenth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 10:
+            raise KeyboardInterrupt  # what a SIGTERM or an OOM kill looks like to the work done so far
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(resize, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(resize, "CHECKPOINT_SHARE", 1e9)  # after every image
+    monkeypatch.setattr(resize, "resize_image_bytes", dies_at_the_tenth)
+    with pytest.raises(KeyboardInterrupt):
+        resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    monkeypatch.setattr(resize, "resize_image_bytes", real)
+    again = resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    assert (again.kept, again.resized, again.failed, again.redone_count) == (9, 89, 2, 0)

@@ -45,6 +45,7 @@ import io
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from multiprocessing import get_context
 from pathlib import Path
@@ -79,6 +80,10 @@ class ResizeJob:
 # output mtime ns]. A list, not an object: full ABID has 536k of them.
 Record = list[Any]
 MAX_NOTES = 20  # lines about redone outputs kept in the summary; the count is always exact
+# A run writes its manifest as it goes, at most this often and at most ~2% of its time, so that a
+# pod killed part-way leaves records for what it did (outputs no manifest vouches for are redone).
+CHECKPOINT_SECONDS = 60.0
+CHECKPOINT_SHARE = 0.02
 
 
 @dataclass
@@ -280,13 +285,16 @@ def resize_abid(
         # torch (seconds). No torch operation runs in this process before the pool forks: an
         # OpenMP thread pool started in a parent does not survive fork().
         import torch  # noqa: F401
+    def checkpoint() -> None:
+        atomic_write_text(out / manifest, summary.manifest_text())
+
     with tqdm(total=len(jobs), desc="resize", unit="img", disable=not progress) as bar:
         if workers == 1 or len(jobs) < 2 * workers:
             with _one_torch_thread(fast):
-                _collect(map(_run_job, jobs), summary, bar)
+                _collect(map(_run_job, jobs), summary, bar, checkpoint)
         else:
             with get_context("fork").Pool(workers, initializer=_init_worker if fast else None) as pool:
-                _collect(pool.imap_unordered(_run_job, jobs, chunksize=8), summary, bar)
+                _collect(pool.imap_unordered(_run_job, jobs, chunksize=8), summary, bar, checkpoint)
 
     summary.failures.sort(key=lambda item: item["file"])
     summary.seconds = round(time.perf_counter() - started, 3)
@@ -306,7 +314,12 @@ def _one_torch_thread(fast: bool):
     return one_thread()
 
 
-def _collect(results, summary: ResizeSummary, bar) -> None:
+def _collect(results, summary: ResizeSummary, bar, checkpoint: Callable[[], None]) -> None:
+    """Count each result into the summary (and its record), writing the manifest as it goes
+    every :data:`CHECKPOINT_SECONDS`, or less often when a write takes more than
+    :data:`CHECKPOINT_SHARE` of the time between writes (536k records: ~0.5 s a write)."""
+    interval = CHECKPOINT_SECONDS
+    last = time.monotonic()
     for job, reason, record in results:
         if reason:
             summary.failed += 1
@@ -315,6 +328,11 @@ def _collect(results, summary: ResizeSummary, bar) -> None:
             summary.resized += 1
             summary.outputs[os.path.basename(job.target)] = record
         bar.update(1)
+        now = time.monotonic()
+        if now - last >= interval:
+            checkpoint()
+            last = time.monotonic()
+            interval = max(CHECKPOINT_SECONDS, (last - now) / CHECKPOINT_SHARE)
 
 
 def _previous(manifest: Path) -> tuple[tuple[int, int, str] | None, dict[str, Record]]:
