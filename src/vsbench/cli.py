@@ -672,8 +672,14 @@ def track_upload(
     from its own folder, its digest), and may only complete the run it made itself."""
     import os
 
-    from vsbench.tracking.command import (DEFAULT_STORE_ENV, BundleRefused, find_bundles, read_bundle,
-                                          resolve_store, upload_bundle)
+    from vsbench.tracking.command import (
+        DEFAULT_STORE_ENV,
+        BundleRefused,
+        find_bundles,
+        read_bundle,
+        resolve_store,
+        upload_bundle,
+    )
 
     with user_errors(FileNotFoundError):
         bundles = find_bundles(location)

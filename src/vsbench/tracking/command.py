@@ -8,6 +8,11 @@ them, and only then uploads the bundle, in a background thread that it waits for
 never answers therefore costs a benchmark at most that bound; the bundle stays, and
 ``vsbench track upload DIR`` uploads it later (idempotently: the run is found again by its key).
 
+The upload treats a bundle as data, never as instructions (:mod:`vsbench.tracking.bundles`): it
+is checked whole before the store is contacted, names artifacts only in its own folder, never
+chooses the store (``MLFLOW_TRACKING_URI`` or the default does), and carries the digest of its
+content, which the run it creates keeps as a tag: a bundle may complete only the run it made.
+
 Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<run key>``, tags
 ``vsbench.step`` = ``pipeline`` and ``vsbench.pipeline`` = ``vsbench-similarity``, ``vsbench-abid``,
 ``vsbench-score``..., so ``vsbench compare`` lists them side by side; ``vsbench.source`` says
@@ -202,8 +207,7 @@ def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
     from mlflow.tracking import MlflowClient
 
     from vsbench.tracking import ensure_experiment
-    from vsbench.tracking.bundles import (DIGEST_TAG, Uploaded, check_run_key, parse_bundle, redact_uri,
-                                          verify_bundle)
+    from vsbench.tracking.bundles import DIGEST_TAG, Uploaded, check_run_key, parse_bundle, redact_uri, verify_bundle
 
     bundle = parse_bundle(path)
     digest, files = verify_bundle(path, bundle)
