@@ -111,6 +111,16 @@ def test_a_relative_path_climbing_out_and_a_symlink_pointing_out_are_refused(tmp
     assert _runs(store) == []
 
 
+def test_a_hidden_file_in_the_bundles_folder_is_refused(tmp_path, store):
+    """A bundle dropped in a home folder could name .aws/credentials "beside" it."""
+    bundle = _bundle(tmp_path / "home")
+    (tmp_path / "home" / ".aws").mkdir()
+    (tmp_path / "home" / ".aws" / "credentials").write_text("hunter2")
+    _edit(bundle, lambda d: d["artifacts"].append({"path": ".aws/credentials", "folder": ""}), redigest=True)
+    _one_line_error(_upload(str(bundle)), "artifacts.1.path", ".aws/credentials", "hidden")
+    assert _runs(store) == []
+
+
 def test_an_artifact_folder_that_climbs_out_of_the_run_is_refused(tmp_path, store):
     bundle = _bundle(tmp_path / "out")
     _edit(bundle, lambda d: d["artifacts"][0].update(folder="../../elsewhere"), redigest=True)
@@ -285,6 +295,7 @@ def test_a_bundle_written_before_digests_still_uploads_once(tmp_path, store):
     (lambda d: d.update(extra="field"), ("field extra", "not permitted")),
     (lambda d: d["artifacts"].append("metrics.json"), ("field artifacts.1", "valid dictionary")),
     (lambda d: d.update(format=2), ("not a vsbench run bundle",)),
+    (lambda d: d["tags"].update({"mlflow.parentRunId": "abc"}), ("field tags", "mlflow.parentRunId")),
 ])
 def test_a_malformed_field_is_one_line_naming_it(tmp_path, store, change, fragments):
     bundle = _bundle(tmp_path / "out")

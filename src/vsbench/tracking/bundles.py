@@ -39,9 +39,10 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from vsbench.inputs import InputError, _env_int, human_bytes, parse_json, quote, read_text
+from vsbench.tracking.provenance import MLFLOW_GIT_COMMIT_TAG
 
 DIGEST_TAG = "vsbench.bundle.digest"  # on the MLflow run made from a bundle: the bundle's content digest
 
@@ -124,6 +125,16 @@ class Bundle(_Strict):
     uploaded: Uploaded | None = None
     digest: Digest | Literal[""] = ""  # "": a bundle written before digests (its digest is computed when read)
 
+    @field_validator("tags")
+    @classmethod
+    def _own_tags(cls, tags: dict[str, str]) -> dict[str, str]:
+        """Only the tags vsbench writes (``vsbench.*`` and the git commit): a bundle may not set
+        MLflow's system tags (``mlflow.parentRunId`` would hang a run under someone's pipeline run)."""
+        for key in tags:
+            if not key.startswith("vsbench.") and key != MLFLOW_GIT_COMMIT_TAG:
+                raise ValueError(f"tag {quote(key)} is not one vsbench writes (vsbench.* or {MLFLOW_GIT_COMMIT_TAG})")
+        return tags
+
     def content(self) -> dict[str, Any]:
         """What the digest covers: all that decides the run's content."""
         return self.model_dump(exclude={"uploaded", "digest", "tracking_uri"})
@@ -178,6 +189,9 @@ def resolve_artifact(bundle_dir: Path, path: str) -> Path:
     if not real.is_relative_to(bundle_dir):
         raise ValueError(f"{quote(path)} resolves to {real}, outside the bundle's folder {bundle_dir}; "
                          "a bundle may only name files beside it")
+    if any(part.startswith(".") for part in real.relative_to(bundle_dir).parts):
+        # vsbench writes no hidden files; a bundle dropped in a home folder could name .ssh/ or .aws/
+        raise ValueError(f"{quote(path)} is a hidden file or lies in a hidden folder; vsbench never names one")
     return real
 
 
