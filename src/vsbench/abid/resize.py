@@ -106,8 +106,9 @@ class ResizeSummary:
 
     def as_dict(self) -> dict[str, Any]:
         """The summary (the step's KFP manifest and MLflow artifact): counts and failures, not records."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "outputs"}  # asdict would
-        data["failures"] = [dict(failure) for failure in self.failures]  # deep-copy every record: 1/3 of a resume
+        # Not asdict: it would deep-copy every record only to drop them (a third of a resume's time).
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "outputs"}
+        data["failures"] = [dict(failure) for failure in self.failures]
         data["redone"] = list(self.redone)
         data["images_per_second"] = round(self.resized / self.seconds, 2) if self.seconds else 0.0
         return data
