@@ -328,3 +328,27 @@ def test_too_many_entries_and_too_large_an_artifact_are_refused_naming_the_varia
     monkeypatch.setenv("VSBENCH_MAX_ARTIFACT_BYTES", "4")
     _one_line_error(_upload(str(bundle)), "artifacts.0.path", "VSBENCH_MAX_ARTIFACT_BYTES")
     assert _runs(store) == []
+
+
+def test_a_pipeline_run_kept_for_later_uploads_its_step_manifests(tmp_path, store, capsys):
+    """What `vsbench abid run` keeps when the store was down: step manifests deep in the run folder."""
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking.command import keep_for_later
+
+    run_dir = tmp_path / "kfp" / "run-1"
+    manifests = {}
+    for step in ("abid-resize", "abid-score"):
+        path = run_dir / "for-loop-2-iteration-0" / step / "manifest"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"step": step}))
+        manifests[str(path)] = f"steps/{step}"
+    bundle = keep_for_later(run_dir / BUNDLE_NAME, lambda _: None, experiment="exp", pipeline="vsbench-abid",
+                            params={"seed": 3}, metrics={"counting_acc": 0.25}, tags={"vsbench.profile": "demo"},
+                            artifacts=manifests)
+    assert _upload(str(tmp_path / "kfp")).exit_code == 0
+    (run,) = _runs(store)
+    client = MlflowClient(store)
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "steps")) == [
+        "steps/abid-resize", "steps/abid-score"]
+    assert read_bundle(bundle)["uploaded"]["run_id"] == run.info.run_id
