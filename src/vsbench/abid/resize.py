@@ -117,8 +117,11 @@ class ResizeSummary:
         """What ``out/_manifests/resize*.json`` holds: the summary (indented, for people) and every
         output's record, one a line (full ABID's 536k records indented would triple the file)."""
         head = json.dumps(self.as_dict(), indent=2, ensure_ascii=False)[:-2]
-        records = ",\n".join(f"    {json.dumps(name)}: {json.dumps(record, ensure_ascii=False)}"
-                              for name, record in sorted(self.outputs.items()))
+        # Keys are local_name()s and a record's numbers are ints (_is_record): only the source name
+        # needs escaping. Formatting by hand halves the time of 536k json.dumps calls (~2.4 s).
+        dumps = json.dumps
+        records = ",\n".join(f'    "{name}": [{dumps(r[0], ensure_ascii=False)}, {r[1]}, {r[2]}, {r[3]}, {r[4]}]'
+                              for name, r in sorted(self.outputs.items()))
         return f'{head},\n  "outputs": {{\n{records}\n  }}\n}}\n' if records else f'{head},\n  "outputs": {{}}\n}}\n'
 
     def note_redone(self, name: str, why: str) -> None:
