@@ -162,16 +162,27 @@ def abid_resize(
 
     if decode not in DECODES:
         raise typer.BadParameter(f"decode must be one of {', '.join(DECODES)}", param_hint="--decode")
-    try:
-        summary = resize_abid(data, out, size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
-                              workers=workers or None, max_failure_rate=max_failure_rate).as_dict()
-    except TooManyFailures as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    with user_errors(FileNotFoundError):  # no bin-images/, a bad VSBENCH_MAX_FAILURE_RATE: one line
+        try:
+            summary = resize_abid(data, out, size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
+                                  workers=workers or None, max_failure_rate=max_failure_rate).as_dict()
+        except TooManyFailures as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
     _print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "seconds", "images_per_second"])
+    _print_redone(summary)
     for failure in summary["failures"][:10]:
         typer.echo(f"  skipped {failure['file']}: {failure['reason']}", err=True)
     typer.echo(f"manifest: {out / MANIFEST_NAME}")
+
+
+def _print_redone(summary: dict) -> None:
+    """One line per output a re-run redid instead of keeping (its source or itself changed), at most
+    the summary's first lines, then the count."""
+    for line in summary["redone"]:
+        typer.echo(f"  {line}", err=True)
+    if summary["redone_count"] > len(summary["redone"]):
+        typer.echo(f"  ... {summary['redone_count'] - len(summary['redone'])} more outputs redone", err=True)
 
 
 TRAIN_TASKS = ("counting", "siamese")
@@ -658,27 +669,49 @@ def demo(
 def track_upload(
     location: Annotated[Path, typer.Argument(help="A run bundle (mlflow-run.json) or a folder holding bundles.")],
     tracking_uri: Annotated[str | None, typer.Option(help="Store to upload to (default: MLFLOW_TRACKING_URI, "
-                                                          "else the one the run was meant for).")] = None,
+                                                          "else the local default store; never the URI a "
+                                                          "bundle names).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Upload bundles already uploaded too.")] = False,
 ) -> None:
-    """Upload runs a command kept locally because MLflow was down (idempotent: a run is found by its key)."""
-    from vsbench.tracking.command import find_bundles, read_bundle, upload_bundle
+    """Upload runs a command kept locally because MLflow was down (idempotent: a run is found by its key).
+
+    A bundle is data: it is checked whole before the store is contacted (types, sizes, artifacts only
+    from its own folder, its digest), and may only complete the run it made itself."""
+    import os
+
+    from vsbench.tracking.command import (
+        DEFAULT_STORE_ENV,
+        BundleRefused,
+        find_bundles,
+        read_bundle,
+        resolve_store,
+        upload_bundle,
+    )
 
     with user_errors(FileNotFoundError):
         bundles = find_bundles(location)
     if not bundles:
         typer.echo(f"no run bundles (mlflow-run.json) at {location}", err=True)
         raise typer.Exit(1)
+    if not tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI", "").strip():
+        if os.environ.get(DEFAULT_STORE_ENV, "").strip().lower() == "off":
+            typer.echo(f"error: no store to upload to: MLFLOW_TRACKING_URI is not set and {DEFAULT_STORE_ENV}=off "
+                       "forbids the local default; set MLFLOW_TRACKING_URI or pass --tracking-uri", err=True)
+            raise typer.Exit(2)
+        tracking_uri = resolve_store(typer.echo)
     failed = 0
     for bundle in bundles:
-        with user_errors(FileNotFoundError):
-            data = read_bundle(bundle)
-        if data.get("uploaded") and not force:
-            typer.echo(f"{bundle}: already uploaded as run {data['uploaded']['run_id']} "
-                       f"({data['uploaded']['tracking_uri']})")
-            continue
         try:
+            data = read_bundle(bundle)
+            if data["uploaded"] and not force:
+                typer.echo(f"{bundle}: already uploaded as run {data['uploaded']['run_id']} "
+                           f"({data['uploaded']['tracking_uri']})")
+                continue
             run_id = upload_bundle(bundle, tracking_uri)
+        except (ValueError, BundleRefused) as exc:  # InputError included: the bundle's own problem, one line
+            failed += 1
+            typer.echo(f"not uploaded: {exc}", err=True)
+            continue
         except Exception as exc:  # noqa: BLE001 - one line per bundle, the others still go
             failed += 1
             typer.echo(f"{bundle}: not uploaded: {type(exc).__name__}: {str(exc)[:300]}", err=True)

@@ -95,9 +95,12 @@ def abid_prepare_step(
 def abid_resize_step(
     data: str, out: str, *, size: int = 224, quality: int = 75, decode: str = "full", workers: int = 0,
     shard: int = 0, num_shards: int = 1, parent_run_id: str = "", manifest_path: str | None = None,
-    progress: bool = True,
+    progress: bool = True, max_failure_rate: float | None = None,
 ) -> StepResult:
-    """Resize every bin image; corrupt inputs are listed in the manifest and skipped."""
+    """Resize every bin image; corrupt inputs are listed in the manifest and skipped.
+
+    A retry (same ``out``) keeps what earlier attempts left valid, so a step stopped by the failure
+    rate passes once the threshold is raised (``max_failure_rate``, else ``VSBENCH_MAX_FAILURE_RATE``)."""
     from vsbench.abid.resize import resize_abid
 
     params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all cores",
@@ -106,7 +109,9 @@ def abid_resize_step(
     with child_run(parent_run_id, _sharded("abid-resize", shard, num_shards), params) as tracker:
         summary = resize_abid(Path(data), Path(out), size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
                               workers=workers or None, progress=progress, shard=shard,
-                              num_shards=num_shards).as_dict()
+                              num_shards=num_shards, max_failure_rate=max_failure_rate).as_dict()
+        for line in summary["redone"]:  # one line each in the component's log
+            print(f"resize: {line}", flush=True)
         metrics = _numbers(summary, ["inputs", "resized", "kept", "failed", "images_per_second"])
         return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "resize.json", started)
 

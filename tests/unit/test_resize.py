@@ -261,3 +261,119 @@ def test_every_entry_point_defaults_to_full():
     assert spec.default_value.string_value == "full"
     help_text = CliRunner().invoke(app, ["abid", "resize", "--help"], env={"COLUMNS": "200"}).output
     assert "default: full" in help_text
+
+
+# --- issue 26 part 7: a run stopped by the failure rate can resume -------------------------------
+
+def _hundred_with_two_bad(tmp_path: Path) -> Path:
+    images = tmp_path / "data" / "bin-images"
+    images.mkdir(parents=True)
+    good = _jpeg(40, 30, 0)
+    for i in range(1, 101):
+        (images / f"{i}.jpg").write_bytes(b"" if i in (17, 58) else good)
+    return tmp_path / "data"
+
+
+def test_a_run_stopped_by_the_failure_rate_resumes_with_a_higher_threshold(tmp_path):
+    """On main the re-run counted 2 of 2 (100%), failed again and overwrote the manifest with
+    "resized 0, kept 98": only a fresh --out could pass."""
+    from typer.testing import CliRunner
+
+    from vsbench.cli import app
+
+    data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
+    args = ["abid", "resize", "--data", str(data), "--out", str(out), "--workers", "1"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 1 and "2 of 100 images (2.0%)" in first.output, first.output
+    stopped = json.loads((out / MANIFEST_NAME).read_text())
+    assert (stopped["resized"], stopped["failed"], len(stopped["outputs"])) == (98, 2, 98)
+    again = CliRunner().invoke(app, [*args, "--max-failure-rate", "0.05"])
+    assert again.exit_code == 0, again.output
+    merged = json.loads((out / MANIFEST_NAME).read_text())
+    assert (merged["inputs"], merged["resized"], merged["kept"], merged["failed"]) == (100, 0, 98, 2)
+    assert sorted(merged["outputs"]) == sorted(f"{i:05d}.jpg" for i in range(1, 101) if i not in (17, 58))
+    assert [f["file"] for f in merged["failures"]] == ["bin-images/17.jpg", "bin-images/58.jpg"]
+    (out / "00001.jpg").unlink()
+    third = CliRunner().invoke(app, [*args, "--max-failure-rate", "0.05"])
+    assert third.exit_code == 0 and "00001.jpg: the output is missing; redone" in third.output, third.output
+
+
+def test_the_failure_rate_counts_every_input_kept_resized_or_failed(mixed_inputs, tmp_path):
+    from vsbench.imaging.limits import TooManyFailures
+
+    out = tmp_path / "resized"
+    resize_abid(mixed_inputs, out, workers=1, progress=False, max_failure_rate=1.0)  # 2 resized, 4 failed
+    with pytest.raises(TooManyFailures, match=r"4 of 6 images \(66\.7%\)"):
+        resize_abid(mixed_inputs, out, workers=1, progress=False, max_failure_rate=0.5)
+    assert resize_abid(mixed_inputs, out, workers=1, progress=False, max_failure_rate=0.7).kept == 2
+
+
+def test_a_kubeflow_retry_of_a_stopped_step_passes_once_the_threshold_is_raised(tmp_path, monkeypatch):
+    from vsbench.imaging.limits import TooManyFailures
+    from vsbench.steps import abid_resize_step
+
+    data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
+    kfp_manifest = tmp_path / "kfp" / "manifest"
+    with pytest.raises(TooManyFailures):
+        abid_resize_step(str(data), str(out), workers=1, manifest_path=str(kfp_manifest), progress=False)
+    monkeypatch.setenv("VSBENCH_MAX_FAILURE_RATE", "0.05")  # a ConfigMap on the cluster
+    result = abid_resize_step(str(data), str(out), workers=1, manifest_path=str(kfp_manifest), progress=False)
+    assert (result.metrics["kept"], result.metrics["failed"]) == (98, 2)
+    assert "outputs" not in json.loads(kfp_manifest.read_text())  # the per-output records stay in out/
+
+
+def test_what_a_rerun_keeps_is_verified_against_its_inputs(tmp_path):
+    data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
+    resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    images = data / "bin-images"
+    (images / "3.jpg").write_bytes(_jpeg(60, 50, 3))  # the source changed (size and time)
+    os.utime(out / "00003.jpg", ns=(0, 10**19))  # ...although its output looks newer
+    (out / "00004.jpg").write_bytes(b"not the output that was written")  # the output changed
+    (out / "00005.jpg").unlink()  # the output is gone
+    before = os.stat(images / "6.jpg")
+    (images / "6.jpg").write_bytes(_jpeg(40, 30, 99))  # same size, other bytes: its time says so
+    os.utime(images / "6.jpg", ns=(before.st_atime_ns, before.st_mtime_ns + 1))
+    again = resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    assert (again.resized, again.kept, again.failed) == (4, 94, 2)
+    assert len(again.redone) == 4
+    reasons = " | ".join(again.redone)
+    assert "00003.jpg: its source changed" in reasons and "00004.jpg: the output changed" in reasons
+    assert "00005.jpg: the output is missing" in reasons and "00006.jpg: its source changed" in reasons
+    with Image.open(out / "00003.jpg") as image:
+        assert image.size == (224, 224)
+    quiet = resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    assert (quiet.resized, quiet.kept, quiet.redone) == (0, 98, [])
+
+
+def test_an_output_no_manifest_vouches_for_is_redone(mixed_inputs, tmp_path):
+    out = tmp_path / "resized"
+    out.mkdir()
+    (out / "00001.jpg").write_bytes(b"left by something else, newer than its source")
+    summary = resize_abid(mixed_inputs, out, workers=1, progress=False, max_failure_rate=1.0)
+    assert summary.resized == 2 and summary.kept == 0
+    with Image.open(out / "00001.jpg") as image:
+        assert image.size == (224, 224)
+
+
+def test_a_run_killed_part_way_keeps_what_it_checkpointed(tmp_path, monkeypatch):
+    """Outputs no manifest vouches for are redone; so a run writes its manifest as it goes, or a
+    pod killed after hours would leave its whole work to redo."""
+    from vsbench.abid import resize
+
+    data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
+    real, calls = resize.resize_image_bytes, []
+
+    def dies_at_the_tenth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 10:
+            raise KeyboardInterrupt  # what a SIGTERM or an OOM kill looks like to the work done so far
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(resize, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(resize, "CHECKPOINT_SHARE", 1e9)  # after every image
+    monkeypatch.setattr(resize, "resize_image_bytes", dies_at_the_tenth)
+    with pytest.raises(KeyboardInterrupt):
+        resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    monkeypatch.setattr(resize, "resize_image_bytes", real)
+    again = resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    assert (again.kept, again.resized, again.failed, again.redone_count) == (9, 89, 2, 0)

@@ -42,7 +42,9 @@ class ClusterSettings(BaseModel):
     data_mount: str = "/data"
     config_map: str = "vsbench-config"
     config_map_env: dict[str, str] = Field(default_factory=lambda: {
-        "MLFLOW_TRACKING_URI": "MLFLOW_TRACKING_URI", "AWS_DEFAULT_REGION": "AWS_DEFAULT_REGION"})
+        "MLFLOW_TRACKING_URI": "MLFLOW_TRACKING_URI", "AWS_DEFAULT_REGION": "AWS_DEFAULT_REGION",
+        # Edited in the ConfigMap, then "Retry": a step stopped by the failure rate resumes and passes.
+        "VSBENCH_MAX_FAILURE_RATE": "VSBENCH_MAX_FAILURE_RATE"})
     s3_secret: str = "vsbench-s3"
     s3_secret_env: dict[str, str] = Field(default_factory=lambda: {
         "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"})

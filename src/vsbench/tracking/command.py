@@ -8,6 +8,11 @@ them, and only then uploads the bundle, in a background thread that it waits for
 never answers therefore costs a benchmark at most that bound; the bundle stays, and
 ``vsbench track upload DIR`` uploads it later (idempotently: the run is found again by its key).
 
+The upload treats a bundle as data, never as instructions (:mod:`vsbench.tracking.bundles`): it
+is checked whole before the store is contacted, names artifacts only in its own folder, never
+chooses the store (``MLFLOW_TRACKING_URI`` or the default does), and carries the digest of its
+content, which the run it creates keeps as a tag: a bundle may complete only the run it made.
+
 Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<run key>``, tags
 ``vsbench.step`` = ``pipeline`` and ``vsbench.pipeline`` = ``vsbench-similarity``, ``vsbench-abid``,
 ``vsbench-score``..., so ``vsbench compare`` lists them side by side; ``vsbench.source`` says
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -28,7 +34,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vsbench.inputs import read_json
 from vsbench.storage import atomic_write_json
 from vsbench.tracking.provenance import RUN_KEY_TAG, SOURCE_TAG, code_tags
 
@@ -118,37 +123,54 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
                  metrics: Mapping[str, Any], tags: Mapping[str, str] | None = None,
                  artifacts: Mapping[str, str] | None = None, started: float | None = None,
                  run_key: str | None = None) -> Path:
-    """Write a run bundle (atomically): everything the MLflow run will hold, with absolute artifact paths.
+    """Write a run bundle (atomically): everything the MLflow run will hold, and its content digest.
 
-    ``artifacts`` maps a file to the artifact folder it goes in ("" for the run's root);
-    ``started`` is the run's start (``time.time()``)."""
+    ``artifacts`` maps a file to the artifact folder it goes in ("" for the run's root); each must
+    lie in the bundle's folder (one outside is left out, said on stderr: the upload would refuse
+    it, and tracking never fails a benchmark) and is recorded
+    relative to it, with its size and sha256, so the folder can move and a file changed later is
+    caught. ``started`` is the run's start (``time.time()``). The digest
+    (:func:`vsbench.tracking.bundles.content_digest`) is what lets a later upload tell this bundle
+    from a forged one for the same run key (:mod:`vsbench.tracking.bundles`)."""
     from vsbench.tracking import IMAGE_TAG, PIPELINE_TAG, STEP_TAG, _image_tags
+    from vsbench.tracking.bundles import DIGEST_TAG, Bundle, content_digest, file_sha256, redact_uri
 
     key = run_key or new_run_key()
     now = time.time()
-    bundle = {
-        "format": 1, "experiment": experiment, "pipeline": pipeline, "run_key": key,
-        "run_name": f"{pipeline}-{key}",
-        "start_ms": int((started or now) * 1000), "end_ms": int(now * 1000),
-        "tracking_uri": os.environ.get("MLFLOW_TRACKING_URI", ""),
-        "params": {str(k): str(v)[:6000] for k, v in params.items()},
-        "metrics": _finite(metrics),
-        "tags": {STEP_TAG: "pipeline", PIPELINE_TAG: pipeline, SOURCE_TAG: "cli", RUN_KEY_TAG: key,
-                 **code_tags(), **_image_tags(), **{str(k): str(v) for k, v in (tags or {}).items()}},
-        "artifacts": [{"path": str(Path(p).resolve()), "folder": folder}
-                      for p, folder in (artifacts or {}).items() if Path(p).is_file()],
-        "uploaded": None,
-    }
-    bundle["tags"].setdefault(IMAGE_TAG, "host venv")
-    atomic_write_json(path, bundle)
+    folder = path.resolve().parent
+    files = []
+    for file, where in (artifacts or {}).items():
+        real = Path(file).resolve()
+        if not real.is_file():
+            continue
+        if not real.is_relative_to(folder):  # the upload would refuse it; the benchmark's numbers still go
+            print(f"[vsbench] {file} is outside the run bundle's folder {folder}: not recorded as an artifact",
+                  file=sys.stderr)
+            continue
+        files.append({"path": real.relative_to(folder).as_posix(), "folder": where,
+                      "size": real.stat().st_size, "sha256": file_sha256(real)})
+    tags = {STEP_TAG: "pipeline", PIPELINE_TAG: pipeline, SOURCE_TAG: "cli",
+            **code_tags(), **_image_tags(), **{str(k): str(v) for k, v in (tags or {}).items()}}
+    tags.setdefault(IMAGE_TAG, "host venv")
+    tags[RUN_KEY_TAG] = key  # the run is found by this tag: never another value
+    tags.pop(DIGEST_TAG, None)  # set by the upload from the digest below
+    bundle = Bundle(
+        format=1, experiment=experiment, pipeline=pipeline, run_key=key, run_name=f"{pipeline}-{key}",
+        start_ms=int((started or now) * 1000), end_ms=int(now * 1000),
+        tracking_uri=redact_uri(os.environ.get("MLFLOW_TRACKING_URI", "")),
+        params={str(k): str(v)[:6000] for k, v in params.items()}, metrics=_finite(metrics), tags=tags,
+        artifacts=files, uploaded=None)
+    bundle = bundle.model_copy(update={"digest": content_digest(bundle.content())})
+    atomic_write_json(path, bundle.model_dump())
     return path
 
 
 def read_bundle(path: Path) -> dict[str, Any]:
-    data = read_json(path)
-    if not isinstance(data, dict) or data.get("format") != 1 or "run_key" not in data:
-        raise ValueError(f"{path}: not a vsbench run bundle")
-    return data
+    """A bundle's fields after the checks that need only the file (size cap, counts, types);
+    :class:`~vsbench.inputs.InputError` naming the file and field otherwise."""
+    from vsbench.tracking.bundles import parse_bundle
+
+    return parse_bundle(path).model_dump()
 
 
 def find_bundles(location: Path) -> list[Path]:
@@ -166,39 +188,67 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
 
 
+class BundleRefused(ValueError):
+    """A bundle whose run key names an MLflow run it did not make (see :mod:`vsbench.tracking.bundles`)."""
+
+
 def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
     """Create (or complete) the bundle's MLflow run; returns its id. Raises on any tracking error.
 
-    The run is looked up by its key first, so uploading twice, or after a half-finished attempt,
-    leaves one run."""
+    The store is ``tracking_uri`` (the caller's choice: ``--tracking-uri``), else
+    ``MLFLOW_TRACKING_URI``, else the local default store: never the URI the bundle names. Every
+    check of the bundle (:func:`~vsbench.tracking.bundles.parse_bundle`,
+    :func:`~vsbench.tracking.bundles.verify_bundle`) passes before MLflow is contacted. The run is
+    looked up by its key first: a run made from this same bundle (its digest tag equal) is completed
+    (what it already holds is not logged again, so uploading twice leaves one run and one value per
+    metric); a run with that key and another digest, or none, is refused (:class:`BundleRefused`). A
+    run this call created or completed and could not finish is ended FAILED, never left RUNNING."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     from vsbench.tracking import ensure_experiment
+    from vsbench.tracking.bundles import DIGEST_TAG, Uploaded, check_run_key, parse_bundle, redact_uri, verify_bundle
 
-    data = read_bundle(path)
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or data["tracking_uri"]
+    bundle = parse_bundle(path)
+    digest, files = verify_bundle(path, bundle)
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "").strip() or resolve_store(lambda _: None)
     client = MlflowClient(uri)
-    experiment_id = ensure_experiment(client, data["experiment"])
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{data['run_key']}'",
-                               max_results=1)
+    experiment_id = ensure_experiment(client, bundle.experiment)
+    key = check_run_key(bundle.run_key)
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'", max_results=2)
     if found:
-        run_id = found[0].info.run_id
+        run = found[0]
+        recorded = run.data.tags.get(DIGEST_TAG, "")
+        if len(found) > 1 or recorded != digest:
+            why = ("several runs" if len(found) > 1 else
+                   "a run not made from a bundle" if not recorded else "a run made from a different bundle")
+            raise BundleRefused(f"{path}: run key {key} names {why} ({run.info.run_id}) in {uri}; refused: a bundle "
+                                "may only complete the run it made (this one was edited or is not the original)")
+        run_id = run.info.run_id
+        have_params, have_metrics = set(run.data.params), set(run.data.metrics)
     else:
-        run_id = client.create_run(experiment_id, start_time=data["start_ms"], run_name=data["run_name"],
-                                   tags=data["tags"]).info.run_id
-    params = [Param(k, v) for k, v in data["params"].items()]
-    metrics = [Metric(k, v, data["end_ms"], 0) for k, v in data["metrics"].items()]
-    for chunk in _chunks(params, _BATCH):
-        client.log_batch(run_id, params=chunk)
-    for chunk in _chunks(metrics, 10 * _BATCH):
-        client.log_batch(run_id, metrics=chunk)
-    for artifact in data["artifacts"]:
-        if Path(artifact["path"]).is_file():
-            client.log_artifact(run_id, artifact["path"], artifact["folder"] or None)
-    client.set_terminated(run_id, "FINISHED", end_time=data["end_ms"])
-    data["uploaded"] = {"run_id": run_id, "tracking_uri": uri, "at": datetime.now(UTC).isoformat()}
-    atomic_write_json(path, data)
+        run_id = client.create_run(experiment_id, start_time=bundle.start_ms, run_name=bundle.run_name,
+                                   tags={**bundle.tags, RUN_KEY_TAG: key, DIGEST_TAG: digest}).info.run_id
+        have_params, have_metrics = set(), set()
+    try:
+        params = [Param(k, v) for k, v in bundle.params.items() if k not in have_params]
+        metrics = [Metric(k, v, bundle.end_ms, 0) for k, v in bundle.metrics.items() if k not in have_metrics]
+        for chunk in _chunks(params, _BATCH):
+            client.log_batch(run_id, params=chunk)
+        for chunk in _chunks(metrics, 10 * _BATCH):
+            client.log_batch(run_id, metrics=chunk)
+        for real, folder in files:
+            client.log_artifact(run_id, str(real), folder or None)
+        client.set_terminated(run_id, "FINISHED", end_time=bundle.end_ms)
+    except BaseException:
+        try:
+            client.set_terminated(run_id, "FAILED")
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        raise
+    done = bundle.model_copy(update={"uploaded": Uploaded(run_id=run_id, tracking_uri=redact_uri(uri),
+                                                          at=datetime.now(UTC).isoformat())})
+    atomic_write_json(path, done.model_dump())
     return run_id
 
 
