@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -444,6 +444,35 @@ def _is_permanent(exc: Exception) -> bool:
     return code in {"NoSuchKey", "AccessDenied", "NoSuchBucket", "403", "404"}
 
 
+def _start_workers(fn: Callable[[PlannedObject], ObjectResult], items: list[PlannedObject],
+                   workers: int) -> list[Future]:
+    """Run ``fn`` over ``items`` on ``workers`` daemon threads; one future per item, cancellable while
+    pending. Daemon threads, unlike ThreadPoolExecutor's, do not hold the process at exit: after a stop
+    (breaker, SIGTERM) a request still waiting on a silent endpoint must not delay the exit by a read
+    timeout. A thread cut short at exit leaves at most a temporary file, which the next run ignores."""
+    futures = [Future() for _ in items]
+    jobs = iter(list(zip(futures, items, strict=True)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                job = next(jobs, None)
+            if job is None:
+                return
+            future, item = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(item))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                future.set_exception(exc)
+
+    for _ in range(min(workers, len(items))):
+        threading.Thread(target=work, name="abid-download", daemon=True).start()
+    return futures
+
+
 class DownloadInterrupted(RuntimeError):
     """SIGTERM or SIGINT stopped a download; the manifest (when anything was fetched) is written. The
     message is one line; ``exit_code`` is the shell's 128 + the signal number."""
@@ -625,11 +654,10 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     breaker = _Breaker(limit_failures, stall)
     fetcher = _Fetcher(get, dest, retries, backoff, explain, breaker)
     probe = min(len(todo), PROBE_OBJECTS)
-    pool = ThreadPoolExecutor(max_workers=concurrency)
-    futures = []
+    futures: list[Future] = []
     try:
         with tqdm(total=len(todo), desc="download", unit="obj", disable=not progress) as bar:
-            futures = [pool.submit(fetcher, obj) for obj in todo]
+            futures = _start_workers(fetcher, todo, concurrency)
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
@@ -665,8 +693,7 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     finally:
         fetcher.stop.set()
         for future in futures:
-            future.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)  # requests in flight end within the timeouts, unawaited
+            future.cancel()  # requests in flight end within the timeouts, unawaited (daemon threads)
     _account(summary, fetcher, breaker, todo)
     return summary
 
