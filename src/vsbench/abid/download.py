@@ -582,17 +582,18 @@ def download_abid(
                                 concurrency=concurrency, retries=retries, backoff=backoff, progress=progress,
                                 client=client, on_result=on_result, shard=shard, num_shards=num_shards,
                                 limit_failures=limit_failures, stall=stall, started=started)
+            _finish(summary, dest, manifest, had_manifest, created, started)
+            return summary
         except _Signalled as signalled:
-            summary = getattr(signalled, "summary", None)
+            for signum in previous:  # a second signal must not cut the manifest short
+                signal.signal(signum, signal.SIG_IGN)
+            summary = getattr(signalled, "summary", None) or summary
             kept = _finish(summary, dest, manifest, had_manifest, created, started)
             raise DownloadInterrupted(signalled.signum, summary, kept) from None
-        except BaseException:
-            summary = None
-            if created is not None:
+        except Exception:
+            if created is not None and summary is None:  # e.g. a job-wide cause while listing: leave nothing
                 _remove_created(created)
             raise
-        _finish(summary, dest, manifest, had_manifest, created, started)
-        return summary
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
