@@ -97,6 +97,23 @@ def test_resets_part_way_keep_a_manifest_and_a_rerun_resumes(small_limits, tmp_p
     assert again.complete and again.skipped == 40 and again.fetched == N - 40 and healthy.object_gets == N - 40
 
 
+@pytest.mark.parametrize("mode", ["reset", "kill", "silent"])
+def test_signed_requests_meet_the_same_breaker(small_limits, monkeypatch, tmp_path, mode):
+    """With credentials the GETs go through botocore, whose errors are other classes: the same one line."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example")
+    dest = tmp_path / "abid"
+    with HostileS3("bucket", abid_objects(N), mode=mode, healthy_gets=20) as server:
+        result, seconds = _download_cli(dest, server)
+    assert result.exit_code == 1 and seconds < 20
+    [line] = _error_lines(result.stderr)
+    what = {"reset": "reset the connection", "kill": "", "silent": "sent no answer within 1 s"}[mode]
+    assert line.startswith(f"error: the S3 endpoint {server.url} {what}") and "requests in a row" in line
+    assert mode != "kill" or any(f" {w} the connection on " in line for w in ("refused", "reset"))
+    assert "then run the same command again to resume" in line
+    assert json.loads((dest / MANIFEST_NAME).read_text())["fetched"] == server.served > 0
+
+
 def test_a_server_killed_mid_download_stops_in_seconds_and_resumes(small_limits, tmp_path):
     """On main: 131 s and 2,701 failed lines for a server killed 2 s in."""
     dest = tmp_path / "abid"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -315,17 +316,45 @@ def connection_failure(exc: BaseException) -> str | None:
         return f"accepted no connection within {s3_connect_timeout():g} s (VSBENCH_S3_CONNECT_TIMEOUT)"
     if isinstance(exc, boto.ReadTimeoutError | u3.ReadTimeoutError | TimeoutError):
         return f"sent no answer within {s3_read_timeout():g} s (VSBENCH_S3_READ_TIMEOUT)"
+    text = " ".join(str(inner) for inner in _chain(exc)).lower()
     if isinstance(exc, u3.NewConnectionError | boto.EndpointConnectionError | ConnectionRefusedError):
-        return "refused the connection" if "refused" in str(exc).lower() else "could not be connected to"
+        return "refused the connection" if "refused" in text else "could not be connected to"
     if isinstance(exc, boto.ConnectionClosedError | boto.ResponseStreamingError | boto.IncompleteReadError
                   | u3.ProtocolError | u3.SSLError | u3.ProxyError | ConnectionError):
-        text = str(exc).lower()
         if "reset" in text:
             return "reset the connection"
         return "closed the connection before a whole answer"
     if isinstance(exc, boto.HTTPClientError | boto.ConnectionError):
         return f"failed at the connection level ({type(exc).__name__})"
     return None
+
+
+def _short(exc: BaseException) -> str:
+    """The exception's type and its OS error, if any (``NewConnectionError: [Errno 111] Connection refused``):
+    urllib3's and botocore's own texts repeat the pool and the URL, which the message already names."""
+    for inner in _chain(exc):
+        if isinstance(inner, OSError) and inner.strerror:
+            return f"{type(exc).__name__}: {inner.strerror}"
+        found = re.search(r"\[Errno -?\d+\] [^'\")\]]+", str(inner))
+        if found:
+            return f"{type(exc).__name__}: {found.group(0).strip()}"
+    return type(exc).__name__
+
+
+def _chain(exc: BaseException, depth: int = 4) -> list[BaseException]:
+    """``exc`` and the errors it wraps (arguments, botocore's ``error`` keyword, causes), a few levels deep."""
+    found: list[BaseException] = []
+    todo = [exc]
+    while todo and len(found) < 4 * depth:
+        current = todo.pop(0)
+        if current is None or any(current is seen for seen in found):
+            continue
+        found.append(current)
+        kwargs = getattr(current, "kwargs", None)
+        wrapped = [kwargs.get("error")] if isinstance(kwargs, dict) else []
+        todo += [arg for arg in (*current.args, *wrapped, current.__cause__, current.__context__)
+                 if isinstance(arg, BaseException)]
+    return found
 
 
 class _Breaker:
@@ -341,6 +370,7 @@ class _Breaker:
         self.what = ""  # what the endpoint did on the last failure, in words
         self.detail = ""  # the last failure's exception
         self.tripped = ""  # "breaker" or "stall" once tripped
+        self.tripped_at = 0  # requests in a row without an answer when it tripped
         self._lock = threading.Lock()
 
     def answered(self) -> None:
@@ -351,9 +381,9 @@ class _Breaker:
     def failed(self, what: str, exc: BaseException) -> None:
         with self._lock:
             self.consecutive += 1
-            self.what, self.detail = what, f"{type(exc).__name__}: {exc}"
+            self.what, self.detail = what, _short(exc)
             if self.consecutive >= self.limit and not self.tripped:
-                self.tripped = "breaker"
+                self.tripped, self.tripped_at = "breaker", self.consecutive
                 self.stop.set()
 
     def check_stall(self) -> None:
@@ -713,7 +743,7 @@ def _account(summary: DownloadSummary, fetcher: _Fetcher, breaker: _Breaker, tod
     elif breaker.tripped and summary.not_tried:
         summary.stopped_by = breaker.tripped
         if breaker.tripped == "breaker":
-            what = f"{breaker.what} on {breaker.consecutive} requests in a row ({breaker.detail[:120]})"
+            what = f"{breaker.what} on {breaker.tripped_at} requests in a row ({breaker.detail})"
         else:
             what = (f"answered nothing for {breaker.stall:g} s (VSBENCH_S3_STALL_TIMEOUT) with requests in flight "
                     f"({'last: ' + breaker.what if breaker.what else 'none had timed out yet'})")
