@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import random
 import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -474,33 +474,32 @@ def _is_permanent(exc: Exception) -> bool:
     return code in {"NoSuchKey", "AccessDenied", "NoSuchBucket", "403", "404"}
 
 
-def _start_workers(fn: Callable[[PlannedObject], ObjectResult], items: list[PlannedObject],
-                   workers: int) -> list[Future]:
-    """Run ``fn`` over ``items`` on ``workers`` daemon threads; one future per item, cancellable while
-    pending. Daemon threads, unlike ThreadPoolExecutor's, do not hold the process at exit: after a stop
+def _start_workers(fn: Callable[[PlannedObject], ObjectResult], items: list[PlannedObject], workers: int,
+                   stop: threading.Event) -> queue.SimpleQueue:
+    """Run ``fn`` over ``items`` on ``workers`` daemon threads; each result (or exception) is put on the
+    returned queue, and no item is started once ``stop`` is set. One queue, not a future per item waited
+    on together: ``concurrent.futures.wait`` over a million pending futures costs O(n) per call.
+    Daemon threads, unlike ThreadPoolExecutor's, do not hold the process at exit: after a stop
     (breaker, SIGTERM) a request still waiting on a silent endpoint must not delay the exit by a read
     timeout. A thread cut short at exit leaves at most a temporary file, which the next run ignores."""
-    futures = [Future() for _ in items]
-    jobs = iter(list(zip(futures, items, strict=True)))
+    results: queue.SimpleQueue = queue.SimpleQueue()
+    jobs = iter(items)
     lock = threading.Lock()
 
     def work() -> None:
-        while True:
+        while not stop.is_set():
             with lock:
-                job = next(jobs, None)
-            if job is None:
+                item = next(jobs, None)
+            if item is None:
                 return
-            future, item = job
-            if not future.set_running_or_notify_cancel():
-                continue
             try:
-                future.set_result(fn(item))
+                results.put(fn(item))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                future.set_exception(exc)
+                results.put(exc)
 
     for _ in range(min(workers, len(items))):
         threading.Thread(target=work, name="abid-download", daemon=True).start()
-    return futures
+    return results
 
 
 class DownloadInterrupted(RuntimeError):
@@ -685,28 +684,41 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     breaker = _Breaker(limit_failures, stall)
     fetcher = _Fetcher(get, dest, retries, backoff, explain, breaker)
     probe = min(len(todo), PROBE_OBJECTS)
-    futures: list[Future] = []
+    results: queue.SimpleQueue | None = None
+
+    def drain(first_wait: float | None) -> int:
+        """Count the results that are in (waiting ``first_wait`` s for one, or not at all); returns how many."""
+        done = []
+        try:
+            if first_wait is not None:
+                done.append(results.get(timeout=first_wait))
+            while True:
+                done.append(results.get_nowait())
+        except queue.Empty:
+            pass
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result
+            if result.status == "stopped":
+                continue  # counted with the objects never tried
+            if result.status == "fetched":
+                summary.fetched += 1
+                summary.bytes_fetched += result.size
+            else:
+                summary.failed += 1
+                summary.failures.append(asdict(result))
+            if on_result is not None:
+                on_result(result)
+            bar.update(1)
+        return len(done)
+
+    bar = tqdm(total=len(todo), desc="download", unit="obj", disable=not progress)
     try:
-        with tqdm(total=len(todo), desc="download", unit="obj", disable=not progress) as bar:
-            futures = _start_workers(fetcher, todo, concurrency)
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-                for future in done:
-                    if future.cancelled():
-                        continue
-                    result = future.result()
-                    if result.status == "stopped":
-                        continue  # counted below with the objects never tried
-                    if result.status == "fetched":
-                        summary.fetched += 1
-                        summary.bytes_fetched += result.size
-                    else:
-                        summary.failed += 1
-                        summary.failures.append(asdict(result))
-                    if on_result is not None:
-                        on_result(result)
-                    bar.update(1)
+        with bar:
+            results = _start_workers(fetcher, todo, concurrency, fetcher.stop)
+            received = 0
+            while received < len(todo):
+                received += drain(0.25)
                 if (not summary.stopped_early and summary.fetched == 0 and summary.failed >= probe
                         and fetcher.causes and all(f["permanent"] for f in summary.failures)):
                     # The first objects all failed for a job-wide cause: the rest would too (1,316
@@ -715,16 +727,17 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
                     fetcher.stop.set()
                 breaker.check_stall()
                 if fetcher.stop.is_set():
+                    drain(None)  # objects written just before the stop are counted as fetched
                     break
     except _Signalled as signalled:
         fetcher.stop.set()
+        if results is not None:
+            drain(None)
         _account(summary, fetcher, breaker, todo, interrupted=signal.Signals(signalled.signum).name)
         signalled.summary = summary  # type: ignore[attr-defined]
         raise
     finally:
-        fetcher.stop.set()
-        for future in futures:
-            future.cancel()  # requests in flight end within the timeouts, unawaited (daemon threads)
+        fetcher.stop.set()  # no new request starts; those in flight end within the timeouts, unawaited
     _account(summary, fetcher, breaker, todo)
     return summary
 
