@@ -91,19 +91,23 @@ def abid_download(
     retries: Annotated[int, typer.Option(min=1, help="Attempts per object.")] = 5,
 ) -> None:
     """Mirror ABID from S3: anonymous by default, resumable, verified, atomic."""
-    from vsbench.abid.download import MANIFEST_NAME, download_abid
+    from vsbench.abid.download import MANIFEST_NAME, DownloadInterrupted, download_abid
     from vsbench.storage import S3AccessError
 
     try:
         summary = download_abid(source, dest, limit=limit, endpoint_url=endpoint_url, concurrency=concurrency,
                                 retries=retries)
-    except S3AccessError as exc:  # one job-wide cause (denied, no bucket, no credentials, wrong endpoint)
+    except (S3AccessError, ValueError) as exc:  # one job-wide cause (denied, no bucket, wrong endpoint, a bad setting)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    except DownloadInterrupted as exc:  # SIGTERM or SIGINT: the manifest is written, say so in one line
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
     data = summary.as_dict()
     _print_summary("download", data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
                                       "duplicate_spellings", "spelling_conflicts", "seconds", "objects_per_second"])
-    typer.echo(f"manifest: {dest / MANIFEST_NAME}")
+    if (dest / MANIFEST_NAME).exists():  # not written when a failed run fetched nothing (nothing is left behind)
+        typer.echo(f"manifest: {dest / MANIFEST_NAME}")
     if summary.spelling_conflicts:  # one line for all of them; the manifest lists each
         typer.echo(summary.conflict_warning(str(dest / MANIFEST_NAME)), err=True)
     if not summary.complete:

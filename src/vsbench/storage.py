@@ -165,12 +165,52 @@ def has_aws_credentials() -> bool:
     return boto3.session.Session().get_credentials() is not None
 
 
-def s3_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64, unsigned: bool | None = None):
+S3_CONNECT_TIMEOUT_S = 5.0  # VSBENCH_S3_CONNECT_TIMEOUT: a TCP (and TLS) handshake with S3 takes milliseconds
+S3_READ_TIMEOUT_S = 15.0  # VSBENCH_S3_READ_TIMEOUT: longest wait for any byte of an answer (S3's first byte: < 1 s)
+S3_LIST_ATTEMPTS = 3  # VSBENCH_S3_LIST_ATTEMPTS: tries of one listing page (botocore's standard retries)
+
+
+def _env_number(name: str, default: float, what: str, *, integer: bool = False) -> float:
+    """A positive number from the environment, or the default; a bad value is one line naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{name}={raw[:100]!r} is not a number of {what}") from None
+    if not value > 0 or value == float("inf") or (integer and value != int(value)):
+        raise ValueError(f"{name}={raw[:100]!r} must be a positive {'whole ' if integer else ''}number of {what}")
+    return int(value) if integer else value
+
+
+def s3_connect_timeout() -> float:
+    """Seconds to wait for a connection to the S3 endpoint: ``VSBENCH_S3_CONNECT_TIMEOUT`` (5)."""
+    return _env_number("VSBENCH_S3_CONNECT_TIMEOUT", S3_CONNECT_TIMEOUT_S, "seconds")
+
+
+def s3_read_timeout() -> float:
+    """Seconds to wait for any byte of an S3 answer: ``VSBENCH_S3_READ_TIMEOUT`` (15)."""
+    return _env_number("VSBENCH_S3_READ_TIMEOUT", S3_READ_TIMEOUT_S, "seconds")
+
+
+def s3_list_attempts() -> int:
+    """Tries of each listing request (and other single S3 calls): ``VSBENCH_S3_LIST_ATTEMPTS`` (3)."""
+    return int(_env_number("VSBENCH_S3_LIST_ATTEMPTS", S3_LIST_ATTEMPTS, "tries", integer=True))
+
+
+def s3_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64, unsigned: bool | None = None,
+              attempts: int | None = None):
     """A boto3 S3 client: signed when the environment has credentials, anonymous otherwise.
 
     The real ABID bucket is public, so anonymous reads are the default that always works;
     credentials are only ever taken from the environment (or an attached role), never from
     arguments, so no secret ends up in a pipeline spec or a log.
+
+    Timeouts suit S3, not botocore's defaults (60 s each): a dead or silent endpoint costs seconds
+    per request (``VSBENCH_S3_CONNECT_TIMEOUT``, ``VSBENCH_S3_READ_TIMEOUT``). ``attempts`` is the
+    number of tries per call (default ``VSBENCH_S3_LIST_ATTEMPTS``); the downloader's GETs pass 1 and
+    retry themselves, with their own accounting.
     """
     import boto3
     from botocore import UNSIGNED
@@ -182,9 +222,9 @@ def s3_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64
     config = Config(
         signature_version=UNSIGNED if unsigned else None,
         max_pool_connections=max_pool_connections,
-        retries={"max_attempts": 1, "mode": "standard"},  # we retry ourselves, with our own accounting
-        connect_timeout=10,
-        read_timeout=60,
+        retries={"max_attempts": attempts or s3_list_attempts(), "mode": "standard"},
+        connect_timeout=s3_connect_timeout(),
+        read_timeout=s3_read_timeout(),
     )
     region = session.region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     return session.client("s3", endpoint_url=endpoint_url, config=config, region_name=region)
@@ -214,9 +254,21 @@ def explain_s3_error(exc: BaseException, bucket: str, *, endpoint_url: str | Non
     if isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError):
         return (f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
                 "(or AWS_PROFILE), or read a public bucket anonymously by setting none")
-    if isinstance(exc, boto.EndpointConnectionError | boto.ConnectTimeoutError):
-        return (f"cannot connect to the S3 endpoint {getattr(exc, 'kwargs', {}).get('endpoint_url') or endpoint_url}: "
+    if isinstance(exc, boto.ConnectTimeoutError):
+        return (f"the S3 endpoint {_endpoint_of(exc, endpoint_url)} accepted no connection within "
+                f"{s3_connect_timeout():g} s (VSBENCH_S3_CONNECT_TIMEOUT): check --endpoint-url (scheme, host and "
+                "port) and the network")
+    if isinstance(exc, boto.EndpointConnectionError):
+        return (f"cannot connect to the S3 endpoint {_endpoint_of(exc, endpoint_url)}: "
                 "check --endpoint-url (scheme, host and port) and the network")
+    if isinstance(exc, boto.ReadTimeoutError):
+        return (f"the S3 endpoint {_endpoint_of(exc, endpoint_url)} sent no answer within {s3_read_timeout():g} s "
+                f"(VSBENCH_S3_READ_TIMEOUT) for s3://{bucket}, {s3_list_attempts()} tries "
+                "(VSBENCH_S3_LIST_ATTEMPTS): check --endpoint-url and the network, then run the same command again")
+    if isinstance(exc, boto.ConnectionClosedError | boto.ResponseStreamingError | boto.IncompleteReadError):
+        return (f"the S3 endpoint {_endpoint_of(exc, endpoint_url)} closed the connection before answering for "
+                f"s3://{bucket} ({str(exc)[:100]}), {s3_list_attempts()} tries (VSBENCH_S3_LIST_ATTEMPTS): check "
+                "--endpoint-url and the network, then run the same command again")
     code, status = _error_code(exc)
     if code in ("AccessDenied", "403", "AllAccessDisabled") or status == 403:
         if anonymous:
@@ -234,6 +286,15 @@ def explain_s3_error(exc: BaseException, bucket: str, *, endpoint_url: str | Non
         return (f"the bucket {where} is in another region than the client's ({code or 'HTTP 301'}): set "
                 "AWS_DEFAULT_REGION (or AWS_REGION) to the bucket's region")
     return None
+
+
+def _endpoint_of(exc: BaseException, endpoint_url: str | None) -> str:
+    kwargs = getattr(exc, "kwargs", {}) or {}
+    url = kwargs.get("endpoint_url") or endpoint_url or "https://s3.amazonaws.com"
+    if "://" in url:  # botocore names the whole request URL: keep the scheme and host
+        scheme, _, rest = url.partition("://")
+        url = f"{scheme}://{rest.split('/', 1)[0]}"
+    return url
 
 
 def iter_s3_objects(client, location: S3Location, sub_prefix: str = "") -> Iterator[dict[str, Any]]:

@@ -6,16 +6,28 @@ plan every object, skip the ones already on disk and verified (size, plus MD5 ag
 when the ETag is a plain MD5), and fetch the rest from a thread pool with retries and backoff.
 Each object is written through a temporary file and renamed, so a killed run never leaves a
 partial file under a final name; the next run simply fetches what is missing or wrong.
+
+A dead or silent endpoint costs seconds, not hours: requests time out in seconds
+(``VSBENCH_S3_CONNECT_TIMEOUT``, ``VSBENCH_S3_READ_TIMEOUT``), and a job-wide circuit breaker stops
+the whole download after ``VSBENCH_S3_MAX_CONNECTION_FAILURES`` requests in a row failed at the
+connection level (refused, reset, timed out, closed mid-answer: never a 404 or a bad MD5 of one
+object) or ``VSBENCH_S3_STALL_TIMEOUT`` seconds without an answer. It then says so in one line
+naming the endpoint. The manifest is written on every exit (success, failure, breaker, SIGTERM,
+SIGINT) whenever the destination holds anything of the run; a run that fetched nothing removes
+the folders it created.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import queue
 import random
+import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,19 +35,25 @@ from typing import Any
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
 from vsbench.storage import (
     S3AccessError,
+    _env_number,
     atomic_write_bytes,
     atomic_write_json,
     explain_s3_error,
     has_aws_credentials,
+    is_temporary,
     iter_s3_objects,
     parse_s3_uri,
     s3_client,
+    s3_connect_timeout,
+    s3_read_timeout,
 )
 
 PUBLIC_SOURCE = "s3://aft-vbi-pds"
 PROBE_OBJECTS = 20  # when this many first objects all fail for one job-wide cause, the rest are not tried
 MANIFEST_NAME = "_manifests/download.json"
 MAX_LISTED_CONFLICTS = 10_000  # bounds the manifest; the count is always exact
+MAX_CONNECTION_FAILURES = 100  # VSBENCH_S3_MAX_CONNECTION_FAILURES: requests in a row with no answer, job-wide
+STALL_TIMEOUT_S = 60.0  # VSBENCH_S3_STALL_TIMEOUT: seconds with requests in flight and no answer at all
 KEEP_RULE = "the unpadded key is the canonical spelling (the challenge's ids are integers)"
 
 
@@ -75,7 +93,7 @@ class ObjectResult:
     key: str
     path: str
     size: int
-    status: str  # fetched | skipped | failed
+    status: str  # fetched | skipped | failed | stopped (not tried: the job stopped first)
     attempts: int = 0
     reason: str = ""
     permanent: bool = False  # an answer that retrying cannot change (denied, not found)
@@ -100,6 +118,9 @@ class DownloadSummary:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     cause: str = ""  # one line naming a job-wide cause and its fix (access denied, ...); "" when none
     stopped_early: bool = False  # the first objects all failed for ``cause``: the rest were not tried
+    endpoint: str = ""  # where the objects were fetched from
+    stopped_by: str = ""  # "", "breaker", "stall", "SIGTERM" or "SIGINT": the job stopped before trying every object
+    not_tried: int = 0  # objects counted in ``failed`` that were never tried (or whose try was cut short)
 
     @property
     def complete(self) -> bool:
@@ -107,8 +128,8 @@ class DownloadSummary:
 
     @property
     def resumable(self) -> bool:
-        """Whether running again can help: every failure was transient (network, timeouts, 5xx)."""
-        return not self.cause and not any(f.get("permanent") for f in self.failures)
+        """Whether running again can help: every failure was transient (network, timeouts, 5xx, a stop)."""
+        return (not self.cause or bool(self.stopped_by)) and not any(f.get("permanent") for f in self.failures)
 
     def advice(self) -> str:
         """One line for a user: the cause and its fix, or what a re-run would do."""
@@ -259,7 +280,7 @@ class _AnonymousHttpGetter:
         base = endpoint_url.rstrip("/") + f"/{bucket}" if endpoint_url else f"https://{bucket}.s3.amazonaws.com"
         self.base = base
         self.pool = urllib3.PoolManager(maxsize=connections, retries=False,
-                                        timeout=urllib3.Timeout(connect=10, read=60))
+                                        timeout=urllib3.Timeout(connect=s3_connect_timeout(), read=s3_read_timeout()))
 
     def __call__(self, key: str) -> bytes:
         from urllib.parse import quote
@@ -274,24 +295,126 @@ class _AnonymousHttpGetter:
         raise RuntimeError(reason)
 
 
+def max_connection_failures() -> int:
+    """Requests in a row, job-wide, that may fail with no answer before the download stops."""
+    return int(_env_number("VSBENCH_S3_MAX_CONNECTION_FAILURES", MAX_CONNECTION_FAILURES, "requests", integer=True))
+
+
+def stall_timeout() -> float:
+    """Seconds with requests in flight and no answer before the download stops."""
+    return _env_number("VSBENCH_S3_STALL_TIMEOUT", STALL_TIMEOUT_S, "seconds")
+
+
+def connection_failure(exc: BaseException) -> str | None:
+    """What the endpoint did when ``exc`` means no answer came at all (refused, reset, timed out, closed
+    mid-answer), in words; None for an answer (any HTTP status) or a problem of one object."""
+    import urllib3.exceptions as u3
+    from botocore import exceptions as boto
+
+    if isinstance(exc, boto.ConnectTimeoutError | u3.ConnectTimeoutError) and not isinstance(
+            exc, u3.NewConnectionError):
+        return f"accepted no connection within {s3_connect_timeout():g} s (VSBENCH_S3_CONNECT_TIMEOUT)"
+    if isinstance(exc, boto.ReadTimeoutError | u3.ReadTimeoutError | TimeoutError):
+        return f"sent no answer within {s3_read_timeout():g} s (VSBENCH_S3_READ_TIMEOUT)"
+    text = " ".join(str(inner) for inner in _chain(exc)).lower()
+    if isinstance(exc, u3.NewConnectionError | boto.EndpointConnectionError | ConnectionRefusedError):
+        return "refused the connection" if "refused" in text else "could not be connected to"
+    if isinstance(exc, boto.ConnectionClosedError | boto.ResponseStreamingError | boto.IncompleteReadError
+                  | u3.ProtocolError | u3.SSLError | u3.ProxyError | ConnectionError):
+        if "reset" in text:
+            return "reset the connection"
+        return "closed the connection before a whole answer"
+    if isinstance(exc, boto.HTTPClientError | boto.ConnectionError):
+        return f"failed at the connection level ({type(exc).__name__})"
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    """The exception's type and its OS error, if any (``NewConnectionError: [Errno 111] Connection refused``):
+    urllib3's and botocore's own texts repeat the pool and the URL, which the message already names."""
+    for inner in _chain(exc):
+        if isinstance(inner, OSError) and inner.strerror:
+            return f"{type(exc).__name__}: {inner.strerror}"
+        found = re.search(r"\[Errno -?\d+\] [^'\")\]]+", str(inner))
+        if found:
+            return f"{type(exc).__name__}: {found.group(0).strip()}"
+    return type(exc).__name__
+
+
+def _chain(exc: BaseException, depth: int = 4) -> list[BaseException]:
+    """``exc`` and the errors it wraps (arguments, botocore's ``error`` keyword, causes), a few levels deep."""
+    found: list[BaseException] = []
+    todo = [exc]
+    while todo and len(found) < 4 * depth:
+        current = todo.pop(0)
+        if current is None or any(current is seen for seen in found):
+            continue
+        found.append(current)
+        kwargs = getattr(current, "kwargs", None)
+        wrapped = [kwargs.get("error")] if isinstance(kwargs, dict) else []
+        todo += [arg for arg in (*current.args, *wrapped, current.__cause__, current.__context__)
+                 if isinstance(arg, BaseException)]
+    return found
+
+
+class _Breaker:
+    """Job-wide circuit breaker: trips after ``limit`` requests in a row without an answer, or after
+    ``stall`` seconds without any answer while requests are in flight. Any HTTP answer (even a 404, a
+    503 or a body failing its MD5) proves the endpoint alive and resets both."""
+
+    def __init__(self, limit: int, stall: float) -> None:
+        self.limit, self.stall = limit, stall
+        self.stop = threading.Event()
+        self.consecutive = 0
+        self.last_answer = time.monotonic()
+        self.what = ""  # what the endpoint did on the last failure, in words
+        self.detail = ""  # the last failure's exception
+        self.tripped = ""  # "breaker" or "stall" once tripped
+        self.tripped_at = 0  # requests in a row without an answer when it tripped
+        self._lock = threading.Lock()
+
+    def answered(self) -> None:
+        with self._lock:
+            self.consecutive = 0
+            self.last_answer = time.monotonic()
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        with self._lock:
+            self.consecutive += 1
+            self.what, self.detail = what, _short(exc)
+            if self.consecutive >= self.limit and not self.tripped:
+                self.tripped, self.tripped_at = "breaker", self.consecutive
+                self.stop.set()
+
+    def check_stall(self) -> None:
+        with self._lock:
+            if not self.tripped and time.monotonic() - self.last_answer >= self.stall:
+                self.tripped = "stall"
+                self.stop.set()
+
+
 class _Fetcher:
     """Fetch one object with bounded, jittered exponential backoff."""
 
     def __init__(self, get, dest: Path, retries: int, backoff: float,
-                 explain: Callable[[BaseException], str | None] = lambda exc: None) -> None:
+                 explain: Callable[[BaseException], str | None] = lambda exc: None,
+                 breaker: _Breaker | None = None) -> None:
         self.get = get
         self.dest = dest
         self.retries = retries
         self.backoff = backoff
         self.explain = explain
+        self.breaker = breaker or _Breaker(MAX_CONNECTION_FAILURES, STALL_TIMEOUT_S)
+        self.stop = self.breaker.stop  # set by the breaker or by the caller (a signal): no new request starts
         self.causes: list[str] = []  # job-wide causes met (first one kept per kind)
         self._lock = threading.Lock()
 
     def fatal(self, exc: BaseException) -> bool:
-        """Errors that name a job-wide cause although not an HTTP answer (no credentials, no endpoint)."""
+        """Errors that name a job-wide cause although not an HTTP answer (no credentials). An endpoint
+        that stops answering part-way is the breaker's to judge (the listing already reached it)."""
         from botocore import exceptions as boto
 
-        return isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError | boto.EndpointConnectionError)
+        return isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError)
 
     def note_permanent(self, exc: BaseException) -> None:
         cause = self.explain(exc)
@@ -304,24 +427,34 @@ class _Fetcher:
         target = self.dest / obj.path
         reason = ""
         for attempt in range(1, self.retries + 1):
+            if self.stop.is_set():
+                return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "stopped", attempt - 1, reason)
             try:
                 data = self.get(obj.key)
+                self.breaker.answered()
                 reason = verify_bytes(data, obj.size, obj.etag)
                 if not reason:
+                    if self.stop.is_set():  # the job has stopped (and may be cleaning up): write nothing more
+                        return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "stopped", attempt)
                     atomic_write_bytes(target, data)
                     return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, len(data), "fetched", attempt)
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported
                 reason = _describe(exc)
+                what = connection_failure(exc)
+                if what:
+                    self.breaker.failed(what, exc)
+                else:
+                    self.breaker.answered()
                 if _is_permanent(exc):
                     self.note_permanent(exc)
                     return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason,
                                         permanent=True)
-                if self.fatal(exc):  # a wrong endpoint or missing credentials: no retry can help
+                if self.fatal(exc):  # missing credentials: no retry can help
                     self.note_permanent(exc)
                     return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason,
                                         permanent=True)
             if attempt < self.retries:
-                time.sleep(self.backoff * (2 ** (attempt - 1)) * (0.5 + random.random()))
+                self.stop.wait(self.backoff * (2 ** (attempt - 1)) * (0.5 + random.random()))
         return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", self.retries, reason)
 
 
@@ -339,6 +472,103 @@ def _is_permanent(exc: Exception) -> bool:
     response = getattr(exc, "response", None)
     code = response.get("Error", {}).get("Code", "") if isinstance(response, dict) else ""
     return code in {"NoSuchKey", "AccessDenied", "NoSuchBucket", "403", "404"}
+
+
+def _start_workers(fn: Callable[[PlannedObject], ObjectResult], items: list[PlannedObject], workers: int,
+                   stop: threading.Event) -> queue.SimpleQueue:
+    """Run ``fn`` over ``items`` on ``workers`` daemon threads; each result (or exception) is put on the
+    returned queue, and no item is started once ``stop`` is set. One queue, not a future per item waited
+    on together: ``concurrent.futures.wait`` over a million pending futures costs O(n) per call.
+    Daemon threads, unlike ThreadPoolExecutor's, do not hold the process at exit: after a stop
+    (breaker, SIGTERM) a request still waiting on a silent endpoint must not delay the exit by a read
+    timeout. A thread cut short at exit leaves at most a temporary file, which the next run ignores."""
+    results: queue.SimpleQueue = queue.SimpleQueue()
+    jobs = iter(items)
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                item = next(jobs, None)
+            if item is None:
+                return
+            try:
+                results.put(fn(item))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                results.put(exc)
+
+    for _ in range(min(workers, len(items))):
+        threading.Thread(target=work, name="abid-download", daemon=True).start()
+    return results
+
+
+class DownloadInterrupted(RuntimeError):
+    """SIGTERM or SIGINT stopped a download; the manifest (when anything was fetched) is written. The
+    message is one line; ``exit_code`` is the shell's 128 + the signal number."""
+
+    def __init__(self, signum: int, summary: DownloadSummary | None, manifest: Path | None) -> None:
+        self.signum, self.summary = signum, summary
+        self.exit_code = 128 + signum
+        name = signal.Signals(signum).name
+        if summary is None:
+            message = f"interrupted by {name} while listing; nothing was fetched"
+        else:
+            kept = f"the manifest is {manifest}; " if manifest else ""
+            message = (f"interrupted by {name}: {summary.fetched:,} objects fetched, {summary.skipped:,} already "
+                       f"there, {summary.not_tried:,} not tried; {kept}run the same command again to resume")
+        super().__init__(message)
+
+
+class _Signalled(BaseException):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, frame: Any) -> None:
+    raise _Signalled(signum)
+
+
+def _catch_signals() -> dict[int, Any]:
+    """SIGTERM and SIGINT raise :class:`_Signalled` in the main thread (SIGTERM would otherwise kill the
+    process before any manifest is written); returns the handlers to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[signum] = signal.signal(signum, _raise_signalled)
+        except (ValueError, OSError):  # not settable here (embedded interpreter)
+            pass
+    return previous
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` (itself included) that does not exist yet, or None."""
+    missing = None
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _remove_created(root: Path) -> None:
+    """Remove what a run that fetched nothing created under ``root`` (a folder it made): empty folders and
+    its own temporary files only, deepest first; anything else is left where it is."""
+    if not root.is_dir():
+        return
+    for folder, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            if is_temporary(name):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
 
 
 def download_abid(
@@ -360,23 +590,71 @@ def download_abid(
 
     Returns the summary and writes it, with every failure and its reason, to
     ``dest/_manifests/download.json`` (``download.shard-<i>-of-<n>.json`` for a shard). Never raises
-    for per-object failures: the caller decides (see :class:`DownloadIncomplete`).
+    for per-object failures: the caller decides (see :class:`DownloadIncomplete`). A job-wide cause
+    found while listing raises :class:`S3AccessError`; SIGTERM or SIGINT raises
+    :class:`DownloadInterrupted` after writing the manifest. A run that fails having fetched nothing
+    writes no manifest (unless one was there) and removes the folders it created.
     """
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in 0..{num_shards - 1}")
-    from tqdm.auto import tqdm
-
     started = time.perf_counter()
     location = parse_s3_uri(source)
+    limit_failures, stall = max_connection_failures(), stall_timeout()  # bad settings: refused before anything
+    created = _first_missing(dest)
+    manifest = dest / manifest_name(shard, num_shards)
+    had_manifest = manifest.exists()
+    previous = _catch_signals()
+    summary: DownloadSummary | None = None
+    try:
+        try:
+            summary = _download(source, location, dest, limit=limit, endpoint_url=endpoint_url,
+                                concurrency=concurrency, retries=retries, backoff=backoff, progress=progress,
+                                client=client, on_result=on_result, shard=shard, num_shards=num_shards,
+                                limit_failures=limit_failures, stall=stall, started=started)
+            _finish(summary, dest, manifest, had_manifest, created, started)
+            return summary
+        except _Signalled as signalled:
+            for signum in previous:  # a second signal must not cut the manifest short
+                signal.signal(signum, signal.SIG_IGN)
+            summary = getattr(signalled, "summary", None) or summary
+            kept = _finish(summary, dest, manifest, had_manifest, created, started)
+            raise DownloadInterrupted(signalled.signum, summary, kept) from None
+        except Exception:
+            if created is not None and summary is None:  # e.g. a job-wide cause while listing: leave nothing
+                _remove_created(created)
+            raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_manifest: bool, created: Path | None,
+            started: float) -> Path | None:
+    """Write the manifest when ``dest`` holds anything of the run (or had one); otherwise remove what the run
+    created. Returns the manifest's path when written."""
+    if summary is not None:
+        summary.failures.sort(key=lambda item: (item["bin_id"], item["kind"]))
+        summary.seconds = round(time.perf_counter() - started, 3)
+        if summary.complete or summary.fetched or summary.skipped or had_manifest:
+            atomic_write_json(manifest, summary.as_dict())
+            return manifest
+    if created is not None:
+        _remove_created(created)
+    return None
+
+
+def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurrency, retries, backoff, progress,
+              client, on_result, shard, num_shards, limit_failures, stall, started) -> DownloadSummary:
+    from tqdm.auto import tqdm
+
     anonymous = client is None and not has_aws_credentials()
-    client = client or s3_client(endpoint_url, max_pool_connections=max(concurrency, 10))
-    dest.mkdir(parents=True, exist_ok=True)
+    lister = client or s3_client(endpoint_url)
 
     def explain(exc: BaseException) -> str | None:
         return explain_s3_error(exc, location.bucket, endpoint_url=endpoint_url, anonymous=anonymous)
 
     try:
-        listing = list(iter_s3_objects(client, location))
+        listing = list(iter_s3_objects(lister, location))
     except Exception as exc:  # noqa: BLE001 - a job-wide cause is said once; anything else propagates
         cause = explain(exc)
         if cause is None:
@@ -396,46 +674,95 @@ def download_abid(
         else:
             summary.skipped += 1
 
-    lock = threading.Lock()
-    get = (_AnonymousHttpGetter(endpoint_url, location.bucket, concurrency) if anonymous
-           else _BotoGetter(client, location.bucket))
-    fetcher = _Fetcher(get, dest, retries, backoff, explain)
+    if anonymous:
+        get = _AnonymousHttpGetter(endpoint_url, location.bucket, concurrency)
+        summary.endpoint = endpoint_url or get.base
+    else:
+        getter_client = client or s3_client(endpoint_url, max_pool_connections=max(concurrency, 10), attempts=1)
+        get = _BotoGetter(getter_client, location.bucket)
+        summary.endpoint = endpoint_url or getattr(getattr(getter_client, "meta", None), "endpoint_url", "") or ""
+    breaker = _Breaker(limit_failures, stall)
+    fetcher = _Fetcher(get, dest, retries, backoff, explain, breaker)
     probe = min(len(todo), PROBE_OBJECTS)
-    with tqdm(total=len(todo), desc="download", unit="obj", disable=not progress) as bar:
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            futures = [pool.submit(fetcher, obj) for obj in todo]
-            for future in as_completed(futures):
-                if future.cancelled():
-                    continue
-                result = future.result()
-                with lock:
-                    if result.status == "fetched":
-                        summary.fetched += 1
-                        summary.bytes_fetched += result.size
-                    else:
-                        summary.failed += 1
-                        summary.failures.append(asdict(result))
-                if on_result is not None:
-                    on_result(result)
-                bar.update(1)
+    results: queue.SimpleQueue | None = None
+
+    def drain(first_wait: float | None) -> int:
+        """Count the results that are in (waiting ``first_wait`` s for one, or not at all); returns how many."""
+        done = []
+        try:
+            if first_wait is not None:
+                done.append(results.get(timeout=first_wait))
+            while True:
+                done.append(results.get_nowait())
+        except queue.Empty:
+            pass
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result
+            if result.status == "stopped":
+                continue  # counted with the objects never tried
+            if result.status == "fetched":
+                summary.fetched += 1
+                summary.bytes_fetched += result.size
+            else:
+                summary.failed += 1
+                summary.failures.append(asdict(result))
+            if on_result is not None:
+                on_result(result)
+            bar.update(1)
+        return len(done)
+
+    bar = tqdm(total=len(todo), desc="download", unit="obj", disable=not progress)
+    try:
+        with bar:
+            results = _start_workers(fetcher, todo, concurrency, fetcher.stop)
+            received = 0
+            while received < len(todo):
+                received += drain(0.25)
                 if (not summary.stopped_early and summary.fetched == 0 and summary.failed >= probe
                         and fetcher.causes and all(f["permanent"] for f in summary.failures)):
                     # The first objects all failed for a job-wide cause: the rest would too (1,316
                     # identical 403 lines once); stop and say the cause once.
                     summary.stopped_early = True
-                    for pending in futures:
-                        pending.cancel()
+                    fetcher.stop.set()
+                breaker.check_stall()
+                if fetcher.stop.is_set():
+                    drain(None)  # objects written just before the stop are counted as fetched
+                    break
+    except _Signalled as signalled:
+        fetcher.stop.set()
+        if results is not None:
+            drain(None)
+        _account(summary, fetcher, breaker, todo, interrupted=signal.Signals(signalled.signum).name)
+        signalled.summary = summary  # type: ignore[attr-defined]
+        raise
+    finally:
+        fetcher.stop.set()  # no new request starts; those in flight end within the timeouts, unawaited
+    _account(summary, fetcher, breaker, todo)
+    return summary
+
+
+def _account(summary: DownloadSummary, fetcher: _Fetcher, breaker: _Breaker, todo: list[PlannedObject],
+             interrupted: str = "") -> None:
+    """Count the objects never tried and name the job-wide cause (one line), if any."""
     if fetcher.causes and (summary.fetched == 0 or summary.stopped_early):
         summary.cause = "; ".join(fetcher.causes)
-    not_tried = len(todo) - summary.fetched - summary.failed
-    if summary.stopped_early and not_tried:
-        summary.cause += f" ({not_tried} more objects not tried)"
-        summary.failed += not_tried
-
-    summary.failures.sort(key=lambda item: (item["bin_id"], item["kind"]))
-    summary.seconds = round(time.perf_counter() - started, 3)
-    atomic_write_json(dest / manifest_name(shard, num_shards), summary.as_dict())
-    return summary
+    summary.not_tried = len(todo) - summary.fetched - summary.failed
+    summary.failed += summary.not_tried
+    if summary.stopped_early and summary.not_tried:
+        summary.cause += f" ({summary.not_tried} more objects not tried)"
+    elif interrupted:
+        summary.stopped_by = interrupted
+    elif breaker.tripped and summary.not_tried:
+        summary.stopped_by = breaker.tripped
+        if breaker.tripped == "breaker":
+            what = f"{breaker.what} on {breaker.tripped_at} requests in a row ({breaker.detail})"
+        else:
+            what = (f"answered nothing for {breaker.stall:g} s (VSBENCH_S3_STALL_TIMEOUT) with requests in flight "
+                    f"({'last: ' + breaker.what if breaker.what else 'none had timed out yet'})")
+        summary.cause = (f"the S3 endpoint {summary.endpoint} {what}; stopped with {summary.fetched:,} of "
+                         f"{len(todo):,} objects fetched and {summary.not_tried:,} not tried: check --endpoint-url "
+                         "and the network, then run the same command again to resume")
 
 
 def manifest_name(shard: int = 0, num_shards: int = 1) -> str:
