@@ -218,3 +218,73 @@ def test_score_normalization_and_transforms_are_verified_too(tmp_path: Path) -> 
                      reference_shard=0)
     shutil.rmtree(tmp_path / "search")
     _same(_run(request, tmp_path), expected)
+
+
+# --- a whole benchmark: index -> search -> score, as `vsbench similarity run` drives it ---
+
+def _disc(tmp_path: Path):
+    from vsbench.benchmarks.base import EvalSettings, load_benchmark
+    from vsbench.features import FeatureSet, save_features
+    from vsbench.similarity import embed_benchmark_shard, merge_benchmark
+    from vsbench.synth.copy_detection import generate_disc
+
+    root, out = tmp_path / "data", tmp_path / "run"
+    generate_disc(root, references=30, queries=20, train=24, seed=1)
+    bench = load_benchmark("disc", root)
+    ids = sorted({i for images in bench.image_sets().values() for i in images.ids})
+    values = np.random.default_rng(7).standard_normal((len(ids), 16)).astype(np.float32)
+    row = {name: number for number, name in enumerate(ids)}
+    for query, reference in zip(bench.gt_query, bench.gt_reference):  # copies near their originals: uAP well above 0
+        if query in row and reference in row:
+            values[row[query]] = values[row[reference]] + np.float32(0.125)
+    save_features(tmp_path / "features.npz", FeatureSet(np.asarray(ids), values))
+    embed_benchmark_shard("disc", root, out, "precomputed", model_options={"path": str(tmp_path / "features.npz")},
+                          progress=False)
+    merge_benchmark("disc", root, out, None)
+    return root, out, EvalSettings(codecs="Flat", k=5, global_cap=40, score_norm="")
+
+
+def _steps(root: Path, out: Path, settings) -> list[dict]:
+    from vsbench.similarity import index_benchmark, score_benchmark, search_benchmark
+
+    index_benchmark("disc", root, out, settings, reference_shards=2)
+    for task in range(2):
+        search_benchmark("disc", root, out, settings, task=task, search_shards=1, reference_shards=2)
+    return score_benchmark("disc", root, out, settings, search_shards=1).records
+
+
+def test_swapped_shards_in_a_benchmark_run_are_rebuilt_to_the_same_numbers(tmp_path: Path,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """The issue's case: swap the two shard files, delete the search results, run again."""
+    import shutil
+
+    root, out, settings = _disc(tmp_path)
+    expected = _steps(root, out, settings)
+    assert expected[0]["uap"] > 0.5, expected
+    folder = next((out / "index").rglob("reference-0-of-2.faiss")).parent
+    a, b = folder / "reference-0-of-2.faiss", folder / "reference-1-of-2.faiss"
+    data_a = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(data_a)
+    shutil.rmtree(out / "search")
+    with caplog.at_level(logging.INFO, logger="vsbench.index"):
+        assert _steps(root, out, settings) == expected
+    rebuilt = [r.getMessage() for r in caplog.records if "rebuilt" in r.getMessage()]
+    assert len(rebuilt) == 1 and "reference-0-of-2.faiss" in rebuilt[0] and "sha256" in rebuilt[0]
+
+
+def test_the_search_command_refuses_a_damaged_shard_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from vsbench.cli import app
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
+    root, out, settings = _disc(tmp_path)
+    _steps(root, out, settings)
+    shard = next((out / "index").rglob("reference-1-of-2.faiss"))
+    shard.write_bytes(b"garbage")
+    result = CliRunner().invoke(app, ["similarity", "search", "--benchmark", "disc", "--root", str(root),
+                                      "--out", str(out), "--codecs", "Flat", "--k", "5", "--score-norm", "",
+                                      "--reference-shards", "2", "--task", "1"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert str(shard) in result.output and "re-run the index step" in result.output, result.output

@@ -183,7 +183,7 @@ def build_index(request: SearchRequest, folder: Path, *, reference_shards: int =
                 logger.info("index %s: reused (same inputs)", target)
                 infos.append(IndexInfo(target, {**existing, "reused": True}))
                 continue
-            logger.warning("index %s: rebuilt, its files are not what %s records: %s", target, INDEX_JSON,
+            logger.warning("index %s: rebuilt, it is not what its %s records: %s", target, INDEX_JSON,
                            "; ".join(damage))
         (target / INDEX_JSON).unlink(missing_ok=True)  # what follows is not this index until it is rewritten
         device_k = max(request.result_k, request.norm_k)
@@ -228,8 +228,8 @@ def load_index_info(request: SearchRequest, folder: Path, codec: str) -> IndexIn
                           + "; ".join(differences))
     damage = _damage(target, meta, verify=False)
     if damage:
-        raise SearchError(f"{target / INDEX_JSON}: " + "; ".join(damage) + "; re-run the index step "
-                          "(vsbench similarity index), which rebuilds what is damaged")
+        raise SearchError("; ".join(damage) + "; re-run the index step (vsbench similarity index), which rebuilds "
+                          "what is damaged")
     return IndexInfo(target, meta)
 
 
@@ -473,13 +473,13 @@ def _damage(folder: Path, meta: dict[str, Any], *, verify: bool) -> list[str]:
     shards = meta.get("reference_shards")
     count = meta.get("count")
     if not isinstance(shards, list) or not shards or not isinstance(count, int) or len(shards) > count:
-        return [f"{INDEX_JSON} has no usable reference shards"]
+        return [f"{folder / INDEX_JSON}: no usable reference shards"]
     if [list(b) for b in shard_bounds(count, len(shards))] != shards:
-        return [f"{INDEX_JSON} records shard bounds {shards}, not the ones {count} references in {len(shards)} "
-                "shard(s) give"]
+        return [f"{folder / INDEX_JSON}: records shard bounds {shards}, not the ones {count} references in "
+                f"{len(shards)} shard(s) give"]
     files = meta.get("files")
     if not isinstance(files, dict):
-        return [f"{INDEX_JSON} records no file digests (written by an older vsbench)"]
+        return [f"{folder / INDEX_JSON}: records no file digests (written by an older vsbench)"]
     problems = []
     for name in _file_names(meta):
         path = folder / name
@@ -493,7 +493,7 @@ def _damage(folder: Path, meta: dict[str, Any], *, verify: bool) -> list[str]:
                 None if path.stat().st_size == recorded.get("bytes") else
                 f"{path.stat().st_size} bytes, {INDEX_JSON} records {recorded.get('bytes')}")
         if problem:
-            problems.append(f"{name}: {problem}")
+            problems.append(f"{path}: {problem}")
     return problems
 
 
