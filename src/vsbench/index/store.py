@@ -122,20 +122,19 @@ class IndexInfo:
         """Index file ``name`` of this folder, refused unless its size and sha256 are those
         ``index.json`` records: a shard swapped, replaced or damaged after the index step never
         answers a search."""
+        return _read_index(self._verified(name), mmap=mmap, inverted_lists=self.inverted_lists)
+
+    def _verified(self, name: str) -> Path:
+        """The path of file ``name``, refused unless its size and sha256 are the recorded ones."""
         path = self.folder / name
         problem = _file_problem(path, self.meta["files"].get(name))
         if problem:
             raise SearchError(f"{path}: {problem}; re-run the index step (vsbench similarity index), which "
                               "rebuilds what is damaged")
-        return _read_index(path, mmap=mmap, inverted_lists=self.inverted_lists)
+        return path
 
     def read_transform(self, number: int) -> faiss.VectorTransform:
-        name = f"transform-{number}.faiss"
-        path = self.folder / name
-        problem = _file_problem(path, self.meta["files"].get(name))
-        if problem:
-            raise SearchError(f"{path}: {problem}; re-run the index step (vsbench similarity index), which "
-                              "rebuilds what is damaged")
+        path = self._verified(f"transform-{number}.faiss")
         try:
             return faiss.read_VectorTransform(str(path))
         except RuntimeError as exc:
@@ -452,7 +451,7 @@ def _file_names(meta: dict[str, Any]) -> list[str]:
 
 
 def _file_problem(path: Path, recorded: Any) -> str | None:
-    """None when ``path`` has the size and sha256 recorded for it (``verify``: the sha256 too)."""
+    """None when ``path`` has the size and sha256 recorded for it, else what differs."""
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
         return f"{INDEX_JSON} records no digest for it"
     try:
