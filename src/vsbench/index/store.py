@@ -206,6 +206,8 @@ def build_index(request: SearchRequest, folder: Path, *, reference_shards: int =
                 "vsbench_version": _vsbench_version(), "trained_on": "gpu" if on_gpu else "cpu"}
         meta["files"] = {name: {"bytes": (target / name).stat().st_size, "sha256": file_sha256(target / name)}
                          for name in _file_names(meta)}
+        for name, entry in meta["files"].items():
+            _remember_verified(target / name, entry["sha256"])
         atomic_write_json(target / INDEX_JSON, meta)
         infos.append(IndexInfo(target, {**meta, "reused": False}))
     return infos
@@ -451,18 +453,56 @@ def _file_names(meta: dict[str, Any]) -> list[str]:
 
 
 def _file_problem(path: Path, recorded: Any) -> str | None:
-    """None when ``path`` has the size and sha256 recorded for it, else what differs."""
+    """None when ``path`` has the size and sha256 recorded for it, else what differs.
+
+    The sha256 is computed again only when the file is not the one last verified: the folder's
+    ``.verified.json`` holds, per file, the (inode, size, mtime, ctime) it had when its bytes last
+    hashed to the recorded digest. Any write, truncation, swap or rename changes that stat (the
+    ctime cannot be set back), so it stands for the file's bytes the way git's index does; hashing
+    a 256 MB shard on every search task was a quarter of the search's time (bench/integrity.py).
+    """
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
         return f"{INDEX_JSON} records no digest for it"
     try:
-        size = path.stat().st_size
+        stat = path.stat()
     except OSError:
         return "missing"
-    if size != recorded.get("bytes"):
-        return f"{size} bytes, {INDEX_JSON} records {recorded.get('bytes')}"
+    if stat.st_size != recorded.get("bytes"):
+        return f"{stat.st_size} bytes, {INDEX_JSON} records {recorded.get('bytes')}"
+    verified = _read_verified(path.parent)
+    if verified.get(path.name) == [*_stat_key(stat), recorded["sha256"]]:
+        return None
     if file_sha256(path) != recorded["sha256"]:
         return f"its sha256 is not the one {INDEX_JSON} records (damaged or replaced after the index step)"
+    _remember_verified(path, recorded["sha256"])
     return None
+
+
+VERIFIED_JSON = ".verified.json"
+
+
+def _stat_key(stat: os.stat_result) -> list[int]:
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def _read_verified(folder: Path) -> dict[str, Any]:
+    """The folder's record of verified files; anything unreadable is no record (files are hashed)."""
+    try:
+        verified = json.loads((folder / VERIFIED_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return verified if isinstance(verified, dict) else {}
+
+
+def _remember_verified(path: Path, sha256: str) -> None:
+    """Record that ``path``, as it stands now, hashed to ``sha256`` (best effort: a read-only
+    volume only costs the next reader a hash)."""
+    try:
+        verified = _read_verified(path.parent)
+        verified[path.name] = [*_stat_key(path.stat()), sha256]
+        atomic_write_json(path.parent / VERIFIED_JSON, verified)
+    except OSError:
+        pass
 
 
 def _damage(folder: Path, meta: dict[str, Any], *, verify: bool) -> list[str]:
