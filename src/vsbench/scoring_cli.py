@@ -52,21 +52,21 @@ def _fail(message: str) -> NoReturn:
 @contextmanager
 def user_errors(*kinds: type[Exception]) -> Iterator[None]:
     """Turn a user's mistake (ValueError, plus ``kinds``) into one line on stderr and exit code 2,
-    with no traceback. Shared by every command that checks its inputs."""
+    with no traceback. Shared by every command that checks its inputs. A file that cannot be opened
+    (missing, a folder, not readable) is such a mistake too: the line names it."""
     try:
         yield
     except (ValueError, *kinds) as exc:  # InputError included
         _fail(str(exc))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        _fail(f"{exc.filename}: {exc.strerror or exc}" if exc.filename is not None else str(exc))
+    except OSError as exc:
+        if exc.filename is None:  # a socket or a device, not a path the user gave: unexpected
+            raise
+        _fail(f"{exc.filename}: {exc.strerror or exc}")
 
 
-@contextmanager
-def _clean_errors() -> Iterator[None]:
-    """Input problems of the score commands, unreadable files among them."""
-    with user_errors():
-        try:
-            yield
-        except OSError as exc:
-            _fail(f"{exc.filename}: {exc.strerror}")
+_clean_errors = user_errors  # the score commands' name for it
 
 
 def _json_number(value: float) -> float | None:

@@ -29,3 +29,21 @@ def test_similarity_run_takes_the_seed_as_an_option_not_a_model_option(tmp_path)
     assert result.exit_code == 2 and "--seed" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(app, [*common, "--seed", "-1"])
     assert result.exit_code == 2 and "--seed" in result.output
+
+
+def test_similarity_run_names_a_missing_root_in_one_line(tmp_path):
+    """A missing --root once ended in 144 lines of traceback (FileNotFoundError) (issue 28, item 8)."""
+    result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "none"),
+                                      "--out", str(tmp_path / "out"), "--no-track"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(tmp_path / "none") in lines[0], result.output
+
+
+def test_a_folder_given_as_a_file_is_one_line(tmp_path):
+    (tmp_path / "preds.csv").mkdir()
+    (tmp_path / "gt.csv").write_text("query_id,reference_id\nQ1,R1\n")
+    result = CliRunner().invoke(app, ["score", "copy-detection", "--predictions", str(tmp_path / "preds.csv"),
+                                      "--gt", str(tmp_path / "gt.csv"), "--output", str(tmp_path / "m.json"),
+                                      "--no-track"])
+    assert result.exit_code == 2 and "Traceback" not in result.output and "preds.csv" in result.output
