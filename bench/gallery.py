@@ -39,9 +39,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_WORKDIR, format_table, log, machine_info, write_json
 
 
+def data_folder(folder: Path, references: int, queries: int, train: int, dim: int, seed: int = 0) -> Path:
+    return folder / f"gallery-{references}-{queries}-{train}-{dim}-s{seed}"
+
+
+def run_folder(workdir: Path, references: int, dim: int, codec: str) -> Path:
+    """Where one codec's index and search results of a gallery run live (bench/integrity.py reuses them)."""
+    return workdir / f"gallery-run-{references}-{dim}" / codec.replace(",", "_")
+
+
+def add_gallery_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gallery's shape and search settings, shared with bench/integrity.py."""
+    parser.add_argument("--references", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=10_000)
+    parser.add_argument("--train", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--search-params", default="nprobe=16")
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--json", type=Path)
+
+
 def generate(folder: Path, references: int, queries: int, train: int, dim: int, seed: int = 0) -> Path:
     """Clustered float32 descriptors (2,000 centres in a 64-dim subspace plus noise), written once."""
-    target = folder / f"gallery-{references}-{queries}-{train}-{dim}-s{seed}"
+    target = data_folder(folder, references, queries, train, dim, seed)
     if (target / "done").exists():
         return target
     target.mkdir(parents=True, exist_ok=True)
@@ -156,17 +177,10 @@ def run_child(*args: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--references", type=int, default=1_000_000)
-    parser.add_argument("--queries", type=int, default=10_000)
-    parser.add_argument("--train", type=int, default=100_000)
-    parser.add_argument("--dim", type=int, default=256)
-    parser.add_argument("--k", type=int, default=10)
+    add_gallery_arguments(parser)
     parser.add_argument("--codecs", default="IVF4096,PQ32;IVF4096,SQ8")
-    parser.add_argument("--search-params", default="nprobe=16")
     parser.add_argument("--reference-shards", type=int, default=1)
     parser.add_argument("--search-shards", type=int, default=1)
-    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
-    parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=8, metavar=("KIND", "DATA", "CODEC", "K", "PARAMS", "FOLDER", "RSHARDS",
                                                     "QSHARDS"))
     args = parser.parse_args()
@@ -183,7 +197,7 @@ def main() -> None:
                          "train": args.train, "dim": args.dim, "k": args.k, "search_params": args.search_params,
                          "reference_shards": args.reference_shards, "search_shards": args.search_shards, "codecs": {}}
     for codec in args.codecs.split(";"):
-        folder = args.workdir / f"gallery-run-{args.references}-{args.dim}" / codec.replace(",", "_")
+        folder = run_folder(args.workdir, args.references, args.dim, codec)
         params = args.search_params if "IVF" in codec else ""  # nprobe means nothing to other codecs
         common = [str(data), codec, str(args.k), params, str(folder), str(args.reference_shards),
                   str(args.search_shards)]

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gallery import DEFAULT_WORKDIR, _request  # noqa: E402
+from gallery import _request, add_gallery_arguments, data_folder, run_folder  # noqa: E402
 
 from vsbench.index import store  # noqa: E402
 
@@ -53,20 +53,13 @@ def checks(on: bool):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--references", type=int, default=1_000_000)
-    parser.add_argument("--queries", type=int, default=10_000)
-    parser.add_argument("--train", type=int, default=100_000)
-    parser.add_argument("--dim", type=int, default=256)
-    parser.add_argument("--k", type=int, default=10)
+    add_gallery_arguments(parser)
     parser.add_argument("--codec", default="IVF4096,SQ8")
-    parser.add_argument("--search-params", default="nprobe=16")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    data = args.workdir / f"gallery-{args.references}-{args.queries}-{args.train}-{args.dim}-s0"
-    folder = args.workdir / f"gallery-run-{args.references}-{args.dim}" / store.codec_slug(args.codec)
+    data = data_folder(args.workdir, args.references, args.queries, args.train, args.dim)
+    folder = run_folder(args.workdir, args.references, args.dim, args.codec)
     if not (folder / "index").is_dir():
         raise SystemExit(f"no index under {folder}: run python bench/gallery.py --codecs '{args.codec}' first")
     build_request = _request(data, args.codec, args.k, args.search_params, train=True)
