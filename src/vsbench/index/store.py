@@ -252,7 +252,7 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
                               f"has {len(shards)} reference shard(s)")
         target = _result_path(out_folder, request, codec, query_shard, query_shards, reference_shard, len(shards))
         key = _search_key(request, info, codec, start, stop, reference_shard, array_digest(q))
-        problem = _result_problem(target, key, len(q), shards[reference_shard], request)
+        _, problem = _checked_result(target, key, len(q), shards[reference_shard], request)
         if problem is None:
             logger.info("search %s: kept (same inputs)", target)
             written.append(target)
@@ -306,14 +306,11 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
                 path = _result_path(search_folder, request, codec, query_shard, query_shards, reference_shard,
                                     reference_shards)
                 expected = _search_key(request, info, codec, start, stop, reference_shard, queries_digest)
-                problem = _result_problem(path, expected, stop - start, info.reference_shards[reference_shard],
-                                          request)
-                if problem is not None:
+                arrays, problem = _checked_result(path, expected, stop - start,
+                                                  info.reference_shards[reference_shard], request)
+                if arrays is None:
                     problems.append(f"{path} of codec {codec!r}: {problem}")
                     continue
-                loaded = _read_npz(path)
-                assert loaded is not None  # just checked
-                arrays = loaded[1]
                 for number in range(len(variants)):
                     parts[number].append((arrays[f"similarity_{number}"], arrays[f"ids_{number}"]))
             if not problems:
@@ -347,19 +344,21 @@ def _search_key(request: SearchRequest, info: IndexInfo, codec: str, start: int,
     return json.loads(json.dumps(key))
 
 
-def _result_problem(path: Path, key: dict[str, Any], rows: int, bounds: Sequence[int],
-                    request: SearchRequest) -> str | None:
-    """None when the search result at ``path`` is for ``key`` and sound, else what is wrong with it."""
+def _checked_result(path: Path, key: dict[str, Any], rows: int, bounds: Sequence[int],
+                    request: SearchRequest) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """(the arrays, None) when the search result at ``path`` is for ``key`` and sound, else
+    (None, what is wrong with it)."""
     if not path.exists():
-        return "missing"
+        return None, "missing"
     loaded = _read_npz(path)
     if loaded is None:
-        return "unreadable, or its content is not what its digest records"
+        return None, "unreadable, or its content is not what its digest records"
     stored, arrays = loaded
     if stored != key:
         differing = sorted(field for field in set(key) | set(stored) if key.get(field) != stored.get(field))
-        return f"for other inputs ({', '.join(differing)} differ)"
-    return _check_result(arrays, key["variants"], rows, bounds, request)
+        return None, f"for other inputs ({', '.join(differing)} differ)"
+    problem = _check_result(arrays, key["variants"], rows, bounds, request)
+    return (None, problem) if problem else (arrays, None)
 
 
 def _check_result(arrays: dict[str, np.ndarray], variants: Sequence[Any], rows: int, bounds: Sequence[int],
@@ -452,8 +451,8 @@ def _file_names(meta: dict[str, Any]) -> list[str]:
     return names
 
 
-def _file_problem(path: Path, recorded: Any) -> str | None:
-    """None when ``path`` has the size and sha256 recorded for it, else what differs.
+def _file_problem(path: Path, recorded: Any, *, digest: bool = True) -> str | None:
+    """None when ``path`` has the size and (``digest``) the sha256 recorded for it, else what differs.
 
     The sha256 is computed again only when the file is not the one last verified: the folder's
     ``.verified.json`` holds, per file, the (inode, size, mtime, ctime) it had when its bytes last
@@ -469,6 +468,8 @@ def _file_problem(path: Path, recorded: Any) -> str | None:
         return "missing"
     if stat.st_size != recorded.get("bytes"):
         return f"{stat.st_size} bytes, {INDEX_JSON} records {recorded.get('bytes')}"
+    if not digest:
+        return None
     verified = _read_verified(path.parent)
     if verified.get(path.name) == [*_stat_key(stat), recorded["sha256"]]:
         return None
@@ -521,18 +522,9 @@ def _damage(folder: Path, meta: dict[str, Any], *, verify: bool) -> list[str]:
         return [f"{folder / INDEX_JSON}: records no file digests (written by an older vsbench)"]
     problems = []
     for name in _file_names(meta):
-        path = folder / name
-        recorded = files.get(name)
-        if verify:
-            problem = _file_problem(path, recorded)
-        elif not isinstance(recorded, dict):
-            problem = f"{INDEX_JSON} records no digest for it"
-        else:
-            problem = "missing" if not path.is_file() else (
-                None if path.stat().st_size == recorded.get("bytes") else
-                f"{path.stat().st_size} bytes, {INDEX_JSON} records {recorded.get('bytes')}")
+        problem = _file_problem(folder / name, files.get(name), digest=verify)
         if problem:
-            problems.append(f"{path}: {problem}")
+            problems.append(f"{folder / name}: {problem}")
     return problems
 
 
