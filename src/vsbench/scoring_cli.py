@@ -66,9 +66,6 @@ def user_errors(*kinds: type[Exception]) -> Iterator[None]:
         _fail(f"{exc.filename}: {exc.strerror or exc}")
 
 
-_clean_errors = user_errors  # the score commands' name for it
-
-
 def _json_number(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
@@ -127,7 +124,7 @@ def _report(title: str, record: dict[str, Any], output: Path) -> None:
         typer.echo(f"  {key:<{width}}  {value:.4f}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
     if ranges:
         typer.echo("  (ties: the range over every order of tied scores; the value is the original's order)")
-    with _clean_errors():
+    with user_errors():
         atomic_write_json(output, record)
     typer.echo(f"metrics: {output}")
 
@@ -146,7 +143,7 @@ def abid_counting(
     """ABID counting: accuracy, RMSE, per-class accuracy and RMSE, confusion matrix."""
     from vsbench.metrics import readers
 
-    with _clean_errors():
+    with user_errors():
         truth = readers.read_counting_ground_truth(gt)
         result = readers.read_abid_result(pred, truth.size, gt, binary=False, strict=strict)
         m = counting_metrics(result.values, truth[: result.values.size], num_classes)
@@ -208,7 +205,7 @@ def abid_verification(
     """ABID object verification: accuracy, precision and recall of "yes"."""
     from vsbench.metrics import readers
 
-    with _clean_errors():
+    with user_errors():
         truth = readers.read_verification_ground_truth(gt)
         result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
@@ -235,7 +232,7 @@ def abid_quantity(
     """ABID quantity verification: accuracy."""
     from vsbench.metrics import readers
 
-    with _clean_errors():
+    with user_errors():
         truth = readers.read_quantity_ground_truth(gt)
         result = readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
@@ -261,7 +258,7 @@ def copy_detection(
     """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them."""
     from vsbench.metrics import readers
 
-    with _clean_errors():
+    with user_errors():
         preds = readers.read_copy_detection_predictions(predictions, normalize_ids=normalize_ids)
         truth = readers.read_copy_detection_ground_truth(gt, normalize_ids=normalize_ids)
         m = copy_detection_metrics(preds.query_ids, preds.reference_ids, preds.scores,
@@ -297,7 +294,7 @@ def pairs(
     """HPatches-style patch-pair classification: balanced ROC AUC and imbalanced PR AP."""
     from vsbench.metrics import readers
 
-    with _clean_errors():
+    with user_errors():
         if not results.is_dir():
             raise readers.InputError(results, "not a folder")
         positives = {name: readers.read_hpatches_results(results / f, 1) for name, f in HPATCHES_POSITIVES.items()}
@@ -328,7 +325,7 @@ def product_search(
     """Language-assisted product search: mAP of the annotated candidates ranked by cosine."""
     from vsbench.metrics import readers
 
-    with _clean_errors():
+    with user_errors():
         query_list = readers.read_product_queries(queries)
         gallery_ids = readers.read_gallery_image_ids(gallery)
         rows = readers.candidate_gallery_rows(query_list, gallery_ids, queries, gallery)
