@@ -3,7 +3,7 @@
 The benches compare methods on the same inputs, so the inputs are built once and cached on
 disk: regenerating 1500 bins on every run would cost more than the measurements themselves.
 The cache key includes a hash of the generator's source, so a change to
-``vsbench.synth.abid`` (someone polishing the images) invalidates the cache instead of
+``vsbench.abid.synth`` (someone polishing the images) invalidates the cache instead of
 silently benchmarking yesterday's pictures.
 """
 
@@ -25,7 +25,7 @@ DEFAULT_WORKDIR = Path(os.environ.get("VSBENCH_BENCH_DIR", "/tmp/vsbench-bench")
 
 def generator_fingerprint() -> str:
     """A short hash of the synthetic-ABID generator's source (part of the cache key)."""
-    import vsbench.synth.abid as synth
+    import vsbench.abid.synth as synth
 
     return hashlib.sha256(Path(synth.__file__).read_bytes()).hexdigest()[:12]
 
@@ -36,7 +36,7 @@ def cached_abid(workdir: Path, bins: int, seed: int = 0, *, workers: int | None 
     A ``.complete.json`` marker is written last, so an interrupted generation is redone
     rather than reused half-written.
     """
-    from vsbench.synth.abid import generate_abid
+    from vsbench.abid.synth import generate_abid
 
     root = workdir / f"abid-{bins}-s{seed}-{generator_fingerprint()}"
     marker = root / ".complete.json"

@@ -64,8 +64,8 @@ def main() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit deprecation, once per load
 
-    from vsbench.embed import _is_complete, _resume_key, embed_image_set
     from vsbench.models import cache as cache_module
+    from vsbench.retrieval.embed import _is_complete, _resume_key, embed_image_set
 
     work = Path(tempfile.mkdtemp(prefix="vsbench-cache-verify-"))
     os.environ[cache_module.CACHE_ENV] = str(work / "cache")

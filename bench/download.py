@@ -224,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
 
+    from vsbench.io.storage import upload_tree
     from vsbench.platform.local_s3 import LocalS3
-    from vsbench.storage import upload_tree
 
     root = cached_abid(args.workdir, args.bins, args.seed)
     dataset = stage_dataset(root, args.workdir / "download-stage")

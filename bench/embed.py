@@ -3,7 +3,7 @@
 Why: embedding is the step that scales with the dataset (ABID alone is ~536k images, DISC 1M+),
 so its images/s decides how many shards and nodes a run needs. Two figures per model:
 
-* **end to end**: ``vsbench.embed.embed_image_set`` on JPEG files (decode + resize in DataLoader
+* **end to end**: ``vsbench.retrieval.embed.embed_image_set`` on JPEG files (decode + resize in DataLoader
   workers, uint8 to the device, normalize there, forward, write the shard) — what a step gets;
 * **model only**: the same batches already decoded and resident in memory, so only the transfer,
   normalization and forward pass are timed — what the network could do if loading kept up.
@@ -13,7 +13,7 @@ Each model's FLOPs per image come from ``torch.utils.flop_counter.FlopCounterMod
 multiply-add counts as 2 FLOPs) at its own input size, so images/s turns into achieved GFLOP/s,
 comparable with the device's peak.
 
-Inputs are ABID-like synthetic photos (~460x360 JPEGs from ``vsbench.synth.abid``, cached).
+Inputs are ABID-like synthetic photos (~460x360 JPEGs from ``vsbench.abid.synth``, cached).
 Run: ``python bench/embed.py [--images 256] [--batch-size 32] [--device cpu|cuda|auto] [--threads N]
 [--json out.json]``
 """
@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_WORKDIR, cached_abid, canonical_files, format_table, log, machine_info, write_json
 
 from vsbench.benchmarks.base import ImageSet
-from vsbench.device import DeviceSetup, setup_device
-from vsbench.embed import embed_image_set, load_image, normalizer
 from vsbench.models.registry import Embedder, build_model
+from vsbench.retrieval.embed import embed_image_set, load_image, normalizer
+from vsbench.runtime.device import DeviceSetup, setup_device
 
 MODELS: dict[str, dict[str, Any]] = {
     "efficientnet_lite0": {},

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import format_table, log, machine_info, write_json
 
-from vsbench.metrics.copy_detection import (
+from vsbench.benchmarks.disc.metrics import (
     CopyDetectionMetrics,
     copy_detection_metrics,
     copy_detection_metrics_reference,

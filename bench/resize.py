@@ -36,7 +36,7 @@ Difference: every method's JPEG output is decoded to an array and compared with 
 challenge's output for the same input: mean absolute difference in 0..255 levels over all
 pixels and channels.
 
-Embedding input: ``vsbench.embed.load_image`` (the fast decoder where no resize follows, Pillow
+Embedding input: ``vsbench.retrieval.embed.load_image`` (the fast decoder where no resize follows, Pillow
 otherwise) against ``load_image_pillow`` (Pillow for everything, as before), images/s on one
 core for two preprocessings (a 224 square, and 256 shorter side + 224 crop) on the resize step's
 224x224 outputs (what ``abid_embeddings`` reads), the ABID-sized and the large photos, with a
@@ -293,8 +293,8 @@ def descriptor_agreement(fast: list[Path], full: list[Path], sources: list[Path]
     pixels before the JPEG encoding (lossless PNG), a loss every baseline already lives with."""
     import torch
 
-    from vsbench.embed import load_image, normalizer
     from vsbench.models.registry import build_model
+    from vsbench.retrieval.embed import load_image, normalizer
 
     model = build_model("efficientnet_lite0").eval()
     model_size = Image.open(full[0]).size
@@ -329,7 +329,7 @@ def descriptor_agreement(fast: list[Path], full: list[Path], sources: list[Path]
 def embed_loading(label: str, paths: list[Path], name: str, preprocessing: Any, repeat: int) -> dict[str, Any]:
     """load_image (fast decoder) against load_image_pillow (before) on the same files, one process,
     rounds interleaved, best kept; and whether every array is the same."""
-    from vsbench.embed import load_image, load_image_pillow
+    from vsbench.retrieval.embed import load_image, load_image_pillow
 
     for path in paths:  # page cache warm for both
         path.read_bytes()
@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"In memory (no file reads or writes), ABID-sized, 1 thread: challenge {memory['challenge_ms_per_image']} "
           f"ms/image, fast {memory['fast_ms_per_image']} ms/image: {memory['speedup']:.2f}x")
     print()
-    print("Embedding input (vsbench.embed): decode + resize + crop, one core")
+    print("Embedding input (vsbench.retrieval.embed): decode + resize + crop, one core")
     print(format_table(
         ["images", "preprocessing", "count", "before (Pillow) img/s", "after img/s", "x before", "same arrays"],
         [[r["images"], r["preprocessing"], r["count"], r["before_images_per_second"], r["after_images_per_second"],

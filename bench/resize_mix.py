@@ -8,7 +8,7 @@ output; but in a real sample of ABID photos a third are >= 448 px on both sides 
 and there the outputs move more. docs/abid.md ("Resize") quotes this script's figures; the
 default, ``full``, is checked here to be byte-identical to the challenge's loop on every photo.
 
-The mix: generated bins (``vsbench.synth.abid``, ABID-sized), every third one upscaled (bicubic,
+The mix: generated bins (``vsbench.abid.synth``, ABID-sized), every third one upscaled (bicubic,
 JPEG q90 4:2:0, like a camera's) to one of ``LARGE_SIZES`` in turn, so a third are >= 448 px on
 both sides as in the real sample. Difference: each output JPEG is decoded and compared with the
 challenge's output for the same photo, mean absolute difference in 0..255 levels per photo.
@@ -40,7 +40,7 @@ def challenge(data: bytes, size: int = 224) -> bytes:
 
 def photo_mix(count: int, seed: int) -> list[bytes]:
     """``count`` JPEG photos: generated bins, every third upscaled to a large size (see module doc)."""
-    from vsbench.synth.abid import encode_jpeg, plan_dataset, render_bin
+    from vsbench.abid.synth import encode_jpeg, plan_dataset, render_bin
 
     plan = plan_dataset(count, seed=seed)
     photos = []
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"  {name:12} {json.dumps(result[name])}")
     print("default (full): byte-identical to the challenge's loop on every photo")
     if args.json:
-        from vsbench.storage import atomic_write_json
+        from vsbench.io.storage import atomic_write_json
 
         atomic_write_json(args.json, result)
     return result

@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from vsbench.abid.data import BatchTransform
 from vsbench.abid.models import SiameseNetwork, counting_network
-from vsbench.device import setup_device
+from vsbench.runtime.device import setup_device
 
 
 def cpu_peak_gflops() -> float:

@@ -1,4 +1,4 @@
-"""Kubeflow components of the ABID pipeline: thin typed wrappers around ``vsbench.steps``.
+"""Kubeflow components of the ABID pipeline: thin typed wrappers around ``vsbench.steps.abid``.
 
 Each body imports vsbench and makes one call (KFP ships only the function's source, and the
 image, or the local environment under ``kfp.local``, provides vsbench). Large data stays under
@@ -10,7 +10,7 @@ the artifacts carry manifests.
 from kfp import dsl
 from kfp.dsl import Artifact, ClassificationMetrics, Metrics, Output
 
-from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE
+from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -41,7 +41,7 @@ def abid_download(
 ):
     """Mirror shard ``shard`` of the ABID bucket into ``<data_root>/raw``; resumable. Inside a
     ParallelFor, so the MLflow parent is found by the KFP run id (``tracking.parent_run_for``)."""
-    from vsbench.steps import abid_download_step
+    from vsbench.steps.abid import abid_download_step
     from vsbench.tracking import parent_run_for
 
     parent_run_id = parent_run_for(experiment, kfp_run_id)
@@ -58,7 +58,7 @@ def abid_prepare(
     manifest: Output[Artifact], metrics: Output[Metrics],
 ):
     """Split and task metadata files from ``<data_root>/raw`` into ``<data_root>/tasks``."""
-    from vsbench.steps import abid_prepare_step
+    from vsbench.steps.abid import abid_prepare_step
 
     result = abid_prepare_step(f"{data_root}/raw", f"{data_root}/tasks", seed=seed, val_fraction=val_fraction,
                                max_per_class=max_per_class, parent_run_id=parent_run_id,
@@ -75,7 +75,7 @@ def abid_resize(
     """Resize shard ``shard`` of the bin images into ``<data_root>/bin-images-resize`` (inside a
     ParallelFor: the MLflow parent is found by the KFP run id). ``decode``: full (the challenge's
     pixels, the pipeline's default), fast or draft (``vsbench abid resize --decode``)."""
-    from vsbench.steps import abid_resize_step
+    from vsbench.steps.abid import abid_resize_step
     from vsbench.tracking import parent_run_for
 
     parent_run_id = parent_run_for(experiment, kfp_run_id)
@@ -98,7 +98,7 @@ def abid_train_counting(
     step (same profile and seed) then finds the finished checkpoints and only predicts, exports and logs."""
     import json
 
-    from vsbench.steps import abid_train_counting_step
+    from vsbench.steps.abid import abid_train_counting_step
 
     result = abid_train_counting_step(f"{data_root}/tasks", f"{data_root}/bin-images-resize",
                                       f"{data_root}/runs/counting", profile=profile, seed=seed, device=device,
@@ -118,7 +118,7 @@ def abid_train_siamese(
     Several GPUs: the PyTorchJob of k8s/training, as for counting."""
     import json
 
-    from vsbench.steps import abid_train_siamese_step
+    from vsbench.steps.abid import abid_train_siamese_step
 
     result = abid_train_siamese_step(f"{data_root}/tasks", f"{data_root}/bin-images-resize",
                                      f"{data_root}/runs/siamese", profile=profile, seed=seed, device=device,
@@ -131,7 +131,7 @@ def abid_train_siamese(
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
 def abid_quantity(data_root: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics]):
     """Quantity-verification baseline from the counting predictions (runs/quantity)."""
-    from vsbench.steps import abid_quantity_step
+    from vsbench.steps.abid import abid_quantity_step
 
     result = abid_quantity_step(f"{data_root}/tasks", f"{data_root}/runs/counting/counting_result.txt",
                                 f"{data_root}/runs/quantity", parent_run_id=parent_run_id,
@@ -146,7 +146,7 @@ def abid_score(
     counting_confusion: Output[ClassificationMetrics], verification_confusion: Output[ClassificationMetrics],
 ):
     """Score the three tasks as the challenge does; the Kubeflow UI shows metrics and confusion matrices."""
-    from vsbench.steps import abid_score_step
+    from vsbench.steps.abid import abid_score_step
 
     runs = f"{data_root}/runs"
     result = abid_score_step(f"{data_root}/tasks", f"{runs}/counting/counting_result.txt",

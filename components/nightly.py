@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import HTML, Metrics, Output
 
-from vsbench.platform.images import CPU_IMAGE
+from vsbench.runtime.images import CPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)

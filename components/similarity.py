@@ -4,7 +4,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Metrics, Output
 
-from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE
+from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -26,8 +26,8 @@ def embed_shard(
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.parent_run_for``) rather than taking it from the opening task."""
-    from vsbench.similarity import load_json_option
-    from vsbench.steps import similarity_embed_step
+    from vsbench.retrieval.engine import load_json_option
+    from vsbench.steps.abid import similarity_embed_step
     from vsbench.tracking import parent_run_for
 
     parent_run_id = parent_run_for(experiment, kfp_run_id)
@@ -57,8 +57,8 @@ def index(
 ):
     """Merge the embedding shards; train each codec (faiss-gpu when present) and persist its index in
     ``reference_shards`` parts under ``out/index`` (reused when built before for the same inputs)."""
-    from vsbench.similarity import load_json_option
-    from vsbench.steps import similarity_index_step
+    from vsbench.retrieval.engine import load_json_option
+    from vsbench.steps.abid import similarity_index_step
 
     result = similarity_index_step(
         benchmark, root, out, model=model, codecs=codecs, k=k, score_norm=score_norm,
@@ -77,8 +77,8 @@ def search(
     """Search task ``task``: one query shard in one reference shard of every index (resumable).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
-    from vsbench.similarity import load_json_option
-    from vsbench.steps import similarity_search_step
+    from vsbench.retrieval.engine import load_json_option
+    from vsbench.steps.abid import similarity_search_step
     from vsbench.tracking import parent_run_for
 
     result = similarity_search_step(
@@ -97,8 +97,8 @@ def score(
     metrics: Output[Metrics],
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
-    from vsbench.similarity import load_json_option
-    from vsbench.steps import similarity_score_step
+    from vsbench.retrieval.engine import load_json_option
+    from vsbench.steps.abid import similarity_score_step
 
     result = similarity_score_step(
         benchmark, root, out, model=model, codecs=codecs, k=k, global_cap=global_cap, score_norm=score_norm,

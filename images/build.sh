@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (and optionally push) the vsbench container images.
 #
-# The image names and the tag are read from vsbench.platform.images (CPU_IMAGE, GPU_IMAGE), the one place
+# The image names and the tag are read from vsbench.runtime.images (CPU_IMAGE, GPU_IMAGE), the one place
 # that names them, so the images built here are exactly the ones the compiled pipelines and the
 # k8s manifests refer to. Set VSBENCH_IMAGE_REGISTRY to build for (and push to) your registry.
 #
@@ -65,7 +65,7 @@ case "$torch" in auto|cpu-index|pypi) ;; *) echo "build.sh: --torch takes auto, 
 
 # The names come from the package (src/ first on the path, so a bare python3 works too).
 names="$(PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c \
-  'from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE, TAG; print(CPU_IMAGE, GPU_IMAGE, TAG)')"
+  'from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE, TAG; print(CPU_IMAGE, GPU_IMAGE, TAG)')"
 read -r CPU_IMAGE GPU_IMAGE TAG <<<"$names"
 
 if [[ $print_only == 1 ]]; then

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vsbench.abid.prepare import prepare_abid
 from vsbench.abid.resize import resize_abid
-from vsbench.synth.abid import generate_abid
+from vsbench.abid.synth import generate_abid
 
 
 def tiny_abid(root: Path, bins: int) -> tuple[Path, Path]:

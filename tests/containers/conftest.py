@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from vsbench.platform.containers import podman_environment
-from vsbench.platform.images import CPU_IMAGE
+from vsbench.runtime.images import CPU_IMAGE
 
 
 def _unavailable() -> str | None:

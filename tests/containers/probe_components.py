@@ -4,7 +4,7 @@ its .py file, so they live here rather than in the test module)."""
 from kfp import dsl
 from kfp.dsl import Artifact, Output
 
-from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE
+from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE
 
 
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)

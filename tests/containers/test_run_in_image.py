@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.containers.conftest import podman_services, vsbench_containers
-from vsbench.platform.images import CPU_IMAGE
+from vsbench.abid.synth import generate_abid
+from vsbench.io.storage import upload_tree
 from vsbench.platform.local_run import kfp_runner, run_abid_pipeline_locally, step_manifests
-from vsbench.storage import upload_tree
-from vsbench.synth.abid import generate_abid
+from vsbench.runtime.images import CPU_IMAGE
 from vsbench.tracking import ARTIFACT_LOCATION_ENV, IMAGE_ID_TAG, IMAGE_TAG, PARENT_TAG, STEP_TAG
 
 pytestmark = [pytest.mark.container, pytest.mark.integration, pytest.mark.slow]
@@ -89,7 +89,7 @@ def test_abid_pipeline_in_the_image_scores_as_the_subprocess_run_and_resumes_aft
 
     # A first container run, killed (SIGTERM, as `kill` or a CI timeout sends) once a step is done.
     data, pipeline_root = tmp_path / "image", tmp_path / "image-kfp"
-    command = [sys.executable, "-m", "vsbench.cli", "abid", "run-local", "--runner", "container",
+    command = [sys.executable, "-m", "vsbench.cli.app", "abid", "run-local", "--runner", "container",
                "--data-root", str(data), "--pipeline-root", str(pipeline_root), "--experiment", "image",
                "--source", arguments["source"], "--endpoint-url", arguments["endpoint_url"], "--seed", "3",
                "--size", "32", "--train-overrides", TRAIN]
@@ -136,7 +136,7 @@ def test_abid_pipeline_in_the_image_scores_as_the_subprocess_run_and_resumes_aft
 
 
 def test_similarity_run_in_the_image_prints_the_inline_table(cpu_image, tmp_path, monkeypatch):
-    from vsbench.synth.copy_detection import generate_disc
+    from vsbench.benchmarks.disc.synth import generate_disc
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv(ARTIFACT_LOCATION_ENV, str(tmp_path / "artifacts"))
@@ -145,7 +145,7 @@ def test_similarity_run_in_the_image_prints_the_inline_table(cpu_image, tmp_path
     for runner in ("inline", "container"):
         out = tmp_path / runner
         result = subprocess.run(
-            [sys.executable, "-m", "vsbench.cli", "similarity", "run", "--benchmark", "disc", "--root",
+            [sys.executable, "-m", "vsbench.cli.app", "similarity", "run", "--benchmark", "disc", "--root",
              str(tmp_path / "disc"), "--out", str(out), "--codecs", "Flat;PCAW8,L2norm,Flat", "--batch-size", "8",
              "--runner", runner], capture_output=True, text=True, timeout=900, env=dict(os.environ), check=False)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

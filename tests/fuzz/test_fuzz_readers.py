@@ -1,7 +1,7 @@
 """Property-based fuzzing of every reader of user files and of the scorers behind them (issue 15).
 
 The only allowed outcomes for any bytes are a valid result or vsbench's own input error
-(:class:`vsbench.inputs.InputError`, which the CLI prints as one line with exit code 2): never
+(:class:`vsbench.io.inputs.InputError`, which the CLI prints as one line with exit code 2): never
 another exception type, and never more than :data:`MEMORY_LIMIT` of Python allocations (traced
 with tracemalloc, which numpy reports to) for a file of at most a few kB. Inputs mix random and
 truncated bytes, CSV/JSON-shaped text with huge numbers, NaN/inf, empty files, duplicate keys and
@@ -26,17 +26,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vsbench import inputs
+from vsbench.abid import readers as abid_readers
+from vsbench.abid.metrics import counting_metrics, verification_metrics
 from vsbench.abid.prepare import load_metadata
-from vsbench.benchmarks.patch_pairs import read_pairs
-from vsbench.benchmarks.vsd import read_metadata as read_vsd_metadata
-from vsbench.features import load_features
-from vsbench.inputs import InputError
-from vsbench.metrics import readers
-from vsbench.metrics.abid import counting_metrics, verification_metrics
-from vsbench.metrics.copy_detection import copy_detection_metrics
-from vsbench.metrics.patch_pairs import patch_pair_grid
-from vsbench.metrics.product_search import product_search_metrics
+from vsbench.benchmarks.disc import readers as disc_readers
+from vsbench.benchmarks.disc.metrics import copy_detection_metrics
+from vsbench.benchmarks.patch_pairs import readers as pairs_readers
+from vsbench.benchmarks.patch_pairs.adapter import read_pairs
+from vsbench.benchmarks.patch_pairs.metrics import patch_pair_grid
+from vsbench.benchmarks.product_search import readers as product_readers
+from vsbench.benchmarks.product_search.metrics import product_search_metrics
+from vsbench.benchmarks.vsd.adapter import read_metadata as read_vsd_metadata
+from vsbench.io import inputs
+from vsbench.io import pickles as pickles
+from vsbench.io.inputs import InputError
+from vsbench.retrieval.features import load_features
 
 MEMORY_LIMIT = 64 << 20  # bytes of traced allocations per example, for inputs of a few kB
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -127,7 +131,7 @@ TRUTH_R = np.asarray(["R1", "R1", "R2"])
 @FUZZ
 @given(file_bytes(CSV_TEXT), st.booleans())
 def test_copy_detection_predictions_then_scored(data: bytes, normalize: bool) -> None:
-    preds = outcome(lambda p: readers.read_copy_detection_predictions(p, normalize_ids=normalize), data)
+    preds = outcome(lambda p: disc_readers.read_copy_detection_predictions(p, normalize_ids=normalize), data)
     if preds is not None:
         m = copy_detection_metrics(preds.query_ids, preds.reference_ids, preds.scores, TRUTH_Q, TRUTH_R)
         assert 0.0 <= m.uap <= 1.0 and 0.0 <= m.accuracy_at_1 <= 1.0
@@ -136,7 +140,7 @@ def test_copy_detection_predictions_then_scored(data: bytes, normalize: bool) ->
 @FUZZ
 @given(file_bytes(CSV_TEXT), st.booleans())
 def test_copy_detection_ground_truth(data: bytes, normalize: bool) -> None:
-    truth = outcome(lambda p: readers.read_copy_detection_ground_truth(p, normalize_ids=normalize), data)
+    truth = outcome(lambda p: disc_readers.read_copy_detection_ground_truth(p, normalize_ids=normalize), data)
     if truth is not None:
         m = copy_detection_metrics(np.asarray(["Q1"]), np.asarray(["R1"]), np.asarray([0.5]),
                                    truth.query_ids, truth.reference_ids)
@@ -149,7 +153,7 @@ def test_copy_detection_ground_truth(data: bytes, normalize: bool) -> None:
 @FUZZ
 @given(file_bytes(CSV_TEXT), st.sampled_from([None, 0, 1]))
 def test_hpatches_results_then_scored(data: bytes, label: int | None) -> None:
-    distances = outcome(lambda p: readers.read_hpatches_results(p, label), data, "x.results")
+    distances = outcome(lambda p: pairs_readers.read_hpatches_results(p, label), data, "x.results")
     if distances is not None:
         assert np.isfinite(distances).all()
         grid = patch_pair_grid({"easy": distances}, {"diffseq": distances + 1.0})
@@ -168,7 +172,7 @@ def test_patch_pair_lists(data: bytes, label: int) -> None:
 @FUZZ
 @given(file_bytes(CSV_TEXT), st.integers(1, 8), st.booleans(), st.booleans())
 def test_abid_result_files_then_scored(data: bytes, expected: int, binary: bool, strict: bool) -> None:
-    result = outcome(lambda p: readers.read_abid_result(p, expected, "truth.json", binary=binary, strict=strict), data)
+    result = outcome(lambda p: abid_readers.read_abid_result(p, expected, "truth.json", binary=binary, strict=strict), data)
     if result is not None:
         truth = np.zeros(result.values.size, dtype=np.int64)
         if binary:
@@ -180,8 +184,8 @@ def test_abid_result_files_then_scored(data: bytes, expected: int, binary: bool,
 @FUZZ
 @given(file_bytes(JSON_TEXT))
 def test_abid_task_jsons(data: bytes) -> None:
-    for read in (readers.read_counting_ground_truth, readers.read_verification_ground_truth,
-                 readers.read_quantity_ground_truth, inputs.read_json):
+    for read in (abid_readers.read_counting_ground_truth, abid_readers.read_verification_ground_truth,
+                 abid_readers.read_quantity_ground_truth, inputs.read_json):
         outcome(read, data, "task.json")
 
 
@@ -215,16 +219,16 @@ QUERY_LINES = st.lists(st.one_of(
 @FUZZ
 @given(file_bytes(QUERY_LINES), file_bytes(CSV_TEXT))
 def test_product_queries_gallery_then_scored(query_data: bytes, gallery_data: bytes) -> None:
-    queries = outcome(readers.read_product_queries, query_data, "q.jsonl")
-    gallery = outcome(readers.read_gallery_image_ids, gallery_data, "g.csv")
+    queries = outcome(product_readers.read_product_queries, query_data, "q.jsonl")
+    gallery = outcome(product_readers.read_gallery_image_ids, gallery_data, "g.csv")
     if queries is None or gallery is None:
         return
     try:
-        rows = readers.candidate_gallery_rows(queries, gallery, "q.jsonl", "g.csv")
+        rows = product_readers.candidate_gallery_rows(queries, gallery, "q.jsonl", "g.csv")
     except InputError:
         return
     rng = np.random.default_rng(0)
-    feats = rng.normal(size=(len(queries) + gallery.size, readers.FEATURE_DIM)).astype(np.float32)
+    feats = rng.normal(size=(len(queries) + gallery.size, product_readers.FEATURE_DIM)).astype(np.float32)
     feats /= np.linalg.norm(feats, axis=1, keepdims=True)
     m = product_search_metrics(feats[: len(queries)], feats[len(queries):], rows, [q.labels for q in queries])
     assert math.isnan(m.mean_average_precision) or 0.0 <= m.mean_average_precision <= 1.0
@@ -256,7 +260,7 @@ FEATURE_BYTES = st.one_of(
 @FUZZ
 @given(FEATURE_BYTES)
 def test_feature_files(data: bytes) -> None:
-    outcome(lambda p: readers.read_product_features(p, 1, 1), data, "features.npz")
+    outcome(lambda p: product_readers.read_product_features(p, 1, 1), data, "features.npz")
     outcome(load_features, data, "features.npz")
     outcome(inputs.load_arrays, data, "features.npz")
 
@@ -278,7 +282,7 @@ YAML_TEXT = st.one_of(JSON_TEXT, CSV_TEXT, st.just("a: [1, 2\n"), st.just("- " *
 @given(file_bytes(YAML_TEXT))
 def test_yaml_configs(data: bytes) -> None:
     from vsbench.platform.cluster import ClusterSettings
-    from vsbench.suite import Suite
+    from vsbench.spec.suite import Suite
 
     outcome(inputs.read_yaml, data, "c.yaml")
     for load in (Suite.load, ClusterSettings.load):
@@ -292,9 +296,9 @@ def test_yaml_configs(data: bytes) -> None:
 
 @pytest.mark.parametrize("size", [0, 1, 4096])
 def test_an_empty_or_zero_filled_file_is_an_input_error_for_every_line_reader(size: int) -> None:
-    for read in (readers.read_copy_detection_predictions, readers.read_copy_detection_ground_truth,
-                 readers.read_int_lines, readers.read_product_queries, readers.read_gallery_image_ids,
-                 lambda p: readers.read_hpatches_results(p, 1)):
+    for read in (disc_readers.read_copy_detection_predictions, disc_readers.read_copy_detection_ground_truth,
+                 abid_readers.read_int_lines, product_readers.read_product_queries, product_readers.read_gallery_image_ids,
+                 lambda p: pairs_readers.read_hpatches_results(p, 1)):
         assert outcome(read, b"\0" * size) is None
 
 
@@ -309,12 +313,12 @@ HUGE_INTEGERS = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from(
 def test_counting_with_huge_answers_and_counts_is_scored_or_refused_in_bounded_memory(
         answers: list[int], counts: list[int]) -> None:
     truth_data = json.dumps([[i, c] for i, c in enumerate(counts)]).encode()
-    truth = outcome(readers.read_counting_ground_truth, truth_data, "counting_val.json")
+    truth = outcome(abid_readers.read_counting_ground_truth, truth_data, "counting_val.json")
     if truth is None:
         return
 
     def read_and_score(path: Path) -> Any:
-        result = readers.read_abid_result(path, truth.size, "counting_val.json", binary=False)
+        result = abid_readers.read_abid_result(path, truth.size, "counting_val.json", binary=False)
         m = counting_metrics(result.values, truth[: result.values.size], None)
         assert m.confusion_matrix.size <= 1000 * 1000 and m.per_class_count.size <= 1000
         assert 0.0 <= m.accuracy <= 1.0 and m.rmse >= 0.0
@@ -331,9 +335,9 @@ HEADED_CSV = st.builds(lambda names, body: ",".join(names) + "\n" + body,
 @FUZZ
 @given(file_bytes(HEADED_CSV), st.booleans())
 def test_headers_in_any_order_or_repeated(data: bytes, normalize: bool) -> None:
-    outcome(lambda p: readers.read_copy_detection_predictions(p, normalize_ids=normalize), data)
-    outcome(lambda p: readers.read_copy_detection_ground_truth(p, normalize_ids=normalize), data)
-    outcome(readers.read_gallery_image_ids, data, "g.csv")
+    outcome(lambda p: disc_readers.read_copy_detection_predictions(p, normalize_ids=normalize), data)
+    outcome(lambda p: disc_readers.read_copy_detection_ground_truth(p, normalize_ids=normalize), data)
+    outcome(product_readers.read_gallery_image_ids, data, "g.csv")
 
 
 @FUZZ
@@ -374,5 +378,5 @@ def _codec_chain(codec: str, rounds: int) -> bytes:
                  st.builds(_codec_chain, st.sampled_from(["hex", "base64", "zlib", "rot13", "latin1", "utf-16"]),
                            st.integers(1, 30))))
 def test_restricted_pickles_never_grow_past_their_bytes(data: bytes) -> None:
-    outcome(readers.load_array_pickle, data, "features.pkl")
-    outcome(lambda p: readers.read_product_features(p, 1, 1), data, "features.pkl")
+    outcome(pickles.load_array_pickle, data, "features.pkl")
+    outcome(lambda p: product_readers.read_product_features(p, 1, 1), data, "features.pkl")

@@ -8,7 +8,7 @@ import json
 
 from typer.testing import CliRunner
 
-from vsbench.cli import app
+from vsbench.cli.app import app
 from vsbench.platform.local_s3 import free_port
 from vsbench.tracking.bundles import DIGEST_TAG, content_digest
 from vsbench.tracking.command import BUNDLE_NAME, read_bundle, upload_within, write_bundle

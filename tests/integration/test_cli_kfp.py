@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 from typer.testing import CliRunner
 
-from vsbench.cli import app
+from vsbench.cli.app import app
 
 from .kfp_standin import API, KfpStandIn
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from vsbench.abid.download import MANIFEST_NAME, download_abid, plan_objects
+from vsbench.io.storage import is_temporary
 from vsbench.platform.local_s3 import LocalS3
-from vsbench.storage import is_temporary
 
 from .flaky_proxy import FlakyProxy
 
@@ -167,7 +167,7 @@ def _list_only_bucket(s3: LocalS3, name: str, n: int) -> None:
 def _cli(*args: str):
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     return CliRunner().invoke(app, list(args))
 
@@ -230,7 +230,7 @@ def test_bad_credentials_are_named(local_s3, public_bucket, tmp_path, monkeypatc
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     from botocore.exceptions import ClientError
 
-    from vsbench.storage import explain_s3_error
+    from vsbench.io.storage import explain_s3_error
 
     denied = ClientError({"Error": {"Code": "InvalidAccessKeyId", "Message": "no"}}, "ListObjectsV2")
     assert "rejected the credentials (InvalidAccessKeyId)" in explain_s3_error(
@@ -290,7 +290,7 @@ def test_two_spellings_with_different_contents_are_listed_as_conflicts(local_s3,
 
 def test_conflicts_are_one_warning_line_in_the_cli_and_the_step(local_s3, public_bucket, no_aws_credentials,
                                                                 tmp_path, capsys):
-    from vsbench.steps import abid_download_step
+    from vsbench.steps.abid import abid_download_step
 
     _put_conflicting_spellings(local_s3, public_bucket)
     result = _cli("abid", "download", "--dest", str(tmp_path / "cli"), "--source", f"s3://{public_bucket}",

@@ -40,7 +40,7 @@ def small_limits(monkeypatch: pytest.MonkeyPatch, no_aws_credentials) -> dict[st
 def _cli(*args: str):
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     return CliRunner().invoke(app, list(args))
 

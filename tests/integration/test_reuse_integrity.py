@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from torch import nn
 from typer.testing import CliRunner
 
-from vsbench.cli import app
-from vsbench.synth.copy_detection import generate_disc
+from vsbench.benchmarks.disc.synth import generate_disc
+from vsbench.cli.app import app
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")]
 

@@ -16,10 +16,10 @@ import pytest
 
 from tests.originals import sscd_disc_eval, sscd_isc_io, sscd_isc_metrics
 from vsbench.benchmarks.base import EvalSettings, ImageSet
-from vsbench.benchmarks.copy_detection import DiscBenchmark, disc_csv_rows
-from vsbench.features import FeatureSet
-from vsbench.metrics.copy_detection import copy_detection_metrics, copy_detection_metrics_reference
-from vsbench.metrics.readers import read_copy_detection_ground_truth
+from vsbench.benchmarks.disc.adapter import DiscBenchmark, disc_csv_rows
+from vsbench.benchmarks.disc.metrics import copy_detection_metrics, copy_detection_metrics_reference
+from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
+from vsbench.retrieval.features import FeatureSet
 
 TOL = 1e-9
 

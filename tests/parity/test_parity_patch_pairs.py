@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.originals import hpatches_metrics
-from vsbench.metrics.patch_pairs import patch_pair_metrics
+from vsbench.benchmarks.patch_pairs.metrics import patch_pair_metrics
 
 TOL = 1e-9
 

@@ -27,11 +27,11 @@ import numpy as np
 import pytest
 import torch
 
+from vsbench.abid.metrics import counting_metrics, verification_metrics
+from vsbench.abid.readers import read_abid_result
 from vsbench.benchmarks.base import EvalSettings
-from vsbench.benchmarks.vsd import load_vsd
-from vsbench.features import FeatureSet
-from vsbench.metrics.abid import counting_metrics, verification_metrics
-from vsbench.metrics.readers import read_abid_result
+from vsbench.benchmarks.vsd.adapter import load_vsd
+from vsbench.retrieval.features import FeatureSet
 
 ORIGINALS = Path(os.environ.get("VSBENCH_ORIGINALS", "/nonexistent"))
 needs_originals = pytest.mark.skipif(not ORIGINALS.is_dir(), reason="VSBENCH_ORIGINALS names no checkout of the "

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
+from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.platform.local_run import run_pipeline_locally
-from vsbench.synth.copy_detection import generate_disc
 from vsbench.tracking import ARTIFACT_LOCATION_ENV, STEP_TAG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

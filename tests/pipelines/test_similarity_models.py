@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vsbench.synth.copy_detection import generate_disc
+from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.tracking import ARTIFACT_LOCATION_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
@@ -40,7 +40,7 @@ def _hf_dinov2(folder: Path) -> Path:
 def test_a_library_model_runs_a_benchmark_end_to_end(family: str, tmp_path: Path, monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))

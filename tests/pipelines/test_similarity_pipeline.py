@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.platform.local_run import run_pipeline_locally
-from vsbench.synth.copy_detection import generate_disc
 from vsbench.tracking import ARTIFACT_LOCATION_ENV, PARENT_TAG, STEP_TAG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -62,7 +62,7 @@ def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_
     table the inline run prints (the container runner's twin is in tests/containers/)."""
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv(ARTIFACT_LOCATION_ENV, str(tmp_path / "artifacts"))
@@ -92,7 +92,7 @@ def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_
 def test_a_failing_step_prints_the_last_lines_of_its_log(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     generate_disc(tmp_path / "disc", references=12, queries=8, train=12, seed=3)
     result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "disc"),

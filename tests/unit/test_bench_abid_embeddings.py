@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
-from vsbench.benchmarks.abid_embeddings import (
+from vsbench.abid.gallery import (
     accuracy_threshold,
     bin_id,
     find_bin_image,
@@ -22,8 +22,8 @@ from vsbench.benchmarks.abid_embeddings import (
     ranked_average_precision,
 )
 from vsbench.benchmarks.base import EvalSettings
-from vsbench.features import FeatureSet
-from vsbench.metrics.readers import InputError
+from vsbench.io.inputs import InputError
+from vsbench.retrieval.features import FeatureSet
 
 ASIN_OF = {0: "A", 1: "A", 2: "A", 3: "B", 4: "B", 5: "B", 6: "A", 7: "B", 8: "C", 9: "C", 10: "C", 11: "C"}
 HOLDERS = {"A": [0, 1, 2], "B": [3, 4, 5], "C": [9, 10, 11]}
@@ -135,7 +135,7 @@ def test_ranked_average_precision_with_ties_and_truncation() -> None:
 
 def test_reads_what_prepare_writes_from_generated_bins(tmp_path: Path) -> None:
     from vsbench.abid.prepare import prepare_abid
-    from vsbench.synth.abid import generate_abid
+    from vsbench.abid.synth import generate_abid
 
     generate_abid(tmp_path / "raw", 60, seed=0, progress=False)
     prepare_abid(tmp_path / "raw", tmp_path / "tasks", seed=0, progress=False)

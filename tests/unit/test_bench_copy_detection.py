@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vsbench.benchmarks.base import REGISTRY, EvalSettings
-from vsbench.benchmarks.copy_detection import (
+from vsbench.benchmarks import registry
+from vsbench.benchmarks.base import EvalSettings
+from vsbench.benchmarks.disc.adapter import (
     CSV_NAME,
     GROUND_TRUTH_CSV,
     QUERY_DIR,
@@ -25,9 +26,9 @@ from vsbench.benchmarks.copy_detection import (
     load_disc,
     precision_recall_curve,
 )
-from vsbench.features import FeatureError, FeatureSet
-from vsbench.metrics.readers import InputError
-from vsbench.storage import UnsafePathError
+from vsbench.io.inputs import InputError
+from vsbench.io.storage import UnsafePathError
+from vsbench.retrieval.features import FeatureError, FeatureSet
 
 QUERIES = ("Q00000", "Q00001", "Q00002")
 REFERENCES = ("R000000", "R000001", "R000002")
@@ -76,7 +77,7 @@ def _hand_features(train_rows: list[list[float]] | None = None) -> dict[str, Fea
 def test_layout_ids_and_paths(disc_root: Path) -> None:
     bench = load_disc(disc_root)
     sets = bench.image_sets()
-    assert bench.name == "disc" and REGISTRY["disc"] is load_disc
+    assert bench.name == "disc" and registry.get("disc").loader == "vsbench.benchmarks.disc.adapter:load_disc"
     assert set(sets) == {"query", "reference", "train"}
     assert sets["query"].ids == QUERIES  # sorted, id = file stem, notes.txt ignored
     assert sets["reference"].ids == REFERENCES

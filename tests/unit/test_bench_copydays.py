@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vsbench.benchmarks.base import REGISTRY, EvalSettings
-from vsbench.benchmarks.copydays import (
+from vsbench.benchmarks import registry
+from vsbench.benchmarks.base import EvalSettings
+from vsbench.benchmarks.copydays.adapter import (
     CSV_NAME,
     copydays_csv_rows,
     load_copydays,
     strong_positives,
 )
-from vsbench.features import FeatureSet
+from vsbench.retrieval.features import FeatureSet
 
 ORIGINALS = ("200000", "200100", "200200")
 STRONG = ("200001", "200002", "200101")  # two attacks of 2000.., one of 2001.., none of 2002..
@@ -51,7 +52,7 @@ def copydays_root(tmp_path: Path) -> Path:
 
 def test_queries_blocks_and_ground_truth_from_file_names(copydays_root: Path) -> None:
     bench = load_copydays(copydays_root, distractors=copydays_root.parent / "distractors")
-    assert bench.name == "copydays" and REGISTRY["copydays"] is load_copydays
+    assert bench.name == "copydays" and registry.get("copydays").loader == "vsbench.benchmarks.copydays.adapter:load_copydays"
     assert bench.queries.ids == (
         "original/200000", "original/200100", "original/200200",
         "strong/200001", "strong/200002", "strong/200101",

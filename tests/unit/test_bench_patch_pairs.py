@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from vsbench.benchmarks.base import EvalSettings
-from vsbench.benchmarks.patch_pairs import curve_figures, load_patch_pairs
-from vsbench.features import FeatureError, FeatureSet
-from vsbench.metrics.patch_pairs import patch_pair_grid
-from vsbench.metrics.readers import InputError, read_hpatches_results
+from vsbench.benchmarks.patch_pairs.adapter import curve_figures, load_patch_pairs
+from vsbench.benchmarks.patch_pairs.metrics import patch_pair_grid
+from vsbench.benchmarks.patch_pairs.readers import read_hpatches_results
+from vsbench.io.inputs import InputError
+from vsbench.io.storage import UnsafePathError
 from vsbench.reporting.plots import close
-from vsbench.storage import UnsafePathError
+from vsbench.retrieval.features import FeatureError, FeatureSet
 
 FILES = ("pos_easy", "pos_hard", "neg_diffseq", "neg_sameseq")
 

@@ -1,4 +1,4 @@
-"""Bounded reading (vsbench.inputs): the hostile files of issue 15 fail fast, in little memory,
+"""Bounded reading (vsbench.io.inputs): the hostile files of issue 15 fail fast, in little memory,
 with a message that names the file, the limit and its variable, and quotes at most ~100 characters."""
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vsbench import inputs
-from vsbench.cli import app
-from vsbench.inputs import InputError
-from vsbench.metrics import readers
+from vsbench.abid import readers as abid_readers
+from vsbench.benchmarks.disc import readers as disc_readers
+from vsbench.benchmarks.patch_pairs import readers as pairs_readers
+from vsbench.benchmarks.product_search import readers as product_readers
+from vsbench.cli.app import app
+from vsbench.io import inputs
+from vsbench.io.inputs import InputError
 
 GIB = 1 << 30
 
@@ -49,7 +52,7 @@ def test_past_the_size_check_the_line_cap_stops_the_read_in_bounded_memory(tmp_p
     started = time.perf_counter()
     try:
         with pytest.raises(InputError) as raised:
-            readers.read_copy_detection_predictions(big)
+            disc_readers.read_copy_detection_predictions(big)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -65,10 +68,10 @@ def test_the_line_cap_is_configurable_and_counts_every_reader(tmp_path: Path, mo
     path = tmp_path / "r.txt"
     path.write_text("1\n0\n" + "1" * 21 + "\n")
     with pytest.raises(InputError, match=r"r\.txt:3: line is longer than 20 characters"):
-        readers.read_int_lines(path)
+        abid_readers.read_int_lines(path)
     (tmp_path / "x.results").write_text("0.5,1\n" + "9" * 30 + ",1\n")
     with pytest.raises(InputError, match=r"x\.results:2: line is longer than 20 characters"):
-        readers.read_hpatches_results(tmp_path / "x.results")  # checked before pandas reads it
+        pairs_readers.read_hpatches_results(tmp_path / "x.results")  # checked before pandas reads it
 
 
 def test_a_json_over_its_cap_is_refused_before_it_is_read(tmp_path: Path, monkeypatch) -> None:
@@ -76,7 +79,7 @@ def test_a_json_over_its_cap_is_refused_before_it_is_read(tmp_path: Path, monkey
     path = tmp_path / "counting_val.json"
     path.write_text("[" + ",".join(["[1, 2]"] * 40) + "]")
     with pytest.raises(InputError, match=r"file is \d+ bytes, over the 100 bytes limit .*VSBENCH_MAX_JSON_BYTES"):
-        readers.read_counting_ground_truth(path)
+        abid_readers.read_counting_ground_truth(path)
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, "1" * 5000, '{"a": 1' + "}" * 3])
@@ -91,7 +94,7 @@ def test_messages_quote_at_most_100_characters_of_input(tmp_path: Path) -> None:
     path = tmp_path / "p.csv"
     path.write_text("query_id,reference_id,score\nQ1,R1," + "x" * 5000 + "\n")
     with pytest.raises(InputError) as raised:
-        readers.read_copy_detection_predictions(path)
+        disc_readers.read_copy_detection_predictions(path)
     assert "... (5,000 characters)" in str(raised.value) and len(str(raised.value)) < len(str(path)) + 200
 
 
@@ -111,7 +114,7 @@ def test_an_npz_member_declaring_more_than_it_holds_is_refused(tmp_path: Path) -
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("ids.npy", _npy(np.asarray(["a"])))
         archive.writestr("features.npy", header.getvalue() + b"\0" * 16)
-    from vsbench.features import FeatureError, load_features
+    from vsbench.retrieval.features import FeatureError, load_features
 
     with pytest.raises(FeatureError, match="features.npy: header declares"):
         load_features(path)
@@ -130,15 +133,15 @@ def test_a_pickle_declaring_a_terabyte_string_is_an_input_error(tmp_path: Path) 
     path = tmp_path / "features.pkl"
     path.write_bytes(b"\x80\x04" + b"\x8e" + struct.pack("<Q", 1 << 40) + b"abc")  # BINBYTES8 of 1 TB
     with pytest.raises(InputError, match="unreadable (or refused )?pickle"):
-        readers.read_product_features(path, 1, 1)
+        product_readers.read_product_features(path, 1, 1)
     path.write_bytes(pickle.dumps({"query_feature": 1}))
     with pytest.raises(InputError):
-        readers.read_product_features(path, 1, 1)
+        product_readers.read_product_features(path, 1, 1)
 
 
 def test_a_folder_or_a_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is a folder"):
-        readers.read_int_lines(tmp_path)
+        abid_readers.read_int_lines(tmp_path)
     with pytest.raises(InputError, match="file not found"):
         inputs.read_yaml(tmp_path / "suite.yaml")
 

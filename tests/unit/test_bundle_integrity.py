@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vsbench.cli import app
+from vsbench.cli.app import app
 from vsbench.tracking.command import BUNDLE_NAME, read_bundle, upload_bundle, write_bundle
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from vsbench.cli import app
+from vsbench.cli.app import app
 
 
 def test_compare_names_a_missing_experiment(tmp_path, monkeypatch):

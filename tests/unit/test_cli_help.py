@@ -6,7 +6,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from vsbench.cli import app
+from vsbench.cli.app import app
 
 
 def _commands(group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

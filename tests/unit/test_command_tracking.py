@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vsbench.cli import app
+from vsbench.cli.app import app
 from vsbench.platform.local_s3 import free_port
 from vsbench.tracking.command import BUNDLE_NAME, read_bundle, upload_bundle, write_bundle
 
@@ -25,7 +25,7 @@ SLACK_S = 4.0  # process start, imports, the benchmark itself on a loaded 2-core
 
 @pytest.fixture(scope="module")
 def pairs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vsbench.synth.registry import generate
+    from vsbench.benchmarks.registry import generate
 
     root = tmp_path_factory.mktemp("patch-pairs")
     generate("patch-pairs", root, seed=0)

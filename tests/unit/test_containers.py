@@ -25,7 +25,7 @@ from vsbench.platform.containers import (
     remove_containers,
     step_environment,
 )
-from vsbench.platform.images import HOST_VENV, running_image
+from vsbench.runtime.images import HOST_VENV, running_image
 
 
 def test_a_step_gets_the_settings_a_pod_gets_and_nothing_else_of_the_host() -> None:
@@ -174,7 +174,7 @@ def test_step_manifest_and_mlflow_tags_record_the_image(tmp_path: Path, monkeypa
     from mlflow.tracking import MlflowClient
 
     from vsbench.reporting.compare import collect_runs, ran_in, render_runs
-    from vsbench.steps import StepResult, _finish
+    from vsbench.steps.abid import StepResult, _finish
     from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, child_run, log_to_parent, open_parent_run
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

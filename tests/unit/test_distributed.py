@@ -43,8 +43,8 @@ from vsbench.abid.distributed import (
 from vsbench.abid.models import counting_network
 from vsbench.abid.profiles import get_profile
 from vsbench.abid.trainer import LAST, load_state
-from vsbench.cli import app
-from vsbench.device import setup_device
+from vsbench.cli.app import app
+from vsbench.runtime.device import setup_device
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("ddp_faulty_worker.py")

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vsbench import inputs
-from vsbench.metrics import readers
-from vsbench.metrics.readers import InputError
-from vsbench.scoring_cli import score_app
+from vsbench.abid import readers as abid_readers
+from vsbench.benchmarks.disc import readers as disc_readers
+from vsbench.benchmarks.product_search import readers as product_readers
+from vsbench.cli.score import score_app
+from vsbench.io import inputs
+from vsbench.io import pickles as pickles
+from vsbench.io.inputs import InputError
 
 runner = CliRunner()
 
@@ -37,7 +40,7 @@ def _one_line_error(result, *fragments: str) -> str:
 def test_a_ground_truth_header_in_the_other_order_is_read_by_name(tmp_path: Path) -> None:
     gt = tmp_path / "gt.csv"
     gt.write_text("reference_id,query_id\nR1,Q1\nR2,Q2\n,Q3\n")
-    truth = readers.read_copy_detection_ground_truth(gt)
+    truth = disc_readers.read_copy_detection_ground_truth(gt)
     assert truth.query_ids.tolist() == ["Q1", "Q2"] and truth.reference_ids.tolist() == ["R1", "R2"]
     assert truth.listed_queries.tolist() == ["Q1", "Q2", "Q3"] and truth.notes == ()
     preds = tmp_path / "preds.csv"
@@ -53,7 +56,7 @@ def test_a_swapped_header_past_the_first_line_is_a_pair_with_a_note_that_does_no
         tmp_path: Path) -> None:
     gt = tmp_path / "gt.csv"
     gt.write_text("Q1,R1\nreference_id,query_id\n")
-    (note,) = readers.read_copy_detection_ground_truth(gt).notes
+    (note,) = disc_readers.read_copy_detection_ground_truth(gt).notes
     assert "gt.csv:2:" in note and "other order" in note and "normalize" not in note
 
 
@@ -64,7 +67,7 @@ def test_a_gallery_with_a_column_named_twice_is_refused_in_one_line(tmp_path: Pa
     gallery = tmp_path / "gallery.csv"
     gallery.write_text("ASIN,Image ID,Image ID\nA,1,2\n")
     with pytest.raises(InputError, match=r"gallery.csv:1: column 'Image ID' is named 2 times .*columns 2, 3"):
-        readers.read_gallery_image_ids(gallery)
+        product_readers.read_gallery_image_ids(gallery)
     queries = tmp_path / "q.jsonl"
     queries.write_text(json.dumps({"source_pid": "s", "candidates": [{"candidate_pid": "1", "label": 1}]}) + "\n")
     _one_line_error(_run("product-search", "--queries", queries, "--gallery", gallery, "--features",
@@ -75,7 +78,7 @@ def test_a_prediction_header_naming_a_column_twice_is_refused(tmp_path: Path) ->
     preds = tmp_path / "preds.csv"
     preds.write_text("reference_id,query_id,score,query_id\nR1,Q1,0.5,Q2\n")
     with pytest.raises(InputError, match=r"preds.csv:1: column 'query_id' is named 2 times"):
-        readers.read_copy_detection_predictions(preds)
+        disc_readers.read_copy_detection_predictions(preds)
 
 
 # ---------------------------------------------------------------- 7. the true line of a bad byte
@@ -128,7 +131,7 @@ def test_an_answer_with_more_digits_than_python_reads_says_so(tmp_path: Path) ->
     pred = tmp_path / "r.txt"
     pred.write_text("1\n" + "9" * 5000 + "\n")
     with pytest.raises(InputError, match=r"r.txt:2: an integer of 5,000 characters, more than Python's int\(\) reads"):
-        readers.read_abid_result(pred, 2, "gt.json", binary=True)
+        abid_readers.read_abid_result(pred, 2, "gt.json", binary=True)
 
 
 @pytest.mark.parametrize(("quantity", "message"), [
@@ -139,7 +142,7 @@ def test_a_ground_truth_count_past_64_bits_is_one_line(tmp_path: Path, quantity:
     gt = tmp_path / "counting_val.json"
     gt.write_text(f"[[0, 1], [1, {quantity}]]")
     with pytest.raises(InputError, match=rf"counting_val.json: {message}"):
-        readers.read_counting_ground_truth(gt)
+        abid_readers.read_counting_ground_truth(gt)
     pred = tmp_path / "r.txt"
     pred.write_text("1\n1\n")
     _one_line_error(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", tmp_path / "m.json"),
@@ -205,7 +208,7 @@ def test_a_ground_truth_count_of_20000_is_refused_in_one_line_and_the_limit_is_c
                     "counting_val.json: entry 2: quantity '20000' is over the largest count scored, 999",
                     "VSBENCH_MAX_COUNT_CLASSES")
     monkeypatch.setenv("VSBENCH_MAX_COUNT_CLASSES", "20001")
-    assert readers.read_counting_ground_truth(gt).tolist() == [1, 20_000]
+    assert abid_readers.read_counting_ground_truth(gt).tolist() == [1, 20_000]
 
 
 def test_num_classes_past_the_limit_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -236,7 +239,7 @@ def test_classes_without_examples_are_one_summary_line(tmp_path: Path) -> None:
 def _unit_rows(rows: int):
     import numpy as np
 
-    values = np.random.default_rng(rows).normal(size=(rows, readers.FEATURE_DIM)).astype(np.float32)
+    values = np.random.default_rng(rows).normal(size=(rows, product_readers.FEATURE_DIM)).astype(np.float32)
     return values / np.linalg.norm(values, axis=1, keepdims=True)
 
 
@@ -255,8 +258,8 @@ def test_an_npz_member_the_features_do_not_use_is_never_read(tmp_path: Path) -> 
             member.write(zeros)
     assert path.stat().st_size < 2 << 20
     holder = {}
-    peak = _traced_peak(lambda: holder.setdefault("f", readers.read_product_features(path, 2, 3)))
-    assert holder["f"][0].shape == (2, readers.FEATURE_DIM)
+    peak = _traced_peak(lambda: holder.setdefault("f", product_readers.read_product_features(path, 2, 3)))
+    assert holder["f"][0].shape == (2, product_readers.FEATURE_DIM)
     assert peak < 32 << 20  # was every member: 256 MiB here, 3.3 GB for a 3 GiB member
 
 
@@ -267,21 +270,21 @@ def test_an_unused_npz_member_with_a_forged_header_is_not_even_opened(tmp_path: 
     np.savez(path, query_feature=_unit_rows(1), gallery_feature=_unit_rows(1), junk=np.zeros(3))
     data = path.read_bytes().replace(b"'shape': (3,)", b"'shape': (9,)")
     path.write_bytes(data)
-    assert readers.read_product_features(path, 1, 1)[1].shape == (1, readers.FEATURE_DIM)
+    assert product_readers.read_product_features(path, 1, 1)[1].shape == (1, product_readers.FEATURE_DIM)
 
 
 def test_a_forged_npy_as_features_is_named_as_a_npy_not_a_pickle(tmp_path: Path) -> None:
     path = tmp_path / "features.npy"
     path.write_bytes(b"\x93NUMPY\x01\x00garbage")
     with pytest.raises(InputError, match=r"features.npy: not a valid .npy") as caught:
-        readers.read_product_features(path, 1, 1)
+        product_readers.read_product_features(path, 1, 1)
     assert "pickle" not in str(caught.value)
     good = tmp_path / "one.npy"
     import numpy as np
 
     np.save(good, _unit_rows(1))
     with pytest.raises(InputError, match=r"one.npy: a .npy file holds one array; .*np.savez"):
-        readers.read_product_features(good, 1, 1)
+        product_readers.read_product_features(good, 1, 1)
 
 
 def test_a_broken_npz_member_is_named(tmp_path: Path) -> None:
@@ -291,7 +294,7 @@ def test_a_broken_npz_member_is_named(tmp_path: Path) -> None:
     np.savez(path, query_feature=_unit_rows(1), gallery_feature=_unit_rows(1))
     path.write_bytes(path.read_bytes().replace(b"\x93NUMPY", b"\x93NUMPX", 1))
     with pytest.raises(InputError, match=r"features.npz: .npz member 'query_feature.npy' is not a valid .npy"):
-        readers.read_product_features(path, 1, 1)
+        product_readers.read_product_features(path, 1, 1)
 
 
 # ---------------------------------------------------------------- 4. the restricted unpickler cannot grow memory
@@ -311,7 +314,7 @@ def test_a_pickle_chaining_codecs_is_refused_before_it_grows(tmp_path: Path, cod
     path = tmp_path / "features.pkl"
     path.write_bytes(_codec_chain(b"x" * 1024, codec, 15))  # hex: 1 kB -> 16 MiB (22 rounds of 1.4 kB: 6.45 GB)
     assert path.stat().st_size < 2048
-    peak = _traced_peak(lambda: pytest.raises(InputError, readers.load_array_pickle, path))
+    peak = _traced_peak(lambda: pytest.raises(InputError, pickles.load_array_pickle, path))
     assert peak < 1 << 20
 
 
@@ -328,11 +331,11 @@ def test_the_unpickler_makes_no_array_larger_than_its_bytes(tmp_path: Path) -> N
         path = tmp_path / f"{name}.pkl"
         path.write_bytes(data)
         with pytest.raises(InputError, match=r"unreadable or refused pickle: refusing"):
-            readers.load_array_pickle(path)
+            pickles.load_array_pickle(path)
     path = tmp_path / "objects.pkl"
     path.write_bytes(pickle.dumps({"query_feature": np.array([1, "a"], dtype=object)}, protocol=2))
     with pytest.raises(InputError, match=r"refusing dtype"):
-        readers.load_array_pickle(path)
+        pickles.load_array_pickle(path)
 
 
 @pytest.mark.parametrize("protocol", range(6))
@@ -345,17 +348,17 @@ def test_feature_pickles_of_every_protocol_still_load(tmp_path: Path, protocol: 
     query, gallery = _unit_rows(2).astype(np.float64), _unit_rows(3)
     path.write_bytes(pickle.dumps({"query_feature": query, "gallery_feature": gallery, "epoch": np.float32(3),
                                    "name": "resnet"}, protocol=protocol))
-    q, g = readers.read_product_features(path, 2, 3)
+    q, g = product_readers.read_product_features(path, 2, 3)
     assert type(q) is np.ndarray and q.dtype == np.float64 and np.array_equal(q, query)
     assert type(g) is np.ndarray and np.array_equal(g, gallery)
-    assert readers.load_array_pickle(path)["epoch"] == np.float32(3)
+    assert pickles.load_array_pickle(path)["epoch"] == np.float32(3)
 
 
 # ---------------------------------------------------------------- 11. a metric of 0 for a reason says why
 
 
 def _pairs_folder(folder: Path, positives: int) -> Path:
-    from vsbench.scoring_cli import HPATCHES_NEGATIVES, HPATCHES_POSITIVES
+    from vsbench.cli.score import HPATCHES_NEGATIVES, HPATCHES_POSITIVES
 
     folder.mkdir()
     for name in HPATCHES_POSITIVES.values():
@@ -407,7 +410,7 @@ def test_verification_precision_and_recall_of_zero_by_zero_say_so(tmp_path: Path
 def test_a_column_the_gallery_does_not_use_may_be_named_twice(tmp_path: Path) -> None:
     gallery = tmp_path / "gallery.csv"
     gallery.write_text("query_id,query_id,Image ID\nx,y,1\n,,2\n")  # found by the fuzz suite: AttributeError
-    assert readers.read_gallery_image_ids(gallery).tolist() == ["1", "2"]
+    assert product_readers.read_gallery_image_ids(gallery).tolist() == ["1", "2"]
 
 
 def test_python2_style_feature_pickles_with_text_data_still_load(tmp_path: Path) -> None:
@@ -427,5 +430,5 @@ def test_python2_style_feature_pickles_with_text_data_still_load(tmp_path: Path)
     assert b"_codecs" not in buffer.getvalue()
     path = tmp_path / "py2.pkl"
     path.write_bytes(buffer.getvalue())
-    q, _ = readers.read_product_features(path, 2, 2)
-    assert np.array_equal(q, query) and readers.load_array_pickle(path)["s"] == np.float32(2)
+    q, _ = product_readers.read_product_features(path, 2, 2)
+    assert np.array_equal(q, query) and pickles.load_array_pickle(path)["s"] == np.float32(2)

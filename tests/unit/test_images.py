@@ -1,7 +1,7 @@
 """The container images, checked without a Docker engine.
 
 What the Dockerfiles install must satisfy pyproject.toml, both images must run as a non-root
-user, hadolint must pass, and the image names must come from ``vsbench.platform.images`` everywhere: in
+user, hadolint must pass, and the image names must come from ``vsbench.runtime.images`` everywhere: in
 the build script and in every Kubeflow component (``base_image=CPU_IMAGE`` or ``GPU_IMAGE``).
 """
 
@@ -25,7 +25,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from vsbench.platform import images
+from vsbench.runtime import images
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
@@ -295,7 +295,7 @@ def test_dockerfiles_and_build_script_do_not_name_the_images() -> None:
         text = path.read_text()
         assert images.REGISTRY not in text and "ghcr.io" not in text, f"{path.name} names a registry"
         assert not re.search(r"vsbench-(cpu|cuda):", text), f"{path.name} names an image tag"
-    assert "from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE" in BUILD_SH.read_text()
+    assert "from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE" in BUILD_SH.read_text()
 
 
 def _build_sh(*args: str, registry: str) -> str:
@@ -307,7 +307,7 @@ def _build_sh(*args: str, registry: str) -> str:
 
 def _images_for(registry: str) -> list[str]:
     env = {**os.environ, "VSBENCH_IMAGE_REGISTRY": registry}
-    code = "from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE; print(CPU_IMAGE); print(GPU_IMAGE)"
+    code = "from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE; print(CPU_IMAGE); print(GPU_IMAGE)"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60, check=True).stdout.split()
 
@@ -332,7 +332,7 @@ def test_build_script_builds_and_pushes_the_images_named_by_vsbench_images() -> 
     assert cpu_image in only_cpu and gpu_image not in only_cpu and " push " not in only_cpu
 
 
-# ---- every component takes its image from vsbench.platform.images ------------------------------------
+# ---- every component takes its image from vsbench.runtime.images ------------------------------------
 
 COMPONENT_FILES = sorted(path for path in (ROOT / "components").glob("*.py") if path.name != "__init__.py")
 
@@ -357,7 +357,7 @@ def test_there_are_components_to_check() -> None:
 def test_every_component_uses_a_base_image_from_vsbench_images(path: Path) -> None:
     tree = ast.parse(path.read_text())
     imported = {alias.asname or alias.name: alias.name for node in tree.body
-                if isinstance(node, ast.ImportFrom) and node.module == "vsbench.platform.images"
+                if isinstance(node, ast.ImportFrom) and node.module == "vsbench.runtime.images"
                 for alias in node.names}
     for function, decorator in _component_decorators(tree):
         where = f"{path.name}:{function}"
@@ -366,7 +366,7 @@ def test_every_component_uses_a_base_image_from_vsbench_images(path: Path) -> No
         image = keywords.get("base_image")
         assert isinstance(image, ast.Name), f"{where}: base_image must be CPU_IMAGE or GPU_IMAGE"
         assert imported.get(image.id) in IMAGE_NAMES, (
-            f"{where}: base_image={image.id} is not CPU_IMAGE/GPU_IMAGE imported from vsbench.platform.images")
+            f"{where}: base_image={image.id} is not CPU_IMAGE/GPU_IMAGE imported from vsbench.runtime.images")
         assert image.id == imported[image.id], f"{where}: import CPU_IMAGE/GPU_IMAGE under their own names"
         install = keywords.get("install_kfp_package")
         assert isinstance(install, ast.Constant) and install.value is False, (

@@ -223,10 +223,11 @@ def test_score_normalization_and_transforms_are_verified_too(tmp_path: Path) -> 
 # --- a whole benchmark: index -> search -> score, as `vsbench similarity run` drives it ---
 
 def _disc(tmp_path: Path):
-    from vsbench.benchmarks.base import EvalSettings, load_benchmark
-    from vsbench.features import FeatureSet, save_features
-    from vsbench.similarity import embed_benchmark_shard, merge_benchmark
-    from vsbench.synth.copy_detection import generate_disc
+    from vsbench.benchmarks.base import EvalSettings
+    from vsbench.benchmarks.registry import load_benchmark
+    from vsbench.benchmarks.disc.synth import generate_disc
+    from vsbench.retrieval.engine import embed_benchmark_shard, merge_benchmark
+    from vsbench.retrieval.features import FeatureSet, save_features
 
     root, out = tmp_path / "data", tmp_path / "run"
     generate_disc(root, references=30, queries=20, train=24, seed=1)
@@ -245,7 +246,7 @@ def _disc(tmp_path: Path):
 
 
 def _steps(root: Path, out: Path, settings) -> list[dict]:
-    from vsbench.similarity import index_benchmark, score_benchmark, search_benchmark
+    from vsbench.retrieval.engine import index_benchmark, score_benchmark, search_benchmark
 
     index_benchmark("disc", root, out, settings, reference_shards=2)
     for task in range(2):
@@ -276,7 +277,7 @@ def test_swapped_shards_in_a_benchmark_run_are_rebuilt_to_the_same_numbers(tmp_p
 def test_the_search_command_refuses_a_damaged_shard_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
     root, out, settings = _disc(tmp_path)

@@ -21,10 +21,10 @@ import pytest
 from PIL import Image
 
 from vsbench.abid.resize import MANIFEST_NAME, resize_abid, resize_image_bytes
-from vsbench.embed import ImageFiles, load_image, load_image_pillow
 from vsbench.imaging import jpeg
 from vsbench.imaging.resample import resize_bilinear
 from vsbench.models.registry import Preprocessing
+from vsbench.retrieval.embed import ImageFiles, load_image, load_image_pillow
 
 MAD_LIMIT = 1.5  # levels of 255: the promise of decode="fast" against the challenge's output
 ORIENTATION = 0x0112
@@ -450,7 +450,7 @@ def _loaded(function, path: Path, preprocessing: Preprocessing) -> np.ndarray | 
 def test_embedding_input_is_unchanged_for_every_kind(preprocessing, tmp_path, monkeypatch):
     """Same arrays as the Pillow path (so the embedding cache key stays), same failure reasons;
     the fast decoder is used exactly for the JPEGs it takes that need no resize."""
-    from vsbench.embed import _resized_size
+    from vsbench.retrieval.embed import _resized_size
 
     used_fast = []
     real = jpeg.decode_rgb

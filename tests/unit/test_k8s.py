@@ -79,7 +79,7 @@ def images_in(docs: list[dict[str, Any]]) -> list[str]:
 
 def default_images() -> tuple[str, str, str]:
     """CPU_IMAGE, GPU_IMAGE and TAG as compiled with no VSBENCH_IMAGE_REGISTRY override."""
-    code = "from vsbench.platform.images import CPU_IMAGE, GPU_IMAGE, TAG; print(CPU_IMAGE, GPU_IMAGE, TAG)"
+    code = "from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE, TAG; print(CPU_IMAGE, GPU_IMAGE, TAG)"
     env = {k: v for k, v in os.environ.items() if k != "VSBENCH_IMAGE_REGISTRY"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          timeout=60).stdout.split()
@@ -160,7 +160,7 @@ def test_images_are_pinned_and_vsbench_images_match_vsbench_images_py(rendered, 
         assert not image.endswith(":latest"), image
     ours = [image for image in found if re.search(r"/vsbench-(cpu|cuda)[:@]", image)]
     assert ours, "MLflow runs in the vsbench CPU image"
-    assert set(ours) <= {cpu_image, gpu_image}, f"{ours} != vsbench.platform.images {cpu_image}"
+    assert set(ours) <= {cpu_image, gpu_image}, f"{ours} != vsbench.runtime.images {cpu_image}"
     assert all(image.endswith(f":{tag}") for image in ours)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, precision_score, recall_score
 
-from vsbench.metrics.abid import counting_metrics, verification_metrics
+from vsbench.abid.metrics import counting_metrics, verification_metrics
 
 SAFE_KEY = re.compile(r"^[A-Za-z0-9_]+$")
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
-from vsbench.metrics.copy_detection import copy_detection_metrics, copy_detection_metrics_reference
+from vsbench.benchmarks.disc.metrics import copy_detection_metrics, copy_detection_metrics_reference
 
 BOTH = [copy_detection_metrics, copy_detection_metrics_reference]
 

@@ -7,7 +7,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from vsbench.metrics.copydays import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
+from vsbench.benchmarks.copydays.metrics import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
 
 
 @pytest.mark.parametrize(

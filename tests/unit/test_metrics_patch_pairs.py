@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from vsbench.metrics.patch_pairs import mean_pr_ap, patch_pair_grid, patch_pair_metrics, pr_curve, roc_curve
+from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid, patch_pair_metrics, pr_curve, roc_curve
 
 
 def test_balanced_roc_by_hand_with_a_tie() -> None:

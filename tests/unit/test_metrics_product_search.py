@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
-from vsbench.metrics.product_search import product_search_metrics
+from vsbench.benchmarks.product_search.metrics import product_search_metrics
 
 GALLERY = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]])
 QUERIES = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from vsbench.metrics.vsd import (
+from vsbench.benchmarks.vsd.metrics import (
     binary_average_precision,
     binary_roc_auc,
     candidate_rank,

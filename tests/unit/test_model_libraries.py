@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from vsbench.embed import load_image, normalizer
 from vsbench.models.registry import Embedder, available_models, build_model, describe_model
 from vsbench.models.weights import WeightsError, state_digest
+from vsbench.retrieval.embed import load_image, normalizer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 timm = pytest.importorskip("timm")
@@ -328,7 +328,7 @@ def test_describe_says_dim_preprocessing_and_where_weights_would_come_from(hf_fo
 def test_the_models_command_lists_and_describes(hf_folders: dict[str, Path]) -> None:
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     listed = CliRunner().invoke(app, ["similarity", "models"])
     assert listed.exit_code == 0 and "timm:<name>" in listed.output and "efficientnet_lite0" in listed.output

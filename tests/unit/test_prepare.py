@@ -291,8 +291,8 @@ def test_a_full_dataset_has_no_empty_file_and_no_warning(fixture_dir, tmp_path):
 def test_cli_and_step_print_the_one_warning_line(five_bins, tmp_path, capsys):
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
-    from vsbench.steps import abid_prepare_step
+    from vsbench.cli.app import app
+    from vsbench.steps.abid import abid_prepare_step
 
     result = CliRunner().invoke(app, ["abid", "prepare", "--data", str(five_bins), "--out", str(tmp_path / "cli")])
     assert result.exit_code == 0, result.output

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vsbench.abid.prepare import prepare_abid
-from vsbench.synth.abid import generate_abid
+from vsbench.abid.synth import generate_abid
 
 
 @pytest.fixture(scope="module")

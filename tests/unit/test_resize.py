@@ -84,7 +84,7 @@ def test_missing_input_folder_is_named(tmp_path):
 def test_written_files_follow_the_umask_not_mkstemps_0600(tmp_path):
     import stat
 
-    from vsbench.storage import atomic_write_bytes
+    from vsbench.io.storage import atomic_write_bytes
 
     atomic_write_bytes(tmp_path / "x.bin", b"data")
     mode = stat.S_IMODE((tmp_path / "x.bin").stat().st_mode)
@@ -94,7 +94,7 @@ def test_written_files_follow_the_umask_not_mkstemps_0600(tmp_path):
 
 
 def test_atomic_write_makes_folders_survives_a_stale_temporary_and_leaves_no_temporaries(tmp_path):
-    from vsbench import storage
+    from vsbench.io import storage
 
     target = tmp_path / "a" / "b" / "x.bin"
     storage.atomic_write_bytes(target, b"one")  # the folder is made on the way
@@ -117,7 +117,7 @@ def test_atomic_write_makes_folders_survives_a_stale_temporary_and_leaves_no_tem
 
 
 def test_atomic_write_takes_strings_and_bare_names_and_finishes_partial_writes(tmp_path, monkeypatch):
-    from vsbench import storage
+    from vsbench.io import storage
 
     storage.atomic_write_bytes(str(tmp_path / "s.bin"), b"as a string")
     assert (tmp_path / "s.bin").read_bytes() == b"as a string"
@@ -129,7 +129,7 @@ def test_atomic_write_takes_strings_and_bare_names_and_finishes_partial_writes(t
 
 
 def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    from vsbench import storage
+    from vsbench.io import storage
 
     target = tmp_path / "x.bin"
     storage.atomic_write_bytes(target, b"old")
@@ -249,9 +249,9 @@ def test_every_entry_point_defaults_to_full():
     from typer.testing import CliRunner
     from vsbench.pipelines.abid import build_abid_pipeline
 
-    from vsbench import steps
     from vsbench.abid.resize import DEFAULT_DECODE
-    from vsbench.cli import app
+    from vsbench.cli.app import app
+    from vsbench.steps import abid as steps
 
     assert DEFAULT_DECODE == "full"
     assert inspect.signature(resize_abid).parameters["decode"].default == "full"
@@ -279,7 +279,7 @@ def test_a_run_stopped_by_the_failure_rate_resumes_with_a_higher_threshold(tmp_p
     "resized 0, kept 98": only a fresh --out could pass."""
     from typer.testing import CliRunner
 
-    from vsbench.cli import app
+    from vsbench.cli.app import app
 
     data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
     args = ["abid", "resize", "--data", str(data), "--out", str(out), "--workers", "1"]
@@ -310,7 +310,7 @@ def test_the_failure_rate_counts_every_input_kept_resized_or_failed(mixed_inputs
 
 def test_a_kubeflow_retry_of_a_stopped_step_passes_once_the_threshold_is_raised(tmp_path, monkeypatch):
     from vsbench.imaging.limits import TooManyFailures
-    from vsbench.steps import abid_resize_step
+    from vsbench.steps.abid import abid_resize_step
 
     data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
     kfp_manifest = tmp_path / "kfp" / "manifest"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vsbench.scoring_cli import score_app
+from vsbench.cli.score import score_app
 
 runner = CliRunner()
 

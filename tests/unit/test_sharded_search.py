@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from vsbench.benchmarks.base import EvalSettings
-from vsbench.features import FeatureSet, save_features
 from vsbench.index.codec import SearchError, merge_found
 from vsbench.index.plan import SearchRequest, search_inline
 from vsbench.index.store import build_index, collect, search_shard, shard_bounds, shard_tasks
-from vsbench.similarity import evaluate_benchmark, index_benchmark, score_benchmark, search_benchmark
+from vsbench.retrieval.engine import evaluate_benchmark, index_benchmark, score_benchmark, search_benchmark
+from vsbench.retrieval.features import FeatureSet, save_features
 
 
 def _request(rng: np.random.Generator, *, codecs: str, metric: str = "ip", score_norm: str = "",
@@ -199,8 +199,8 @@ def test_a_stale_shard_result_is_refused(tmp_path: Path) -> None:
 def _embed_precomputed(benchmark: str, root: Path, out: Path, rng: np.random.Generator, dim: int = 16,
                        options: dict | None = None) -> None:
     """Features for every image of the benchmark (with duplicated rows: ties), through the real embed step."""
-    from vsbench.benchmarks.base import load_benchmark
-    from vsbench.similarity import embed_benchmark_shard
+    from vsbench.benchmarks.registry import load_benchmark
+    from vsbench.retrieval.engine import embed_benchmark_shard
 
     bench = load_benchmark(benchmark, root, **(options or {}))
     ids = sorted({i for images in bench.image_sets().values() for i in images.ids})
@@ -213,7 +213,8 @@ def _embed_precomputed(benchmark: str, root: Path, out: Path, rng: np.random.Gen
 
 @pytest.mark.parametrize("benchmark", ["disc", "copydays"])
 def test_benchmark_records_equal_with_and_without_shards(tmp_path: Path, benchmark: str) -> None:
-    from vsbench.synth.copy_detection import generate_copydays, generate_disc
+    from vsbench.benchmarks.copydays.synth import generate_copydays
+    from vsbench.benchmarks.disc.synth import generate_disc
 
     if benchmark == "disc":
         generate_disc(tmp_path / "data", references=30, queries=20, train=24, seed=1)
@@ -227,7 +228,7 @@ def test_benchmark_records_equal_with_and_without_shards(tmp_path: Path, benchma
         settings = EvalSettings(codecs="Flat;PCA8,Flat", k=10, score_norm="")
     out = tmp_path / "run"
     _embed_precomputed(benchmark, root, out, np.random.default_rng(7), options=options)
-    from vsbench.similarity import merge_benchmark
+    from vsbench.retrieval.engine import merge_benchmark
 
     merge_benchmark(benchmark, root, out, options)
     expected = evaluate_benchmark(benchmark, root, out, settings, options).records
@@ -243,7 +244,7 @@ def test_benchmark_records_equal_with_and_without_shards(tmp_path: Path, benchma
 
 
 def test_search_with_another_reference_shard_count_than_the_index_is_refused(tmp_path: Path) -> None:
-    from vsbench.synth.copy_detection import generate_disc
+    from vsbench.benchmarks.disc.synth import generate_disc
 
     generate_disc(tmp_path / "data", references=12, queries=8, train=10, seed=2)
     out = tmp_path / "run"

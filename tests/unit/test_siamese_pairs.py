@@ -108,7 +108,7 @@ def test_the_export_rebuilds_the_profiles_head_from_its_weights(tmp_path: Path) 
     from types import SimpleNamespace
 
     from vsbench.abid.trainer import BEST, save_state
-    from vsbench.steps import _best_model_for_export
+    from vsbench.steps.abid import _best_model_for_export
 
     torch.manual_seed(3)
     trained = SiameseNetwork(dropout=0.0, arch="resnet18", pair_features="symmetric", head_width=64).eval()

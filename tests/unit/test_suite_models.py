@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vsbench.suite import Suite
+from vsbench.spec.suite import Suite
 
 BASE = """
 benchmarks:

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR
-from vsbench.synth.abid import (
+from vsbench.abid.synth import (
     AbidPlan,
     AbidSynthSummary,
     BinItem,

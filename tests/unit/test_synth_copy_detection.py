@@ -12,19 +12,19 @@ import pytest
 from PIL import Image
 
 from vsbench.benchmarks.base import EvalSettings, ImageSet
-from vsbench.benchmarks.copy_detection import GROUND_TRUTH_CSV, load_disc
-from vsbench.benchmarks.copydays import load_copydays
-from vsbench.features import FeatureSet
-from vsbench.synth.copy_detection import (
+from vsbench.benchmarks.copydays.adapter import load_copydays
+from vsbench.benchmarks.copydays.synth import generate_copydays
+from vsbench.benchmarks.disc.adapter import GROUND_TRUTH_CSV, load_disc
+from vsbench.benchmarks.disc.synth import (
     SKIMAGE_DISTRACTORS,
     SKIMAGE_NEGATIVES,
     SKIMAGE_REFERENCES,
     SKIMAGE_TRAIN,
     TRANSFORMS_CSV,
-    generate_copydays,
     generate_disc,
     generate_skimage_copydetect,
 )
+from vsbench.retrieval.features import FeatureSet
 
 
 def _digest(root: Path) -> dict[str, str]:

@@ -13,14 +13,14 @@ import pytest
 from PIL import Image
 
 from vsbench.benchmarks.base import EvalSettings, ImageSet
-from vsbench.benchmarks.patch_pairs import load_patch_pairs
-from vsbench.benchmarks.product_search import load_product_search
-from vsbench.benchmarks.vsd import load_vsd
-from vsbench.features import FeatureSet
+from vsbench.benchmarks.patch_pairs.adapter import load_patch_pairs
+from vsbench.benchmarks.patch_pairs.synth import generate_patch_pairs
+from vsbench.benchmarks.product_search.adapter import load_product_search
+from vsbench.benchmarks.product_search.synth import generate_product_search
+from vsbench.benchmarks.vsd.adapter import load_vsd
+from vsbench.benchmarks.vsd.synth import generate_vsd
 from vsbench.reporting.plots import close
-from vsbench.synth.patch_pairs import generate_patch_pairs
-from vsbench.synth.product_search import generate_product_search
-from vsbench.synth.vsd import generate_vsd
+from vsbench.retrieval.features import FeatureSet
 
 GENERATORS: dict[str, Callable[..., dict[str, Any]]] = {
     "patch_pairs": lambda out, seed: generate_patch_pairs(out, patches=12, sequences=3, seed=seed),

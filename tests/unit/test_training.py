@@ -13,7 +13,7 @@ from vsbench.abid.counting import train_counting
 from vsbench.abid.profiles import get_profile
 from vsbench.abid.siamese import train_siamese
 from vsbench.abid.trainer import LAST, load_state
-from vsbench.device import setup_device
+from vsbench.runtime.device import setup_device
 
 pytestmark = pytest.mark.slow
 TIMING = {"epoch_seconds", "train_images_per_second"}

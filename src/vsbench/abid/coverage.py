@@ -9,7 +9,7 @@ the split and the bins' contents, so the reason is the data's, not a guess from 
 The sizes: the split's is exact (the validation split is ``round(val_fraction * eligible)``, so
 ``ceil(0.5 / val_fraction)`` eligible bins give it one bin). The files that need an asin shared
 between bins depend on how often asins repeat; ``SHARED_ASIN_BINS`` is measured on the generated
-bins (``vsbench.synth.abid``, tuned to ABID's published repetition): with 50 bins every one of
+bins (``vsbench.abid.synth``, tuned to ABID's published repetition): with 50 bins every one of
 these files had entries for 5 or 6 of 6 seeds, with 20 for 1 to 5 of 6, with 5 for none. A run of
 consecutive real ids may repeat asins less; the figure is an order of magnitude, and says so.
 """

@@ -89,7 +89,7 @@ def check_unreadable(step: str, out_dir: Path, unreadable: list[dict[str, Any]],
         return
     listing = out_dir / UNREADABLE_NAME
     if write:
-        from vsbench.storage import atomic_write_json
+        from vsbench.io.storage import atomic_write_json
 
         atomic_write_json(listing, {"checked": checked, "unreadable": unreadable})
     check_failure_rate(step, len({u["index"] for u in unreadable}), checked, max_failure_rate, listing)

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vsbench.device import DeviceSetup, setup_device
+from vsbench.runtime.device import DeviceSetup, setup_device
 
 T = TypeVar("T")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
-from vsbench.storage import (
+from vsbench.io.storage import (
     S3AccessError,
     _env_number,
     atomic_write_bytes,

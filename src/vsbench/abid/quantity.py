@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vsbench.inputs import read_index_list, read_json, read_lines
-from vsbench.storage import atomic_write_text
+from vsbench.io.inputs import read_index_list, read_json, read_lines
+from vsbench.io.storage import atomic_write_text
 
 RESULT_NAME = "obj_num_verification_result.txt"
 

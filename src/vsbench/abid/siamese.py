@@ -36,9 +36,9 @@ from vsbench.abid.pairs import SiamesePairSampler
 from vsbench.abid.prepare import MODERATE_MAX_QUANTITY
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit, hold_out
-from vsbench.device import DeviceSetup
-from vsbench.inputs import read_index_list, read_json
-from vsbench.storage import atomic_write_json, atomic_write_text
+from vsbench.io.inputs import read_index_list, read_json
+from vsbench.io.storage import atomic_write_json, atomic_write_text
+from vsbench.runtime.device import DeviceSetup
 
 RESULT_NAME = "obj_verification_result.txt"
 

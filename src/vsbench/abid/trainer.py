@@ -30,8 +30,8 @@ from torch.utils.data import DataLoader
 
 from vsbench.abid.distributed import SINGLE, Distributed
 from vsbench.abid.profiles import TrainProfile
-from vsbench.device import DeviceSetup
-from vsbench.storage import atomic_write_bytes
+from vsbench.io.storage import atomic_write_bytes
+from vsbench.runtime.device import DeviceSetup
 
 T = TypeVar("T")
 LAST = "last.pt"

@@ -1,10 +1,2 @@
-"""Benchmark adapters; importing this package registers every one of them in ``base.REGISTRY``."""
-
-from vsbench.benchmarks import (  # noqa: F401 - each module registers its benchmark
-    abid_embeddings,
-    copy_detection,
-    copydays,
-    patch_pairs,
-    product_search,
-    vsd,
-)
+"""Benchmarks, one folder each (reader, metrics, adapter, generator), and the one registry of them
+(:mod:`vsbench.benchmarks.registry`); ``base`` is what an adapter is to the similarity engine."""

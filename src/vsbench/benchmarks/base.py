@@ -9,7 +9,7 @@ An adapter reads a benchmark's native files (``load(root, **options)``) and expo
   (one per codec / variant), with MLflow-safe keys, plus optional figures.
 
 Benchmarks that rank with FAISS (DISC, Copydays, ABID as a gallery) split ``evaluate`` in two, so
-that index, search and score can be pipeline steps of their own (:mod:`vsbench.similarity`):
+that index, search and score can be pipeline steps of their own (:mod:`vsbench.retrieval.engine`):
 
 * ``search_requests(features, settings)``: the searches it needs, as
   :class:`vsbench.index.plan.SearchRequest` values (queries, references, training rows, codecs,
@@ -23,14 +23,13 @@ Benchmarks that score files without any model (``vsbench score ...``) use the sa
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from vsbench.features import FeatureSet
+from vsbench.retrieval.features import FeatureSet
 
 
 @dataclass(frozen=True)
@@ -90,25 +89,3 @@ def unit_rows(features: np.ndarray, what: str) -> np.ndarray:
         raise ValueError(f"{what} features: row {int(np.flatnonzero(norms.ravel() == 0)[0])} is all zeros, "
                          "which has no cosine")
     return values / norms
-
-
-# name -> loader(root, **options); filled by each adapter module on import (see benchmarks/__init__.py).
-REGISTRY: dict[str, Callable[..., Benchmark]] = {}
-
-
-def register(name: str) -> Callable[[Callable[..., Benchmark]], Callable[..., Benchmark]]:
-    def decorator(loader: Callable[..., Benchmark]) -> Callable[..., Benchmark]:
-        if name in REGISTRY:
-            raise ValueError(f"benchmark {name!r} registered twice")
-        REGISTRY[name] = loader
-        return loader
-
-    return decorator
-
-
-def load_benchmark(name: str, root: Path, **options: Any) -> Benchmark:
-    import vsbench.benchmarks  # noqa: F401 - registers the adapters
-
-    if name not in REGISTRY:
-        raise ValueError(f"unknown benchmark {name!r}; choose from {sorted(REGISTRY)}")
-    return REGISTRY[name](root, **options)

@@ -66,8 +66,8 @@ from vsbench.index.codec import (
 )
 from vsbench.index.plan import SearchRequest, SearchResults, array_digest
 from vsbench.index.search import use_gpu_now
-from vsbench.inputs import load_arrays, parse_json, read_json
-from vsbench.storage import atomic_write_bytes, atomic_write_json, file_sha256
+from vsbench.io.inputs import load_arrays, parse_json, read_json
+from vsbench.io.storage import atomic_write_bytes, atomic_write_json, file_sha256
 
 logger = logging.getLogger(__name__)
 

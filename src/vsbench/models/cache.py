@@ -57,9 +57,9 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.inputs import InputError, check_array_file
+from vsbench.io.inputs import InputError, check_array_file
+from vsbench.io.storage import file_sha256
 from vsbench.models.registry import Embedder
-from vsbench.storage import file_sha256
 
 logger = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ class ClusterSettings(BaseModel):
 
     @classmethod
     def load(cls, path: Path | None) -> ClusterSettings:
-        from vsbench.inputs import read_yaml
+        from vsbench.io.inputs import read_yaml
 
         if path is None:
             return cls()

@@ -222,7 +222,7 @@ def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, da
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, not {runner!r}")
     from vsbench.models.cache import CACHE_ENV
     from vsbench.platform.containers import ContainerPlan, container_runner, step_environment
-    from vsbench.platform.images import CPU_IMAGE
+    from vsbench.runtime.images import CPU_IMAGE
 
     folders, files, environment = tracking_locations(experiment) if experiment else ([], [], {})
     cache = embedding_cache_mount()

@@ -41,7 +41,7 @@ from typing import Any
 
 import pandas as pd
 
-from vsbench.storage import atomic_write_text
+from vsbench.io.storage import atomic_write_text
 from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
 from vsbench.tracking.provenance import (
     BASELINE_TAG,

@@ -47,7 +47,7 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 def _image_tags() -> dict[str, str]:
     """Where the step runs (image name and id, or "host venv"): compare and the report show it."""
-    from vsbench.platform.images import running_image
+    from vsbench.runtime.images import running_image
 
     ran_in = running_image()
     return {IMAGE_TAG: ran_in["image"], **({IMAGE_ID_TAG: ran_in["image_id"]} if ran_in["image_id"] else {})}

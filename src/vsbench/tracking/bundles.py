@@ -9,7 +9,7 @@ instructions:
   ``extra="forbid"``, no type coercion: ``"uploaded": "yes"`` is refused, not a ``TypeError``
   later); MLflow's own length limits on names and values; caps on the file's size (checked with
   ``stat`` before any byte is read) and on the number of params, metrics, tags and artifacts; every
-  problem one :class:`~vsbench.inputs.InputError` line naming the file, the field and the fix.
+  problem one :class:`~vsbench.io.inputs.InputError` line naming the file, the field and the fix.
 * **Artifacts only from the bundle's own folder.** ``artifacts[].path`` is resolved (symlinks
   followed) and must land in the folder that holds the bundle, on a regular file under the size cap;
   ``artifacts[].folder`` (where it goes in the run) must be a plain relative path.
@@ -25,7 +25,7 @@ instructions:
   environment or the default only.
 
 The caps have defaults far above real bundles (a similarity run has ~10 params and ~100 metrics)
-and, like :mod:`vsbench.inputs`' caps, an environment variable each, named in the message.
+and, like :mod:`vsbench.io.inputs`' caps, an environment variable each, named in the message.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
-from vsbench.inputs import InputError, _env_int, human_bytes, parse_json, quote, read_text
+from vsbench.io.inputs import InputError, _env_int, human_bytes, parse_json, quote, read_text
 from vsbench.tracking.provenance import MLFLOW_GIT_COMMIT_TAG
 
 DIGEST_TAG = "vsbench.bundle.digest"  # on the MLflow run made from a bundle: the bundle's content digest

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vsbench.storage import atomic_write_json
+from vsbench.io.storage import atomic_write_json
 from vsbench.tracking.provenance import RUN_KEY_TAG, SOURCE_TAG, code_tags
 
 BUNDLE_NAME = "mlflow-run.json"
@@ -167,7 +167,7 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
 
 def read_bundle(path: Path) -> dict[str, Any]:
     """A bundle's fields after the checks that need only the file (size cap, counts, types);
-    :class:`~vsbench.inputs.InputError` naming the file and field otherwise."""
+    :class:`~vsbench.io.inputs.InputError` naming the file and field otherwise."""
     from vsbench.tracking.bundles import parse_bundle
 
     return parse_bundle(path).model_dump()

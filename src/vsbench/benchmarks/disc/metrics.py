@@ -1,0 +1,387 @@
+"""Copy-detection scorers with the isc2021 / SSCD semantics (DISC2021 metrics).
+
+Inputs are pooled predictions ``(query, reference, score)`` (higher score = more likely a copy)
+and ground-truth pairs ``(query, reference)``. Definitions (facebookresearch/isc2021
+``isc/metrics.py``, copied into SSCD as ``sscd/datasets/isc/metrics.py``):
+
+* **uAP** (micro average precision): all predictions sorted by score, descending; on equal scores
+  the negatives go first, which gives the worst AP the tied scores allow (so a constant score
+  earns nothing). ``P_i = TP_i / i``, ``R_i = TP_i / N_gt`` where ``N_gt`` counts every
+  ground-truth pair, retrieved or not, and ``uAP = sum_i (R_i - R_{i-1}) * P_i``.
+* **recall at precision 0.9**: the largest ``R_i`` over the points with ``P_i >= 0.9``; 0 when no
+  point reaches it (isc2021 reports "None", SSCD's ``disc_eval`` writes ``recall_at_p90 or 0.0``).
+* **accuracy at 1**: per ground-truth pair, rank = number of that query's predictions with a score
+  ``>=`` the true reference's score, minus one (ties count against); a pair that was not predicted
+  has no rank. The mean over ground-truth pairs of ``[rank == 0]``; queries without ground truth
+  do not enter the mean.
+
+The value reported is always the original's (ties resolved against the submission). Where tied
+scores could be ordered otherwise, ``ties`` holds the range over tie orders (:mod:`.ties`): the best
+order puts the true pairs first among equal scores and gives a query's first place to a true pair
+tied at its top score.
+
+Inputs isc2021 accepts and how they are treated here, with the same numbers:
+
+* Ids compare as Python compares them (isc2021 keeps them in tuples and sets): the integer ``1`` and
+  the string ``"1"`` are different ids, ``1`` and ``1.0`` the same one.
+* Scores may be ``+inf`` or ``-inf``. NaN is refused: isc2021's tuple sort has no defined order for
+  it, so its number would depend on where the NaN sits in the file.
+* A ground-truth pair listed twice counts twice in ``N_gt`` and in accuracy at 1, as in isc2021
+  (recall then cannot reach 1); ``ground_truth_duplicates="once"`` counts it once, and a note says so.
+* Ground-truth rows whose reference is empty (queries with no copy) are not positives (isc2021's
+  ``read_ground_truth`` drops them), but the predictions made for those queries, and for queries
+  the ground truth does not list at all, count as false positives.
+
+Refused because the original refuses or crashes too: a duplicate ``(query, reference)`` prediction
+(isc2021 ``check_duplicates``) and a ground truth without any pair (isc2021 raises "recalls array
+must be sorted" from the NaN recalls, or returns NaN for a single prediction).
+
+:func:`copy_detection_metrics` is vectorized (sorts and binary searches; ten million predictions
+in seconds); :func:`copy_detection_metrics_reference` is a literal plain-Python transcription of
+the definitions, kept to check the fast one (tests and ``bench/metrics.py``); the parity tests run
+isc2021's own code against both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from vsbench.benchmarks.ties import TieRange, tie_fields
+
+PRECISION_TARGET = 0.9
+GroundTruthDuplicates = Literal["count", "once"]
+
+
+@dataclass(frozen=True)
+class CopyDetectionMetrics:
+    """DISC-style record. ``threshold_at_p90`` is the score at the recall-at-P90 operating point.
+
+    ``ties`` maps ``uap``, ``accuracy_at_1`` and ``recall_at_p90`` to their range over tie orders;
+    ``notes`` are one-line warnings about inputs the original scores silently (see the module doc).
+    """
+
+    uap: float
+    accuracy_at_1: float
+    recall_at_p90: float
+    threshold_at_p90: float | None  # None when precision 0.9 is never reached
+    num_predictions: int
+    num_ground_truth: int
+    num_true_positives: int  # predictions that are ground-truth pairs
+    ties: Mapping[str, TieRange] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {
+            "uap": self.uap,
+            "accuracy_at_1": self.accuracy_at_1,
+            "recall_at_p90": self.recall_at_p90,
+            "num_predictions": self.num_predictions,
+            "num_ground_truth": self.num_ground_truth,
+            "num_true_positives": self.num_true_positives,
+        }
+        if self.threshold_at_p90 is not None:
+            out["threshold_at_p90"] = self.threshold_at_p90
+        out.update(tie_fields(self.ties))
+        return out
+
+
+# ----------------------------------------------------------------------------- vectorized
+
+
+def copy_detection_metrics(
+    pred_query: ArrayLike,
+    pred_reference: ArrayLike,
+    pred_score: ArrayLike,
+    gt_query: ArrayLike,
+    gt_reference: ArrayLike,
+    *,
+    ground_truth_duplicates: GroundTruthDuplicates = "count",
+) -> CopyDetectionMetrics:
+    """uAP, accuracy at 1 and recall at precision 0.9, as isc2021 computes them (module docstring).
+
+    A ground-truth reference equal to ``""`` (or None) marks a query without a copy and is not a
+    positive. Raises ValueError on mismatched lengths, NaN scores, duplicate predictions, or when
+    the ground truth holds no positive pair.
+    """
+    if ground_truth_duplicates not in ("count", "once"):
+        raise ValueError(f"ground_truth_duplicates must be 'count' or 'once', got {ground_truth_duplicates!r}")
+    scores = _scores(pred_score)
+    pq, pr = _ids(pred_query), _ids(pred_reference)
+    if not (pq.size == pr.size == scores.size):
+        raise ValueError(f"prediction columns differ in length: {pq.size}, {pr.size}, {scores.size}")
+    gq, gr = _positive_pairs(_ids(gt_query), _ids(gt_reference))
+    if gq.size == 0:
+        raise ValueError("the ground truth holds no (query, reference) pair: uAP is undefined "
+                         "(isc2021 fails on it too)")
+
+    q_codes, gq_codes = shared_codes(pq, gq)
+    n_queries = int(max(q_codes.max(initial=-1), gq_codes.max()) + 1)
+    r_codes, gr_codes, n_refs = _reference_codes(pr, gr, n_queries)
+    pred_keys = q_codes * n_refs + r_codes  # one int64 per (query, reference) pair
+    _reject_duplicates(pred_keys, pq, pr)
+
+    unique_gt, first_row, multiplicity = np.unique(gq_codes * n_refs + gr_codes, return_index=True,
+                                                   return_counts=True)
+    notes: list[str] = []
+    repeated = int(np.count_nonzero(multiplicity > 1))
+    if repeated:
+        row = int(first_row[np.flatnonzero(multiplicity > 1)[0]])
+        if ground_truth_duplicates == "count":
+            notes.append(f"{repeated} ground-truth pair(s) are listed more than once (e.g. query {gq[row]!r}, "
+                         f"reference {gr[row]!r}); counted each time, as isc2021 does, so recall cannot reach 1; "
+                         "ground_truth_duplicates='once' (--gt-duplicates once) counts each pair once")
+        else:
+            multiplicity = np.ones_like(multiplicity)
+    n_gt = int(multiplicity.sum())
+
+    match = _positions(unique_gt, pred_keys)  # into the unique ground truth, -1 if none
+    is_tp = match >= 0
+    predicted = np.zeros(unique_gt.size, dtype=bool)
+    predicted[match[is_tp]] = True
+    gt_scores = np.zeros(unique_gt.size)
+    gt_scores[match[is_tp]] = scores[is_tp]
+    gt_query_codes = gq_codes[first_row]
+
+    uap, recall_p90, threshold = _micro_ap(scores, is_tp, n_gt, negatives_first=True)
+    best_uap, best_recall, _ = _micro_ap(scores, is_tp, n_gt, negatives_first=False)
+    acc1, best_acc1 = _accuracy_at_1(q_codes, scores, n_queries, gt_query_codes, predicted, gt_scores, multiplicity)
+    return CopyDetectionMetrics(
+        uap=uap,
+        accuracy_at_1=acc1 / n_gt,
+        recall_at_p90=recall_p90,
+        threshold_at_p90=threshold,
+        num_predictions=int(scores.size),
+        num_ground_truth=n_gt,
+        num_true_positives=int(np.count_nonzero(is_tp)),
+        ties={"uap": TieRange(uap, best_uap), "accuracy_at_1": TieRange(acc1 / n_gt, best_acc1 / n_gt),
+              "recall_at_p90": TieRange(recall_p90, best_recall)},
+        notes=tuple(notes),
+    )
+
+
+def _ids(values: ArrayLike) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError("id columns must be 1-D")
+    return arr
+
+
+def _scores(values: ArrayLike) -> np.ndarray:
+    scores = np.asarray(values, dtype=np.float64)
+    if scores.ndim != 1:
+        raise ValueError("scores must be 1-D")
+    if np.isnan(scores).any():
+        bad = int(np.flatnonzero(np.isnan(scores))[0])
+        raise ValueError(f"score at row {bad} is NaN: isc2021's sort has no order for NaN, so no number is defined")
+    return scores
+
+
+def _positive_pairs(query: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop rows with an empty reference: those queries have no copy in the database."""
+    if query.size != reference.size:
+        raise ValueError(f"ground-truth columns differ in length: {query.size}, {reference.size}")
+    keep = np.array([ref is not None and not (isinstance(ref, str) and ref == "") for ref in reference.tolist()],
+                    dtype=bool)
+    return query[keep], reference[keep]
+
+
+# Kinds whose values compare equal across two arrays exactly when numpy's concatenation keeps them
+# equal: strings with strings, bytes with bytes, and integers of one signedness.
+_SAME_KIND_SAFE = frozenset("USiub")
+_FAMILY = {"U": "str", "S": "bytes", "b": "number", "i": "number", "u": "number", "f": "number", "c": "number"}
+
+
+def shared_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes for the ids of two arrays, equal exactly when Python's ``==`` says the ids are.
+
+    isc2021 matches predictions to the ground truth with tuples in a set, so ``1`` never matches
+    ``"1"``; ``np.concatenate`` would turn both into the string ``"1"``. Arrays of one safe kind are
+    factorized with numpy; ids of different families (text against numbers) share no code; anything
+    else (object arrays, mixed numbers) goes through a Python dict, which is Python's own equality.
+    """
+    kind_a, kind_b = first.dtype.kind, second.dtype.kind
+    if first.size == 0 or second.size == 0 or (kind_a == kind_b and kind_a in _SAME_KIND_SAFE):
+        if first.size == 0 or second.size == 0:
+            only = first if second.size == 0 else second
+            _, codes = np.unique(only, return_inverse=True) if only.size else (None, np.zeros(0, dtype=np.int64))
+            codes = codes.astype(np.int64).ravel()
+            empty = np.zeros(0, dtype=np.int64)
+            return (codes, empty) if second.size == 0 else (empty, codes)
+        _, codes = np.unique(np.concatenate([first, second]), return_inverse=True)
+        codes = codes.astype(np.int64).ravel()
+        return codes[: first.size], codes[first.size :]
+    family_a, family_b = _FAMILY.get(kind_a), _FAMILY.get(kind_b)
+    if family_a is not None and family_b is not None and family_a != family_b:
+        _, codes_a = np.unique(first, return_inverse=True)
+        _, codes_b = np.unique(second, return_inverse=True)
+        codes_a = codes_a.astype(np.int64).ravel()
+        return codes_a, codes_b.astype(np.int64).ravel() + int(codes_a.max(initial=-1)) + 1
+    table: dict = {}
+    codes = [table.setdefault(value, len(table)) for value in (*first.tolist(), *second.tolist())]
+    all_codes = np.asarray(codes, dtype=np.int64)
+    return all_codes[: first.size], all_codes[first.size :]
+
+
+def _reference_codes(first: np.ndarray, second: np.ndarray,
+                     n_queries: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Codes for reference ids and their count (an upper bound); they only enter the pair key.
+
+    Integer ids (FAISS row ids, say) are used as they are, shifted to start at 0, when the pair key
+    still fits in int64: that skips the sort that factorizing ten million ids costs.
+    """
+    if (first.size and first.dtype.kind == second.dtype.kind and first.dtype.kind in "iu"):
+        low = int(min(first.min(), second.min()))
+        span = int(max(first.max(), second.max())) - low + 1
+        if span * n_queries < 2**62:
+            return first.astype(np.int64) - low, second.astype(np.int64) - low, span
+    first_codes, second_codes = shared_codes(first, second)
+    return first_codes, second_codes, int(max(first_codes.max(initial=-1), second_codes.max()) + 1)
+
+
+def _reject_duplicates(keys: np.ndarray, query: np.ndarray, reference: np.ndarray) -> None:
+    ordered = np.sort(keys)
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if repeated.size:
+        first, second = np.flatnonzero(keys == ordered[repeated[0]])[:2].tolist()
+        raise ValueError(f"duplicate prediction pair (query {query[first]!r}, reference {reference[first]!r}) "
+                         f"at rows {first} and {second} (isc2021 refuses duplicates too)")
+
+
+def _positions(sorted_keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index of each wanted key in ``sorted_keys``, or -1 when absent."""
+    pos = np.searchsorted(sorted_keys, wanted)
+    inside = pos < sorted_keys.size
+    hit = np.zeros(wanted.size, dtype=bool)
+    hit[inside] = sorted_keys[pos[inside]] == wanted[inside]
+    return np.where(hit, pos, -1)
+
+
+def _micro_ap(scores: np.ndarray, is_tp: np.ndarray, n_gt: int, *,
+              negatives_first: bool) -> tuple[float, float, float | None]:
+    """uAP, recall at precision 0.9 and the score there, from the positives' ranks alone.
+
+    With negatives first on ties (isc2021's order; ``negatives_first=False`` is the best order) the
+    j-th true positive (0-based, best score first) sits at rank ``i = j + 1 + #{negatives with
+    score >= its score}`` (``>`` in the best order), whatever the order among tied positives.
+    Precision and recall only matter there: uAP adds ``P_i / N_gt`` at each true positive
+    (``R_i - R_{i-1}`` is 0 elsewhere), and a negative rank has the recall of the positive before
+    it with a lower precision, so the best recall at precision >= 0.9 is reached at a positive
+    (isc2021's ``argmax`` picks that first point too). So sorting the positives' and the negatives'
+    scores (and no ranking of the whole list) is enough.
+    """
+    positives = np.sort(scores[is_tp])[::-1]
+    negatives = np.sort(scores[~is_tp])
+    side = "left" if negatives_first else "right"
+    negatives_before = negatives.size - np.searchsorted(negatives, positives, side=side)
+    n_tp = np.arange(1, positives.size + 1)
+    precision = n_tp / (n_tp + negatives_before)
+    uap = float(precision.sum() / n_gt)
+    valid = np.flatnonzero(precision >= PRECISION_TARGET)
+    if valid.size == 0:
+        return uap, 0.0, None
+    best = int(valid[-1])  # recall grows with j: the last valid positive has the best recall
+    return uap, float(n_tp[best] / n_gt), float(positives[best])
+
+
+def _accuracy_at_1(q_codes: np.ndarray, scores: np.ndarray, n_queries: int, gt_q_codes: np.ndarray,
+                   predicted: np.ndarray, gt_scores: np.ndarray, multiplicity: np.ndarray) -> tuple[int, int]:
+    """Ground-truth entries at rank 0: (isc2021's count, the best count over tie orders).
+
+    isc2021: a pair has rank 0 exactly when its score is its query's maximum and no other prediction
+    ties it. Best order: a query whose top score is shared by one of its true pairs can put that pair
+    first (only one pair per query; a pair listed k times in the ground truth counts k times).
+    """
+    best = np.full(n_queries, -np.inf)
+    np.maximum.at(best, q_codes, scores)
+    at_best = np.bincount(q_codes, weights=scores == best[q_codes], minlength=n_queries)
+    on_top = predicted & (gt_scores == best[gt_q_codes])
+    worst = int(multiplicity[on_top & (at_best[gt_q_codes] == 1)].sum())
+    per_query = np.zeros(n_queries, dtype=np.int64)
+    np.maximum.at(per_query, gt_q_codes[on_top], multiplicity[on_top])
+    return worst, int(per_query.sum())
+
+
+# ------------------------------------------------------------------- plain-Python reference
+
+
+def copy_detection_metrics_reference(
+    pred_query: Iterable,
+    pred_reference: Iterable,
+    pred_score: Iterable,
+    gt_query: Iterable,
+    gt_reference: Iterable,
+    *,
+    ground_truth_duplicates: GroundTruthDuplicates = "count",
+) -> CopyDetectionMetrics:
+    """The original's values written as the definitions read, with loops; slow, for checking only.
+
+    No tie ranges: it computes what isc2021 computes and nothing else.
+    """
+    queries, references = _as_list(pred_query), _as_list(pred_reference)
+    scores = [float(s) for s in pred_score]
+    if any(s != s for s in scores):
+        raise ValueError("a score is NaN")
+    gt_pairs = [(q, r) for q, r in zip(_as_list(gt_query), _as_list(gt_reference))
+                if r is not None and not (isinstance(r, str) and r == "")]
+    if ground_truth_duplicates == "once":
+        gt_pairs = list(dict.fromkeys(gt_pairs))
+    if not gt_pairs:
+        raise ValueError("the ground truth holds no (query, reference) pair: uAP is undefined")
+    positives = set(gt_pairs)
+    seen: set[tuple] = set()
+    for q, r in zip(queries, references):
+        if (q, r) in seen:
+            raise ValueError(f"duplicate prediction pair ({q!r}, {r!r})")
+        seen.add((q, r))
+    labels = [(q, r) in positives for q, r in zip(queries, references)]
+    uap, recall_p90, threshold = _reference_micro_ap(scores, labels, len(gt_pairs))
+    repeated = sum(1 for count in Counter(gt_pairs).values() if count > 1)
+    return CopyDetectionMetrics(
+        uap=uap,
+        accuracy_at_1=_reference_accuracy_at_1(queries, references, scores, gt_pairs),
+        recall_at_p90=recall_p90,
+        threshold_at_p90=threshold,
+        num_predictions=len(scores),
+        num_ground_truth=len(gt_pairs),
+        num_true_positives=sum(labels),
+        notes=(f"{repeated} ground-truth pair(s) are listed more than once",) if repeated else (),
+    )
+
+
+def _as_list(values: Iterable) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+def _reference_micro_ap(scores: list[float], labels: list[bool], n_gt: int) -> tuple[float, float, float | None]:
+    # Sort by (score, not label) and reverse: descending score, negatives first on ties (isc2021).
+    ranked = sorted(zip(scores, labels), key=lambda row: (row[0], not row[1]), reverse=True)
+    uap = previous_recall = 0.0
+    best_recall, threshold = 0.0, None
+    true_pos = 0
+    for i, (score, label) in enumerate(ranked, start=1):
+        true_pos += label
+        precision, recall = true_pos / i, true_pos / n_gt
+        uap += (recall - previous_recall) * precision
+        previous_recall = recall
+        if precision >= PRECISION_TARGET and (threshold is None or recall > best_recall):
+            best_recall, threshold = recall, score
+    return uap, best_recall, threshold
+
+
+def _reference_accuracy_at_1(queries: list, references: list, scores: list[float], gt_pairs: list[tuple]) -> float:
+    by_query: dict = defaultdict(dict)
+    for q, r, s in zip(queries, references, scores):
+        by_query[q][r] = s
+    correct = 0
+    for q, r in gt_pairs:
+        predicted = by_query.get(q, {})
+        if r in predicted:
+            rank = sum(1 for s in predicted.values() if s >= predicted[r]) - 1
+            correct += rank == 0
+    return correct / len(gt_pairs)

@@ -1,0 +1,177 @@
+"""The one registry of benchmarks: every command, pipeline, suite and report finds a benchmark here.
+
+A benchmark is a :class:`BenchmarkSpec`: its one name (the ``benchmark`` param in MLflow and the
+pipelines), the other spellings it accepts, and where its loader, generator and file scorer live,
+as ``module:attribute`` references imported only when used, so that listing the benchmarks (and
+``vsbench --help``) imports no numpy. vsbench's own benchmarks are listed in :data:`BUILTIN`; an
+installed package adds its own through the ``vsbench.benchmarks`` entry-point group, each entry
+naming a BenchmarkSpec: the same object, so a plugin is listed, generated, run, scored, compiled
+and compared exactly as a built-in one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vsbench.benchmarks.base import Benchmark
+
+ENTRY_POINT_GROUP = "vsbench.benchmarks"
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")  # an MLflow param, a KFP task name part, a folder name
+LOWER_IS_BETTER_WORDS = ("rmse", "loss", "error", "seconds")  # metrics no spec names: decided by their words
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Everything vsbench needs to know of a benchmark, declared once."""
+
+    name: str  # the one name: lower case, digits and '_'
+    title: str  # one line for `vsbench benchmarks`
+    loader: str  # "module:function": load(root: Path, **options) -> Benchmark (benchmarks.base)
+    generator: str = ""  # "module:function": generate(out: Path, *, seed: int) -> summary dict
+    aliases: tuple[str, ...] = ()  # other spellings every command accepts (e.g. "patch-pairs", "pairs")
+    tasks: tuple[str, ...] = ()  # what it measures, in words
+    metrics: tuple[str, ...] = ()  # headline metrics of its records
+    lower_is_better: tuple[str, ...] = ()  # metrics where lower is better (others: higher, or by their words)
+    score_command: str = ""  # `vsbench score <command>` scores its result files without a model
+    datasets: Mapping[str, str] = field(default_factory=dict)  # other generators of its layout, name -> "module:function"
+    source: str = "vsbench"  # the distribution that registered it (a plugin's name)
+
+    def __post_init__(self) -> None:
+        if not NAME_PATTERN.match(self.name):
+            raise ValueError(f"benchmark name {self.name!r} must be lower case letters, digits and '_' "
+                             "(it names MLflow params, pipeline tasks and folders)")
+        for reference in (self.loader, self.generator, *self.datasets.values()):
+            if reference and ":" not in reference:
+                raise ValueError(f"benchmark {self.name!r}: {reference!r} is not a 'module:attribute' reference")
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    def load(self, root: Path, **options: Any) -> Benchmark:
+        """The benchmark over ``root`` (its native layout) with the loader's ``options``."""
+        return _resolve(self.loader)(Path(root), **options)
+
+    def generate(self, out: Path, *, seed: int = 0, dataset: str = "") -> dict[str, Any]:
+        """A small dataset in its native layout: its own generator, or one of ``datasets`` by name."""
+        reference = self.datasets[dataset] if dataset else self.generator
+        if not reference:
+            raise ValueError(f"benchmark {self.name!r} has no generator")
+        return _resolve(reference)(Path(out), seed=seed)
+
+    def higher_is_better(self, metric: str) -> bool:
+        return higher_is_better(metric, self.lower_is_better)
+
+
+def higher_is_better(metric: str, lower: tuple[str, ...] = ()) -> bool:
+    """A metric's direction: lower where a spec says so or where its name says error, loss, time."""
+    name = metric.lower()
+    return not (name in lower or name.rsplit("__", 1)[-1] in lower or any(w in name for w in LOWER_IS_BETTER_WORDS))
+
+
+def _resolve(reference: str) -> Callable[..., Any]:
+    module, _, attribute = reference.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target
+
+
+# vsbench's own benchmarks: module -> its SPEC (read from the module only when the registry is built).
+BUILTIN = (
+    "vsbench.benchmarks.disc",
+    "vsbench.benchmarks.copydays",
+    "vsbench.benchmarks.patch_pairs",
+    "vsbench.benchmarks.vsd",
+    "vsbench.benchmarks.product_search",
+    "vsbench.abid",
+)
+
+_SPECS: dict[str, BenchmarkSpec] | None = None
+
+
+def _load_specs() -> dict[str, BenchmarkSpec]:
+    specs: dict[str, BenchmarkSpec] = {}
+    found: list[BenchmarkSpec] = [importlib.import_module(module).SPEC for module in BUILTIN]
+    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            spec = entry.load()
+        except Exception as exc:  # a broken plugin must not take the built-ins down with it
+            raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}) cannot be loaded: {exc}; "
+                             f"fix or uninstall {entry.dist.name if entry.dist else 'its package'}") from None
+        if not isinstance(spec, BenchmarkSpec):
+            raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}) is a {type(spec).__name__}, "
+                             "not a vsbench.benchmarks.registry.BenchmarkSpec")
+        found.append(spec)
+    taken: dict[str, str] = {}
+    for spec in found:
+        for spelling in spec.spellings:
+            if spelling in taken:
+                raise ValueError(f"benchmark spelling {spelling!r} of {spec.name!r} ({spec.source}) is taken by "
+                                 f"{taken[spelling]!r}; rename it in the plugin")
+            taken[spelling] = spec.name
+        specs[spec.name] = spec
+    return specs
+
+
+def specs() -> dict[str, BenchmarkSpec]:
+    """Every benchmark by its name: the built-in ones, then the plugins'."""
+    global _SPECS
+    if _SPECS is None:
+        _SPECS = _load_specs()
+    return _SPECS
+
+
+def names() -> list[str]:
+    return list(specs())
+
+
+def get(name: str) -> BenchmarkSpec:
+    """The benchmark for any of its spellings (``patch-pairs``, ``pairs`` -> ``patch_pairs``)."""
+    for spec in specs().values():
+        if name in spec.spellings:
+            return spec
+    spelled = name.strip().lower().replace("-", "_")
+    for spec in specs().values():
+        if spelled in (s.replace("-", "_") for s in spec.spellings):
+            return spec
+    raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(names())} (vsbench benchmarks lists them)")
+
+
+def canonical(name: str) -> str:
+    """The one name of a benchmark given any of its spellings."""
+    return get(name).name
+
+
+def dataset_names() -> dict[str, tuple[BenchmarkSpec, str]]:
+    """Every name ``vsbench synth similarity`` accepts -> (benchmark, dataset; '' for its own generator)."""
+    out: dict[str, tuple[BenchmarkSpec, str]] = {}
+    for spec in specs().values():
+        if spec.generator:
+            for spelling in spec.spellings:
+                out[spelling] = (spec, "")
+        for dataset in spec.datasets:
+            out[dataset] = (spec, dataset)
+    return out
+
+
+def generate(name: str, out: Path, *, seed: int = 0) -> dict[str, Any]:
+    """``vsbench synth similarity NAME``: a benchmark's generator, or another dataset of its layout."""
+    known = dataset_names()
+    if name not in known:
+        spec = get(name)  # a spelling with other separators, or an unknown name (its error lists the names)
+        return spec.generate(out, seed=seed)
+    spec, dataset = known[name]
+    return spec.generate(out, seed=seed, dataset=dataset)
+
+
+def load_benchmark(name: str, root: Path, **options: Any) -> Benchmark:
+    """The benchmark ``name`` (any spelling) over ``root``."""
+    return get(name).load(root, **options)

@@ -1,0 +1,340 @@
+"""``vsbench score ...``: score result files against their ground truth and write a metrics JSON.
+
+Each command reads and validates its inputs (:mod:`vsbench.io.readers`), calls one pure
+scorer, prints a small table and writes the record atomically. Bad input ends with exit code 2 and
+a one-line message on stderr that names the file and line, never a traceback.
+The readers (and pandas) are imported inside the commands, so that ``vsbench --help`` stays quick.
+JSON has no NaN: a value that does not exist (a class without examples) is written as ``null``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import numpy as np
+import typer
+
+from vsbench.abid.metrics import counting_metrics, verification_metrics
+from vsbench.benchmarks.disc.metrics import copy_detection_metrics
+from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid
+from vsbench.benchmarks.product_search.metrics import product_search_metrics
+from vsbench.benchmarks.ties import tie_fields
+from vsbench.io.storage import atomic_write_json
+
+score_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Score result files against ground truth; write a metrics JSON.")
+
+BAD_INPUT_EXIT = 2
+HPATCHES_POSITIVES = {"easy": "test_pos_easy.results", "hard": "test_pos_hard.results"}
+HPATCHES_NEGATIVES = {"diffseq": "test_neg_diffseq.results", "sameseq": "test_neg_sameseq.results"}
+
+OutputOpt = Annotated[Path, typer.Option(help="Where the metrics JSON goes.")]
+StrictOpt = Annotated[bool, typer.Option(
+    "--strict", help="Refuse short result files and out-of-range answers (the challenge script scores them).")]
+ModelOpt = Annotated[str, typer.Option(help="Name of the model that made the results (MLflow param 'model').")]
+TrackOpt = Annotated[bool, typer.Option(
+    "--track/--no-track", help="Record an MLflow run (MLFLOW_TRACKING_URI, else a local store it prints); "
+                               "a store down or hanging costs at most VSBENCH_TRACKING_TIMEOUT s (30).")]
+ExperimentOpt = Annotated[str, typer.Option(help="MLflow experiment.")]
+SCORE_EXPERIMENT = "vsbench-score"
+SCORE_PIPELINE = "vsbench-score"
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(BAD_INPUT_EXIT)
+
+
+@contextmanager
+def user_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """Turn a user's mistake (ValueError, plus ``kinds``) into one line on stderr and exit code 2,
+    with no traceback. Shared by every command that checks its inputs. A file that cannot be opened
+    (missing, a folder, not readable) is such a mistake too: the line names it."""
+    try:
+        yield
+    except (ValueError, *kinds) as exc:  # InputError included
+        _fail(str(exc))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        _fail(f"{exc.filename}: {exc.strerror or exc}" if exc.filename is not None else str(exc))
+    except OSError as exc:
+        if exc.filename is None:  # a socket or a device, not a path the user gave: unexpected
+            raise
+        _fail(f"{exc.filename}: {exc.strerror or exc}")
+
+
+def _json_number(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def _json_list(values: np.ndarray) -> list[Any]:
+    return [_json_number(v) for v in values.tolist()]
+
+
+def _scalar_rows(record: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Numbers of the record, nested objects flattened as ``outer.inner`` (lists are left out)."""
+    for key, value in record.items():
+        if isinstance(value, dict):
+            yield from _scalar_rows(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)):
+            yield f"{prefix}{key}", value
+
+
+def _warn(notes: tuple[str, ...] | list[str]) -> None:
+    """Each note (an input the original scores silently, and the option that changes it) on one line."""
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
+
+
+def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[str, Path], options: dict[str, Any],
+           model: str, track: bool, experiment: str) -> None:
+    """The scored record as an MLflow run (params, metrics, the metrics JSON; the inputs' digest as
+    the data tag), bounded against a store that is down; skipped with ``--no-track``."""
+    if not track:
+        return
+    import time
+
+    from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
+    from vsbench.tracking.provenance import data_tags
+
+    record_command_run(output.parent / (output.stem + BUNDLE_SUFFIX), experiment=experiment, pipeline=SCORE_PIPELINE,
+                       params={"benchmark": benchmark, "model": model or "unnamed", **options,
+                               **{name: str(path) for name, path in inputs.items()}},
+                       metrics=dict(_scalar_rows(record)), tags=data_tags(*inputs.values()),
+                       artifacts={str(output): ""}, started=time.time(), kept=output, announce=typer.echo)
+
+
+def _report(title: str, record: dict[str, Any], output: Path) -> None:
+    """Print the record's numbers as a two-column table, then write the whole record.
+
+    A metric with a ``<name>_worst``/``<name>_best`` range (ties that other orders would break
+    otherwise) shows it beside its value, and the JSON keeps both keys.
+    """
+    ranges = {key[: -len("_worst")] for key in record if key.endswith("_worst") and
+              key[: -len("_worst")] + "_best" in record}
+    shown = {k: v for k, v in record.items() if not any(k in (f"{n}_worst", f"{n}_best") for n in ranges)}
+    rows = [(key, f"{value:.4f}  (ties: {record[key + '_worst']:.4f} to {record[key + '_best']:.4f})"
+             if key in ranges else value) for key, value in _scalar_rows(shown)]
+    width = max((len(key) for key, _ in rows), default=0)
+    typer.echo(title)
+    for key, value in rows:
+        typer.echo(f"  {key:<{width}}  {value:.4f}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+    if ranges:
+        typer.echo("  (ties: the range over every order of tied scores; the value is the original's order)")
+    with user_errors():
+        atomic_write_json(output, record)
+    typer.echo(f"metrics: {output}")
+
+
+@score_app.command("abid-counting")
+def abid_counting(
+    pred: Annotated[Path, typer.Option(help="counting_result.txt: one count per line.")],
+    gt: Annotated[Path, typer.Option(help="counting_val.json (or *_hard.json).")],
+    output: OutputOpt,
+    num_classes: Annotated[int | None, typer.Option(min=1, help="Classes 0..N-1 (default: inferred).")] = None,
+    strict: StrictOpt = False,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
+) -> None:
+    """ABID counting: accuracy, RMSE, per-class accuracy and RMSE, confusion matrix."""
+    from vsbench.abid import readers as abid_readers
+
+    with user_errors():
+        truth = abid_readers.read_counting_ground_truth(gt)
+        result = abid_readers.read_abid_result(pred, truth.size, gt, binary=False, strict=strict)
+        m = counting_metrics(result.values, truth[: result.values.size], num_classes)
+    _warn(list(result.notes) + _counting_notes(pred, result.values, truth[: result.values.size], m.per_class_count))
+    record = {
+        "accuracy": m.accuracy,
+        "rmse": m.rmse,
+        "per_class_accuracy": _json_list(m.per_class_accuracy),
+        "per_class_rmse": _json_list(m.per_class_rmse),
+        "confusion_matrix": m.confusion_matrix.tolist(),
+        "num_examples": m.num_examples,
+    }
+    _report("abid counting", record, output)
+    _track("abid_counting", record, output, {"pred": pred, "gt": gt}, {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment)
+
+
+def _listed(values: list[int], most: int = 10) -> str:
+    """``3, 4, 5`` or ``3, 4, ... (and 20,093 more)``: a bounded list for a one-line message."""
+    shown = ", ".join(map(str, values[:most]))
+    return shown if len(values) <= most else f"{shown} ... (and {len(values) - most:,} more)"
+
+
+def _counting_notes(pred: Path, answers: np.ndarray, truth: np.ndarray, per_class_count: np.ndarray) -> list[str]:
+    """One line each, whatever the number of classes or answers: classes the ground truth does not
+    use, answers outside its classes, and errors too large for the challenge script's integer square."""
+    from vsbench.abid.metrics import WRAP_FREE_ERROR
+
+    notes = []
+    classes = per_class_count.size
+    empty = np.flatnonzero(per_class_count == 0).tolist()
+    if empty:
+        notes.append(f"{len(empty)} of the {classes} classes have no ground-truth example ({_listed(empty)}); "
+                     "their per-class values are null")
+    outside = answers >= classes  # negative answers have the reader's note
+    if outside.any():
+        row = int(np.argmax(outside))
+        notes.append(f"{pred}:{row + 1}: {int(np.count_nonzero(outside)):,} answer(s) are above the classes "
+                     f"0..{classes - 1} (e.g. {answers[row]}); scored as wrong answers, as the challenge script "
+                     "scores them")
+    wraps = np.abs(answers.astype(np.float64) - truth.astype(np.float64)) > WRAP_FREE_ERROR
+    if wraps.any():
+        row = int(np.argmax(wraps))
+        notes.append(f"{pred}:{row + 1}: answer {answers[row]} is off by more than {WRAP_FREE_ERROR:,}: the "
+                     "challenge script's squared error wraps around in 64-bit integers there (a meaningless "
+                     "RMSE); this RMSE uses the exact square")
+    return notes
+
+
+@score_app.command("abid-verification")
+def abid_verification(
+    pred: Annotated[Path, typer.Option(help="obj_verification_result.txt: 0/1 per line.")],
+    gt: Annotated[Path, typer.Option(help="obj_verification_val.json.")],
+    output: OutputOpt,
+    strict: StrictOpt = False,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
+) -> None:
+    """ABID object verification: accuracy, precision and recall of "yes"."""
+    from vsbench.abid import readers as abid_readers
+
+    with user_errors():
+        truth = abid_readers.read_verification_ground_truth(gt)
+        result = abid_readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
+        m = verification_metrics(result.values, truth[: result.values.size])
+    _warn(result.notes)
+    if m.precision == 0.0 and not np.any(result.values == 1):
+        _warn([f"precision is 0: no answer in {pred} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
+    if m.recall == 0.0 and not np.any(truth[: result.values.size] == 1):
+        _warn([f"recall is 0: no scored entry of {gt} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
+    record = {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}
+    _report("abid verification", record, output)
+    _track("abid_verification", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
+
+
+@score_app.command("abid-quantity")
+def abid_quantity(
+    pred: Annotated[Path, typer.Option(help="Quantity verification result: 0/1 per line.")],
+    gt: Annotated[Path, typer.Option(help="obj_num_verification_val.json.")],
+    output: OutputOpt,
+    strict: StrictOpt = False,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
+) -> None:
+    """ABID quantity verification: accuracy."""
+    from vsbench.abid import readers as abid_readers
+
+    with user_errors():
+        truth = abid_readers.read_quantity_ground_truth(gt)
+        result = abid_readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
+        m = verification_metrics(result.values, truth[: result.values.size])
+    _warn(result.notes)
+    record = {"accuracy": m.accuracy}
+    _report("abid quantity verification", record, output)
+    _track("abid_quantity", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
+
+
+@score_app.command("copy-detection")
+def copy_detection(
+    predictions: Annotated[Path, typer.Option(help="CSV query_id,reference_id,score.")],
+    gt: Annotated[Path, typer.Option(help="CSV query_id,reference_id (empty reference: no copy).")],
+    output: OutputOpt,
+    normalize_ids: Annotated[bool, typer.Option(
+        "--normalize-ids", help="Strip spaces, quotes and byte-order marks around ids (isc2021 keeps them).")] = False,
+    gt_duplicates: Annotated[str, typer.Option(
+        help="A ground-truth pair listed twice: 'count' it twice (isc2021) or count it 'once'.")] = "count",
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
+) -> None:
+    """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them."""
+    from vsbench.benchmarks.disc import readers as disc_readers
+
+    with user_errors():
+        preds = disc_readers.read_copy_detection_predictions(predictions, normalize_ids=normalize_ids)
+        truth = disc_readers.read_copy_detection_ground_truth(gt, normalize_ids=normalize_ids)
+        m = copy_detection_metrics(preds.query_ids, preds.reference_ids, preds.scores,
+                                   truth.query_ids, truth.reference_ids,
+                                   ground_truth_duplicates=gt_duplicates)  # type: ignore[arg-type]
+    _warn(preds.notes + truth.notes + m.notes)
+    unknown = disc_readers.count_unknown_queries(preds, truth)
+    if unknown:
+        typer.echo(f"warning: {unknown} predictions are for queries absent from {gt}; "
+                   "they count as false positives", err=True)
+    if m.num_true_positives == 0:
+        if not preds.notes + truth.notes:  # (else a note on the ids says why already)
+            _warn([f"uap, accuracy_at_1 and recall_at_p90 are 0: none of the {m.num_predictions:,} predictions in "
+                   f"{predictions} is a pair of {gt}; check that both files name the same queries and references"])
+    elif m.threshold_at_p90 is None:
+        _warn(["recall_at_p90 is 0: precision never reaches 0.9 at any score threshold "
+               "(isc2021 reports None there)"])
+    record = {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
+                               **tie_fields(m.ties)}
+    _report("copy detection", record, output)
+    _track("copy_detection", record, output, {"predictions": predictions, "gt": gt}, {"normalize_ids": normalize_ids, "gt_duplicates": gt_duplicates}, model, track, experiment)
+
+
+@score_app.command("pairs")
+def pairs(
+    results: Annotated[Path, typer.Option(
+        help="Folder with test_{pos_easy,pos_hard,neg_diffseq,neg_sameseq}.results.")],
+    output: OutputOpt,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
+) -> None:
+    """HPatches-style patch-pair classification: balanced ROC AUC and imbalanced PR AP."""
+    from vsbench.benchmarks.patch_pairs import readers as pairs_readers
+    from vsbench.io import inputs
+
+    with user_errors():
+        if not results.is_dir():
+            raise inputs.InputError(results, "not a folder")
+        positives = {name: pairs_readers.read_hpatches_results(results / f, 1) for name, f in HPATCHES_POSITIVES.items()}
+        negatives = {name: pairs_readers.read_hpatches_results(results / f, 0) for name, f in HPATCHES_NEGATIVES.items()}
+        grid = patch_pair_grid(positives, negatives)
+    record: dict[str, Any] = {key: {"roc_auc": m.roc.auc, "pr_ap": m.pr.ap} for key, m in grid.items()}
+    record["mean_pr_ap"] = mean_pr_ap(grid)
+    if empty := [key for key, m in grid.items() if m.num_imbalanced_positives == 0]:
+        few = [name for name in positives if positives[name].size < 5]
+        sizes = ", ".join(f"{HPATCHES_POSITIVES[name]} holds {positives[name].size}" for name in few)
+        _warn([f"pr_ap is 0 for {', '.join(empty)}: the imbalanced protocol keeps the first 20% of the positives "
+               f"(n // 5), none of fewer than 5 ({sizes}); give at least 5 positive pairs"])
+    _report("patch pairs", record, output)
+    _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment)
+
+
+@score_app.command("product-search")
+def product_search(
+    queries: Annotated[Path, typer.Option(help="Queries JSONL with labelled candidates.")],
+    gallery: Annotated[Path, typer.Option(help="Gallery CSV (ASIN, Image ID).")],
+    features: Annotated[Path, typer.Option(
+        help=".npz (or restricted pickle) with query_feature and gallery_feature.")],
+    output: OutputOpt,
+    model: ModelOpt = "",
+    track: TrackOpt = True,
+    experiment: ExperimentOpt = SCORE_EXPERIMENT,
+) -> None:
+    """Language-assisted product search: mAP of the annotated candidates ranked by cosine."""
+    from vsbench.benchmarks.product_search import readers as product_readers
+
+    with user_errors():
+        query_list = product_readers.read_product_queries(queries)
+        gallery_ids = product_readers.read_gallery_image_ids(gallery)
+        rows = product_readers.candidate_gallery_rows(query_list, gallery_ids, queries, gallery)
+        query_feats, gallery_feats = product_readers.read_product_features(features, len(query_list), gallery_ids.size)
+        m = product_search_metrics(query_feats, gallery_feats, rows, [q.labels for q in query_list])
+    if m.num_queries_without_positive:
+        typer.echo(f"note: {m.num_queries_without_positive} queries have no fulfilling candidate "
+                   "and are left out of the mean", err=True)
+    record = {"map": m.mean_average_precision}
+    _report("product search", record, output)
+    _track("product_search", record, output, {"queries": queries, "gallery": gallery, "features": features}, {}, model, track, experiment)

@@ -1,0 +1,321 @@
+"""Storage helpers: s3:// and local URIs, atomic writes, safe paths.
+
+Every file vsbench writes goes through :func:`atomic_write_bytes` (or a wrapper), so a reader
+never sees a partial file under its final name: a crash leaves at most a ``.tmp-*`` sibling,
+which the next run ignores and overwrites.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from vsbench.io.inputs import WordedInputError
+
+TMP_MARKER = ".tmp-"
+DIGEST_BLOCK = 8 << 20  # bytes hashed per read: large enough that the hash, not the calls, costs the time
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 hex of a file's bytes, read in blocks (memory stays small whatever the file's size).
+    Every digest vsbench records of a file of its own (embed shards, index files, search results)
+    is this one, so a record written by one step is checked by another the same way."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as handle:
+        while block := handle.read(DIGEST_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_mode() -> int:
+    """The mode a plain ``open()`` would give under the current umask (mkstemp makes 0600 files,
+    which other pods or users sharing a data volume could not read)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_TMP_COUNTER = itertools.count()
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+
+
+class UnsafePathError(WordedInputError):
+    """A dataset-supplied relative path tried to leave its root (``..``, absolute, or empty)."""
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str  # no leading slash; either "" or ends with "/"
+
+    def key(self, relative: str) -> str:
+        return f"{self.prefix}{relative}"
+
+    def uri(self, relative: str = "") -> str:
+        return f"s3://{self.bucket}/{self.prefix}{relative}"
+
+
+def is_s3_uri(uri: str | os.PathLike[str]) -> bool:
+    return str(uri).startswith("s3://")
+
+
+def parse_s3_uri(uri: str) -> S3Location:
+    """``s3://bucket/some/prefix`` -> S3Location("bucket", "some/prefix/")."""
+    if not is_s3_uri(uri):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    rest = uri[len("s3://") :]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"s3 URI without a bucket: {uri!r}")
+    prefix = prefix.strip("/")
+    return S3Location(bucket, f"{prefix}/" if prefix else "")
+
+
+def local_path(uri: str | os.PathLike[str]) -> Path:
+    """Accept ``file:///x``, ``/x`` or ``x``; refuse s3:// (the caller must download first)."""
+    text = str(uri)
+    if is_s3_uri(text):
+        raise ValueError(f"expected a local path, got {text!r}")
+    text = text.removeprefix("file://")
+    return Path(text)
+
+
+def safe_join(root: Path, relative: str) -> Path:
+    """Join a path taken from a dataset file under ``root``, refusing anything that escapes it."""
+    if not relative or relative.strip() == "":
+        raise UnsafePathError("empty path")
+    pure = PurePosixPath(relative.replace("\\", "/"))
+    if pure.is_absolute() or ".." in pure.parts:
+        raise UnsafePathError(f"path escapes the dataset root: {relative!r}")
+    return root.joinpath(*pure.parts)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary sibling and an atomic rename.
+
+    The temporary's name is unique to this process (pid and a counter) and created with
+    ``O_EXCL``, so the common case is one open, one write and one rename: the resize step writes
+    one small file per image, and mkstemp's random names, a mkdir per call and a separate chmod
+    were ~5% of its time per image (a file object and ``Path`` arithmetic another ~2%: plain
+    ``os`` calls on strings here). The mode follows the umask, as a plain ``open()``'s.
+    """
+    path = os.fspath(path)
+    folder, name = os.path.split(path)
+    folder = folder or "."
+    tmp = os.path.join(folder, f".{name}{TMP_MARKER}{os.getpid()}-{next(_TMP_COUNTER)}")
+    try:
+        fd = os.open(tmp, _TMP_FLAGS, 0o666)
+    except FileNotFoundError:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(tmp, _TMP_FLAGS, 0o666)
+    except FileExistsError:  # left by a dead process that had this pid: a random name instead
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}{TMP_MARKER}", dir=folder)
+        os.fchmod(fd, _file_mode())
+    try:
+        try:
+            _write_all(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may be partial)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any, *, indent: int | None = 2) -> None:
+    """Deterministic JSON (sorted keys off: we keep insertion order, which is ours to control)."""
+    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def is_temporary(name: str) -> bool:
+    return TMP_MARKER in name and name.startswith(".")
+
+
+def _unlink_quietly(path: str | Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def has_aws_credentials() -> bool:
+    """Whether boto3 finds credentials (environment, config files, an attached role)."""
+    import boto3
+
+    return boto3.session.Session().get_credentials() is not None
+
+
+S3_CONNECT_TIMEOUT_S = 5.0  # VSBENCH_S3_CONNECT_TIMEOUT: a TCP (and TLS) handshake with S3 takes milliseconds
+S3_READ_TIMEOUT_S = 15.0  # VSBENCH_S3_READ_TIMEOUT: longest wait for any byte of an answer (S3's first byte: < 1 s)
+S3_LIST_ATTEMPTS = 3  # VSBENCH_S3_LIST_ATTEMPTS: tries of one listing page (botocore's standard retries)
+
+
+def _env_number(name: str, default: float, what: str, *, integer: bool = False) -> float:
+    """A positive number from the environment, or the default; a bad value is one line naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{name}={raw[:100]!r} is not a number of {what}") from None
+    if not value > 0 or value == float("inf") or (integer and value != int(value)):
+        raise ValueError(f"{name}={raw[:100]!r} must be a positive {'whole ' if integer else ''}number of {what}")
+    return int(value) if integer else value
+
+
+def s3_connect_timeout() -> float:
+    """Seconds to wait for a connection to the S3 endpoint: ``VSBENCH_S3_CONNECT_TIMEOUT`` (5)."""
+    return _env_number("VSBENCH_S3_CONNECT_TIMEOUT", S3_CONNECT_TIMEOUT_S, "seconds")
+
+
+def s3_read_timeout() -> float:
+    """Seconds to wait for any byte of an S3 answer: ``VSBENCH_S3_READ_TIMEOUT`` (15)."""
+    return _env_number("VSBENCH_S3_READ_TIMEOUT", S3_READ_TIMEOUT_S, "seconds")
+
+
+def s3_list_attempts() -> int:
+    """Tries of each listing request (and other single S3 calls): ``VSBENCH_S3_LIST_ATTEMPTS`` (3)."""
+    return int(_env_number("VSBENCH_S3_LIST_ATTEMPTS", S3_LIST_ATTEMPTS, "tries", integer=True))
+
+
+def s3_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64, unsigned: bool | None = None,
+              attempts: int | None = None):
+    """A boto3 S3 client: signed when the environment has credentials, anonymous otherwise.
+
+    The real ABID bucket is public, so anonymous reads are the default that always works;
+    credentials are only ever taken from the environment (or an attached role), never from
+    arguments, so no secret ends up in a pipeline spec or a log.
+
+    Timeouts suit S3, not botocore's defaults (60 s each): a dead or silent endpoint costs seconds
+    per request (``VSBENCH_S3_CONNECT_TIMEOUT``, ``VSBENCH_S3_READ_TIMEOUT``). ``attempts`` is the
+    number of tries per call (default ``VSBENCH_S3_LIST_ATTEMPTS``); the downloader's GETs pass 1 and
+    retry themselves, with their own accounting.
+    """
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    session = boto3.session.Session()
+    if unsigned is None:
+        unsigned = not has_aws_credentials()
+    config = Config(
+        signature_version=UNSIGNED if unsigned else None,
+        max_pool_connections=max_pool_connections,
+        retries={"max_attempts": attempts or s3_list_attempts(), "mode": "standard"},
+        connect_timeout=s3_connect_timeout(),
+        read_timeout=s3_read_timeout(),
+    )
+    region = session.region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return session.client("s3", endpoint_url=endpoint_url, config=config, region_name=region)
+
+
+class S3AccessError(RuntimeError):
+    """S3 refused the whole job for one reason (access denied, no bucket, no or bad credentials,
+    wrong endpoint or region): the message is one line naming the cause and the fix. Running the
+    same command again cannot help, unlike a transient failure."""
+
+
+def _error_code(exc: BaseException) -> tuple[str, int | None]:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return "", None
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code, status
+
+
+def explain_s3_error(exc: BaseException, bucket: str, *, endpoint_url: str | None, anonymous: bool) -> str | None:
+    """One line naming the cause of a job-wide S3 failure and its fix, or None when ``exc`` is not
+    one (a transient network error, or a problem of one object)."""
+    from botocore import exceptions as boto
+
+    where = f"s3://{bucket}" + (f" at {endpoint_url}" if endpoint_url else "")
+    if isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError):
+        return (f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "(or AWS_PROFILE), or read a public bucket anonymously by setting none")
+    if isinstance(exc, boto.ConnectTimeoutError):
+        return (f"the S3 endpoint {_endpoint_of(exc, endpoint_url)} accepted no connection within "
+                f"{s3_connect_timeout():g} s (VSBENCH_S3_CONNECT_TIMEOUT): check --endpoint-url (scheme, host and "
+                "port) and the network")
+    if isinstance(exc, boto.EndpointConnectionError):
+        return (f"cannot connect to the S3 endpoint {_endpoint_of(exc, endpoint_url)}: "
+                "check --endpoint-url (scheme, host and port) and the network")
+    if isinstance(exc, boto.ReadTimeoutError):
+        return (f"the S3 endpoint {_endpoint_of(exc, endpoint_url)} sent no answer within {s3_read_timeout():g} s "
+                f"(VSBENCH_S3_READ_TIMEOUT) for s3://{bucket}, {s3_list_attempts()} tries "
+                "(VSBENCH_S3_LIST_ATTEMPTS): check --endpoint-url and the network, then run the same command again")
+    if isinstance(exc, boto.ConnectionClosedError | boto.ResponseStreamingError | boto.IncompleteReadError):
+        return (f"the S3 endpoint {_endpoint_of(exc, endpoint_url)} closed the connection before answering for "
+                f"s3://{bucket} ({str(exc)[:100]}), {s3_list_attempts()} tries (VSBENCH_S3_LIST_ATTEMPTS): check "
+                "--endpoint-url and the network, then run the same command again")
+    code, status = _error_code(exc)
+    if code in ("AccessDenied", "403", "AllAccessDisabled") or status == 403:
+        if anonymous:
+            return (f"the bucket {where} refused anonymous reads (HTTP 403 AccessDenied): set AWS credentials "
+                    "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or check the bucket policy")
+        return (f"the bucket {where} refused these credentials (HTTP 403 AccessDenied): check that their IAM "
+                "policy and the bucket policy allow s3:ListBucket and s3:GetObject")
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"):
+        return (f"{where} rejected the credentials ({code}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY "
+                "and AWS_SESSION_TOKEN")
+    if code == "NoSuchBucket":
+        return f"the bucket {where} does not exist: check the s3:// URI (and --endpoint-url for a non-AWS store)"
+    if code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException",
+                "301") or status == 301:
+        return (f"the bucket {where} is in another region than the client's ({code or 'HTTP 301'}): set "
+                "AWS_DEFAULT_REGION (or AWS_REGION) to the bucket's region")
+    return None
+
+
+def _endpoint_of(exc: BaseException, endpoint_url: str | None) -> str:
+    kwargs = getattr(exc, "kwargs", {}) or {}
+    url = kwargs.get("endpoint_url") or endpoint_url or "https://s3.amazonaws.com"
+    if "://" in url:  # botocore names the whole request URL: keep the scheme and host
+        scheme, _, rest = url.partition("://")
+        url = f"{scheme}://{rest.split('/', 1)[0]}"
+    return url
+
+
+def iter_s3_objects(client, location: S3Location, sub_prefix: str = "") -> Iterator[dict[str, Any]]:
+    """Yield ``{"Key", "Size", "ETag"}`` for every object under ``location.prefix + sub_prefix``."""
+    paginator = client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=location.bucket, Prefix=location.key(sub_prefix)):
+        for obj in page.get("Contents", []):
+            yield {"Key": obj["Key"], "Size": int(obj["Size"]), "ETag": obj.get("ETag", "").strip('"')}
+
+
+def upload_tree(local_dir: Path, uri: str, client, *, workers: int = 16) -> int:
+    """Upload every file under ``local_dir`` to the s3:// ``uri``; returns the number uploaded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    location = parse_s3_uri(uri)
+    files = [p for p in sorted(local_dir.rglob("*")) if p.is_file() and not is_temporary(p.name)]
+
+    def put(path: Path) -> None:
+        key = location.key(path.relative_to(local_dir).as_posix())
+        client.upload_file(str(path), location.bucket, key)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(put, files))
+    return len(files)

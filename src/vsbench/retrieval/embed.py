@@ -1,0 +1,536 @@
+"""Embed an image set with a registered model: batched, sharded, resumable.
+
+Shard ``i`` of ``n`` (a contiguous, balanced slice of the ids) writes
+``<set_name>.shard-<i>-of-<n>.npz`` (a :class:`~vsbench.retrieval.features.FeatureSet`) and a manifest
+``<set_name>.shard-<i>-of-<n>.json`` beside it, so a pipeline can fan one set out over nodes and
+:func:`merge_shards` puts the pieces back in order. A shard whose manifest says it is complete
+for the same model, options and ids is not recomputed: a retried step redoes only what is missing.
+
+Loading is built for the GPU: DataLoader workers decode and resize with Pillow (or, for JPEGs
+that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
+uint8 NHWC batches (4x smaller than float), which travel pinned and non-blocking; conversion and
+normalization happen on the device, the NHWC layout becomes channels_last for free, and the
+network runs under ``torch.inference_mode`` and autocast (bf16 where supported). Images that
+cannot be read are left out and listed in the manifest with the reason; the evaluator then
+fails clearly on the missing ids instead of scoring a silently shrunken set.
+
+Descriptors are written raw (no L2 normalization): normalization is a codec choice at search time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from vsbench import __version__
+from vsbench.benchmarks.base import ImageSet
+from vsbench.imaging import jpeg, limits
+from vsbench.imaging.limits import open_image
+from vsbench.io.inputs import read_json
+from vsbench.io.storage import atomic_write_json, file_sha256
+from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
+from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
+from vsbench.retrieval.features import FeatureError, FeatureSet, concatenate, load_features, save_features
+from vsbench.runtime.device import DeviceSetup, setup_device
+
+SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+logger = logging.getLogger(__name__)
+RESAMPLE = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
+            "bicubic": Image.Resampling.BICUBIC}
+
+
+def shard_of(ids: Sequence[Any], shard: int, num_shards: int) -> slice:
+    """The contiguous slice of ``ids`` that shard ``shard`` of ``num_shards`` embeds; sizes
+    differ by at most one, and the shards in order cover ``ids`` exactly once."""
+    if num_shards < 1 or not 0 <= shard < num_shards:
+        raise ValueError(f"shard {shard} of {num_shards}: need 0 <= shard < num_shards")
+    return slice(len(ids) * shard // num_shards, len(ids) * (shard + 1) // num_shards)
+
+
+def shard_stem(set_name: str, shard: int, num_shards: int) -> str:
+    return f"{set_name}.shard-{shard}-of-{num_shards}"
+
+
+# --- decoding (runs in DataLoader workers) -------------------------------------------------------
+
+def _resized_size(width: int, height: int, preprocessing: Preprocessing) -> tuple[int, int]:
+    """(width, height) after the resize step, rounded as torchvision's ``Resize(int)`` does."""
+    size = preprocessing.resize_size
+    if preprocessing.resize_mode == "square":
+        return size, size
+    if width <= height:
+        return size, int(size * height / width)
+    return int(size * width / height), size
+
+
+def load_image(path: Path, preprocessing: Preprocessing) -> np.ndarray:
+    """Decode, resize and center-crop one image to a uint8 (H, W, 3) array.
+
+    JPEG draft mode lets libjpeg decode at 1/2, 1/4 or 1/8 scale when the image is at least
+    that much larger than the resize target (the antialiased resize still follows), which
+    makes large photos several times cheaper to decode.
+
+    When no resize is needed (the image, or its draft-scale decode, already has the target
+    size: ABID's 224x224 resized images under a 224 model, say), the JPEG is decoded by
+    :func:`vsbench.imaging.jpeg.decode_rgb` straight into the array (libjpeg-turbo through
+    simplejpeg, Pillow's pixels exactly) and cropped there: no Pillow image is made at all,
+    which halves the cost. When a resize follows, Pillow decodes as before: getting an
+    external array into a Pillow image costs as much as the faster decode saves, and the
+    resize must stay Pillow's to keep the network's input the same. Either way the array is
+    :func:`load_image_pillow`'s (tests/unit/test_jpeg_decode.py), so the embedding cache needs no
+    new key; anything the fast decoder does not take (other formats, CMYK, files libjpeg-turbo
+    complains about) goes on with Pillow on the same opened file, as before, so the reason
+    listed for a bad file is word for word the old one.
+    """
+    return _load(path, preprocessing, fast=True)
+
+
+def load_image_pillow(path: Path, preprocessing: Preprocessing) -> np.ndarray:
+    """:func:`load_image` with Pillow's decoder for every image (as before the fast decoder)."""
+    return _load(path, preprocessing, fast=False)
+
+
+def _load(path: Path, preprocessing: Preprocessing, *, fast: bool) -> np.ndarray:
+    with open_image(path) as image:  # an image over the pixel cap is refused from its header
+        target = _resized_size(*image.size, preprocessing)
+        if fast:
+            pixels = _decode_without_resize(Path(path), image, target, preprocessing)
+            if pixels is not None:
+                return pixels
+        image.draft("RGB", target)
+        rgb = image.convert("RGB")
+    return _resize_and_crop(rgb, target, preprocessing)
+
+
+def _decode_without_resize(path: Path, header: Image.Image, target: tuple[int, int],
+                           preprocessing: Preprocessing) -> np.ndarray | None:
+    """The finished array when the JPEG decodes at the target size and the crop lies inside it;
+    else None: Pillow's path goes on with the same, still unloaded ``header`` (a Pillow image
+    opened from the path decodes a little faster than one opened from bytes in memory)."""
+    if header.format != "JPEG":
+        return None
+    scale = jpeg.draft_scale(header.size, target)
+    if (-(-header.size[0] // scale), -(-header.size[1] // scale)) != target:
+        return None  # a resize follows: Pillow's path is as fast
+    left, top, right, bottom = _crop_box(target, preprocessing)
+    if left < 0 or top < 0 or right > target[0] or bottom > target[1]:
+        return None  # Pillow pads a crop that leaves the image; keep that to Pillow
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    pixels = jpeg.decode_rgb(data, header, target)
+    if pixels is None:
+        return None
+    return np.ascontiguousarray(pixels[top:bottom, left:right])
+
+
+def _crop_box(target: tuple[int, int], preprocessing: Preprocessing) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of the center crop in the resized image (all of it without one)."""
+    if not preprocessing.crops:
+        return 0, 0, target[0], target[1]
+    side = preprocessing.input_size
+    if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
+        left, top = (target[0] - side) // 2, (target[1] - side) // 2
+    else:  # torchvision's CenterCrop: round half to even
+        left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
+    return left, top, left + side, top + side
+
+
+def _resize_and_crop(rgb: Image.Image, target: tuple[int, int], preprocessing: Preprocessing) -> np.ndarray:
+    if rgb.size != target:
+        rgb = rgb.resize(target, RESAMPLE[preprocessing.interpolation])
+    if preprocessing.crops:
+        rgb = rgb.crop(_crop_box(target, preprocessing))
+    return np.asarray(rgb, dtype=np.uint8)
+
+
+class ImageFiles(Dataset):
+    """Images by position; an unreadable one yields ``None`` and the reason instead of raising,
+    so one corrupt file is reported rather than stopping a shard."""
+
+    def __init__(self, paths: Sequence[Path], preprocessing: Preprocessing) -> None:
+        self.paths = list(paths)
+        self.preprocessing = preprocessing
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[int, np.ndarray | None, str]:
+        try:
+            return index, load_image(self.paths[index], self.preprocessing), ""
+        except Exception as exc:  # noqa: BLE001 - decoders raise many types; each becomes a reported failure
+            return index, None, f"{type(exc).__name__}: {exc}"
+
+
+Group = tuple[torch.Tensor, torch.Tensor]  # (positions, uint8 NHWC images of one shape)
+
+
+def collate_by_shape(
+    items: list[tuple[int, np.ndarray | None, str]],
+) -> tuple[list[Group], list[tuple[int, str]]]:
+    """Stack images of equal shape (all of them, when the preprocessing crops to a square) and
+    set the failures aside."""
+    shapes: dict[tuple[int, ...], list[tuple[int, np.ndarray]]] = {}
+    failures = []
+    for index, array, reason in items:
+        if array is None:
+            failures.append((index, reason))
+        else:
+            shapes.setdefault(array.shape, []).append((index, array))
+    groups = [(torch.tensor([i for i, _ in members], dtype=torch.long),
+               torch.from_numpy(np.stack([a for _, a in members]))) for members in shapes.values()]
+    return groups, failures
+
+
+# --- the embedding loop --------------------------------------------------------------------------
+
+def normalizer(preprocessing: Preprocessing, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, shift) so that ``uint8 * scale + shift == (x / 255 - mean) / std`` in one pass."""
+    std = torch.tensor(preprocessing.std, dtype=torch.float32)
+    mean = torch.tensor(preprocessing.mean, dtype=torch.float32)
+    scale = (1.0 / (255.0 * std)).view(1, 3, 1, 1)
+    shift = (-mean / std).view(1, 3, 1, 1)
+    return scale.to(device), shift.to(device)
+
+
+def _to_host(tensor: torch.Tensor, setup: DeviceSetup) -> torch.Tensor:
+    """Start copying a result to the CPU without waiting for it (one sync at the end of the shard
+    instead of one per batch, so the GPU never idles on the copy)."""
+    if not setup.is_cuda:
+        return tensor
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    return host
+
+
+def run_embedder(
+    model: Embedder, ids: Sequence[str], paths: Sequence[Path], setup: DeviceSetup, *, use_amp: bool,
+    batch_size: int, workers: int, progress: bool, desc: str = "embed",
+) -> tuple[FeatureSet, list[dict[str, str]]]:
+    """Descriptors for the images that could be read, in input order, and the failures."""
+    loader = DataLoader(ImageFiles(paths, model.preprocessing), batch_size=batch_size, shuffle=False,
+                        num_workers=workers, collate_fn=collate_by_shape, pin_memory=setup.is_cuda,
+                        prefetch_factor=4 if workers > 0 else None)
+    batches = iter(loader)  # workers start decoding while the model moves to the device
+    if setup.is_cuda:
+        # cuDNN autotuning pays off for one fixed shape; aspect-preserving inputs come in many shapes.
+        torch.backends.cudnn.benchmark = not model.preprocessing.preserve_aspect_ratio
+    network = model.to(setup.device, memory_format=torch.channels_last).eval()
+    scale, shift = normalizer(model.preprocessing, setup.device)
+    outputs: list[torch.Tensor] = []
+    positions: list[torch.Tensor] = []
+    failed: list[dict[str, str]] = []
+    autocast = setup.autocast() if use_amp else contextlib.nullcontext()
+    with torch.inference_mode(), autocast, tqdm(total=len(paths), desc=desc, unit="img",
+                                                 disable=not progress) as bar:
+        for groups, failures in batches:
+            failed.extend({"id": ids[i], "reason": reason} for i, reason in failures)
+            for where, images in groups:
+                # NHWC uint8 -> an NCHW view with channels_last strides; float and normalize on device.
+                x = images.to(setup.device, non_blocking=True).permute(0, 3, 1, 2).float()
+                descriptors = network(x.mul_(scale).add_(shift)).float()
+                if descriptors.shape[1] != model.dim:
+                    raise ValueError(f"{model.name} returned {descriptors.shape[1]}-d descriptors, "
+                                     f"expected {model.dim}")
+                outputs.append(_to_host(descriptors, setup))
+                positions.append(where)
+            bar.update(sum(len(w) for w, _ in groups) + len(failures))
+    if setup.is_cuda:
+        torch.cuda.synchronize(setup.device)
+    if not outputs:
+        return FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), failed
+    order = torch.cat(positions).numpy()
+    features = torch.cat(outputs).numpy()
+    ranked = np.argsort(order, kind="stable")  # images grouped by shape come back in input order
+    bad = ~np.isfinite(features[ranked]).all(axis=1)
+    if bad.any():
+        first = int(order[ranked][np.flatnonzero(bad)[0]])
+        raise FeatureError(f"{model.name} output NaN or infinite values for image {str(ids[first])!r} "
+                           f"({paths[first]}); {int(bad.sum())} of {len(ranked)} images did")
+    kept = FeatureSet(np.asarray([ids[i] for i in order[ranked]], dtype=str), features[ranked])
+    return kept, failed
+
+
+def _precision(setup: DeviceSetup, use_amp: bool) -> str:
+    """Device type and arithmetic of a run: both change descriptors in the last bits or more."""
+    dtype = str(setup.amp_dtype).removeprefix("torch.") if use_amp and setup.amp_dtype is not None else "float32"
+    return f"{setup.device.type}:{dtype}"
+
+
+def embed_with_cache(
+    model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
+    setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int, progress: bool, desc: str,
+    seed: int = RANDOM_SEED,
+) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
+    """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
+
+    Returns the descriptors in input order, the failures and what the manifest records about the
+    cache (its key in full, the key's digest, hits and images embedded).
+    """
+    from vsbench.models.cache import EmbeddingCache, cache_root, image_digests, model_key
+
+    root = cache_root()
+    if root is None:
+        features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
+                                        workers=workers, progress=progress, desc=desc)
+        return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
+    cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp), seed=seed))
+    digests = image_digests(paths, threads=max(1, workers))
+    hits = cache.lookup(digests, model.dim)
+    todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
+    if todo:
+        new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
+                                   batch_size=batch_size, workers=workers, progress=progress, desc=desc)
+    else:
+        new, failed = FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), []
+    digest_of = {ids[i]: digests[i] for i in todo}
+    new_ids = new.ids.tolist()
+    cache.store([digest_of[i] for i in new_ids], new.features)
+    row_of = {i: n for n, i in enumerate(new_ids)}
+    kept_ids, rows = [], []
+    for image_id, digest in zip(ids, digests):
+        if digest is not None and digest in hits:
+            kept_ids.append(image_id)
+            rows.append(hits[digest])
+        elif image_id in row_of:
+            kept_ids.append(image_id)
+            rows.append(new.features[row_of[image_id]])
+    features = np.stack(rows).astype(np.float32) if rows else np.zeros((0, model.dim), np.float32)
+    info = {"enabled": True, "root": str(root), "key": cache.key, "key_sha256": cache.digest,
+            "hits": len(ids) - len(todo), "embedded": len(new_ids)}
+    return FeatureSet(np.asarray(kept_ids, dtype=str), features), failed, info
+
+
+# --- shards, manifests, resume -------------------------------------------------------------------
+
+def _ids_digest(ids: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+
+
+def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bool,
+                seed: int = RANDOM_SEED) -> dict[str, Any]:
+    """What a finished shard must match to be reused (JSON-normalized: tuples become lists,
+    paths strings, so a key read back from a manifest compares equal). The seed is in it whatever
+    the weights: a plugin may draw more than its weights from it, and a changed seed costs only
+    cache look-ups where it decides nothing."""
+    key = {"model": model, "options": options, "ids_sha256": _ids_digest(ids), "count": len(ids), "amp": amp,
+           "seed": seed}
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        manifest = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], ids: Sequence[str]) -> str | None:
+    """Whether a finished shard can be kept: None when it can, else why not.
+
+    The manifest must be complete and for this exact work (the key: model, options, ids digest,
+    count, amp, seed); the feature file it describes must be byte for byte the file written (size,
+    then sha256), and its content must answer the inputs: ids in input order, every requested id
+    either there or listed as failed, one finite row each, ``dim`` wide. A missing or unfinished
+    manifest is the ordinary first or crashed run (returned as ``""``: recomputed without a word);
+    anything else is a reason worth one line."""
+    manifest = _read_manifest(manifest_path)
+    if not manifest or manifest.get("complete") is not True:
+        return ""
+    if manifest.get("key") != key:
+        return "its manifest is for other work (model, options, ids, amp or seed changed)"
+    try:
+        size = features_path.stat().st_size
+    except OSError as exc:
+        return f"the feature file cannot be read ({exc.strerror or exc})"
+    if size != manifest.get("features_bytes"):
+        return f"the feature file has {size} bytes, its manifest says {manifest.get('features_bytes')}"
+    if not manifest.get("features_sha256"):
+        return "its manifest records no features_sha256 (written by an older vsbench)"
+    if file_sha256(features_path) != manifest["features_sha256"]:
+        return "the feature file's sha256 differs from the one its manifest recorded"
+    try:
+        features = load_features(features_path)
+    except FeatureError as exc:
+        return str(exc)
+    failed = [f.get("id") for f in manifest.get("failed") or [] if isinstance(f, dict)]
+    kept = features.ids.tolist()
+    if len(kept) != manifest.get("count") or len(kept) + len(failed) != len(ids) or \
+            set(kept) | set(failed) != set(ids):
+        return (f"it holds {len(kept)} rows and {len(failed)} failed images, not the {len(ids)} images asked for "
+                f"(manifest count {manifest.get('count')})")
+    position = {image_id: n for n, image_id in enumerate(ids)}
+    if any(position[a] >= position[b] for a, b in zip(kept, kept[1:])):
+        return "its ids are not in input order"
+    if features.features.dtype != np.float32 or features.dim != manifest.get("dim"):
+        return f"its rows are {features.dim}-d {features.features.dtype}, the manifest says {manifest.get('dim')}-d float32"
+    if not np.isfinite(features.features).all():
+        return "it holds NaN or infinite values"
+    return None
+
+
+def embed_image_set(
+    model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
+    batch_size: int = 64, device: str = "auto", workers: int = 2, model_options: dict[str, Any] | None = None,
+    progress: bool = True, amp: bool = True, max_failure_rate: float | None = None, seed: int = RANDOM_SEED,
+) -> Path:
+    """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
+
+    Writes ``out_dir/<set_name>.shard-<i>-of-<n>.npz`` and its manifest (model, options,
+    preprocessing, dim, count, shard, seconds, images/s, device, failed images with reasons) and
+    returns the feature file. A complete shard for the same model, options, ids, ``amp`` and
+    ``seed`` is kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
+    ``seed`` draws ``{"weights": "random"}`` (see :func:`~vsbench.models.registry.build_model`).
+
+    Unreadable images are left out and listed; when their share passes ``max_failure_rate``
+    (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
+    incomplete, with the failures, and :class:`~vsbench.imaging.limits.TooManyFailures` is raised.
+    """
+    rate = limits.max_failure_rate(max_failure_rate)
+    if not SET_NAME.fullmatch(set_name):
+        raise ValueError(f"set_name {set_name!r} must be letters, digits, '.', '_' or '-'")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    out_dir = Path(out_dir)
+    part = shard_of(images.ids, shard, num_shards)
+    ids, paths = list(images.ids[part]), list(images.paths[part])
+    stem = shard_stem(set_name, shard, num_shards)
+    features_path, manifest_path = out_dir / f"{stem}.npz", out_dir / f"{stem}.json"
+    options = dict(model_options or {})
+    if "seed" in options:
+        raise WeightsError(f"model option 'seed' ({options['seed']!r}): the seed of random weights is the run's "
+                           f"own setting (--seed, or the pipeline's seed parameter), not a model option")
+    seed = check_seed(seed)
+    key = _resume_key(model, options, ids, amp, seed)
+    rejected = _is_complete(features_path, manifest_path, key, ids)
+    if rejected is None:
+        if progress:
+            print(f"[vsbench] {stem}: already complete, kept", file=sys.stderr, flush=True)
+        return features_path
+    if rejected:
+        logger.warning("embed %s: %s not kept: %s; embedding the shard again", stem, features_path, rejected)
+
+    manifest: dict[str, Any] = {"complete": False, "key": key, "set_name": set_name, "shard": shard,
+                                "num_shards": num_shards, "model": model, "options": key["options"], "seed": seed,
+                                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    atomic_write_json(manifest_path, manifest)  # a crashed shard is visible as incomplete
+    started = time.perf_counter()
+    built = build_model(model, seed=seed, **options)
+    build_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    if isinstance(built, PrecomputedFeatures):
+        result, failed = built.select(ids), []
+        run_info: dict[str, Any] = {"preprocessing": None, "device": None, "amp_dtype": None}
+    else:
+        setup = setup_device(device, amp)
+        use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
+        result, failed, cache_info = embed_with_cache(
+            model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size, workers=workers,
+            progress=progress, desc=f"embed {stem}")
+        run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
+                    "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
+                    "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
+                    "output": built.output, "cache": cache_info}
+    seconds = time.perf_counter() - started
+    save_features(features_path, result)
+    manifest.update(run_info)
+    manifest.update({
+        "dim": built.dim, "requested": len(ids), "count": len(result), "failed": failed,
+        "features": features_path.name, "features_bytes": features_path.stat().st_size,
+        "features_sha256": file_sha256(features_path),
+        "seconds": round(seconds, 3), "model_build_seconds": round(build_seconds, 3),
+        "images_per_second": round(len(ids) / seconds, 2) if seconds > 0 else None,
+        "torch": torch.__version__, "vsbench": __version__, "complete": True,
+    })
+    try:
+        limits.check_failure_rate(f"embed {stem}", len(failed), len(ids), rate, manifest_path)
+    except Exception as exc:
+        manifest.update({"complete": False, "stopped": str(exc)})  # a re-run must not keep this shard
+        atomic_write_json(manifest_path, manifest)
+        raise
+    atomic_write_json(manifest_path, manifest)
+    return features_path
+
+
+def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
+    """Concatenate shards 0..n-1 of ``set_name`` in order into ``out_dir/<set_name>.npz`` (with a
+    summary manifest ``<set_name>.json``); a missing or incomplete shard, shards from runs with
+    different shard counts, or shards from different models are errors."""
+    out_dir = Path(out_dir)
+    pattern = re.compile(rf"{re.escape(set_name)}\.shard-(\d+)-of-(\d+)\.json")
+    found: dict[tuple[int, int], Path] = {}
+    for path in out_dir.glob(f"{set_name}.shard-*-of-*.json"):
+        match = pattern.fullmatch(path.name)
+        if match:
+            found[(int(match[1]), int(match[2]))] = path
+    if not found:
+        raise FeatureError(f"{out_dir}: no shards of {set_name!r} to merge")
+    counts = sorted({n for _, n in found})
+    if len(counts) != 1:
+        raise FeatureError(f"{out_dir}: shards of {set_name!r} from runs with different shard counts "
+                           f"{counts}; remove the stale ones")
+    num_shards = counts[0]
+    missing = [i for i in range(num_shards) if (i, num_shards) not in found]
+    if missing:
+        raise FeatureError(f"{out_dir}: {set_name!r} is missing shards {missing} of {num_shards}")
+    manifests = [_read_manifest(found[(i, num_shards)]) or {} for i in range(num_shards)]
+    incomplete = [i for i, m in enumerate(manifests) if m.get("complete") is not True]
+    if incomplete:
+        raise FeatureError(f"{out_dir}: shards {incomplete} of {set_name!r} are not complete")
+    # The seed is part of the model: shards of one random network drawn with two seeds are two models.
+    models = {json.dumps([m["model"], m["options"], m["dim"], m.get("seed", RANDOM_SEED)], sort_keys=True)
+              for m in manifests}
+    if len(models) != 1:
+        raise FeatureError(f"{out_dir}: shards of {set_name!r} come from different models ([model, options, dim, "
+                           f"seed]): {sorted(models)}")
+    for number, manifest in enumerate(manifests):  # what the embed step vouched for, not what lies there now
+        shard_file = out_dir / manifest["features"]
+        if file_sha256(shard_file) != manifest.get("features_sha256"):
+            raise FeatureError(f"{shard_file}: its sha256 is not the one {found[(number, num_shards)].name} records "
+                               "(changed after the embed step): re-run the embed step, which embeds it again")
+    merged = concatenate([load_features(out_dir / m["features"]) for m in manifests])
+    save_features(out_dir / f"{set_name}.npz", merged)
+    seconds = sum(m["seconds"] for m in manifests)
+    atomic_write_json(out_dir / f"{set_name}.json", {
+        "complete": True, "set_name": set_name, "num_shards": num_shards, "model": manifests[0]["model"],
+        "options": manifests[0]["options"], "seed": manifests[0].get("seed", RANDOM_SEED),
+        "preprocessing": manifests[0].get("preprocessing"),
+        "dim": merged.dim, "requested": sum(m["requested"] for m in manifests), "count": len(merged),
+        "failed": [f for m in manifests for f in m["failed"]],
+        "shards": [shard_stem(set_name, i, num_shards) for i in range(num_shards)],
+        "seconds": round(seconds, 3), "features": f"{set_name}.npz",
+        "features_sha256": file_sha256(out_dir / f"{set_name}.npz"),
+    })
+    return merged
+
+
+def load_merged(out_dir: Path, set_name: str) -> FeatureSet:
+    """The merged features of ``set_name`` as :func:`merge_shards` wrote them, verified against the
+    sha256 its manifest records (a later step may run on another node, from a shared volume)."""
+    out_dir = Path(out_dir)
+    path, manifest_path = out_dir / f"{set_name}.npz", out_dir / f"{set_name}.json"
+    manifest = _read_manifest(manifest_path) or {}
+    if not path.is_file() or manifest.get("complete") is not True:
+        raise FeatureError(f"{path}: no merged features (or no complete {manifest_path.name}): run the index step "
+                           "(vsbench similarity index), which merges the embedding shards")
+    if file_sha256(path) != manifest.get("features_sha256"):
+        raise FeatureError(f"{path}: its sha256 is not the one {manifest_path.name} records (changed after the "
+                           "index step merged it): re-run the index step, which merges the shards again")
+    return load_features(path)

@@ -1,0 +1,451 @@
+"""Pipeline steps: one library call each, wrapped with tracking and a manifest.
+
+A Kubeflow component body is one call into this module, so every step can also run (and be
+tested) without Kubeflow. Each step returns a :class:`StepResult` whose ``metrics`` is the flat,
+MLflow-safe dict that goes both to MLflow and to the KFP ``Metrics`` output, and whose
+``manifest`` is what the step's small output artifact holds (large data stays under the data
+root and travels by reference).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vsbench.io.storage import atomic_write_json
+from vsbench.runtime.images import running_image
+from vsbench.tracking import child_run
+
+
+@dataclass(frozen=True)
+class StepResult:
+    output: str  # the location the next step reads (a folder under the data root)
+    metrics: dict[str, float]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def _numbers(data: dict[str, Any], keys: list[str]) -> dict[str, float]:
+    return {key: float(data[key]) for key in keys if isinstance(data.get(key), (int, float))}
+
+
+def _finish(tracker, result: StepResult, manifest_path: str | None, artifact_name: str, started: float) -> StepResult:
+    result.metrics["step_seconds"] = round(time.perf_counter() - started, 3)
+    result.manifest["metrics"] = result.metrics
+    result.manifest["ran_in"] = running_image()
+    if manifest_path:
+        atomic_write_json(Path(manifest_path), result.manifest)
+    tracker.log_metrics(result.metrics)
+    tracker.log_dict(result.manifest, artifact_name)
+    return result
+
+
+def _sharded(step: str, shard: int, num_shards: int) -> str:
+    return step if num_shards == 1 else f"{step}-shard-{shard}-of-{num_shards}"
+
+
+def abid_download_step(
+    source: str, dest: str, *, endpoint_url: str = "", limit: int = 0, concurrency: int = 64,
+    shard: int = 0, num_shards: int = 1, parent_run_id: str = "", manifest_path: str | None = None,
+    progress: bool = True,
+) -> StepResult:
+    """Download ABID into ``dest``; fails (after recording everything) when objects are missing."""
+    from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
+
+    params = {"source": source, "limit": limit, "concurrency": concurrency, "endpoint_url": endpoint_url or "-",
+              "shard": shard, "num_shards": num_shards}
+    started = time.perf_counter()
+    with child_run(parent_run_id, _sharded("abid-download", shard, num_shards), params) as tracker:
+        summary = download_abid(source, Path(dest), limit=limit or None, endpoint_url=endpoint_url or None,
+                                concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
+        data = summary.as_dict()
+        metrics = _numbers(data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
+                                  "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "objects_per_second"])
+        if summary.spelling_conflicts:  # one line in the component's log; the manifest lists each
+            print(summary.conflict_warning(f"{dest}/{manifest_name(shard, num_shards)}"), flush=True)
+        result = _finish(tracker, StepResult(dest, metrics, data), manifest_path, "download.json", started)
+        if not summary.complete:
+            raise DownloadIncomplete(summary)
+        return result
+
+
+def abid_prepare_step(
+    data: str, out: str, *, seed: int = 0, val_fraction: float = 0.1, max_per_class: int = 20_000,
+    parent_run_id: str = "", manifest_path: str | None = None, progress: bool = True,
+) -> StepResult:
+    """Split and task files; bad metadata is reported in the manifest, never fatal."""
+    from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid
+
+    params = {"seed": seed, "val_fraction": val_fraction, "max_per_class": max_per_class}
+    started = time.perf_counter()
+    with child_run(parent_run_id, "abid-prepare", params) as tracker:
+        summary = prepare_abid(Path(data), Path(out), seed=seed, val_fraction=val_fraction,
+                               max_per_class=max_per_class, progress=progress).as_dict()
+        metrics = _numbers(summary, list(PREPARE_COUNTS))
+        metrics["problems"] = float(len(summary["problems"]))
+        metrics["empty_task_files"] = float(len(summary["empty_files"]))
+        if summary["warning"]:  # one line in the component's log (the report and the manifest list each file)
+            print(summary["warning"], flush=True)
+        for name, info in summary["files"].items():
+            metrics[f"entries_{name.rsplit('.', 1)[0]}"] = float(info["entries"])
+        return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "prepare.json", started)
+
+
+def abid_resize_step(
+    data: str, out: str, *, size: int = 224, quality: int = 75, decode: str = "full", workers: int = 0,
+    shard: int = 0, num_shards: int = 1, parent_run_id: str = "", manifest_path: str | None = None,
+    progress: bool = True, max_failure_rate: float | None = None,
+) -> StepResult:
+    """Resize every bin image; corrupt inputs are listed in the manifest and skipped.
+
+    A retry (same ``out``) keeps what earlier attempts left valid, so a step stopped by the failure
+    rate passes once the threshold is raised (``max_failure_rate``, else ``VSBENCH_MAX_FAILURE_RATE``)."""
+    from vsbench.abid.resize import resize_abid
+
+    params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all cores",
+              "shard": shard, "num_shards": num_shards}
+    started = time.perf_counter()
+    with child_run(parent_run_id, _sharded("abid-resize", shard, num_shards), params) as tracker:
+        summary = resize_abid(Path(data), Path(out), size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
+                              workers=workers or None, progress=progress, shard=shard,
+                              num_shards=num_shards, max_failure_rate=max_failure_rate).as_dict()
+        for line in summary["redone"]:  # one line each in the component's log
+            print(f"resize: {line}", flush=True)
+        metrics = _numbers(summary, ["inputs", "resized", "kept", "failed", "images_per_second"])
+        return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "resize.json", started)
+
+
+def _log_training(tracker, history: list[dict[str, float]], title: str, artifact: str) -> None:
+    from vsbench.reporting import plots
+
+    figure = plots.training_curves(history, title)
+    tracker.log_figure(figure, artifact)
+    plots.close(figure)
+
+
+def _abid_train_step(
+    task: str, tasks: str, images: str, out: str, *, profile: str, seed: int, device: str,
+    overrides: dict[str, Any] | None, parent_run_id: str, manifest_path: str | None, progress: bool,
+) -> StepResult:
+    """Shared body of the two training steps: profile, device, child run, per-epoch metrics, the
+    training curves, the best model and the result file in MLflow.
+
+    Under torchrun every rank runs this: all train (vsbench.abid.distributed), rank 0 alone opens
+    the MLflow child run, exports the model and writes the manifest."""
+    import contextlib
+
+    from vsbench.abid import distributed
+    from vsbench.abid.counting import train_counting
+    from vsbench.abid.profiles import get_profile
+    from vsbench.abid.siamese import train_siamese
+    from vsbench.tracking import Tracker, log_to_parent
+
+    train, title = {"counting": (train_counting, "counting"), "siamese": (train_siamese, "siamese verification")}[task]
+    settings = get_profile(profile, **(overrides or {}))
+    architecture = settings.arch if task == "counting" else f"siamese-{settings.arch}"
+    with distributed.session(device, settings.amp) as (context, setup):
+        params = {"profile": profile, "seed": seed, "device": str(setup.device), "amp_dtype": str(setup.amp_dtype),
+                  "architecture": architecture, "task": f"{task}-moderate", "world_size": context.world_size,
+                  **settings.model_dump()}
+        started = time.perf_counter()
+        tracking = (child_run(parent_run_id, f"abid-train-{task}", params) if context.is_main
+                    else contextlib.nullcontext(Tracker(None, None)))
+        with tracking as tracker:
+            def log_epoch(record: dict[str, float]) -> None:
+                tracker.log_metrics({k: v for k, v in record.items() if k != "epoch"}, step=int(record["epoch"]))
+
+            extra = {}
+            if task == "siamese" and settings.siamese_trunk_init == "counting":
+                # runs/<task> side by side: the siamese trunk starts from runs/counting's best epoch.
+                extra["trunk_checkpoint"] = Path(out).parent / "counting" / "checkpoints" / "best.pt"
+            run = train(Path(tasks), Path(images), Path(out), settings, setup, seed=seed, on_epoch_end=log_epoch,
+                        progress=progress and context.is_main, context=context, **extra)
+            # The validation score of the chosen epoch, and how it was chosen (param epoch_selection,
+            # manifest epoch_choice): "val" picks it on the very questions it is reported on.
+            metrics = {"chosen_val_accuracy": run.fit.best_score, "chosen_epoch": float(run.fit.best_epoch),
+                       **run.fit.chosen_metrics(),
+                       "train_images_per_second": run.fit.images_per_second,
+                       "world_size": float(context.world_size), **run.summary_metrics()}
+            manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
+                        "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
+                        "epoch_choice": run.fit.describe_choice(),
+                        "world_size": context.world_size}
+            if not context.is_main:
+                return StepResult(out, metrics, manifest)
+            _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
+            model, example = _best_model_for_export(run, settings.image_size, settings.siamese_pair_features)
+            model_uri = tracker.log_torch_model(model, f"{task}_model", example)
+            if model_uri:  # a registered version, with the aliases newest / nightly / best
+                tracker.register_model(model_uri, f"vsbench-abid-{task}", run.fit.best_score)
+            tracker.log_artifact(run.result_path)
+            if "val_majority_rate" in metrics:  # the trivial baseline the report draws beside the score
+                log_to_parent(parent_run_id, {"counting_majority_accuracy": metrics["val_majority_rate"]})
+            return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"train_{task}.json", started)
+
+
+def abid_train_counting_step(tasks: str, images: str, out: str, **kwargs: Any) -> StepResult:
+    """Train the counting network (resumes from ``out/checkpoints``) and write counting_result.txt.
+
+    Keyword arguments: profile ("demo"/"full"), seed, device, overrides, parent_run_id, manifest_path,
+    progress."""
+    return _abid_train_step("counting", tasks, images, out, **{**_TRAIN_DEFAULTS, **kwargs})
+
+
+def abid_train_siamese_step(tasks: str, images: str, out: str, **kwargs: Any) -> StepResult:
+    """Train the siamese verifier (resumable) and write obj_verification_result.txt (same arguments)."""
+    return _abid_train_step("siamese", tasks, images, out, **{**_TRAIN_DEFAULTS, **kwargs})
+
+
+_TRAIN_DEFAULTS: dict[str, Any] = {"profile": "demo", "seed": 0, "device": "auto", "overrides": None,
+                                   "parent_run_id": "", "manifest_path": None, "progress": True}
+
+
+def _best_model_for_export(run, image_size: int, pair_features: str = "concat") -> tuple[Any, Any]:
+    """The chosen checkpoint as a CPU module with one tensor input, and an example batch for it.
+    (The trunk's depth and the head's width are read from the weights; what the head sees of a pair
+    is the profile's.)"""
+    import numpy as np
+
+    from vsbench.abid.models import SiameseNetwork, SiamesePairClassifier, arch_of_trunk, counting_network
+    from vsbench.abid.trainer import BEST, load_state
+
+    state = load_state(run.fit.checkpoint_dir / BEST)["model"]
+    if "head.1.weight" in state:
+        network = SiameseNetwork(arch=arch_of_trunk(state, "trunk."), pair_features=pair_features,
+                                 head_width=state["head.1.weight"].shape[0])
+        network.load_state_dict(state)
+        return SiamesePairClassifier(network).eval(), np.zeros((2, 6, image_size, image_size), np.float32)
+    network = counting_network(state["fc.weight"].shape[0], arch=arch_of_trunk(state))
+    network.load_state_dict(state)
+    return network.eval(), np.zeros((2, 3, image_size, image_size), np.float32)
+
+
+def abid_quantity_step(
+    tasks: str, counting_result: str, out: str, *, parent_run_id: str = "", manifest_path: str | None = None,
+) -> StepResult:
+    """Answer the quantity questions (prior x predicted bin count) and score it against trivial answers."""
+    from vsbench.abid.metrics import verification_metrics
+    from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
+    from vsbench.abid.readers import read_quantity_ground_truth
+    from vsbench.tracking import log_to_parent
+
+    started = time.perf_counter()
+    with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior-capped-by-predicted-count"}) as tracker:
+        answers = run_quantity_baseline(Path(tasks), Path(counting_result), Path(out))
+        truth = read_quantity_ground_truth(Path(tasks) / "obj_num_verification_val.json")
+        metrics = {f"{name}_accuracy": verification_metrics(getattr(answers, name), truth).accuracy
+                   for name in ("baseline", "prior_only", "always_yes", "always_no")}
+        tracker.log_artifact(Path(out) / RESULT_NAME)
+        # The trivial answers beside the score on the parent run: the report draws them as baselines.
+        log_to_parent(parent_run_id, {f"quantity_{name}": metrics[name]
+                                      for name in ("always_yes_accuracy", "prior_only_accuracy")})
+        result = StepResult(str(Path(out) / RESULT_NAME), metrics, {"result": str(Path(out) / RESULT_NAME)})
+        return _finish(tracker, result, manifest_path, "quantity.json", started)
+
+
+def abid_score_step(
+    tasks: str, counting_result: str, verification_result: str, quantity_result: str, *,
+    parent_run_id: str = "", manifest_path: str | None = None,
+) -> StepResult:
+    """Score the three result files exactly as the challenge does; headline metrics go to the parent run."""
+    from vsbench.abid import readers as abid_readers
+    from vsbench.abid.metrics import counting_metrics, verification_metrics
+    from vsbench.reporting import plots
+    from vsbench.tracking import log_to_parent
+
+    root = Path(tasks)
+    started = time.perf_counter()
+    with child_run(parent_run_id, "abid-score", {"task_set": "moderate"}) as tracker:
+        count_truth = abid_readers.read_counting_ground_truth(root / "counting_val.json")
+        counting = counting_metrics(abid_readers.read_abid_predictions(counting_result, count_truth.size,
+                                                                  root / "counting_val.json", binary=False),
+                                    count_truth, 6)
+        verify_truth = abid_readers.read_verification_ground_truth(root / "obj_verification_val.json")
+        verification = verification_metrics(abid_readers.read_abid_predictions(
+            verification_result, verify_truth.size, root / "obj_verification_val.json", binary=True), verify_truth)
+        quantity_truth = abid_readers.read_quantity_ground_truth(root / "obj_num_verification_val.json")
+        quantity = verification_metrics(abid_readers.read_abid_predictions(
+            quantity_result, quantity_truth.size, root / "obj_num_verification_val.json", binary=True), quantity_truth)
+
+        metrics = {f"counting_{k}": float(v) for k, v in counting.as_dict().items()}
+        metrics.update({f"verification_{k}": float(v) for k, v in verification.as_dict().items()})
+        metrics["quantity_accuracy"] = quantity.accuracy
+        metrics["verification_always_yes_accuracy"] = float((verify_truth == 1).mean()) if verify_truth.size else 0.0
+        metrics["quantity_num_examples"] = float(quantity.num_examples)
+        for figure, name in (
+            (plots.per_class_bars(counting.per_class_accuracy, counting.per_class_rmse, counting.per_class_count,
+                                  "counting"), "plots/counting_per_class.png"),
+            (plots.confusion(counting.confusion_matrix, [str(c) for c in range(6)], "counting confusion matrix"),
+             "plots/counting_confusion.png"),
+        ):
+            tracker.log_figure(figure, name)
+            plots.close(figure)
+        log_to_parent(parent_run_id, {k: v for k, v in metrics.items()
+                                      if k in ("counting_accuracy", "counting_rmse", "verification_accuracy",
+                                               "verification_always_yes_accuracy", "quantity_accuracy")})
+        manifest = {"counting_confusion_matrix": counting.confusion_matrix.tolist(),
+                    "verification_confusion_matrix": _binary_confusion(verification_result, verify_truth)}
+        return _finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started)
+
+
+def _save_figure(figure: Any, path: Path) -> None:
+    """A figure as a PNG file, written atomically (a reader never sees half a file)."""
+    import io
+
+    from vsbench.io.storage import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def parent_metric_names(benchmark: str, model: str, metrics: dict[str, float]) -> dict[str, float]:
+    """A score step's metrics as a pipeline's parent run (and a command run) holds them,
+    ``<benchmark>__<model>__<variant>__<metric>``: a nightly parent holds many pairs."""
+    prefix = f"{benchmark}__{_metric_safe(model or 'model')}"
+    return {f"{prefix}__{k}": v for k, v in metrics.items()}
+
+
+def _metric_safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
+def _binary_confusion(result: str, truth) -> list[list[int]]:
+    import numpy as np
+
+    from vsbench.abid.readers import read_int_lines
+
+    predicted = read_int_lines(result)
+    return [[int(np.sum((truth == g) & (predicted == p))) for p in (0, 1)] for g in (0, 1)]
+
+
+def similarity_embed_step(
+    benchmark: str, root: str, out: str, model: str, *, shard: int = 0, num_shards: int = 1,
+    benchmark_options: dict[str, Any] | None = None, model_options: dict[str, Any] | None = None,
+    batch_size: int = 64, device: str = "auto", parent_run_id: str = "", manifest_path: str | None = None,
+    progress: bool = True, seed: int = 0,
+) -> StepResult:
+    """Embed shard ``shard`` of ``num_shards`` of every image set of a benchmark; ``seed`` draws
+    ``{"weights": "random"}`` and is a param of the step's run."""
+    import json as _json
+
+    from vsbench.retrieval.engine import embed_benchmark_shard
+
+    params = {"benchmark": benchmark, "model": model, "shard": shard, "num_shards": num_shards,
+              "batch_size": batch_size, "device": device, "model_options": _json.dumps(model_options or {}),
+              "seed": seed}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"embed-shard-{shard}-of-{num_shards}", params) as tracker:
+        written = embed_benchmark_shard(benchmark, Path(root), Path(out), model, shard=shard, num_shards=num_shards,
+                                        benchmark_options=benchmark_options, model_options=model_options,
+                                        batch_size=batch_size, device=device, progress=progress, seed=seed)
+        manifests = {name: _read_manifest(path) for name, path in written.items()}
+        metrics = {f"{name}_images": float(m.get("count", 0)) for name, m in manifests.items()}
+        metrics.update({f"{name}_images_per_second": float(m.get("images_per_second", 0.0))
+                        for name, m in manifests.items()})
+        metrics["failed_images"] = float(sum(len(m.get("failed", [])) for m in manifests.values()))
+        # The embedding cache: its key (the same for every set of one model) goes to the run's
+        # params, in full to the manifest artifact; hits say how much was not embedded again.
+        caches = {name: m["cache"] for name, m in manifests.items() if (m.get("cache") or {}).get("enabled")}
+        metrics.update({f"{name}_cache_hits": float(c["hits"]) for name, c in caches.items()})
+        keys = sorted({c["key_sha256"] for c in caches.values()})
+        if keys:
+            first = next(iter(caches.values()))["key"]
+            tracker.log_params({"embedding_cache_key": ",".join(keys), "weights_sha256": first["weights_sha256"],
+                                "preprocessing": _json.dumps(first["preprocessing"], sort_keys=True)})
+        return _finish(tracker, StepResult(out, metrics, {"shards": written, "manifests": manifests}),
+                       manifest_path, f"embed_shard_{shard}.json", started)
+
+
+def _read_manifest(shard_path: str) -> dict[str, Any]:
+    from vsbench.io.inputs import read_json
+
+    candidates = [Path(shard_path).with_suffix(".json"), Path(str(shard_path) + ".json")]
+    for candidate in candidates:
+        if candidate.exists():
+            return read_json(candidate)
+    return {}
+
+
+def _eval_settings(codecs: str, k: int, global_cap: int, score_norm: str, search_params: str = ""):
+    from vsbench.benchmarks.base import EvalSettings
+
+    return EvalSettings(codecs=codecs, k=k, global_cap=global_cap or None, score_norm=score_norm,
+                        search_params=search_params)
+
+
+def _search_params(benchmark: str, model: str, codecs: str, k: int, score_norm: str) -> dict[str, Any]:
+    return {"benchmark": benchmark, "model": model, "codecs": codecs, "k": k, "score_norm": score_norm or "none"}
+
+
+def similarity_index_step(
+    benchmark: str, root: str, out: str, *, model: str = "", codecs: str = "Flat", k: int = 10,
+    score_norm: str = "1.00[0,2]", reference_shards: int = 1, benchmark_options: dict[str, Any] | None = None,
+    parent_run_id: str = "", manifest_path: str | None = None,
+) -> StepResult:
+    """Merge the embedding shards; build (or reuse) each FAISS index, its references in ``reference_shards``."""
+    from vsbench.retrieval.engine import index_benchmark
+
+    params = {**_search_params(benchmark, model, codecs, k, score_norm), "reference_shards": reference_shards}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"index-{benchmark}", params) as tracker:
+        manifest = index_benchmark(benchmark, Path(root), Path(out), _eval_settings(codecs, k, 0, score_norm),
+                                   reference_shards=reference_shards, benchmark_options=benchmark_options)
+        indexes = manifest["indexes"]
+        metrics = {"indexes": float(len(indexes)), "indexes_reused": float(sum(i["reused"] for i in indexes)),
+                   "indexed_vectors": float(sum(i["count"] for i in indexes))}
+        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "index.json", started)
+
+
+def similarity_search_step(
+    benchmark: str, root: str, out: str, *, task: int = 0, search_shards: int = 1, reference_shards: int = 1,
+    model: str = "", codecs: str = "Flat", k: int = 10, score_norm: str = "1.00[0,2]", search_params: str = "",
+    benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
+) -> StepResult:
+    """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
+    from vsbench.retrieval.engine import search_benchmark
+
+    total = search_shards * reference_shards
+    params = {**_search_params(benchmark, model, codecs, k, score_norm), "task": task, "search_shards": search_shards,
+              "reference_shards": reference_shards, "search_params": search_params or "-"}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"search-{benchmark}-task-{task}-of-{total}", params) as tracker:
+        manifest = search_benchmark(benchmark, Path(root), Path(out),
+                                    _eval_settings(codecs, k, 0, score_norm, search_params),
+                                    task=task, search_shards=search_shards, reference_shards=reference_shards,
+                                    benchmark_options=benchmark_options)
+        metrics = {"result_files": float(len(manifest["results"]))}
+        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"search_{task}.json", started)
+
+
+def similarity_score_step(
+    benchmark: str, root: str, out: str, *, model: str = "", codecs: str = "Flat", k: int = 10,
+    global_cap: int = 0, score_norm: str = "1.00[0,2]", search_shards: int = 1, search_params: str = "",
+    benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
+) -> StepResult:
+    """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts."""
+    from vsbench.reporting import plots
+    from vsbench.retrieval.engine import flat_metrics, score_benchmark
+    from vsbench.tracking import log_to_parent
+
+    params = {**_search_params(benchmark, model, codecs, k, score_norm), "global_cap": global_cap or "none",
+              "search_shards": search_shards, "search_params": search_params or "-"}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"score-{benchmark}", params) as tracker:
+        result = score_benchmark(benchmark, Path(root), Path(out),
+                                 _eval_settings(codecs, k, global_cap, score_norm, search_params),
+                                 search_shards=search_shards, benchmark_options=benchmark_options)
+        metrics = flat_metrics(result.records)
+        if result.csv_name:
+            tracker.log_artifact(Path(out) / result.csv_name)
+        saved = []
+        for name, figure in result.figures.items():
+            artifact = name if name.endswith(".png") else f"plots/{name}.png"
+            tracker.log_figure(figure, artifact)
+            _save_figure(figure, Path(out) / artifact)  # beside the CSV: a command run attaches it later
+            saved.append(artifact)
+            plots.close(figure)
+        log_to_parent(parent_run_id, parent_metric_names(benchmark, model, metrics))
+        manifest = {"records": result.records, "csv": result.csv_name, "plots": saved}
+        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started)
