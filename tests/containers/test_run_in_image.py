@@ -89,7 +89,7 @@ def test_abid_pipeline_in_the_image_scores_as_the_subprocess_run_and_resumes_aft
 
     # A first container run, killed (SIGTERM, as `kill` or a CI timeout sends) once a step is done.
     data, pipeline_root = tmp_path / "image", tmp_path / "image-kfp"
-    command = [sys.executable, "-m", "vsbench.cli.app", "abid", "run-local", "--runner", "container",
+    command = [sys.executable, "-m", "vsbench", "abid", "run-local", "--runner", "container",
                "--data-root", str(data), "--pipeline-root", str(pipeline_root), "--experiment", "image",
                "--source", arguments["source"], "--endpoint-url", arguments["endpoint_url"], "--seed", "3",
                "--size", "32", "--train-overrides", TRAIN]
@@ -145,7 +145,7 @@ def test_similarity_run_in_the_image_prints_the_inline_table(cpu_image, tmp_path
     for runner in ("inline", "container"):
         out = tmp_path / runner
         result = subprocess.run(
-            [sys.executable, "-m", "vsbench.cli.app", "similarity", "run", "--benchmark", "disc", "--root",
+            [sys.executable, "-m", "vsbench", "similarity", "run", "--benchmark", "disc", "--root",
              str(tmp_path / "disc"), "--out", str(out), "--codecs", "Flat;PCAW8,L2norm,Flat", "--batch-size", "8",
              "--runner", runner], capture_output=True, text=True, timeout=900, env=dict(os.environ), check=False)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

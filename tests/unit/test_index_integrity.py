@@ -224,8 +224,8 @@ def test_score_normalization_and_transforms_are_verified_too(tmp_path: Path) -> 
 
 def _disc(tmp_path: Path):
     from vsbench.benchmarks.base import EvalSettings
-    from vsbench.benchmarks.registry import load_benchmark
     from vsbench.benchmarks.disc.synth import generate_disc
+    from vsbench.benchmarks.registry import load_benchmark
     from vsbench.retrieval.engine import embed_benchmark_shard, merge_benchmark
     from vsbench.retrieval.features import FeatureSet, save_features
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -23,12 +22,12 @@ from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid
 from vsbench.benchmarks.product_search.metrics import product_search_metrics
 from vsbench.benchmarks.ties import tie_fields
+from vsbench.cli.common import user_errors
 from vsbench.io.storage import atomic_write_json
 
 score_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Score result files against ground truth; write a metrics JSON.")
 
-BAD_INPUT_EXIT = 2
 HPATCHES_POSITIVES = {"easy": "test_pos_easy.results", "hard": "test_pos_hard.results"}
 HPATCHES_NEGATIVES = {"diffseq": "test_neg_diffseq.results", "sameseq": "test_neg_sameseq.results"}
 
@@ -42,28 +41,6 @@ TrackOpt = Annotated[bool, typer.Option(
 ExperimentOpt = Annotated[str, typer.Option(help="MLflow experiment.")]
 SCORE_EXPERIMENT = "vsbench-score"
 SCORE_PIPELINE = "vsbench-score"
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(BAD_INPUT_EXIT)
-
-
-@contextmanager
-def user_errors(*kinds: type[Exception]) -> Iterator[None]:
-    """Turn a user's mistake (ValueError, plus ``kinds``) into one line on stderr and exit code 2,
-    with no traceback. Shared by every command that checks its inputs. A file that cannot be opened
-    (missing, a folder, not readable) is such a mistake too: the line names it."""
-    try:
-        yield
-    except (ValueError, *kinds) as exc:  # InputError included
-        _fail(str(exc))
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        _fail(f"{exc.filename}: {exc.strerror or exc}" if exc.filename is not None else str(exc))
-    except OSError as exc:
-        if exc.filename is None:  # a socket or a device, not a path the user gave: unexpected
-            raise
-        _fail(f"{exc.filename}: {exc.strerror or exc}")
 
 
 def _json_number(value: float) -> float | None:

@@ -1,0 +1,228 @@
+"""``vsbench abid``: the ABID pipeline's steps as commands (download, prepare, resize, train) and
+the whole pipeline on kfp.local (``run-local``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vsbench.cli.common import (
+    EndpointOpt,
+    ImageOpt,
+    RunnerOpt,
+    TrackOpt,
+    VerboseOpt,
+    check_runner,
+    kept_bundle,
+    print_summary,
+    user_errors,
+)
+
+abid_app = typer.Typer(no_args_is_help=True, help="Amazon Bin Image Dataset: download, prepare, resize, run.")
+
+
+@abid_app.command("download")
+def abid_download(
+    dest: Annotated[Path, typer.Option(help="Local data root: bin-images/ and metadata/ are created here.")],
+    source: Annotated[str, typer.Option(help="s3://bucket or s3://bucket/prefix holding bin-images/ and metadata/.")] = "s3://aft-vbi-pds",
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the N smallest bin ids (with their metadata).")] = None,
+    endpoint_url: EndpointOpt = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=512, help="Requests in flight.")] = 64,
+    retries: Annotated[int, typer.Option(min=1, help="Attempts per object.")] = 5,
+) -> None:
+    """Mirror ABID from S3: anonymous by default, resumable, verified, atomic."""
+    from vsbench.abid.download import MANIFEST_NAME, DownloadInterrupted, download_abid
+    from vsbench.io.storage import S3AccessError
+
+    try:
+        summary = download_abid(source, dest, limit=limit, endpoint_url=endpoint_url, concurrency=concurrency,
+                                retries=retries)
+    except (S3AccessError, ValueError) as exc:  # one job-wide cause (denied, no bucket, wrong endpoint, a bad setting)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except DownloadInterrupted as exc:  # SIGTERM or SIGINT: the manifest is written, say so in one line
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    data = summary.as_dict()
+    print_summary("download", data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
+                                      "duplicate_spellings", "spelling_conflicts", "seconds", "objects_per_second"])
+    if (dest / MANIFEST_NAME).exists():  # not written when a failed run fetched nothing (nothing is left behind)
+        typer.echo(f"manifest: {dest / MANIFEST_NAME}")
+    if summary.spelling_conflicts:  # one line for all of them; the manifest lists each
+        typer.echo(summary.conflict_warning(str(dest / MANIFEST_NAME)), err=True)
+    if not summary.complete:
+        if summary.cause:  # one line for the cause, never one per object
+            typer.echo(f"error: {summary.cause}", err=True)
+            raise typer.Exit(1)
+        for failure in summary.failures[:10]:
+            typer.echo(f"  failed {failure['key']}: {failure['reason']}", err=True)
+        typer.echo(f"{summary.advice()}.", err=True)
+        raise typer.Exit(1)
+
+
+@abid_app.command("prepare")
+def abid_prepare(
+    data: Annotated[Path, typer.Option(help="Folder holding bin-images/ and metadata/.")],
+    out: Annotated[Path, typer.Option(help="Where the split and task files go.")],
+    seed: Annotated[int, typer.Option(help="Seed of the split and of the sampled questions.")] = 0,
+    val_fraction: Annotated[float, typer.Option(help="Fraction of eligible bins in validation.")] = 0.1,
+    max_per_class: Annotated[int, typer.Option(min=1, help="Verification questions per answer (yes/no).")] = 20000,
+) -> None:
+    """The challenge's split and task files (random_*.txt, metadata, instances, counting, verification)."""
+    from vsbench.abid.prepare import PREPARE_COUNTS, REPORT_NAME, prepare_abid
+
+    summary = prepare_abid(data, out, seed=seed, val_fraction=val_fraction, max_per_class=max_per_class).as_dict()
+    print_summary("prepare", summary, list(PREPARE_COUNTS))
+    for name, info in summary["files"].items():
+        typer.echo(f"  {name:<36} {info['entries']:>8} entries")
+    if summary["warning"]:  # every empty task file with its reason, in one line (also in the report)
+        typer.echo(summary["warning"], err=True)
+    problems = summary["problems"]
+    if problems:
+        typer.echo(f"{len(problems)} data problems (first 5 below; all in {out / REPORT_NAME}):", err=True)
+        for problem in problems[:5]:
+            typer.echo(f"  id {problem['bin_id']} {problem['file']}: {problem['reason']}", err=True)
+
+
+@abid_app.command("resize")
+def abid_resize(
+    data: Annotated[Path, typer.Option(help="Folder holding bin-images/.")],
+    out: Annotated[Path, typer.Option(help="Folder for the resized '%05d.jpg' images.")],
+    size: Annotated[int, typer.Option(min=8, help="Side of the square output.")] = 224,
+    quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality of the output.")] = 75,
+    decode: Annotated[str, typer.Option(help="'full' (the default: byte-equal to the challenge's Pillow loop), "
+                                        "'fast' (libjpeg-turbo via simplejpeg + torch's antialiased bilinear, DCT-"
+                                        "domain downscale of photos >= 2x the size; faster, a little off the "
+                                        "challenge's pixels: docs/abid.md 'Resize'; bad files take the 'draft' path) "
+                                        "or 'draft' (Pillow, DCT-domain downscale when >= 2x).")] = "full",
+    workers: Annotated[int, typer.Option(min=0, help="Processes; 0 = all cores.")] = 0,
+    max_failure_rate: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Fail the step when more than this share of images cannot be resized "
+        "(default: VSBENCH_MAX_FAILURE_RATE, else 0.01); the failures are listed either way.")] = None,
+) -> None:
+    """Resize every bin image (bilinear), in parallel; bad inputs are listed and skipped."""
+    from vsbench.abid.resize import DECODES, MANIFEST_NAME, resize_abid
+    from vsbench.imaging.limits import TooManyFailures
+
+    if decode not in DECODES:
+        raise typer.BadParameter(f"decode must be one of {', '.join(DECODES)}", param_hint="--decode")
+    with user_errors(FileNotFoundError):  # no bin-images/, a bad VSBENCH_MAX_FAILURE_RATE: one line
+        try:
+            summary = resize_abid(data, out, size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
+                                  workers=workers or None, max_failure_rate=max_failure_rate).as_dict()
+        except TooManyFailures as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+    print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "seconds", "images_per_second"])
+    _print_redone(summary)
+    for failure in summary["failures"][:10]:
+        typer.echo(f"  skipped {failure['file']}: {failure['reason']}", err=True)
+    typer.echo(f"manifest: {out / MANIFEST_NAME}")
+
+
+def _print_redone(summary: dict) -> None:
+    """One line per output a re-run redid instead of keeping (its source or itself changed), at most
+    the summary's first lines, then the count."""
+    for line in summary["redone"]:
+        typer.echo(f"  {line}", err=True)
+    if summary["redone_count"] > len(summary["redone"]):
+        typer.echo(f"  ... {summary['redone_count'] - len(summary['redone'])} more outputs redone", err=True)
+
+
+TRAIN_TASKS = ("counting", "siamese")
+
+
+@abid_app.command("train")
+def abid_train(
+    task: Annotated[str, typer.Argument(help="'counting' or 'siamese'.")],
+    tasks: Annotated[Path, typer.Option(help="Folder of the task files (`vsbench abid prepare`'s output).")],
+    images: Annotated[Path, typer.Option(help="Folder of the resized images (`vsbench abid resize`'s output).")],
+    out: Annotated[Path, typer.Option(help="Run folder: checkpoints/, result file, summary. A re-run resumes from it.")],
+    profile: Annotated[str, typer.Option(help="'demo' (CPU minutes) or 'full' (the challenge's settings).")] = "demo",
+    overrides: Annotated[str, typer.Option(help='JSON of profile fields, e.g. \'{"epochs": 2}\'. '
+                                                 "batch_size is the global batch, split over the processes.")] = "{}",
+    seed: Annotated[int, typer.Option(help="Seed of the weights, the sample order and the flips.")] = 0,
+    device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda' (under DDP: one GPU per process).")] = "auto",
+    nproc: Annotated[int, typer.Option(min=1, help="Processes on this machine: >1 starts torchrun (DDP: gloo on "
+                                                   "the CPU, nccl on CUDA). Under torchrun yourself, leave it at 1.")] = 1,
+    parent_run_id: Annotated[str, typer.Option(help="MLflow parent run; empty: no tracking.")] = "",
+) -> None:
+    """Train one ABID baseline, resumably; in one process, or data-parallel with --nproc N (or under
+    `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node)."""
+    import os
+    import subprocess
+    import sys
+
+    from vsbench.steps.abid import abid_train_counting_step, abid_train_siamese_step
+
+    if task not in TRAIN_TASKS:
+        raise typer.BadParameter(f"must be one of {', '.join(TRAIN_TASKS)}, not {task!r}", param_hint="TASK")
+    with user_errors(json.JSONDecodeError):
+        parsed = json.loads(overrides)
+        if not isinstance(parsed, dict):
+            raise ValueError(f"--overrides must be a JSON object of profile fields, not {overrides!r}")
+    if nproc > 1:
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
+                                     param_hint="--nproc")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                   "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images),
+                   "--out", str(out), "--profile", profile, "--overrides", overrides, "--seed", str(seed),
+                   "--device", device, "--parent-run-id", parent_run_id]
+        typer.echo(" ".join(command[1:]), err=True)
+        raise typer.Exit(subprocess.run(command, check=False).returncode)
+    step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
+    from pydantic import ValidationError
+
+    with user_errors(ValidationError, FileNotFoundError):
+        result = step(str(tasks), str(images), str(out), profile=profile, seed=seed, device=device, overrides=parsed,
+                      parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"))
+    if int(os.environ.get("RANK", "0") or 0) == 0:
+        print_summary(f"train {task}", result.metrics, list(result.metrics))
+        typer.echo(f"result: {result.manifest['result']}")
+
+
+@abid_app.command("run-local")
+def abid_run_local(
+    data_root: Annotated[Path, typer.Option(help="Data root for every step (raw/, tasks/, bin-images-resize/).")],
+    source: Annotated[str, typer.Option(help="s3://bucket or s3://bucket/prefix to download from.")] = "s3://aft-vbi-pds",
+    endpoint_url: Annotated[str, typer.Option(help="S3 endpoint URL; empty for AWS.")] = "",
+    limit: Annotated[int, typer.Option(min=0, help="0 = everything.")] = 0,
+    seed: int = 0,
+    size: int = 224,
+    max_per_class: int = 20000,
+    train_profile: Annotated[str, typer.Option(help="'demo' (CPU minutes) or 'full' (the challenge's settings).")] = "demo",
+    train_overrides: Annotated[str, typer.Option(help='JSON of profile fields, e.g. \'{"epochs": 2}\'.')] = "{}",
+    device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda'.")] = "auto",
+    experiment: Annotated[str, typer.Option(help="MLflow experiment.")] = "vsbench-abid",
+    pipeline_root: Annotated[Path | None, typer.Option(help="Where kfp.local keeps step outputs.")] = None,
+    runner: RunnerOpt = "subprocess",
+    image: ImageOpt = None,
+    track: TrackOpt = True,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
+    from vsbench.platform.local_run import run_abid_pipeline_locally
+    from vsbench.tracking.command import prepare_pipeline_tracking
+
+    check_runner(runner)
+    tracked = prepare_pipeline_tracking(track, typer.echo)
+    params = {"source": source, "limit": limit, "seed": seed, "size": size, "max_per_class": max_per_class,
+              "profile": train_profile, "train_overrides": train_overrides, "data": f"{source} (limit {limit or 'none'})"}
+    report = run_abid_pipeline_locally(
+        data_root=data_root.resolve(), pipeline_root=(pipeline_root or data_root / "_kfp").resolve(),
+        arguments={"source": source, "endpoint_url": endpoint_url, "limit": limit, "seed": seed, "size": size,
+                   "max_per_class": max_per_class, "train_profile": train_profile,
+                   "train_overrides": train_overrides, "device": device,
+                   "experiment": experiment, "params_json": json.dumps(params)},
+        runner=runner, image=image, verbose=verbose,
+    )
+    typer.echo(report.render())
+    if track and not tracked and report.run_dir is not None:
+        kept_bundle(report.run_dir, experiment, "vsbench-abid", params, report.parent_metrics(),
+                     tags={"vsbench.profile": train_profile}, artifacts=report.manifests())
+    if not report.succeeded:
+        raise typer.Exit(1)

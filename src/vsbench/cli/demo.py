@@ -1,0 +1,35 @@
+"""``vsbench demo``: the ABID pipeline end to end on generated data from a local S3 endpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vsbench.cli.common import (
+    ImageOpt,
+    RunnerOpt,
+    TrackOpt,
+    VerboseOpt,
+    check_runner,
+)
+from vsbench.platform.demo import DEFAULT_BINS
+
+
+def demo(
+    out: Annotated[Path, typer.Option(help="Folder for everything the demo writes.")] = Path("demo-output"),
+    bins: Annotated[int, typer.Option(min=20, help="Generated bins (scale the demo up with this).")] = DEFAULT_BINS,
+    seed: int = 0,
+    profile: Annotated[str, typer.Option(help="Training profile: 'demo' (CPU minutes) or 'full' (the challenge's).")] = "demo",
+    runner: RunnerOpt = "subprocess",
+    image: ImageOpt = None,
+    track: TrackOpt = True,
+    verbose: VerboseOpt = False,
+) -> None:
+    """The ABID pipeline end to end on generated data served from a local S3 endpoint."""
+    from vsbench.platform.demo import run_demo
+
+    check_runner(runner)
+    raise typer.Exit(run_demo(out.resolve(), bins=bins, seed=seed, profile=profile, runner=runner, image=image,
+                              track=track, verbose=verbose))

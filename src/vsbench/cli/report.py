@@ -1,0 +1,32 @@
+"""``vsbench compare``: the leaderboard and HTML report of pipeline runs in MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vsbench.cli.common import (
+    user_errors,
+)
+
+
+def compare(
+    experiment: Annotated[str, typer.Option(help="MLflow experiment (from MLFLOW_TRACKING_URI).")],
+    last: Annotated[int | None, typer.Option(min=1, help="Only the newest N pipeline runs.")] = None,
+    report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
+) -> None:
+    """Leaderboard of pipeline runs (model x benchmark x metric, best marked) and an HTML report."""
+    from vsbench.reporting.compare import collect_runs, leaderboard, render_leaderboard, render_runs, write_report
+
+    with user_errors(LookupError):  # a missing experiment
+        runs = collect_runs(experiment, last=last)
+    if not runs:
+        typer.echo(f"no finished pipeline runs in experiment {experiment!r}", err=True)
+        raise typer.Exit(1)
+    typer.echo(render_leaderboard(leaderboard(runs)))
+    typer.echo("")
+    typer.echo(render_runs(runs))
+    write_report(runs, report, title=f"{experiment}" + (f": last {last} runs" if last else ""))
+    typer.echo(f"report: {report}")
