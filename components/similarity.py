@@ -10,9 +10,9 @@ from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
 def shard_list(num_shards: int) -> list[int]:
     """``[0, ..., num_shards - 1]``: the items a ParallelFor fans out over."""
-    if num_shards < 1:
-        raise ValueError(f"num_shards must be at least 1, got {num_shards}")
-    return list(range(num_shards))
+    from vsbench.steps.similarity import embed_shards
+
+    return embed_shards(num_shards)
 
 
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
@@ -26,16 +26,15 @@ def embed_shard(
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.parent_run_for``) rather than taking it from the opening task."""
-    from vsbench.retrieval.engine import load_json_option
-    from vsbench.steps.abid import similarity_embed_step
+    from vsbench.spec.run import SimilarityRun
+    from vsbench.steps.similarity import similarity_embed_step
     from vsbench.tracking import parent_run_for
 
-    parent_run_id = parent_run_for(experiment, kfp_run_id)
-    result = similarity_embed_step(
-        benchmark, root, out, model, shard=shard, num_shards=num_shards,
-        benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
-        model_options=load_json_option(model_options, "model_options"), batch_size=batch_size, device=device,
-        parent_run_id=parent_run_id, manifest_path=manifest.path, progress=False, seed=seed)
+    run = SimilarityRun.parse(benchmark=benchmark, root=root, model=model, num_shards=num_shards,
+                        benchmark_options=benchmark_options, model_options=model_options, seed=seed)
+    result = similarity_embed_step(run, out, shard=shard, batch_size=batch_size, device=device,
+                                   parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path,
+                                   progress=False)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -44,10 +43,9 @@ def embed_shard(
 def search_tasks(search_shards: int, reference_shards: int) -> list[int]:
     """``[0, ..., search_shards x reference_shards - 1]``: task t searches query shard t // reference_shards
     in reference shard t % reference_shards."""
-    if search_shards < 1 or reference_shards < 1:
-        raise ValueError(f"search_shards and reference_shards must be at least 1, got {search_shards} and "
-                         f"{reference_shards}")
-    return list(range(search_shards * reference_shards))
+    from vsbench.steps.similarity import search_tasks as tasks
+
+    return tasks(search_shards, reference_shards)
 
 
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
@@ -57,13 +55,12 @@ def index(
 ):
     """Merge the embedding shards; train each codec (faiss-gpu when present) and persist its index in
     ``reference_shards`` parts under ``out/index`` (reused when built before for the same inputs)."""
-    from vsbench.retrieval.engine import load_json_option
-    from vsbench.steps.abid import similarity_index_step
+    from vsbench.spec.run import BenchmarkRun
+    from vsbench.steps.similarity import similarity_index_step
 
-    result = similarity_index_step(
-        benchmark, root, out, model=model, codecs=codecs, k=k, score_norm=score_norm,
-        reference_shards=reference_shards, benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
-        parent_run_id=parent_run_id, manifest_path=manifest.path)
+    run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
+                       reference_shards=reference_shards, benchmark_options=benchmark_options)
+    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -77,15 +74,15 @@ def search(
     """Search task ``task``: one query shard in one reference shard of every index (resumable).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
-    from vsbench.retrieval.engine import load_json_option
-    from vsbench.steps.abid import similarity_search_step
+    from vsbench.spec.run import BenchmarkRun
+    from vsbench.steps.similarity import similarity_search_step
     from vsbench.tracking import parent_run_for
 
-    result = similarity_search_step(
-        benchmark, root, out, task=task, search_shards=search_shards, reference_shards=reference_shards,
-        model=model, codecs=codecs, k=k, score_norm=score_norm, search_params=search_params,
-        benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
-        parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
+    run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
+                       search_params=search_params, search_shards=search_shards, reference_shards=reference_shards,
+                       benchmark_options=benchmark_options)
+    result = similarity_search_step(run, out, task=task, model=model,
+                                    parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -97,13 +94,12 @@ def score(
     metrics: Output[Metrics],
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
-    from vsbench.retrieval.engine import load_json_option
-    from vsbench.steps.abid import similarity_score_step
+    from vsbench.spec.run import BenchmarkRun
+    from vsbench.steps.similarity import similarity_score_step
 
-    result = similarity_score_step(
-        benchmark, root, out, model=model, codecs=codecs, k=k, global_cap=global_cap, score_norm=score_norm,
-        search_shards=search_shards, search_params=search_params,
-        benchmark_options=load_json_option(benchmark_options, "benchmark_options"),
-        parent_run_id=parent_run_id, manifest_path=manifest.path)
+    run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, global_cap=global_cap,
+                       score_norm=score_norm, search_params=search_params, search_shards=search_shards,
+                       benchmark_options=benchmark_options)
+    result = similarity_score_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

@@ -47,7 +47,7 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                                            shard=shard, num_shards=entry.num_shards,
                                            benchmark_options=benchmark_options, model_options=model_options,
                                            batch_size=batch_size, device=device, experiment=experiment,
-                                           kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER).after(opened)
+                                           kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, seed=entry.seed).after(opened)
                     embedded.set_display_name(f"embed {entry.name}").set_caching_options(False)
                     apply(embedded, "gpu", cluster, RETRIES["embed"])
                 scored = search_and_score(

@@ -174,7 +174,7 @@ def test_step_manifest_and_mlflow_tags_record_the_image(tmp_path: Path, monkeypa
     from mlflow.tracking import MlflowClient
 
     from vsbench.reporting.compare import collect_runs, ran_in, render_runs
-    from vsbench.steps.abid import StepResult, _finish
+    from vsbench.steps.base import StepResult, finish
     from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, child_run, log_to_parent, open_parent_run
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -183,7 +183,7 @@ def test_step_manifest_and_mlflow_tags_record_the_image(tmp_path: Path, monkeypa
     parent = open_parent_run("image-tags", "kfp-1", "vsbench-abid", {})
     manifest = tmp_path / "manifest.json"
     with child_run(parent, "abid-score") as tracker:
-        _finish(tracker, StepResult("out", {"counting_accuracy": 0.5}), str(manifest), "score.json",
+        finish(tracker, StepResult("out", {"counting_accuracy": 0.5}), str(manifest), "score.json",
                 time.perf_counter())
     log_to_parent(parent, {"counting_accuracy": 0.5})
     assert json.loads(manifest.read_text())["ran_in"] == {"image": "registry.test/vsbench-cpu:1",

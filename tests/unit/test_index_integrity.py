@@ -223,11 +223,11 @@ def test_score_normalization_and_transforms_are_verified_too(tmp_path: Path) -> 
 # --- a whole benchmark: index -> search -> score, as `vsbench similarity run` drives it ---
 
 def _disc(tmp_path: Path):
-    from vsbench.benchmarks.base import EvalSettings
     from vsbench.benchmarks.disc.synth import generate_disc
     from vsbench.benchmarks.registry import load_benchmark
-    from vsbench.retrieval.engine import embed_benchmark_shard, merge_benchmark
+    from vsbench.retrieval.engine import Engine
     from vsbench.retrieval.features import FeatureSet, save_features
+    from vsbench.spec.run import BenchmarkRun
 
     root, out = tmp_path / "data", tmp_path / "run"
     generate_disc(root, references=30, queries=20, train=24, seed=1)
@@ -239,19 +239,20 @@ def _disc(tmp_path: Path):
         if query in row and reference in row:
             values[row[query]] = values[row[reference]] + np.float32(0.125)
     save_features(tmp_path / "features.npz", FeatureSet(np.asarray(ids), values))
-    embed_benchmark_shard("disc", root, out, "precomputed", model_options={"path": str(tmp_path / "features.npz")},
-                          progress=False)
-    merge_benchmark("disc", root, out, None)
-    return root, out, EvalSettings(codecs="Flat", k=5, global_cap=40, score_norm="")
+    run = BenchmarkRun(benchmark="disc", root=str(root), codecs="Flat", k=5, global_cap=40, score_norm="",
+                       reference_shards=2)
+    Engine(run, out).embed_shard("precomputed", model_options={"path": str(tmp_path / "features.npz")}, progress=False)
+    Engine(run, out).merge()
+    return root, out, run
 
 
-def _steps(root: Path, out: Path, settings) -> list[dict]:
-    from vsbench.retrieval.engine import index_benchmark, score_benchmark, search_benchmark
+def _steps(root: Path, out: Path, run) -> list[dict]:
+    from vsbench.retrieval.engine import Engine
 
-    index_benchmark("disc", root, out, settings, reference_shards=2)
+    Engine(run, out).index()
     for task in range(2):
-        search_benchmark("disc", root, out, settings, task=task, search_shards=1, reference_shards=2)
-    return score_benchmark("disc", root, out, settings, search_shards=1).records
+        Engine(run, out).search(task)
+    return Engine(run, out).score().records
 
 
 def test_swapped_shards_in_a_benchmark_run_are_rebuilt_to_the_same_numbers(tmp_path: Path,

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vsbench.benchmarks.base import EvalSettings
 from vsbench.index.codec import SearchError, merge_found
 from vsbench.index.plan import SearchRequest, search_inline
 from vsbench.index.store import build_index, collect, search_shard, shard_bounds, shard_tasks
-from vsbench.retrieval.engine import evaluate_benchmark, index_benchmark, score_benchmark, search_benchmark
+from vsbench.retrieval.engine import Engine
 from vsbench.retrieval.features import FeatureSet, save_features
+from vsbench.spec.run import BenchmarkRun
 
 
 def _request(rng: np.random.Generator, *, codecs: str, metric: str = "ip", score_norm: str = "",
@@ -200,15 +200,14 @@ def _embed_precomputed(benchmark: str, root: Path, out: Path, rng: np.random.Gen
                        options: dict | None = None) -> None:
     """Features for every image of the benchmark (with duplicated rows: ties), through the real embed step."""
     from vsbench.benchmarks.registry import load_benchmark
-    from vsbench.retrieval.engine import embed_benchmark_shard
-
     bench = load_benchmark(benchmark, root, **(options or {}))
     ids = sorted({i for images in bench.image_sets().values() for i in images.ids})
     values = rng.standard_normal((len(ids), dim)).astype(np.float32)
     values[1::5] = values[0::5][: len(values[1::5])]
     save_features(out.parent / f"{benchmark}-features.npz", FeatureSet(np.asarray(ids), values))
-    embed_benchmark_shard(benchmark, root, out, "precomputed", benchmark_options=options,
-                          model_options={"path": str(out.parent / f"{benchmark}-features.npz")}, progress=False)
+    run = BenchmarkRun(benchmark=benchmark, root=str(root), benchmark_options=options or {})
+    Engine(run, out).embed_shard("precomputed", model_options={"path": str(out.parent / f"{benchmark}-features.npz")},
+                                 progress=False)
 
 
 @pytest.mark.parametrize("benchmark", ["disc", "copydays"])
@@ -219,28 +218,32 @@ def test_benchmark_records_equal_with_and_without_shards(tmp_path: Path, benchma
     if benchmark == "disc":
         generate_disc(tmp_path / "data", references=30, queries=20, train=24, seed=1)
         root, options = tmp_path / "data", {}
-        settings = EvalSettings(codecs="Flat;PCAW8,L2norm,Flat", k=5, global_cap=40, score_norm="1.00[0,2]")
+        search = {"codecs": "Flat;PCAW8,L2norm,Flat", "k": 5, "global_cap": 40, "score_norm": "1.00[0,2]"}
     else:
         generate_copydays(tmp_path / "data", originals=6, distractors=12, train=20, seed=1)
         root = tmp_path / "data" / "copydays"
         options = {"distractors": str(tmp_path / "data" / "distractors"),
                    "codec_train": str(tmp_path / "data" / "codec_train")}
-        settings = EvalSettings(codecs="Flat;PCA8,Flat", k=10, score_norm="")
+        search = {"codecs": "Flat;PCA8,Flat", "k": 10, "score_norm": ""}
     out = tmp_path / "run"
     _embed_precomputed(benchmark, root, out, np.random.default_rng(7), options=options)
-    from vsbench.retrieval.engine import merge_benchmark
-
-    merge_benchmark(benchmark, root, out, options)
-    expected = evaluate_benchmark(benchmark, root, out, settings, options).records
+    one_process = BenchmarkRun(benchmark=benchmark, root=str(root), benchmark_options=options, **search)
+    Engine(one_process, out).merge()
+    expected = Engine(one_process, out).evaluate().records
     os.remove(out / "metrics.json")
-    manifest = index_benchmark(benchmark, root, out, settings, reference_shards=3, benchmark_options=options)
+    sharded = one_process.model_copy(update={"search_shards": 2, "reference_shards": 3})
+    manifest = Engine(sharded, out).index()  # each step a fresh engine, as each pipeline task is a process
     assert manifest["indexes"] and all(len(i["reference_shards"]) == 3 for i in manifest["indexes"])
     for task in range(2 * 3):
-        search_benchmark(benchmark, root, out, settings, task=task, search_shards=2, reference_shards=3,
-                         benchmark_options=options)
-    got = score_benchmark(benchmark, root, out, settings, search_shards=2, benchmark_options=options).records
+        Engine(sharded, out).search(task)
+    got = Engine(sharded, out).score().records
     assert got == expected
     assert json.loads((out / "metrics.json").read_text())["records"] == expected
+    engine = Engine(sharded, out)  # and all in one engine, as the inline runner drives them
+    engine.index()
+    for task in range(2 * 3):
+        engine.search(task)
+    assert engine.score().records == expected
 
 
 def test_search_with_another_reference_shard_count_than_the_index_is_refused(tmp_path: Path) -> None:
@@ -249,10 +252,11 @@ def test_search_with_another_reference_shard_count_than_the_index_is_refused(tmp
     generate_disc(tmp_path / "data", references=12, queries=8, train=10, seed=2)
     out = tmp_path / "run"
     _embed_precomputed("disc", tmp_path / "data", out, np.random.default_rng(8))
-    settings = EvalSettings(codecs="Flat", k=3, score_norm="")
-    index_benchmark("disc", tmp_path / "data", out, settings, reference_shards=2)
+    run = BenchmarkRun(benchmark="disc", root=str(tmp_path / "data"), codecs="Flat", k=3, score_norm="",
+                       reference_shards=2)
+    Engine(run, out).index()
     with pytest.raises(ValueError, match="built with 2 reference shard"):
-        search_benchmark("disc", tmp_path / "data", out, settings, task=0, search_shards=1, reference_shards=3)
+        Engine(run.model_copy(update={"reference_shards": 3}), out).search(0)
 
 
 def test_search_params_reach_every_shard_and_key_the_results(tmp_path: Path) -> None:

@@ -36,11 +36,11 @@ ReferenceShardsOpt = Annotated[int, typer.Option(
     min=1, help="Split the gallery into this many indexes (one search task per query shard x reference shard).")]
 
 
-def _benchmark_options(text: str) -> dict:
-    from vsbench.retrieval.engine import load_json_option
+def _json_option(text: str, name: str) -> dict:
+    from vsbench.spec.run import json_object
 
     try:
-        return load_json_option(text, "--benchmark-options")
+        return json_object(text, name)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -78,103 +78,81 @@ def similarity_run(
 
     Shards run here one after another (inline) or as kfp.local tasks; the table is the same for any
     number of search and reference shards."""
-    from vsbench.retrieval.engine import load_json_option
-    from vsbench.steps.abid import (
-        similarity_embed_step,
-        similarity_index_step,
-        similarity_score_step,
-        similarity_search_step,
-    )
+    from vsbench.spec.run import SimilarityRun
 
     check_runner(runner, ("inline", "subprocess", "container"))
-    bench_opts = _benchmark_options(benchmark_options)
-    try:
-        model_opts = load_json_option(model_options, "--model-options")
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    search = {"codecs": codecs, "k": k, "score_norm": score_norm}
+    bench_opts, model_opts = _json_option(benchmark_options, "--benchmark-options"), _json_option(
+        model_options, "--model-options")
     if "seed" in model_opts:
         raise typer.BadParameter("the seed is --seed, not a key of --model-options", param_hint="--model-options")
-    run_params = _similarity_params(benchmark, model, model_opts, bench_opts, search, global_cap, search_params, seed)
+    with user_errors():
+        run = SimilarityRun.parse(benchmark=benchmark, root=str(root), benchmark_options=bench_opts, model=model,
+                                  model_options=model_opts, codecs=codecs, k=k, global_cap=global_cap,
+                                  score_norm=score_norm, search_params=search_params, num_shards=num_shards,
+                                  search_shards=search_shards, reference_shards=reference_shards, seed=seed)
+    from vsbench.tracking.provenance import data_tags
+
+    tags = {**data_tags(root.resolve()), **_baseline_tag(run)}
     if runner != "inline":
-        from vsbench.platform.local_run import failure_tail, run_similarity_pipeline_locally
-        from vsbench.tracking.command import prepare_pipeline_tracking
-        from vsbench.tracking.provenance import data_tags
-
-        tracked = prepare_pipeline_tracking(track, typer.echo)
-        tags = data_tags(root.resolve())
-        run = run_similarity_pipeline_locally(
-            root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
-            arguments={"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts),
-                       "benchmark_options": json.dumps(bench_opts), **search, "global_cap": global_cap,
-                       "num_shards": num_shards, "search_shards": search_shards, "reference_shards": reference_shards,
-                       "search_params": search_params,
-                       "batch_size": batch_size, "device": device, "seed": seed, "experiment": experiment,
-                       "params_json": json.dumps({**run_params, "data_tags": {**tags, **_baseline_tag(model_opts)}})})
-        if not run.succeeded:
-            typer.echo(f"similarity pipeline failed: {run.error}", err=True)
-            typer.echo(failure_tail(run.failed_step, list(run.log_tail), run.log_path), err=True)
-            raise typer.Exit(1)
-        from vsbench.platform.local_run import step_manifests
-
-        (scored,) = step_manifests(run.run_dir, "score")
-        manifest = json.loads(scored.read_text())
-        _print_similarity_table(out, manifest)
-        typer.echo(f"ran in: {run.ran_in}")
-        if track and not tracked:
-            kept_bundle(out, experiment, "vsbench-similarity", run_params,
-                         _similarity_metrics(benchmark, model, manifest), tags={**tags, **_baseline_tag(model_opts)},
-                         artifacts=_similarity_artifacts(out, manifest))
+        _run_pipeline(run, root, out, runner=runner, image=image, verbose=verbose, batch_size=batch_size,
+                      device=device, experiment=experiment, track=track, tags=tags)
         return
     import time
 
+    from vsbench.steps.similarity import run_inline
+
     started = time.time()
-    common = {"model": model, **search, "benchmark_options": bench_opts}
     with user_errors():  # a bad input or a damaged reused file: one line naming it, as every other command
-        for shard in range(num_shards):
-            similarity_embed_step(benchmark, str(root), str(out), model, shard=shard, num_shards=num_shards,
-                                  benchmark_options=bench_opts, model_options=model_opts, batch_size=batch_size,
-                                  device=device, seed=seed)
-        similarity_index_step(benchmark, str(root), str(out), reference_shards=reference_shards, **common)
-        for task in range(search_shards * reference_shards):
-            similarity_search_step(benchmark, str(root), str(out), task=task, search_shards=search_shards,
-                                   reference_shards=reference_shards, search_params=search_params, **common)
-        result = similarity_score_step(benchmark, str(root), str(out), global_cap=global_cap,
-                                       search_shards=search_shards, search_params=search_params, **common)
+        result = run_inline(run, out, batch_size=batch_size, device=device)
     _print_similarity_table(out, result.manifest)
     if track:
         from vsbench.tracking.command import BUNDLE_NAME, record_command_run
-        from vsbench.tracking.provenance import data_tags
 
-        record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity", params=run_params,
-                           metrics=_similarity_metrics(benchmark, model, result.manifest),
-                           tags={**data_tags(root.resolve()), **_baseline_tag(model_opts)},
+        record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity", params=run.params(),
+                           metrics=_similarity_metrics(run, result.manifest), tags=tags,
                            artifacts=_similarity_artifacts(out, result.manifest), started=started,
                            kept=out / "metrics.json", announce=typer.echo)
 
 
-def _similarity_params(benchmark: str, model: str, model_opts: dict, bench_opts: dict, search: dict,
-                       global_cap: int, search_params: str, seed: int = 0) -> dict:
-    """A similarity run's MLflow params: what decides its numbers (not shards, batch or device).
-    ``seed`` is the one the random weights were drawn with (--seed), the same the embed step logs."""
-    return {"benchmark": benchmark, "model": model, "model_options": json.dumps(model_opts, sort_keys=True),
-            "benchmark_options": json.dumps(bench_opts, sort_keys=True), **search, "global_cap": global_cap,
-            "search_params": search_params or "-", "seed": seed}
+def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
+                  device: str, experiment: str, track: bool, tags: dict[str, str]) -> None:
+    """The similarity pipeline on kfp.local, its parameters from the run spec."""
+    from vsbench.platform.local_run import failure_tail, run_similarity_pipeline_locally, step_manifests
+    from vsbench.tracking.command import prepare_pipeline_tracking
+
+    tracked = prepare_pipeline_tracking(track, typer.echo)
+    fields = run.model_dump(exclude={"root"})
+    fields["benchmark_options"] = json.dumps(run.benchmark_options)
+    fields["model_options"] = json.dumps(run.model_options)
+    pipeline_run = run_similarity_pipeline_locally(
+        root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
+        arguments={**fields, "batch_size": batch_size, "device": device, "experiment": experiment,
+                   "params_json": json.dumps({**run.params(), "data_tags": tags})})
+    if not pipeline_run.succeeded:
+        typer.echo(f"similarity pipeline failed: {pipeline_run.error}", err=True)
+        typer.echo(failure_tail(pipeline_run.failed_step, list(pipeline_run.log_tail), pipeline_run.log_path), err=True)
+        raise typer.Exit(1)
+    (scored,) = step_manifests(pipeline_run.run_dir, "score")
+    manifest = json.loads(scored.read_text())
+    _print_similarity_table(out, manifest)
+    typer.echo(f"ran in: {pipeline_run.ran_in}")
+    if track and not tracked:
+        kept_bundle(out, experiment, "vsbench-similarity", run.params(), _similarity_metrics(run, manifest),
+                    tags=tags, artifacts=_similarity_artifacts(out, manifest))
 
 
-def _baseline_tag(model_opts: dict) -> dict[str, str]:
+def _baseline_tag(run) -> dict[str, str]:
     """Untrained weights make a random-features baseline, which the report draws beside trained models."""
     from vsbench.tracking.provenance import BASELINE_TAG
 
-    return {BASELINE_TAG: "random-features"} if str(model_opts.get("weights", "")) == "random" else {}
+    return {BASELINE_TAG: "random-features"} if run.is_random_baseline() else {}
 
 
-def _similarity_metrics(benchmark: str, model: str, manifest: dict) -> dict[str, float]:
+def _similarity_metrics(run, manifest: dict) -> dict[str, float]:
     """The score step's records as the pipeline's parent run holds them: ``<benchmark>__<model>__<metric>``."""
-    from vsbench.retrieval.engine import flat_metrics
-    from vsbench.steps.abid import parent_metric_names
+    from vsbench.tracking.names import flat_metrics, run_metric_names
 
-    return parent_metric_names(benchmark, model, flat_metrics(manifest.get("records", [])))
+    return run_metric_names(run.benchmark, run.model, flat_metrics(manifest.get("records", [])))
 
 
 def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:
@@ -187,6 +165,15 @@ def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:
     return files
 
 
+def _benchmark_run(**fields):
+    """The benchmark side of a run from a step command's options (one line when a field is wrong)."""
+    from vsbench.spec.run import BenchmarkRun
+
+    fields["benchmark_options"] = _json_option(fields["benchmark_options"], "--benchmark-options")
+    with user_errors():
+        return BenchmarkRun.parse(**fields)
+
+
 @similarity_app.command("index")
 def similarity_index(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
@@ -195,12 +182,12 @@ def similarity_index(
 ) -> None:
     """Merge the embedding shards under OUT and build each FAISS index the benchmark searches
     (OUT/index/; reused when built before for the same features)."""
-    from vsbench.steps.abid import similarity_index_step
+    from vsbench.steps.similarity import similarity_index_step
 
+    run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+                         k=k, score_norm=score_norm, reference_shards=reference_shards)
     with user_errors():
-        result = similarity_index_step(benchmark, str(root), str(out), model=model, codecs=codecs, k=k,
-                                       score_norm=score_norm, reference_shards=reference_shards,
-                                       benchmark_options=_benchmark_options(benchmark_options))
+        result = similarity_index_step(run, str(out), model=model)
     for built in result.manifest["indexes"]:
         typer.echo(f"{built['search']}/{built['codec']}: {built['count']} vectors in {len(built['reference_shards'])} "
                    f"shard(s), {'reused' if built['reused'] else 'built'} ({built['folder']})")
@@ -218,15 +205,16 @@ def similarity_search(
     model: Annotated[str, typer.Option(help="Recorded only.")] = "",
 ) -> None:
     """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept)."""
-    from vsbench.steps.abid import similarity_search_step
+    from vsbench.retrieval.engine import Engine
+    from vsbench.steps.similarity import search_tasks, similarity_search_step
 
-    options = _benchmark_options(benchmark_options)
-    for number in task if task else range(search_shards * reference_shards):
+    run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+                         k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
+                         search_params=search_params)
+    engine = Engine(run, out)  # one read of the benchmark and the features for every task
+    for number in task if task else search_tasks(search_shards, reference_shards):
         with user_errors():
-            result = similarity_search_step(benchmark, str(root), str(out), task=number, search_shards=search_shards,
-                                            reference_shards=reference_shards, model=model, codecs=codecs, k=k,
-                                            score_norm=score_norm, search_params=search_params,
-                                            benchmark_options=options)
+            result = similarity_search_step(run, str(out), task=number, model=model, engine=engine)
         typer.echo(f"task {number}: query shard {result.manifest['query_shard']} x reference shard "
                    f"{result.manifest['reference_shard']}: {len(result.manifest['results'])} result file(s)")
 
@@ -239,13 +227,13 @@ def similarity_score(
     model: Annotated[str, typer.Option(help="Recorded only.")] = "",
 ) -> None:
     """Merge the search results under OUT/search/ and print the benchmark's own table."""
-    from vsbench.steps.abid import similarity_score_step
+    from vsbench.steps.similarity import similarity_score_step
 
+    run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+                         k=k, score_norm=score_norm, global_cap=global_cap, search_shards=search_shards,
+                         search_params=search_params)
     with user_errors():
-        result = similarity_score_step(benchmark, str(root), str(out), model=model, codecs=codecs, k=k,
-                                       global_cap=global_cap, score_norm=score_norm, search_shards=search_shards,
-                                       search_params=search_params,
-                                       benchmark_options=_benchmark_options(benchmark_options))
+        result = similarity_score_step(run, str(out), model=model)
     _print_similarity_table(out, result.manifest)
 
 
@@ -268,8 +256,6 @@ def similarity_models(
     from dataclasses import asdict
 
     from vsbench.models.registry import available_models, describe_model, families
-    from vsbench.retrieval.engine import load_json_option
-
     if name is None:
         for registered in available_models():
             typer.echo(registered)
@@ -277,7 +263,7 @@ def similarity_models(
             typer.echo(f"  e.g. {family.example}")
         return
     try:
-        info = describe_model(name, **load_json_option(model_options, "--model-options"))
+        info = describe_model(name, **_json_option(model_options, "--model-options"))
     except (ValueError, ImportError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

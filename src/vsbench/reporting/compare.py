@@ -43,6 +43,7 @@ import pandas as pd
 
 from vsbench.io.storage import atomic_write_text
 from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
+from vsbench.tracking.names import SEPARATOR, split_run_metric
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
     DATA_DIGEST_TAG,
@@ -56,7 +57,6 @@ from vsbench.tracking.provenance import (
 )
 
 ABID_PIPELINE = "vsbench-abid"
-SEPARATOR = "__"
 # Logged on a parent run by the regression check: it describes the run, not a model.
 BOOKKEEPING_METRICS = frozenset({"regression_drops"})
 LOWER_IS_BETTER = ("rmse", "loss", "error", "seconds")
@@ -108,9 +108,9 @@ def split_metrics(metrics: Mapping[str, float], params: Mapping[str, str],
     for name, value in metrics.items():
         if name in BOOKKEEPING_METRICS:
             continue
-        parts = name.split(SEPARATOR, 2)
-        if len(parts) == 3 and all(parts):
-            benchmark, model, metric = parts
+        split = split_run_metric(name)
+        if split is not None:
+            benchmark, model, metric = split
             pairs.setdefault((model, benchmark), {})[metric] = value
         else:
             pairs.setdefault(own, {})[name] = value

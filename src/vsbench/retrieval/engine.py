@@ -1,16 +1,19 @@
 """One similarity engine for every benchmark: embed, index, search, score.
 
-The steps are separable so that a pipeline can fan each out over shards and nodes:
+An :class:`Engine` is one run (a :class:`~vsbench.spec.run.BenchmarkRun` and its output folder) in
+one process: it reads the benchmark's native files once, the merged features once (the index step
+keeps the ones it has just merged), and builds the search requests once, whichever of its steps
+run. The steps are separable so that a pipeline can fan each out over shards and nodes:
 
-* ``embed_benchmark_shard``: shard i of n of every image set of the benchmark;
-* ``index_benchmark``: merge the embedding shards, then build and persist each FAISS index the
+* :meth:`Engine.embed_shard`: shard i of n of every image set of the benchmark;
+* :meth:`Engine.index`: merge the embedding shards, then build and persist each FAISS index the
   benchmark's searches need (:class:`vsbench.index.plan.SearchRequest`), its references split into
   ``reference_shards`` indexes (reused when built before for the same inputs);
-* ``search_benchmark``: one (query shard, reference shard) task of ``search_shards x reference_shards``;
-* ``score_benchmark``: merge the tasks' results into each query's global top k and score them with
+* :meth:`Engine.search`: one (query shard, reference shard) task of ``search_shards x reference_shards``;
+* :meth:`Engine.score`: merge the tasks' results into each query's global top k and score them with
   the benchmark's own metrics.
 
-``evaluate_benchmark`` does index, search and score in memory, in one process: same numbers
+:meth:`Engine.evaluate` does index, search and score in memory: same numbers
 (tests/unit/test_sharded_search.py). Benchmarks that rank without FAISS (VSD's float32 cosine as its
 original, patch pairs, product search) have no index to build or search; their score step evaluates.
 The original benchmark's table (``disc_metrics.csv``, ``copydays_metrics.csv``, ...) is written beside
@@ -21,15 +24,19 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings
+from vsbench.benchmarks.base import Benchmark, EvalResult
 from vsbench.benchmarks.registry import load_benchmark
+from vsbench.index.plan import SearchRequest
+from vsbench.index.store import build_index, collect, search_shard
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
+from vsbench.retrieval.embed import embed_image_set, load_merged, merge_shards
 from vsbench.retrieval.features import FeatureSet
+from vsbench.spec.run import BenchmarkRun
 
 FEATURES_DIR = "features"
 INDEX_DIR = "index"
@@ -37,135 +44,117 @@ SEARCH_DIR = "search"
 INDEX_MANIFEST = "manifest.json"
 
 
-def embed_benchmark_shard(
-    benchmark: str, root: Path, out: Path, model: str, *, shard: int = 0, num_shards: int = 1,
-    benchmark_options: dict[str, Any] | None = None, model_options: dict[str, Any] | None = None,
-    batch_size: int = 64, device: str = "auto", workers: int = 2, progress: bool = True, seed: int = 0,
-) -> dict[str, str]:
-    """Embed shard ``shard`` of every image set; returns set name -> shard file. ``seed`` draws
-    ``{"weights": "random"}`` networks (the same seed, the same network)."""
-    from vsbench.retrieval.embed import embed_image_set
+class Engine:
+    """One run's benchmark, features and searches, each loaded once in this process."""
 
-    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
-    written = {}
-    for set_name, images in bench.image_sets().items():
-        path = embed_image_set(model, images, out / FEATURES_DIR, set_name=set_name, shard=shard,
-                               num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
-                               model_options=model_options, progress=progress, seed=seed)
-        written[set_name] = str(path)
-    return written
+    def __init__(self, run: BenchmarkRun, out: Path) -> None:
+        self.run = run
+        self.out = Path(out)
+        self.settings = run.settings()
+        self._features: dict[str, FeatureSet] | None = None
 
+    @cached_property
+    def bench(self) -> Benchmark:
+        """The benchmark's native files, read once."""
+        return load_benchmark(self.run.benchmark, Path(self.run.root), **self.run.benchmark_options)
 
-def merge_benchmark(benchmark: str, root: Path, out: Path,
-                    benchmark_options: dict[str, Any] | None = None) -> dict[str, FeatureSet]:
-    from vsbench.retrieval.embed import merge_shards
+    @property
+    def features(self) -> dict[str, FeatureSet]:
+        """The merged features of every image set, verified against their recorded digests, read once."""
+        if self._features is None:
+            self._features = {name: load_merged(self.out / FEATURES_DIR, name) for name in self.bench.image_sets()}
+        return self._features
 
-    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
-    return {name: merge_shards(out / FEATURES_DIR, name) for name in bench.image_sets()}
+    @cached_property
+    def requests(self) -> list[SearchRequest]:
+        """The benchmark's FAISS searches; none for benchmarks that rank otherwise."""
+        ask = getattr(self.bench, "search_requests", None)
+        return [] if ask is None else ask(self.features, self.settings)
 
+    def embed_shard(self, model: str, *, shard: int = 0, num_shards: int = 1,
+                    model_options: dict[str, Any] | None = None, batch_size: int = 64, device: str = "auto",
+                    workers: int = 2, progress: bool = True, seed: int = 0) -> dict[str, str]:
+        """Embed shard ``shard`` of every image set; returns set name -> shard file. ``seed`` draws
+        ``{"weights": "random"}`` networks (the same seed, the same network)."""
+        written = {}
+        for set_name, images in self.bench.image_sets().items():
+            path = embed_image_set(model, images, self.out / FEATURES_DIR, set_name=set_name, shard=shard,
+                                   num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
+                                   model_options=model_options, progress=progress, seed=seed)
+            written[set_name] = str(path)
+        self._features = None  # merged again by the next index step
+        return written
 
-def evaluate_benchmark(
-    benchmark: str, root: Path, out: Path, settings: EvalSettings,
-    benchmark_options: dict[str, Any] | None = None,
-) -> EvalResult:
-    """Search and score merged features in this process; writes ``metrics.json`` and the benchmark's CSV."""
-    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
-    return _write_result(benchmark, out, bench.evaluate(_merged_features(bench, out), settings))
+    def merge(self) -> dict[str, FeatureSet]:
+        """Merge every image set's embedding shards; later steps in this process use these features."""
+        self._features = {name: merge_shards(self.out / FEATURES_DIR, name) for name in self.bench.image_sets()}
+        self.__dict__.pop("requests", None)
+        return self._features
 
+    def evaluate(self) -> EvalResult:
+        """Search and score merged features in this process; writes ``metrics.json`` and the benchmark's CSV."""
+        return self._write(self.bench.evaluate(self.features, self.settings))
 
-def index_benchmark(
-    benchmark: str, root: Path, out: Path, settings: EvalSettings, *, reference_shards: int = 1,
-    benchmark_options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Merge the embedding shards and persist every index the benchmark searches (see the module
-    docstring); returns (and writes to ``out/index/manifest.json``) what was built or reused."""
-    from vsbench.index.store import build_index
+    def index(self) -> dict[str, Any]:
+        """Merge the embedding shards and persist every index the benchmark searches (see the module
+        docstring); returns (and writes to ``out/index/manifest.json``) what was built or reused."""
+        self.merge()
+        indexes = []
+        for request in self.requests:
+            for info in build_index(request, self.out / INDEX_DIR, reference_shards=self.run.reference_shards,
+                                    use_gpu=self.settings.use_gpu):
+                indexes.append({"search": request.name, "folder": str(info.folder), **info.meta})
+        manifest: dict[str, Any] = {"benchmark": self.run.benchmark, "reference_shards": self.run.reference_shards,
+                                    "indexes": indexes}
+        if not self.requests:
+            manifest["note"] = f"{self.run.benchmark} ranks without a FAISS index (see its module); nothing to build"
+        atomic_write_json(self.out / INDEX_DIR / INDEX_MANIFEST, manifest)
+        return manifest
 
-    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
-    merge_benchmark(benchmark, root, out, benchmark_options)
-    requests = search_requests(bench, _merged_features(bench, out), settings)
-    indexes = []
-    for request in requests:
-        for info in build_index(request, out / INDEX_DIR, reference_shards=reference_shards, use_gpu=settings.use_gpu):
-            indexes.append({"search": request.name, "folder": str(info.folder), **info.meta})
-    manifest: dict[str, Any] = {"benchmark": benchmark, "reference_shards": reference_shards, "indexes": indexes}
-    if not requests:
-        manifest["note"] = f"{benchmark} ranks without a FAISS index (see its module); nothing to build"
-    atomic_write_json(out / INDEX_DIR / INDEX_MANIFEST, manifest)
-    return manifest
+    def search(self, task: int = 0) -> dict[str, Any]:
+        """Search task ``task`` of ``search_shards x reference_shards``: query shard ``task // reference_shards``
+        in reference shard ``task % reference_shards`` of every index; finished results are kept."""
+        search_shards, reference_shards = self.run.search_shards, self.run.reference_shards
+        if not 0 <= task < self.run.search_tasks:
+            raise ValueError(f"search task {task} does not exist: there are {search_shards} query shard(s) x "
+                             f"{reference_shards} reference shard(s) = {self.run.search_tasks} tasks")
+        query_shard, reference_shard = divmod(task, reference_shards)
+        self._check_reference_shards()
+        written = []
+        for request in self.requests:
+            written += search_shard(request, self.out / INDEX_DIR, self.out / SEARCH_DIR, query_shard=query_shard,
+                                    query_shards=search_shards, reference_shard=reference_shard,
+                                    use_gpu=self.settings.use_gpu)
+        return {"task": task, "query_shard": query_shard, "reference_shard": reference_shard,
+                "search_shards": search_shards, "reference_shards": reference_shards,
+                "results": [str(path) for path in written]}
 
+    def score(self) -> EvalResult:
+        """Merge every search task's results and score them; writes ``metrics.json`` and the benchmark's CSV.
+        A missing or stale task result is an error naming it."""
+        if not self.requests:
+            return self._write(self.bench.evaluate(self.features, self.settings))
+        results = {request.name: collect(request, self.out / INDEX_DIR, self.out / SEARCH_DIR,
+                                         query_shards=self.run.search_shards)
+                   for request in self.requests}
+        return self._write(self.bench.score(self.features, self.settings, results))
 
-def search_benchmark(
-    benchmark: str, root: Path, out: Path, settings: EvalSettings, *, task: int = 0, search_shards: int = 1,
-    reference_shards: int = 1, benchmark_options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Search task ``task`` of ``search_shards x reference_shards``: query shard ``task // reference_shards``
-    in reference shard ``task % reference_shards`` of every index; finished results are kept."""
-    from vsbench.index.store import search_shard
+    def _check_reference_shards(self) -> None:
+        path = self.out / INDEX_DIR / INDEX_MANIFEST
+        try:
+            built = read_json(path).get("reference_shards")
+        except (OSError, ValueError, AttributeError):
+            raise ValueError(f"{path}: no index manifest; run the index step first") from None
+        if built != self.run.reference_shards:
+            raise ValueError(f"{path}: the index was built with {built} reference shard(s), the search asks for "
+                             f"{self.run.reference_shards}; use the same number in both steps")
 
-    if not 0 <= task < search_shards * reference_shards:
-        raise ValueError(f"search task {task} does not exist: there are {search_shards} query shard(s) x "
-                         f"{reference_shards} reference shard(s) = {search_shards * reference_shards} tasks")
-    query_shard, reference_shard = divmod(task, reference_shards)
-    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
-    _check_reference_shards(out, reference_shards)
-    written = []
-    for request in search_requests(bench, _merged_features(bench, out), settings):
-        written += search_shard(request, out / INDEX_DIR, out / SEARCH_DIR, query_shard=query_shard,
-                                query_shards=search_shards, reference_shard=reference_shard,
-                                use_gpu=settings.use_gpu)
-    return {"task": task, "query_shard": query_shard, "reference_shard": reference_shard,
-            "search_shards": search_shards, "reference_shards": reference_shards,
-            "results": [str(path) for path in written]}
-
-
-def score_benchmark(
-    benchmark: str, root: Path, out: Path, settings: EvalSettings, *, search_shards: int = 1,
-    benchmark_options: dict[str, Any] | None = None,
-) -> EvalResult:
-    """Merge every search task's results and score them; writes ``metrics.json`` and the benchmark's CSV.
-    A missing or stale task result is an error naming it."""
-    from vsbench.index.store import collect
-
-    bench = load_benchmark(benchmark, root, **(benchmark_options or {}))
-    features = _merged_features(bench, out)
-    requests = search_requests(bench, features, settings)
-    if not requests:
-        return _write_result(benchmark, out, bench.evaluate(features, settings))
-    results = {request.name: collect(request, out / INDEX_DIR, out / SEARCH_DIR, query_shards=search_shards)
-               for request in requests}
-    return _write_result(benchmark, out, bench.score(features, settings, results))
-
-
-def search_requests(bench: Any, features: dict[str, FeatureSet], settings: EvalSettings) -> list[Any]:
-    """The benchmark's FAISS searches; none for benchmarks that rank otherwise."""
-    ask = getattr(bench, "search_requests", None)
-    return [] if ask is None else ask(features, settings)
-
-
-def _check_reference_shards(out: Path, reference_shards: int) -> None:
-    path = out / INDEX_DIR / INDEX_MANIFEST
-    try:
-        built = read_json(path).get("reference_shards")
-    except (OSError, ValueError, AttributeError):
-        raise ValueError(f"{path}: no index manifest; run the index step first") from None
-    if built != reference_shards:
-        raise ValueError(f"{path}: the index was built with {built} reference shard(s), the search asks for "
-                         f"{reference_shards}; use the same number in both steps")
-
-
-def _merged_features(bench: Any, out: Path) -> dict[str, FeatureSet]:
-    from vsbench.retrieval.embed import load_merged
-
-    return {name: load_merged(out / FEATURES_DIR, name) for name in bench.image_sets()}
-
-
-def _write_result(benchmark: str, out: Path, result: EvalResult) -> EvalResult:
-    atomic_write_json(out / "metrics.json", {"benchmark": benchmark, "records": result.records})
-    if result.csv_name:
-        rows = result.csv_rows if result.csv_rows is not None else result.records
-        atomic_write_text(out / result.csv_name, records_to_csv(rows, result.csv_columns))
-    return result
+    def _write(self, result: EvalResult) -> EvalResult:
+        atomic_write_json(self.out / "metrics.json", {"benchmark": self.run.benchmark, "records": result.records})
+        if result.csv_name:
+            rows = result.csv_rows if result.csv_rows is not None else result.records
+            atomic_write_text(self.out / result.csv_name, records_to_csv(rows, result.csv_columns))
+        return result
 
 
 def records_to_csv(records: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
@@ -179,30 +168,3 @@ def records_to_csv(records: list[dict[str, Any]], columns: tuple[str, ...]) -> s
         writer.writerow([record[column] if column in record else lookup.get(column.lower().replace("-", "_"), "")
                          for column in columns])
     return buffer.getvalue()
-
-
-def flat_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
-    """One flat MLflow/KFP metrics dict: ``<variant>__<metric>`` for every numeric field, where the
-    variant joins the record's string fields (``PCAW512,L2norm,Flat`` -> ``PCAW512_L2norm_Flat``)."""
-    out: dict[str, float] = {}
-    for record in records:
-        labels = [str(v) for v in record.values() if isinstance(v, str)]
-        prefix = "__".join(_safe(label) for label in labels)
-        for key, value in record.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[f"{prefix}__{key}" if prefix else key] = float(value)
-    return out
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text).strip("_") or "x"
-
-
-def load_json_option(text: str, name: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text or "{}")
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
-    return value

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vsbench.spec.run import BenchmarkRun, SimilarityRun
+
 
 def default_suite_path() -> Path:
     """The suite shipped with vsbench (package data of ``vsbench.pipelines``)."""
@@ -21,29 +23,12 @@ def default_suite_path() -> Path:
     return Path(vsbench.pipelines.__file__).parent / "suites" / "nightly.yaml"
 
 
-class SuiteBenchmark(BaseModel):
-    """One line of ``benchmarks:``: every :class:`SuiteEntry` field but the model's."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    benchmark: str
-    root: str = Field(description="the benchmark's data on the data volume")
-    benchmark_options: dict = Field(default_factory=dict)
-    codecs: str = "Flat"
-    k: int = Field(default=10, ge=1)
-    global_cap: int = Field(default=0, ge=0)
-    score_norm: str = "1.00[0,2]"
-    num_shards: int = Field(default=1, ge=1, description="embedding shards (a ParallelFor)")
-    search_shards: int = Field(default=1, ge=1, description="query shards of the search fan-out")
-    reference_shards: int = Field(default=1, ge=1, description="gallery shards: one index each")
-    search_params: str = Field(default="", description="FAISS search-time settings, e.g. nprobe=16")
+SuiteBenchmark = BenchmarkRun  # one line of ``benchmarks:``: a run without its model
 
 
-class SuiteEntry(SuiteBenchmark):
-    """One (benchmark, model) pair of the nightly suite."""
+class SuiteEntry(SimilarityRun):
+    """One (benchmark, model) pair of the nightly suite: a similarity run and its label."""
 
-    model: str
-    model_options: dict = Field(default_factory=dict)
     label: str = Field(default="", description="names the model in the entry's name instead of `model`")
 
     @property

@@ -1,48 +1,13 @@
-"""Pipeline steps: one library call each, wrapped with tracking and a manifest.
-
-A Kubeflow component body is one call into this module, so every step can also run (and be
-tested) without Kubeflow. Each step returns a :class:`StepResult` whose ``metrics`` is the flat,
-MLflow-safe dict that goes both to MLflow and to the KFP ``Metrics`` output, and whose
-``manifest`` is what the step's small output artifact holds (large data stays under the data
-root and travels by reference).
-"""
+"""The ABID pipeline's steps: download, prepare, resize, train the two baselines, quantity, score."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vsbench.io.storage import atomic_write_json
-from vsbench.runtime.images import running_image
+from vsbench.steps.base import StepResult, finish, numbers, sharded
 from vsbench.tracking import child_run
-
-
-@dataclass(frozen=True)
-class StepResult:
-    output: str  # the location the next step reads (a folder under the data root)
-    metrics: dict[str, float]
-    manifest: dict[str, Any] = field(default_factory=dict)
-
-
-def _numbers(data: dict[str, Any], keys: list[str]) -> dict[str, float]:
-    return {key: float(data[key]) for key in keys if isinstance(data.get(key), (int, float))}
-
-
-def _finish(tracker, result: StepResult, manifest_path: str | None, artifact_name: str, started: float) -> StepResult:
-    result.metrics["step_seconds"] = round(time.perf_counter() - started, 3)
-    result.manifest["metrics"] = result.metrics
-    result.manifest["ran_in"] = running_image()
-    if manifest_path:
-        atomic_write_json(Path(manifest_path), result.manifest)
-    tracker.log_metrics(result.metrics)
-    tracker.log_dict(result.manifest, artifact_name)
-    return result
-
-
-def _sharded(step: str, shard: int, num_shards: int) -> str:
-    return step if num_shards == 1 else f"{step}-shard-{shard}-of-{num_shards}"
 
 
 def abid_download_step(
@@ -56,15 +21,15 @@ def abid_download_step(
     params = {"source": source, "limit": limit, "concurrency": concurrency, "endpoint_url": endpoint_url or "-",
               "shard": shard, "num_shards": num_shards}
     started = time.perf_counter()
-    with child_run(parent_run_id, _sharded("abid-download", shard, num_shards), params) as tracker:
+    with child_run(parent_run_id, sharded("abid-download", shard, num_shards), params) as tracker:
         summary = download_abid(source, Path(dest), limit=limit or None, endpoint_url=endpoint_url or None,
                                 concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
         data = summary.as_dict()
-        metrics = _numbers(data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
+        metrics = numbers(data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
                                   "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "objects_per_second"])
         if summary.spelling_conflicts:  # one line in the component's log; the manifest lists each
             print(summary.conflict_warning(f"{dest}/{manifest_name(shard, num_shards)}"), flush=True)
-        result = _finish(tracker, StepResult(dest, metrics, data), manifest_path, "download.json", started)
+        result = finish(tracker, StepResult(dest, metrics, data), manifest_path, "download.json", started)
         if not summary.complete:
             raise DownloadIncomplete(summary)
         return result
@@ -82,14 +47,14 @@ def abid_prepare_step(
     with child_run(parent_run_id, "abid-prepare", params) as tracker:
         summary = prepare_abid(Path(data), Path(out), seed=seed, val_fraction=val_fraction,
                                max_per_class=max_per_class, progress=progress).as_dict()
-        metrics = _numbers(summary, list(PREPARE_COUNTS))
+        metrics = numbers(summary, list(PREPARE_COUNTS))
         metrics["problems"] = float(len(summary["problems"]))
         metrics["empty_task_files"] = float(len(summary["empty_files"]))
         if summary["warning"]:  # one line in the component's log (the report and the manifest list each file)
             print(summary["warning"], flush=True)
         for name, info in summary["files"].items():
             metrics[f"entries_{name.rsplit('.', 1)[0]}"] = float(info["entries"])
-        return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "prepare.json", started)
+        return finish(tracker, StepResult(out, metrics, summary), manifest_path, "prepare.json", started)
 
 
 def abid_resize_step(
@@ -106,14 +71,14 @@ def abid_resize_step(
     params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all cores",
               "shard": shard, "num_shards": num_shards}
     started = time.perf_counter()
-    with child_run(parent_run_id, _sharded("abid-resize", shard, num_shards), params) as tracker:
+    with child_run(parent_run_id, sharded("abid-resize", shard, num_shards), params) as tracker:
         summary = resize_abid(Path(data), Path(out), size=size, quality=quality, decode=decode,  # type: ignore[arg-type]
                               workers=workers or None, progress=progress, shard=shard,
                               num_shards=num_shards, max_failure_rate=max_failure_rate).as_dict()
         for line in summary["redone"]:  # one line each in the component's log
             print(f"resize: {line}", flush=True)
-        metrics = _numbers(summary, ["inputs", "resized", "kept", "failed", "images_per_second"])
-        return _finish(tracker, StepResult(out, metrics, summary), manifest_path, "resize.json", started)
+        metrics = numbers(summary, ["inputs", "resized", "kept", "failed", "images_per_second"])
+        return finish(tracker, StepResult(out, metrics, summary), manifest_path, "resize.json", started)
 
 
 def _log_training(tracker, history: list[dict[str, float]], title: str, artifact: str) -> None:
@@ -181,7 +146,7 @@ def _abid_train_step(
             tracker.log_artifact(run.result_path)
             if "val_majority_rate" in metrics:  # the trivial baseline the report draws beside the score
                 log_to_parent(parent_run_id, {"counting_majority_accuracy": metrics["val_majority_rate"]})
-            return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"train_{task}.json", started)
+            return finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"train_{task}.json", started)
 
 
 def abid_train_counting_step(tasks: str, images: str, out: str, **kwargs: Any) -> StepResult:
@@ -241,7 +206,7 @@ def abid_quantity_step(
         log_to_parent(parent_run_id, {f"quantity_{name}": metrics[name]
                                       for name in ("always_yes_accuracy", "prior_only_accuracy")})
         result = StepResult(str(Path(out) / RESULT_NAME), metrics, {"result": str(Path(out) / RESULT_NAME)})
-        return _finish(tracker, result, manifest_path, "quantity.json", started)
+        return finish(tracker, result, manifest_path, "quantity.json", started)
 
 
 def abid_score_step(
@@ -286,29 +251,7 @@ def abid_score_step(
                                                "verification_always_yes_accuracy", "quantity_accuracy")})
         manifest = {"counting_confusion_matrix": counting.confusion_matrix.tolist(),
                     "verification_confusion_matrix": _binary_confusion(verification_result, verify_truth)}
-        return _finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started)
-
-
-def _save_figure(figure: Any, path: Path) -> None:
-    """A figure as a PNG file, written atomically (a reader never sees half a file)."""
-    import io
-
-    from vsbench.io.storage import atomic_write_bytes
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
-def parent_metric_names(benchmark: str, model: str, metrics: dict[str, float]) -> dict[str, float]:
-    """A score step's metrics as a pipeline's parent run (and a command run) holds them,
-    ``<benchmark>__<model>__<variant>__<metric>``: a nightly parent holds many pairs."""
-    prefix = f"{benchmark}__{_metric_safe(model or 'model')}"
-    return {f"{prefix}__{k}": v for k, v in metrics.items()}
-
-
-def _metric_safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+        return finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started)
 
 
 def _binary_confusion(result: str, truth) -> list[list[int]]:
@@ -318,134 +261,3 @@ def _binary_confusion(result: str, truth) -> list[list[int]]:
 
     predicted = read_int_lines(result)
     return [[int(np.sum((truth == g) & (predicted == p))) for p in (0, 1)] for g in (0, 1)]
-
-
-def similarity_embed_step(
-    benchmark: str, root: str, out: str, model: str, *, shard: int = 0, num_shards: int = 1,
-    benchmark_options: dict[str, Any] | None = None, model_options: dict[str, Any] | None = None,
-    batch_size: int = 64, device: str = "auto", parent_run_id: str = "", manifest_path: str | None = None,
-    progress: bool = True, seed: int = 0,
-) -> StepResult:
-    """Embed shard ``shard`` of ``num_shards`` of every image set of a benchmark; ``seed`` draws
-    ``{"weights": "random"}`` and is a param of the step's run."""
-    import json as _json
-
-    from vsbench.retrieval.engine import embed_benchmark_shard
-
-    params = {"benchmark": benchmark, "model": model, "shard": shard, "num_shards": num_shards,
-              "batch_size": batch_size, "device": device, "model_options": _json.dumps(model_options or {}),
-              "seed": seed}
-    started = time.perf_counter()
-    with child_run(parent_run_id, f"embed-shard-{shard}-of-{num_shards}", params) as tracker:
-        written = embed_benchmark_shard(benchmark, Path(root), Path(out), model, shard=shard, num_shards=num_shards,
-                                        benchmark_options=benchmark_options, model_options=model_options,
-                                        batch_size=batch_size, device=device, progress=progress, seed=seed)
-        manifests = {name: _read_manifest(path) for name, path in written.items()}
-        metrics = {f"{name}_images": float(m.get("count", 0)) for name, m in manifests.items()}
-        metrics.update({f"{name}_images_per_second": float(m.get("images_per_second", 0.0))
-                        for name, m in manifests.items()})
-        metrics["failed_images"] = float(sum(len(m.get("failed", [])) for m in manifests.values()))
-        # The embedding cache: its key (the same for every set of one model) goes to the run's
-        # params, in full to the manifest artifact; hits say how much was not embedded again.
-        caches = {name: m["cache"] for name, m in manifests.items() if (m.get("cache") or {}).get("enabled")}
-        metrics.update({f"{name}_cache_hits": float(c["hits"]) for name, c in caches.items()})
-        keys = sorted({c["key_sha256"] for c in caches.values()})
-        if keys:
-            first = next(iter(caches.values()))["key"]
-            tracker.log_params({"embedding_cache_key": ",".join(keys), "weights_sha256": first["weights_sha256"],
-                                "preprocessing": _json.dumps(first["preprocessing"], sort_keys=True)})
-        return _finish(tracker, StepResult(out, metrics, {"shards": written, "manifests": manifests}),
-                       manifest_path, f"embed_shard_{shard}.json", started)
-
-
-def _read_manifest(shard_path: str) -> dict[str, Any]:
-    from vsbench.io.inputs import read_json
-
-    candidates = [Path(shard_path).with_suffix(".json"), Path(str(shard_path) + ".json")]
-    for candidate in candidates:
-        if candidate.exists():
-            return read_json(candidate)
-    return {}
-
-
-def _eval_settings(codecs: str, k: int, global_cap: int, score_norm: str, search_params: str = ""):
-    from vsbench.benchmarks.base import EvalSettings
-
-    return EvalSettings(codecs=codecs, k=k, global_cap=global_cap or None, score_norm=score_norm,
-                        search_params=search_params)
-
-
-def _search_params(benchmark: str, model: str, codecs: str, k: int, score_norm: str) -> dict[str, Any]:
-    return {"benchmark": benchmark, "model": model, "codecs": codecs, "k": k, "score_norm": score_norm or "none"}
-
-
-def similarity_index_step(
-    benchmark: str, root: str, out: str, *, model: str = "", codecs: str = "Flat", k: int = 10,
-    score_norm: str = "1.00[0,2]", reference_shards: int = 1, benchmark_options: dict[str, Any] | None = None,
-    parent_run_id: str = "", manifest_path: str | None = None,
-) -> StepResult:
-    """Merge the embedding shards; build (or reuse) each FAISS index, its references in ``reference_shards``."""
-    from vsbench.retrieval.engine import index_benchmark
-
-    params = {**_search_params(benchmark, model, codecs, k, score_norm), "reference_shards": reference_shards}
-    started = time.perf_counter()
-    with child_run(parent_run_id, f"index-{benchmark}", params) as tracker:
-        manifest = index_benchmark(benchmark, Path(root), Path(out), _eval_settings(codecs, k, 0, score_norm),
-                                   reference_shards=reference_shards, benchmark_options=benchmark_options)
-        indexes = manifest["indexes"]
-        metrics = {"indexes": float(len(indexes)), "indexes_reused": float(sum(i["reused"] for i in indexes)),
-                   "indexed_vectors": float(sum(i["count"] for i in indexes))}
-        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "index.json", started)
-
-
-def similarity_search_step(
-    benchmark: str, root: str, out: str, *, task: int = 0, search_shards: int = 1, reference_shards: int = 1,
-    model: str = "", codecs: str = "Flat", k: int = 10, score_norm: str = "1.00[0,2]", search_params: str = "",
-    benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
-) -> StepResult:
-    """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
-    from vsbench.retrieval.engine import search_benchmark
-
-    total = search_shards * reference_shards
-    params = {**_search_params(benchmark, model, codecs, k, score_norm), "task": task, "search_shards": search_shards,
-              "reference_shards": reference_shards, "search_params": search_params or "-"}
-    started = time.perf_counter()
-    with child_run(parent_run_id, f"search-{benchmark}-task-{task}-of-{total}", params) as tracker:
-        manifest = search_benchmark(benchmark, Path(root), Path(out),
-                                    _eval_settings(codecs, k, 0, score_norm, search_params),
-                                    task=task, search_shards=search_shards, reference_shards=reference_shards,
-                                    benchmark_options=benchmark_options)
-        metrics = {"result_files": float(len(manifest["results"]))}
-        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"search_{task}.json", started)
-
-
-def similarity_score_step(
-    benchmark: str, root: str, out: str, *, model: str = "", codecs: str = "Flat", k: int = 10,
-    global_cap: int = 0, score_norm: str = "1.00[0,2]", search_shards: int = 1, search_params: str = "",
-    benchmark_options: dict[str, Any] | None = None, parent_run_id: str = "", manifest_path: str | None = None,
-) -> StepResult:
-    """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts."""
-    from vsbench.reporting import plots
-    from vsbench.retrieval.engine import flat_metrics, score_benchmark
-    from vsbench.tracking import log_to_parent
-
-    params = {**_search_params(benchmark, model, codecs, k, score_norm), "global_cap": global_cap or "none",
-              "search_shards": search_shards, "search_params": search_params or "-"}
-    started = time.perf_counter()
-    with child_run(parent_run_id, f"score-{benchmark}", params) as tracker:
-        result = score_benchmark(benchmark, Path(root), Path(out),
-                                 _eval_settings(codecs, k, global_cap, score_norm, search_params),
-                                 search_shards=search_shards, benchmark_options=benchmark_options)
-        metrics = flat_metrics(result.records)
-        if result.csv_name:
-            tracker.log_artifact(Path(out) / result.csv_name)
-        saved = []
-        for name, figure in result.figures.items():
-            artifact = name if name.endswith(".png") else f"plots/{name}.png"
-            tracker.log_figure(figure, artifact)
-            _save_figure(figure, Path(out) / artifact)  # beside the CSV: a command run attaches it later
-            saved.append(artifact)
-            plots.close(figure)
-        log_to_parent(parent_run_id, parent_metric_names(benchmark, model, metrics))
-        manifest = {"records": result.records, "csv": result.csv_name, "plots": saved}
-        return _finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started)

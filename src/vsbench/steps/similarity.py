@@ -1,0 +1,159 @@
+"""The similarity pipeline's steps (embed one shard, index, search one task, score) over one
+:class:`~vsbench.spec.run.SimilarityRun`, and :func:`run_inline`, the same steps one after another
+in this process with one :class:`~vsbench.retrieval.engine.Engine` (each input read once).
+
+The fan-out is defined here once: :func:`embed_shards` and :func:`search_tasks` are what the
+pipeline's ParallelFors iterate over (their components return these lists) and what the inline
+runner loops over.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from vsbench.retrieval.engine import Engine
+from vsbench.spec.run import BenchmarkRun, SimilarityRun
+from vsbench.steps.base import StepResult, finish, save_figure
+from vsbench.tracking import child_run, log_to_parent
+from vsbench.tracking.names import flat_metrics, run_metric_names
+
+
+def embed_shards(num_shards: int) -> list[int]:
+    """The embed tasks: ``[0, ..., num_shards - 1]``."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be at least 1, got {num_shards}")
+    return list(range(num_shards))
+
+
+def search_tasks(search_shards: int, reference_shards: int) -> list[int]:
+    """The search tasks: task t searches query shard t // reference_shards in reference shard
+    t % reference_shards."""
+    if search_shards < 1 or reference_shards < 1:
+        raise ValueError(f"search_shards and reference_shards must be at least 1, got {search_shards} and "
+                         f"{reference_shards}")
+    return list(range(search_shards * reference_shards))
+
+
+def _search_params(run: BenchmarkRun, model: str) -> dict[str, Any]:
+    return {"benchmark": run.benchmark, "model": model, "codecs": run.codecs, "k": run.k,
+            "score_norm": run.score_norm or "none"}
+
+
+def similarity_embed_step(
+    run: SimilarityRun, out: str, *, shard: int = 0, batch_size: int = 64, device: str = "auto",
+    parent_run_id: str = "", manifest_path: str | None = None, progress: bool = True, engine: Engine | None = None,
+) -> StepResult:
+    """Embed shard ``shard`` of ``run.num_shards`` of every image set; the run's ``seed`` draws
+    ``{"weights": "random"}`` and is a param of the step's run."""
+    engine = engine or Engine(run, Path(out))
+    params = {"benchmark": run.benchmark, "model": run.model, "shard": shard, "num_shards": run.num_shards,
+              "batch_size": batch_size, "device": device, "model_options": json.dumps(run.model_options),
+              "seed": run.seed}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"embed-shard-{shard}-of-{run.num_shards}", params) as tracker:
+        written = engine.embed_shard(run.model, shard=shard, num_shards=run.num_shards,
+                                     model_options=run.model_options, batch_size=batch_size, device=device,
+                                     progress=progress, seed=run.seed)
+        manifests = {name: _read_manifest(path) for name, path in written.items()}
+        metrics = {f"{name}_images": float(m.get("count", 0)) for name, m in manifests.items()}
+        metrics.update({f"{name}_images_per_second": float(m.get("images_per_second", 0.0))
+                        for name, m in manifests.items()})
+        metrics["failed_images"] = float(sum(len(m.get("failed", [])) for m in manifests.values()))
+        # The embedding cache: its key (the same for every set of one model) goes to the run's
+        # params, in full to the manifest artifact; hits say how much was not embedded again.
+        caches = {name: m["cache"] for name, m in manifests.items() if (m.get("cache") or {}).get("enabled")}
+        metrics.update({f"{name}_cache_hits": float(c["hits"]) for name, c in caches.items()})
+        keys = sorted({c["key_sha256"] for c in caches.values()})
+        if keys:
+            first = next(iter(caches.values()))["key"]
+            tracker.log_params({"embedding_cache_key": ",".join(keys), "weights_sha256": first["weights_sha256"],
+                                "preprocessing": json.dumps(first["preprocessing"], sort_keys=True)})
+        return finish(tracker, StepResult(out, metrics, {"shards": written, "manifests": manifests}),
+                      manifest_path, f"embed_shard_{shard}.json", started)
+
+
+def _read_manifest(shard_path: str) -> dict[str, Any]:
+    from vsbench.io.inputs import read_json
+
+    candidates = [Path(shard_path).with_suffix(".json"), Path(str(shard_path) + ".json")]
+    for candidate in candidates:
+        if candidate.exists():
+            return read_json(candidate)
+    return {}
+
+
+def similarity_index_step(
+    run: BenchmarkRun, out: str, *, model: str = "", parent_run_id: str = "", manifest_path: str | None = None,
+    engine: Engine | None = None,
+) -> StepResult:
+    """Merge the embedding shards; build (or reuse) each FAISS index, its references in ``run.reference_shards``."""
+    engine = engine or Engine(run, Path(out))
+    params = {**_search_params(run, model), "reference_shards": run.reference_shards}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"index-{run.benchmark}", params) as tracker:
+        manifest = engine.index()
+        indexes = manifest["indexes"]
+        metrics = {"indexes": float(len(indexes)), "indexes_reused": float(sum(i["reused"] for i in indexes)),
+                   "indexed_vectors": float(sum(i["count"] for i in indexes))}
+        return finish(tracker, StepResult(out, metrics, manifest), manifest_path, "index.json", started)
+
+
+def similarity_search_step(
+    run: BenchmarkRun, out: str, *, task: int = 0, model: str = "", parent_run_id: str = "",
+    manifest_path: str | None = None, engine: Engine | None = None,
+) -> StepResult:
+    """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
+    engine = engine or Engine(run, Path(out))
+    params = {**_search_params(run, model), "task": task, "search_shards": run.search_shards,
+              "reference_shards": run.reference_shards, "search_params": run.search_params or "-"}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"search-{run.benchmark}-task-{task}-of-{run.search_tasks}", params) as tracker:
+        manifest = engine.search(task)
+        metrics = {"result_files": float(len(manifest["results"]))}
+        return finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"search_{task}.json", started)
+
+
+def similarity_score_step(
+    run: BenchmarkRun, out: str, *, model: str = "", parent_run_id: str = "", manifest_path: str | None = None,
+    engine: Engine | None = None,
+) -> StepResult:
+    """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts."""
+    from vsbench.reporting import plots
+
+    engine = engine or Engine(run, Path(out))
+    params = {**_search_params(run, model), "global_cap": run.global_cap or "none",
+              "search_shards": run.search_shards, "search_params": run.search_params or "-"}
+    started = time.perf_counter()
+    with child_run(parent_run_id, f"score-{run.benchmark}", params) as tracker:
+        result = engine.score()
+        metrics = flat_metrics(result.records)
+        if result.csv_name:
+            tracker.log_artifact(Path(out) / result.csv_name)
+        saved = []
+        for name, figure in result.figures.items():
+            artifact = name if name.endswith(".png") else f"plots/{name}.png"
+            tracker.log_figure(figure, artifact)
+            save_figure(figure, Path(out) / artifact)  # beside the CSV: a command run attaches it later
+            saved.append(artifact)
+            plots.close(figure)
+        log_to_parent(parent_run_id, run_metric_names(run.benchmark, model, metrics))
+        manifest = {"records": result.records, "csv": result.csv_name, "plots": saved}
+        return finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started)
+
+
+def run_inline(run: SimilarityRun, out: Path, *, batch_size: int = 64, device: str = "auto",
+               progress: bool = True) -> StepResult:
+    """Every step of the similarity pipeline in this process, in the pipeline's order and fan-out,
+    with one engine: the benchmark's files, the merged features and the search requests are read
+    once. Returns the score step's result."""
+    engine = Engine(run, Path(out))
+    for shard in embed_shards(run.num_shards):
+        similarity_embed_step(run, str(out), shard=shard, batch_size=batch_size, device=device, progress=progress,
+                              engine=engine)
+    similarity_index_step(run, str(out), model=run.model, engine=engine)
+    for task in search_tasks(run.search_shards, run.reference_shards):
+        similarity_search_step(run, str(out), task=task, model=run.model, engine=engine)
+    return similarity_score_step(run, str(out), model=run.model, engine=engine)
