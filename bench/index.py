@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import format_table, log, machine_info, write_json
 
-from vsbench.index import Candidates, ScoreNorm, parse_codecs, search
+from vsbench.index.search import Candidates, search
+from vsbench.index.settings import ScoreNorm, parse_codecs
 
 SCORE_NORM = ScoreNorm(1.0, 0, 2)
 TOLERANCE = 1e-4

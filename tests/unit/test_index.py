@@ -10,17 +10,10 @@ import faiss
 import numpy as np
 import pytest
 
-from vsbench.index import (
-    Candidates,
-    ScoreNorm,
-    SearchError,
-    parse_codecs,
-    parse_score_norm,
-    parse_score_norms,
-    search,
-    search_all,
-)
-from vsbench.index.search import GPU_MAX_K
+from vsbench.index.codec import GPU_MAX_K
+from vsbench.index.plan import search_all
+from vsbench.index.search import Candidates, search
+from vsbench.index.settings import ScoreNorm, SearchError, parse_codecs, parse_score_norm, parse_score_norms
 
 # Two queries and three references, small enough to check every score by hand.
 Q = np.array([[1.0, 0.0], [0.0, 1.0]])

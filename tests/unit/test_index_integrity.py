@@ -18,8 +18,8 @@ import faiss
 import numpy as np
 import pytest
 
-from vsbench.index.codec import SearchError
 from vsbench.index.plan import SearchRequest, search_inline
+from vsbench.index.settings import SearchError
 from vsbench.index.store import INDEX_JSON, build_index, collect, search_shard, shard_tasks
 
 QUERY_SHARDS, REFERENCE_SHARDS = 2, 2

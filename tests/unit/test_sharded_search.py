@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vsbench.index.codec import SearchError, merge_found
+from vsbench.index.codec import merge_found
 from vsbench.index.plan import SearchRequest, search_inline
+from vsbench.index.settings import SearchError
 from vsbench.index.store import build_index, collect, search_shard, shard_bounds, shard_tasks
 from vsbench.retrieval.engine import Engine
 from vsbench.retrieval.features import FeatureSet, save_features

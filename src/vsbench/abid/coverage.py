@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+MODERATE_MAX_QUANTITY = 5  # the moderate task sets keep bins with at most this many items (upstream's rule)
+
 SHARED_ASIN_BINS = 50  # eligible bins after which asin-sharing files are filled (module doc)
 
 
@@ -58,7 +60,6 @@ def explain_empty(
     name: str, tasks: _Tasks, train: Sequence[int], val: Sequence[int], *, val_fraction: float,
 ) -> EmptyFile:
     """The reason ``name`` (written empty) has no entries; ``train``/``val`` are 0-based indices."""
-    from vsbench.abid.prepare import MODERATE_MAX_QUANTITY  # here: prepare imports this module
 
     limit = MODERATE_MAX_QUANTITY + 1  # the moderate sets keep bins with fewer items (upstream's rule)
     eligible = len(train) + len(val)

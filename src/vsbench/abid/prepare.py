@@ -38,14 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.abid.coverage import explain_all, warning_line
+from vsbench.abid.coverage import MODERATE_MAX_QUANTITY, explain_all, warning_line
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR, parse_name
 from vsbench.io.inputs import InputError, read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text, is_temporary
 
 REPORT_NAME = "prepare_report.json"
 DEFAULT_MAX_PER_CLASS = 20_000
-MODERATE_MAX_QUANTITY = 5
 
 
 @dataclass(frozen=True)

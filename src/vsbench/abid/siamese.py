@@ -22,6 +22,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from vsbench.abid.coverage import MODERATE_MAX_QUANTITY
 from vsbench.abid.data import (
     BatchTransform,
     Images,
@@ -33,7 +34,6 @@ from vsbench.abid.data import (
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import SiameseNetwork, arch_of_trunk
 from vsbench.abid.pairs import SiamesePairSampler
-from vsbench.abid.prepare import MODERATE_MAX_QUANTITY
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit, hold_out
 from vsbench.io.inputs import read_index_list, read_json

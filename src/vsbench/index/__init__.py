@@ -1,17 +1,2 @@
-"""FAISS codecs (index_factory strings), SSCD score normalization and k-NN candidates."""
-
-from vsbench.index.search import (
-    Candidates,
-    ScoreNorm,
-    SearchError,
-    knn,
-    parse_codecs,
-    parse_score_norm,
-    parse_score_norms,
-    search,
-    search_all,
-)
-
-__all__ = [
-    "Candidates", "ScoreNorm", "SearchError", "knn", "parse_codecs", "parse_score_norm", "parse_score_norms", "search", "search_all",
-]
+"""FAISS search as vsbench uses it: settings (codecs, score normalization), codec, in-memory search,
+search requests (plan) and persisted, sharded indexes (store); lowest first."""

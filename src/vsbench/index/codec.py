@@ -22,13 +22,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import faiss
 import numpy as np
 
-if TYPE_CHECKING:
-    from vsbench.index.search import ScoreNorm
+from vsbench.index.settings import ScoreNorm, SearchError
 
 logger = logging.getLogger("vsbench.index.search")  # one logger says where each codec ran
 
@@ -38,10 +37,6 @@ FAISS_METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
 GPU_MAX_K = 2048
 
 Found = tuple[np.ndarray, np.ndarray]  # (similarities, reference ids or -1), FAISS's (n_queries, k) layout
-
-
-class SearchError(ValueError):
-    """Inputs, codecs or settings that cannot be searched, with what is wrong and where."""
 
 
 @dataclass
@@ -94,7 +89,7 @@ def train_codec(codec: str, dim: int, metric: Metric, train: np.ndarray | None, 
         _check_training_size(codec, transforms, len(train))
     t = _train_transforms(codec, transforms, train, keep_train=keep_train or not final.is_trained)
     if not final.is_trained:
-        device_index = _to_device(final, on_gpu, codec, k)
+        device_index = to_device(final, on_gpu, codec, k)
         try:
             device_index.train(t)
         except RuntimeError as exc:
@@ -108,7 +103,7 @@ def train_codec(codec: str, dim: int, metric: Metric, train: np.ndarray | None, 
 def fill(trained: TrainedCodec, vectors: np.ndarray, *, on_gpu: bool, k: int) -> faiss.Index:
     """A copy of the trained, empty final index holding ``vectors`` (already projected), on GPU 0
     when asked and possible, else on the CPU."""
-    index = _to_device(faiss.clone_index(trained.empty), on_gpu, trained.codec, k)
+    index = to_device(faiss.clone_index(trained.empty), on_gpu, trained.codec, k)
     index.add(vectors)
     return index
 
@@ -242,7 +237,7 @@ def _augmented_search(q: np.ndarray, r: np.ndarray, adjustment: np.ndarray, k: i
     """SSCD's normalized search: ``[q, adjustment] . [r, 1]`` by exact inner product."""
     queries = np.ascontiguousarray(np.concatenate([q, adjustment.astype(np.float32)], axis=1))
     references = np.ascontiguousarray(np.concatenate([r, np.ones_like(r[:, :1])], axis=1))
-    index = _to_device(faiss.IndexFlatIP(queries.shape[1]), on_gpu, codec, k)
+    index = to_device(faiss.IndexFlatIP(queries.shape[1]), on_gpu, codec, k)
     index.add(references)
     distances, ids = index.search(queries, k)
     return _similarity(distances, ids, "ip", codec), ids
@@ -302,7 +297,7 @@ def _apply(transform: faiss.VectorTransform, x: np.ndarray, codec: str, name: st
 
 
 
-def _to_device(index: faiss.Index, on_gpu: bool, codec: str, k: int) -> faiss.Index:
+def to_device(index: faiss.Index, on_gpu: bool, codec: str, k: int) -> faiss.Index:
     """The index on GPU 0 when asked and faiss-gpu can hold it with this k; otherwise the CPU index."""
     kind = type(index).__name__
     if on_gpu and k > GPU_MAX_K:

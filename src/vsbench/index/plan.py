@@ -25,19 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vsbench.index.codec import Found, Metric, SearchError
-from vsbench.index.search import (
-    NO_NORM_LABEL,
-    Candidates,
-    ScoreNorm,
-    _candidates,
-    _check_settings,
-    _search_codec,
-    _validated,
-    parse_codecs,
-    parse_score_norms,
-    use_gpu_now,
-)
+from vsbench.index.codec import Found, Metric
+from vsbench.index.search import Candidates, candidates_from, check_settings, search_codec, use_gpu_now, validated
+from vsbench.index.settings import NO_NORM_LABEL, ScoreNorm, SearchError, parse_codecs, parse_score_norms
 
 logger = logging.getLogger("vsbench.index.search")
 
@@ -62,7 +52,7 @@ class SearchRequest:
     reference_ids: tuple[str, ...] | None = None  # what a persisted index is for; it is checked against them
 
     def __post_init__(self) -> None:
-        _check_settings(self.k, None, self.metric)
+        check_settings(self.k, None, self.metric)
         if not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
             raise SearchError(f"search request name {self.name!r}: letters, digits, '-' and '_' only")
         if self.reference_ids is not None and len(self.reference_ids) != len(self.references):
@@ -109,7 +99,7 @@ class SearchRequest:
 
     def checked(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Queries, references and training rows as contiguous, finite float32 of one dimension."""
-        return _validated(self.queries, self.references, self.train, self.norms)
+        return validated(self.queries, self.references, self.train, self.norms)
 
 
 def search_inline(request: SearchRequest, use_gpu: bool | None = None) -> SearchResults:
@@ -122,7 +112,7 @@ def search_inline(request: SearchRequest, use_gpu: bool | None = None) -> Search
             logger.warning(norm.note)
     results: SearchResults = {}
     for codec in request.codec_list:
-        raw, normalized = _search_codec(q, r, t, codec=codec, k=request.k, score_norms=norms,
+        raw, normalized = search_codec(q, r, t, codec=codec, k=request.k, score_norms=norms,
                                         raw=request.unnormalized, metric=request.metric, on_gpu=on_gpu,
                                         search_params=request.search_params)
         if raw is not None:
@@ -140,8 +130,8 @@ def search_all_inline(requests: Sequence[SearchRequest], use_gpu: bool | None) -
 def as_candidates(results: SearchResults, global_cap: int | None) -> list[tuple[str, str, Candidates]]:
     """``(codec, label, candidates)`` per variant, in the results' order: candidates sorted by query,
     score descending, reference; then ``global_cap`` keeps the best over all queries."""
-    _check_settings(1, global_cap, "ip")
-    return [(codec, label, _candidates(similarity, ids, global_cap))
+    check_settings(1, global_cap, "ip")
+    return [(codec, label, candidates_from(similarity, ids, global_cap))
             for (codec, label), (similarity, ids) in results.items()]
 
 
@@ -172,3 +162,20 @@ def array_digest(array: np.ndarray | None) -> str:
     for start in range(0, len(values), rows_per_block):
         digest.update(memoryview(values[start:start + rows_per_block]).cast("B"))
     return digest.hexdigest()
+
+
+def search_all(queries: np.ndarray, references: np.ndarray, *, codecs: str, score_norm: str,
+               train: np.ndarray | None, k: int, global_cap: int | None, metric: Metric,
+               use_gpu: bool | None, unnormalized: bool = True) -> list[tuple[str, str, Candidates]]:
+    """``(codec, score_norm_label, candidates)`` for every codec, without normalization (``"none"``,
+    unless ``unnormalized=False``) and with each ``;``-separated normalization of ``score_norm``
+    (labelled ``str(ScoreNorm)``, e.g. ``1.00[0,2]``).
+
+    Rows come in SSCD's disc_metrics.csv order: every codec unnormalized, then every codec with the
+    first normalization, and so on. Each codec is trained once. (A :class:`~vsbench.index.plan.SearchRequest`
+    answered in this process; :mod:`vsbench.index.store` answers the same request shard by shard.)
+    """
+    check_settings(k, global_cap, metric)
+    request = SearchRequest("search", queries, references, train=train, codecs=codecs, metric=metric, k=k,
+                            score_norm=score_norm, unnormalized=unnormalized)
+    return as_candidates(search_inline(request, use_gpu), global_cap)

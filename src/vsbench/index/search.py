@@ -54,7 +54,6 @@ each codec ran.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,130 +62,17 @@ import numpy as np
 
 from vsbench.index.codec import (
     FAISS_METRICS,
-    GPU_MAX_K,
     Found,
     Metric,
-    SearchError,
     check_finite,
     fill,
     search_filled,
     train_codec,
     tune,
 )
+from vsbench.index.settings import ScoreNorm, SearchError
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["GPU_MAX_K", "Candidates", "Metric", "ScoreNorm", "SearchError", "knn", "parse_codecs",
-           "parse_score_norm", "parse_score_norms", "search", "search_all", "use_gpu_now"]
-
-NO_NORM_LABEL = "none"
-
-
-@dataclass(frozen=True)
-class ScoreNorm:
-    """SSCD's ``beta[first,last]``: subtract ``beta`` x the mean similarity of each query to its
-    training-set neighbours ``first..last`` (0-based, inclusive ranks).
-
-    As in SSCD, the ranks averaged are the Python slice ``D[:, first:last + 1]`` of the ``last + 1``
-    nearest training similarities, so a negative ``first`` counts from the end: ``[-1,2]`` averages
-    rank 2 only (:attr:`note` says so). A slice that selects nothing (``[2,0]``) is refused: SSCD
-    would average an empty slice and score every pair NaN.
-    """
-
-    beta: float
-    first: int
-    last: int
-
-    def __post_init__(self) -> None:
-        if not math.isfinite(self.beta):
-            raise SearchError(f"score normalization beta must be finite, got {self.beta}")
-        if self.last < 0:
-            raise SearchError(f"score normalization needs last >= 0 (it searches last + 1 training neighbours), "
-                              f"got [{self.first},{self.last}]")
-        if not self.ranks:
-            raise SearchError(f"score normalization [{self.first},{self.last}] selects no neighbour rank "
-                              f"(SSCD averages the empty slice D[:, {self.first}:{self.last + 1}] and scores every "
-                              f"pair NaN); did you mean [{min(self.first, self.last)},{max(self.first, self.last)}]?")
-
-    @property
-    def ranks(self) -> range:
-        """The neighbour ranks averaged: SSCD's slice ``first:last + 1`` of ``range(last + 1)``."""
-        return range(self.last + 1)[self.first : self.last + 1]
-
-    @property
-    def note(self) -> str | None:
-        """A one-line warning when SSCD's slice reads other ranks than ``first..last`` say."""
-        if self.ranks == range(self.first, self.last + 1):
-            return None
-        return (f"score normalization {self}: SSCD's slice D[:, {self.first}:{self.last + 1}] averages neighbour "
-                f"rank(s) {self.ranks.start}..{self.ranks.stop - 1} only (a negative first counts from the end); "
-                f"that is what is computed; did you mean [0,{self.last}]? write "
-                f"{self.beta:.2f}[{self.ranks.start},{self.ranks.stop - 1}] to say it plainly")
-
-    def __str__(self) -> str:
-        """SSCD's label, ``f"{weight:.2f}[{start},{end}]"`` (``1.00[0,2]``, as in its disc_metrics.csv)."""
-        return f"{self.beta:.2f}[{self.first},{self.last}]"
-
-
-def parse_score_norm(text: str) -> ScoreNorm | None:
-    """One ``beta[first,last]`` as SSCD's ``ScoreNormalization.parse`` reads it; ``""``/``"none"`` -> None.
-
-    SSCD: ``weight, spec = spec.split("[", 1)``, the rest must end with ``]``, ``first,last`` or a
-    single ``i`` (meaning ``i,i``), ``float(weight)``, ``int(first)``, ``int(last)``. So ``[2,0]``
-    and ``[-1,2]`` parse there; see :class:`ScoreNorm` for what they mean and which one is refused.
-    Surrounding spaces are allowed here (SSCD fails on a space after ``]``).
-    """
-    stripped = text.strip()
-    if stripped == "" or stripped.lower() == NO_NORM_LABEL:
-        return None
-    expected = "expected beta[first,last], e.g. '1.00[0,2]', or '' / 'none'"
-    weight, bracket, spec = stripped.partition("[")
-    if not bracket or not spec.endswith("]"):
-        raise SearchError(f"score normalization {text!r}: {expected}")
-    first, _, last = spec[:-1].partition(",")
-    try:
-        return ScoreNorm(float(weight), int(first), int(last if last else first))
-    except ValueError as exc:
-        if isinstance(exc, SearchError):
-            raise SearchError(f"score normalization {text!r}: {exc}") from None
-        raise SearchError(f"score normalization {text!r}: {expected}") from None
-
-
-def parse_score_norms(text: str) -> list[ScoreNorm]:
-    """SSCD's ``--score_norm``: several ``beta[first,last]`` separated by ``;``, each its own rows.
-
-    ``""`` or ``"none"`` give no normalization. Two specs with the same label (``1.234[0,2]`` and
-    ``1.231[0,2]`` are both ``1.23[0,2]``) are refused: SSCD would write two rows nobody can tell apart.
-    """
-    if text.strip() == "" or text.strip().lower() == NO_NORM_LABEL:
-        return []
-    norms = [parse_score_norm(part) for part in text.split(";")]
-    if any(norm is None for norm in norms):
-        raise SearchError(f"score normalization {text!r}: an empty or 'none' entry in a ';' list")
-    labels = [str(norm) for norm in norms]
-    repeated = sorted({label for label in labels if labels.count(label) > 1})
-    if repeated:
-        raise SearchError(f"score normalization {text!r}: {repeated} would label two rows alike; "
-                          "give betas that differ at two decimals")
-    return [norm for norm in norms if norm is not None]
-
-
-def parse_codecs(text: str) -> list[str]:
-    """``"Flat;PCAW512,L2norm,Flat"`` -> ``["Flat", "PCAW512,L2norm,Flat"]``.
-
-    Only the list is checked here (no empty or repeated entry: results are keyed by codec); each
-    string is validated by ``faiss.index_factory`` when :func:`search` builds it, since that needs
-    the descriptors' dimension.
-    """
-    codecs = [part.strip() for part in text.split(";")]
-    if any(not codec for codec in codecs):
-        raise SearchError(f"codecs {text!r}: expected FAISS index_factory strings separated by ';', "
-                          "e.g. 'Flat;PCAW512,L2norm,Flat', with no empty entry")
-    repeated = sorted({codec for codec in codecs if codecs.count(codec) > 1})
-    if repeated:
-        raise SearchError(f"codecs {text!r}: {repeated} listed more than once")
-    return codecs
-
 
 @dataclass(frozen=True)
 class Candidates:
@@ -217,13 +103,13 @@ def search(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat",
     Arrays are 2-D float arrays of one dimension, finite and non-empty; they are copied to
     contiguous float32 only where they are not already.
     """
-    _check_settings(k, global_cap, metric)
+    check_settings(k, global_cap, metric)
     norms = [] if score_norm is None else [score_norm]
-    q, r, t = _validated(queries, references, train, norms)
-    raw, normalized = _search_codec(q, r, t, codec=codec, k=k, score_norms=norms, raw=score_norm is None,
+    q, r, t = validated(queries, references, train, norms)
+    raw, normalized = search_codec(q, r, t, codec=codec, k=k, score_norms=norms, raw=score_norm is None,
                                     metric=metric, on_gpu=use_gpu_now(use_gpu))
     similarity, ids = normalized[0] if norms else raw
-    return _candidates(similarity, ids, global_cap)
+    return candidates_from(similarity, ids, global_cap)
 
 
 def knn(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat", train: np.ndarray | None = None,
@@ -234,34 +120,15 @@ def knn(queries: np.ndarray, references: np.ndarray, *, codec: str = "Flat", tra
     :func:`search` re-sorts ties by reference index; a benchmark whose original scores FAISS's
     order itself (SSCD's Copydays ranks) takes this instead, so that its tie order is the original's.
     """
-    _check_settings(k, None, metric)
-    q, r, t = _validated(queries, references, train, [])
-    found, _ = _search_codec(q, r, t, codec=codec, k=k, score_norms=[], raw=True, metric=metric,
+    check_settings(k, None, metric)
+    q, r, t = validated(queries, references, train, [])
+    found, _ = search_codec(q, r, t, codec=codec, k=k, score_norms=[], raw=True, metric=metric,
                              on_gpu=use_gpu_now(use_gpu))
     assert found is not None
     return found
 
 
-def search_all(queries: np.ndarray, references: np.ndarray, *, codecs: str, score_norm: str,
-               train: np.ndarray | None, k: int, global_cap: int | None, metric: Metric,
-               use_gpu: bool | None, unnormalized: bool = True) -> list[tuple[str, str, Candidates]]:
-    """``(codec, score_norm_label, candidates)`` for every codec, without normalization (``"none"``,
-    unless ``unnormalized=False``) and with each ``;``-separated normalization of ``score_norm``
-    (labelled ``str(ScoreNorm)``, e.g. ``1.00[0,2]``).
-
-    Rows come in SSCD's disc_metrics.csv order: every codec unnormalized, then every codec with the
-    first normalization, and so on. Each codec is trained once. (A :class:`~vsbench.index.plan.SearchRequest`
-    answered in this process; :mod:`vsbench.index.store` answers the same request shard by shard.)
-    """
-    from vsbench.index.plan import SearchRequest, as_candidates, search_inline
-
-    _check_settings(k, global_cap, metric)
-    request = SearchRequest("search", queries, references, train=train, codecs=codecs, metric=metric, k=k,
-                            score_norm=score_norm, unnormalized=unnormalized)
-    return as_candidates(search_inline(request, use_gpu), global_cap)
-
-
-def _check_settings(k: int, global_cap: int | None, metric: str) -> None:
+def check_settings(k: int, global_cap: int | None, metric: str) -> None:
     if not _is_positive_int(k):
         raise SearchError(f"k must be a positive integer, got {k!r}")
     if global_cap is not None and not _is_positive_int(global_cap):
@@ -274,7 +141,7 @@ def _is_positive_int(value: object) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
 
 
-def _validated(queries: np.ndarray, references: np.ndarray, train: np.ndarray | None,
+def validated(queries: np.ndarray, references: np.ndarray, train: np.ndarray | None,
                score_norms: Sequence[ScoreNorm]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     q = _as_matrix("queries", queries)
     r = _as_matrix("references", references, q.shape[1])
@@ -313,7 +180,7 @@ def use_gpu_now(use_gpu: bool | None) -> bool:
     return available if use_gpu is None else bool(use_gpu and available)
 
 
-def _candidates(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None) -> Candidates:
+def candidates_from(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None) -> Candidates:
     """Flatten FAISS's (n_queries, k) results, drop missing (-1) slots, sort and cap."""
     found = ids >= 0
     query = np.broadcast_to(np.arange(len(ids), dtype=np.int64)[:, None], ids.shape)[found]
@@ -328,7 +195,7 @@ def _candidates(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None)
     return Candidates(query, reference, score)
 
 
-def _search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: str, k: int,
+def search_codec(q: np.ndarray, r: np.ndarray, t: np.ndarray | None, *, codec: str, k: int,
                   score_norms: Sequence[ScoreNorm], raw: bool, metric: Metric,
                   on_gpu: bool, search_params: str = "") -> tuple[Found | None, list[Found]]:
     """Train ``codec``, add every reference, search every query (:mod:`vsbench.index.codec`'s three

@@ -61,6 +61,7 @@ from vsbench.index.codec import (
     search_filled,
     shifted,
     stored_vectors,
+    to_device,
     train_codec,
     tune,
 )
@@ -393,9 +394,7 @@ def _load_trained(info: IndexInfo, request: SearchRequest, final: faiss.Index) -
 
 
 def _on_device(index: faiss.Index, on_gpu: bool, trained: TrainedCodec, k: int) -> faiss.Index:
-    from vsbench.index.codec import _to_device
-
-    return _to_device(index, on_gpu, trained.codec, k)
+    return to_device(index, on_gpu, trained.codec, k)
 
 
 def mmap_min_bytes() -> int:

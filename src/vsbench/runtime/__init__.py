@@ -1,1 +1,1 @@
-"""TODO"""
+"""Where a step runs: the compute device (CUDA, AMP) and the container image it was built into."""

@@ -110,7 +110,7 @@ class CopydaysBenchmark:
               results: Mapping[str, SearchResults]) -> EvalResult:
         """The metrics of the search's result lists, however they were searched."""
         from vsbench.index.plan import results_for
-        from vsbench.index.search import NO_NORM_LABEL, parse_codecs
+        from vsbench.index.settings import NO_NORM_LABEL, parse_codecs
 
         found = results_for(results, "copydays")
         blocks = np.asarray(self.blocks)

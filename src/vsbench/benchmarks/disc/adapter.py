@@ -143,7 +143,7 @@ class DiscBenchmark:
         differ inside that tolerance, so each row gets exactly the search SSCD gives it.
         """
         from vsbench.index.plan import SearchRequest
-        from vsbench.index.search import parse_score_norms  # faiss: imported only when scoring
+        from vsbench.index.settings import parse_score_norms
 
         queries = aligned_features(features, "query", self.queries)
         references = aligned_features(features, "reference", self.references)
