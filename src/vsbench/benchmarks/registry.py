@@ -97,9 +97,14 @@ BUILTIN = (
 _SPECS: dict[str, BenchmarkSpec] | None = None
 
 
+def builtin_specs() -> list[BenchmarkSpec]:
+    """vsbench's own benchmarks, without looking at plugins (what the CLI's own commands name)."""
+    return [importlib.import_module(module).SPEC for module in BUILTIN]
+
+
 def _load_specs() -> dict[str, BenchmarkSpec]:
     specs: dict[str, BenchmarkSpec] = {}
-    found: list[BenchmarkSpec] = [importlib.import_module(module).SPEC for module in BUILTIN]
+    found: list[BenchmarkSpec] = builtin_specs()
     for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             spec = entry.load()

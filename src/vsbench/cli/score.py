@@ -315,3 +315,20 @@ def product_search(
     record = {"map": m.mean_average_precision}
     _report("product search", record, output)
     _track("product_search", record, output, {"queries": queries, "gallery": gallery, "features": features}, {}, model, track, experiment)
+
+
+def _benchmark_spellings() -> None:
+    """Every spelling of a benchmark scores its files too (``vsbench score disc`` is ``copy-detection``,
+    ``patch_pairs`` is ``pairs``): one name per benchmark across commands; the aliases stay out of --help."""
+    from vsbench.benchmarks.registry import builtin_specs
+
+    commands = {info.name: info.callback for info in score_app.registered_commands}
+    for spec in builtin_specs():
+        if spec.score_command in commands:
+            for spelling in spec.spellings:
+                if spelling not in commands:
+                    score_app.command(spelling, hidden=True)(commands[spec.score_command])
+                    commands[spelling] = commands[spec.score_command]
+
+
+_benchmark_spellings()

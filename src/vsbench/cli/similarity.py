@@ -21,7 +21,7 @@ from vsbench.cli.common import (
 similarity_app = typer.Typer(no_args_is_help=True, help="Embed, index and score any benchmark with any model.")
 
 
-BenchmarkOpt = Annotated[str, typer.Option(help="Registered benchmark: disc, copydays, patch_pairs, vsd, ...")]
+BenchmarkOpt = Annotated[str, typer.Option(help="A registered benchmark, any of its spellings (vsbench benchmarks lists them).")]
 RootOpt = Annotated[Path, typer.Option(help="The benchmark's data, in its native layout.")]
 OutOpt = Annotated[Path, typer.Option(help="Folder for features, index/, search/, metrics.json and the benchmark's CSV.")]
 BenchmarkOptionsOpt = Annotated[str, typer.Option(help="JSON of the benchmark loader's options.")]

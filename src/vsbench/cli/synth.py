@@ -42,7 +42,7 @@ def synth_abid(
 
 @synth_app.command("similarity")
 def synth_similarity(
-    benchmark: Annotated[str, typer.Argument(help="disc, copydays, skimage-copydetect, patch-pairs, vsd, product-search")],
+    benchmark: Annotated[str, typer.Argument(help="A benchmark (any spelling) or another dataset of its layout, e.g. disc, skimage-copydetect, patch-pairs (vsbench benchmarks lists them).")],
     out: Annotated[Path, typer.Option(help="Folder for the dataset (in the benchmark's native layout).")],
     seed: int = 0,
 ) -> None:

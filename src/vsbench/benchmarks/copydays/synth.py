@@ -42,8 +42,8 @@ def generate_copydays(out: Path, *, originals: int = 10, distractors: int = 20, 
     Each original gets 1 or 2 strong attacks (229 / 157 ~ 1.46 on the real set) named
     ``2NNN01.jpg``, ``2NNN02.jpg``: 3-4 edits each, heavier than the DISC copies. ``jpegqual/<q>``
     re-encodes every original at quality q, ``crops/<c>`` keeps the centre with c % of the surface
-    cut away. The returned dict's ``root``, ``distractors`` and ``codec_train`` are the arguments of
-    the ``copydays`` loader.
+    cut away. The returned dict's ``root`` and ``benchmark_options`` (``distractors``, ``codec_train``)
+    are the arguments of the ``copydays`` loader.
     """
     if not 1 <= originals <= MAX_ORIGINALS or distractors < 0 or train < 0:
         raise ValueError(f"originals must be in 1..{MAX_ORIGINALS}; distractors and train >= 0")
@@ -75,6 +75,9 @@ def generate_copydays(out: Path, *, originals: int = 10, distractors: int = 20, 
         "root": str(root),
         "distractors": str(out / "distractors") if distractors else None,
         "codec_train": str(out / "codec_train") if train else None,
+        "benchmark_options": {key: value for key, value in (("distractors", str(out / "distractors")),
+                                                            ("codec_train", str(out / "codec_train")))
+                              if (distractors if key == "distractors" else train)},
         "originals": originals,
         "strong": strong,
         "queries": originals * (1 + len(jpeg_qualities) + len(crop_percents)) + strong,
