@@ -42,7 +42,7 @@ class Pooled(torch.nn.Module):
 
 
 def make_images(folder: Path, count: int):
-    from vsbench.benchmarks.base import ImageSet
+    from vsbench.io.features import ImageSet
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)

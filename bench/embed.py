@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import DEFAULT_WORKDIR, cached_abid, canonical_files, format_table, log, machine_info, write_json
 
-from vsbench.benchmarks.base import ImageSet
+from vsbench.io.features import ImageSet
 from vsbench.models.registry import Embedder, build_model
 from vsbench.retrieval.embed import embed_image_set, load_image, normalizer
 from vsbench.runtime.device import DeviceSetup, setup_device

@@ -39,8 +39,8 @@ from vsbench.benchmarks.product_search.metrics import product_search_metrics
 from vsbench.benchmarks.vsd.adapter import read_metadata as read_vsd_metadata
 from vsbench.io import inputs
 from vsbench.io import pickles as pickles
+from vsbench.io.features import load_features
 from vsbench.io.inputs import InputError
-from vsbench.retrieval.features import load_features
 
 MEMORY_LIMIT = 64 << 20  # bytes of traced allocations per example, for inputs of a few kB
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from tests.originals import sscd_disc_eval, sscd_isc_io, sscd_isc_metrics
-from vsbench.benchmarks.base import EvalSettings, ImageSet
+from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.disc.adapter import DiscBenchmark, disc_csv_rows
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics, copy_detection_metrics_reference
 from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
-from vsbench.retrieval.features import FeatureSet
+from vsbench.io.features import FeatureSet, ImageSet
 
 TOL = 1e-9
 

@@ -19,7 +19,7 @@ from tests.originals.sscd_copydays import Copydays
 from tests.originals.sscd_copydays_eval import evaluate as sscd_evaluate
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.copydays.adapter import BLOCKS, load_copydays
-from vsbench.retrieval.features import FeatureSet
+from vsbench.io.features import FeatureSet
 
 TOL = 1e-9
 N_ORIGINALS, N_STRONG = 157, 229

@@ -31,7 +31,7 @@ from vsbench.abid.metrics import counting_metrics, verification_metrics
 from vsbench.abid.readers import read_abid_result
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.vsd.adapter import load_vsd
-from vsbench.retrieval.features import FeatureSet
+from vsbench.io.features import FeatureSet
 
 ORIGINALS = Path(os.environ.get("VSBENCH_ORIGINALS", "/nonexistent"))
 needs_originals = pytest.mark.skipif(not ORIGINALS.is_dir(), reason="VSBENCH_ORIGINALS names no checkout of the "

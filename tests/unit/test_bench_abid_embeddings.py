@@ -22,8 +22,8 @@ from vsbench.abid.gallery import (
     ranked_average_precision,
 )
 from vsbench.benchmarks.base import EvalSettings
+from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import InputError
-from vsbench.retrieval.features import FeatureSet
 
 ASIN_OF = {0: "A", 1: "A", 2: "A", 3: "B", 4: "B", 5: "B", 6: "A", 7: "B", 8: "C", 9: "C", 10: "C", 11: "C"}
 HOLDERS = {"A": [0, 1, 2], "B": [3, 4, 5], "C": [9, 10, 11]}

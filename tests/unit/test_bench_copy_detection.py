@@ -26,9 +26,9 @@ from vsbench.benchmarks.disc.adapter import (
     load_disc,
     precision_recall_curve,
 )
+from vsbench.io.features import FeatureError, FeatureSet
 from vsbench.io.inputs import InputError
 from vsbench.io.storage import UnsafePathError
-from vsbench.retrieval.features import FeatureError, FeatureSet
 
 QUERIES = ("Q00000", "Q00001", "Q00002")
 REFERENCES = ("R000000", "R000001", "R000002")

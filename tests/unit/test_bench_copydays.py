@@ -17,7 +17,7 @@ from vsbench.benchmarks.copydays.adapter import (
     load_copydays,
     strong_positives,
 )
-from vsbench.retrieval.features import FeatureSet
+from vsbench.io.features import FeatureSet
 
 ORIGINALS = ("200000", "200100", "200200")
 STRONG = ("200001", "200002", "200101")  # two attacks of 2000.., one of 2001.., none of 2002..

@@ -11,10 +11,10 @@ from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.patch_pairs.adapter import curve_figures, load_patch_pairs
 from vsbench.benchmarks.patch_pairs.metrics import patch_pair_grid
 from vsbench.benchmarks.patch_pairs.readers import read_hpatches_results
+from vsbench.io.features import FeatureError, FeatureSet
 from vsbench.io.inputs import InputError
 from vsbench.io.storage import UnsafePathError
 from vsbench.reporting.plots import close
-from vsbench.retrieval.features import FeatureError, FeatureSet
 
 FILES = ("pos_easy", "pos_hard", "neg_diffseq", "neg_sameseq")
 

@@ -10,10 +10,10 @@ import pytest
 
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.product_search.adapter import load_product_search
+from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import InputError
 from vsbench.io.storage import UnsafePathError
 from vsbench.reporting.plots import close
-from vsbench.retrieval.features import FeatureSet
 
 GALLERY = ["g1", "g2", "g3", "g4"]
 

@@ -19,9 +19,9 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.vsd.adapter import load_vsd
+from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import InputError
 from vsbench.io.storage import UnsafePathError
-from vsbench.retrieval.features import FeatureSet
 
 COSINE = {"a1": 1.0, "a2": 0.99, "b2": 0.95, "b1": 0.9, "d1": 0.8, "c1": 0.5, "w1": 1.0}
 IMAGES = [  # path, product, phase, category

@@ -114,7 +114,7 @@ def test_an_npz_member_declaring_more_than_it_holds_is_refused(tmp_path: Path) -
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("ids.npy", _npy(np.asarray(["a"])))
         archive.writestr("features.npy", header.getvalue() + b"\0" * 16)
-    from vsbench.retrieval.features import FeatureError, load_features
+    from vsbench.io.features import FeatureError, load_features
 
     with pytest.raises(FeatureError, match="features.npy: header declares"):
         load_features(path)

@@ -14,11 +14,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vsbench.benchmarks.base import ImageSet
+from vsbench.io.features import FeatureError, FeatureSet, ImageSet, load_features, save_features
 from vsbench.models.registry import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from vsbench.retrieval import embed
 from vsbench.retrieval.embed import embed_image_set, load_image, merge_shards, shard_of
-from vsbench.retrieval.features import FeatureError, FeatureSet, load_features, save_features
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")
 SIZES = [(40, 30), (30, 44), (36, 36), (50, 28), (28, 40), (64, 48), (33, 35)]

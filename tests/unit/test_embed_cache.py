@@ -13,12 +13,11 @@ import pytest
 import torch
 from PIL import Image
 
-from vsbench.benchmarks.base import ImageSet
+from vsbench.io.features import FeatureError, ImageSet, load_features
 from vsbench.models import cache as cache_module
 from vsbench.models.registry import Embedder
 from vsbench.retrieval import embed
 from vsbench.retrieval.embed import embed_image_set
-from vsbench.retrieval.features import FeatureError, load_features
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 pytest.importorskip("timm")

@@ -225,8 +225,8 @@ def test_score_normalization_and_transforms_are_verified_too(tmp_path: Path) -> 
 def _disc(tmp_path: Path):
     from vsbench.benchmarks.disc.synth import generate_disc
     from vsbench.benchmarks.registry import load_benchmark
+    from vsbench.io.features import FeatureSet, save_features
     from vsbench.retrieval.engine import Engine
-    from vsbench.retrieval.features import FeatureSet, save_features
     from vsbench.spec.run import BenchmarkRun
 
     root, out = tmp_path / "data", tmp_path / "run"

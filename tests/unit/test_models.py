@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from vsbench.io.features import FeatureError, FeatureSet, save_features
 from vsbench.models.registry import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -21,7 +22,6 @@ from vsbench.models.registry import (
     available_models,
     build_model,
 )
-from vsbench.retrieval.features import FeatureError, FeatureSet, save_features
 
 REQUIRED = {"efficientnet_lite0", "resnet34", "resnet50", "dino_vits16", "torchscript", "abid_trunk",
             "precomputed"}

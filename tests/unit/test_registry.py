@@ -14,8 +14,8 @@ import pytest
 
 from vsbench.benchmarks import registry
 from vsbench.benchmarks.registry import BenchmarkSpec
+from vsbench.io.features import FeatureSet, save_features
 from vsbench.retrieval.engine import Engine
-from vsbench.retrieval.features import FeatureSet, save_features
 from vsbench.spec.run import SimilarityRun
 from vsbench.steps.similarity import run_inline
 

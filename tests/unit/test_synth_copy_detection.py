@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vsbench.benchmarks.base import EvalSettings, ImageSet
+from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.copydays.adapter import load_copydays
 from vsbench.benchmarks.copydays.synth import generate_copydays
 from vsbench.benchmarks.disc.adapter import GROUND_TRUTH_CSV, load_disc
@@ -24,7 +24,7 @@ from vsbench.benchmarks.disc.synth import (
     generate_disc,
     generate_skimage_copydetect,
 )
-from vsbench.retrieval.features import FeatureSet
+from vsbench.io.features import FeatureSet, ImageSet
 
 
 def _digest(root: Path) -> dict[str, str]:

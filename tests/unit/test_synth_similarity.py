@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vsbench.benchmarks.base import EvalSettings, ImageSet
+from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.patch_pairs.adapter import load_patch_pairs
 from vsbench.benchmarks.patch_pairs.synth import generate_patch_pairs
 from vsbench.benchmarks.product_search.adapter import load_product_search
 from vsbench.benchmarks.product_search.synth import generate_product_search
 from vsbench.benchmarks.vsd.adapter import load_vsd
 from vsbench.benchmarks.vsd.synth import generate_vsd
+from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.reporting.plots import close
-from vsbench.retrieval.features import FeatureSet
 
 GENERATORS: dict[str, Callable[..., dict[str, Any]]] = {
     "patch_pairs": lambda out, seed: generate_patch_pairs(out, patches=12, sequences=3, seed=seed),

@@ -50,9 +50,9 @@ from vsbench.abid.ids import RESIZED_DIR, local_name
 from vsbench.abid.metrics import verification_metrics
 from vsbench.abid.prepare import draw_absent
 from vsbench.abid.readers import read_verification_ground_truth
-from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_path, unit_rows
+from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path, unit_rows
+from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, read_json
-from vsbench.retrieval.features import FeatureSet
 
 if TYPE_CHECKING:
     from vsbench.index.plan import SearchRequest, SearchResults

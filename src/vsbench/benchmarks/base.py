@@ -29,19 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vsbench.retrieval.features import FeatureSet
-
-
-@dataclass(frozen=True)
-class ImageSet:
-    ids: tuple[str, ...]
-    paths: tuple[Path, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.ids) != len(self.paths):
-            raise ValueError(f"{len(self.ids)} ids for {len(self.paths)} paths")
-        if len(set(self.ids)) != len(self.ids):
-            raise ValueError("image ids must be unique within an image set")
+from vsbench.io.features import FeatureSet, ImageSet
 
 
 @dataclass(frozen=True)

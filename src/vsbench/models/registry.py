@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from vsbench.io.features import FeatureError, FeatureSet, load_features
 from vsbench.models.weights import RANDOM_SEED, seeded
-from vsbench.retrieval.features import FeatureError, FeatureSet, load_features
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -315,7 +315,7 @@ def _describe(name: str, builder: Builder, spec: str | None, options: dict[str, 
 
 @register_model("precomputed")
 def precomputed(path: str | Path, dim: int | None = None) -> PrecomputedFeatures:
-    """Descriptors from a feature file (``.npz``, see :mod:`vsbench.retrieval.features`); ``dim``, when
+    """Descriptors from a feature file (``.npz``, see :mod:`vsbench.io.features`); ``dim``, when
     given, is checked against the file so a submission of the wrong size fails up front."""
     path = Path(path)
     features = load_features(path)

@@ -1,7 +1,7 @@
 """Embed an image set with a registered model: batched, sharded, resumable.
 
 Shard ``i`` of ``n`` (a contiguous, balanced slice of the ids) writes
-``<set_name>.shard-<i>-of-<n>.npz`` (a :class:`~vsbench.retrieval.features.FeatureSet`) and a manifest
+``<set_name>.shard-<i>-of-<n>.npz`` (a :class:`~vsbench.io.features.FeatureSet`) and a manifest
 ``<set_name>.shard-<i>-of-<n>.json`` beside it, so a pipeline can fan one set out over nodes and
 :func:`merge_shards` puts the pieces back in order. A shard whose manifest says it is complete
 for the same model, options and ids is not recomputed: a retried step redoes only what is missing.
@@ -38,14 +38,13 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from vsbench import __version__
-from vsbench.benchmarks.base import ImageSet
 from vsbench.imaging import jpeg, limits
 from vsbench.imaging.limits import open_image
+from vsbench.io.features import FeatureError, FeatureSet, ImageSet, concatenate, load_features, save_features
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, file_sha256
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
-from vsbench.retrieval.features import FeatureError, FeatureSet, concatenate, load_features, save_features
 from vsbench.runtime.device import DeviceSetup, setup_device
 
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

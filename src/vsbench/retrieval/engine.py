@@ -32,10 +32,10 @@ from vsbench.benchmarks.base import Benchmark, EvalResult
 from vsbench.benchmarks.registry import load_benchmark
 from vsbench.index.plan import SearchRequest
 from vsbench.index.store import build_index, collect, search_shard
+from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.retrieval.embed import embed_image_set, load_merged, merge_shards
-from vsbench.retrieval.features import FeatureSet
 from vsbench.spec.run import BenchmarkRun
 
 FEATURES_DIR = "features"

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet
+from vsbench.benchmarks.base import EvalResult, EvalSettings
 from vsbench.benchmarks.copydays.metrics import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
 from vsbench.benchmarks.disc.adapter import aligned_features, list_images
 from vsbench.benchmarks.ties import tie_fields
+from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.storage import safe_join
-from vsbench.retrieval.features import FeatureSet
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet
+from vsbench.benchmarks.base import EvalResult, EvalSettings
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
 from vsbench.benchmarks.ties import tie_fields
+from vsbench.io.features import FeatureError, FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, iter_lines, quote
 from vsbench.io.storage import safe_join
-from vsbench.retrieval.features import FeatureError, FeatureSet
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

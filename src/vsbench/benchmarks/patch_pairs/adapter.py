@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_path
+from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path
 from vsbench.benchmarks.patch_pairs.metrics import PatchPairMetrics, mean_pr_ap, patch_pair_grid
+from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, quote, read_lines
 from vsbench.io.storage import UnsafePathError, atomic_write_text, safe_join
-from vsbench.retrieval.features import FeatureSet
 
 NAME = "patch_pairs"
 IMAGE_SET = "patches"

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_path
+from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path
 from vsbench.benchmarks.product_search.metrics import ProductSearchMetrics, product_search_metrics
 from vsbench.benchmarks.product_search.readers import (
     candidate_gallery_rows,
@@ -37,9 +37,9 @@ from vsbench.benchmarks.product_search.readers import (
     read_product_features,
     read_product_queries,
 )
+from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError
 from vsbench.io.storage import safe_join
-from vsbench.retrieval.features import FeatureSet
 
 NAME = "product_search"
 QUERY_SET = "query"

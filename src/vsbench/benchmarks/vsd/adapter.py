@@ -56,11 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, ImageSet, option_path
+from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path
 from vsbench.benchmarks.vsd.metrics import DEFAULT_KS, candidate_rank, unique_product_topk, vsd_metrics
+from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, read_json
 from vsbench.io.storage import atomic_write_bytes, safe_join
-from vsbench.retrieval.features import FeatureSet
 
 NAME = "vsd"
 IMAGE_SET = "images"

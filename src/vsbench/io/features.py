@@ -18,6 +18,21 @@ from vsbench.io.inputs import QUOTE_CHARS, InputError, WordedInputError, load_ar
 from vsbench.io.storage import atomic_write_bytes
 
 
+@dataclass(frozen=True)
+class ImageSet:
+    """Images to embed: ids (unique) and their files, in order; a benchmark's image set."""
+
+    ids: tuple[str, ...]
+    paths: tuple[Path, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.paths):
+            raise ValueError(f"{len(self.ids)} ids for {len(self.paths)} paths")
+        if len(set(self.ids)) != len(self.ids):
+            raise ValueError("image ids must be unique within an image set")
+
+
+
 class FeatureError(WordedInputError):
     """A feature file or array that cannot be used, with the file and the reason (an InputError,
     so the CLI and the fuzz tests treat it as the user's input problem it is)."""
