@@ -31,7 +31,7 @@ from vsbench.abid.models import counting_network
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit, hold_out
 from vsbench.io.inputs import read_json
-from vsbench.io.storage import atomic_write_text
+from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.runtime.device import DeviceSetup
 
 RESULT_NAME = "counting_result.txt"
@@ -144,7 +144,6 @@ def train_counting(
 
 
 def _write_summary(out_dir: Path, run: CountingRun, majority_class: int, train_majority: float) -> None:
-    from vsbench.io.storage import atomic_write_json
 
     summary: dict[str, Any] = {
         "chosen_epoch": run.fit.best_epoch, "chosen_val_accuracy": run.fit.best_score,

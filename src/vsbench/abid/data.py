@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from vsbench.abid.ids import local_name
 from vsbench.abid.pairs import SiamesePairSampler
 from vsbench.imaging.limits import check_failure_rate, open_image
+from vsbench.io.storage import atomic_write_json
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -89,7 +90,6 @@ def check_unreadable(step: str, out_dir: Path, unreadable: list[dict[str, Any]],
         return
     listing = out_dir / UNREADABLE_NAME
     if write:
-        from vsbench.io.storage import atomic_write_json
 
         atomic_write_json(listing, {"checked": checked, "unreadable": unreadable})
     check_failure_rate(step, len({u["index"] for u in unreadable}), checked, max_failure_rate, listing)

@@ -59,6 +59,7 @@ from vsbench.abid.prepare import scan_ids
 from vsbench.imaging import jpeg, limits
 from vsbench.imaging.limits import open_image
 from vsbench.imaging.resample import one_thread, resize_bilinear
+from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_bytes, atomic_write_text
 
 MANIFEST_NAME = "_manifests/resize.json"
@@ -342,7 +343,6 @@ def _collect(results, summary: ResizeSummary, bar, checkpoint: Callable[[], None
 def _previous(manifest: Path) -> tuple[tuple[int, int, str] | None, dict[str, Record]]:
     """The settings and the per-output records of an earlier run's manifest; (None, {}) when there
     is none, or it cannot be read (then every existing output is redone, each said once)."""
-    from vsbench.io.inputs import read_json
 
     try:
         previous = read_json(manifest)

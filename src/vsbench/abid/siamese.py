@@ -35,7 +35,7 @@ from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import SiameseNetwork, arch_of_trunk
 from vsbench.abid.pairs import SiamesePairSampler
 from vsbench.abid.profiles import TrainProfile
-from vsbench.abid.trainer import FitResult, fit, hold_out
+from vsbench.abid.trainer import FitResult, fit, hold_out, load_state
 from vsbench.io.inputs import read_index_list, read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.runtime.device import DeviceSetup
@@ -148,7 +148,6 @@ def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
 
     Counting teaches the trunk what an item looks like; on a small data budget that is a far better
     start for "do these two bins share an item?" than random weights."""
-    from vsbench.abid.trainer import load_state
 
     if not checkpoint.exists():
         raise FileNotFoundError(f"{checkpoint}: no counting checkpoint to start the siamese trunk from "

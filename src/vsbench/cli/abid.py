@@ -20,6 +20,7 @@ from vsbench.cli.common import (
     print_summary,
     user_errors,
 )
+from vsbench.platform.local_run import run_abid_pipeline_locally
 
 abid_app = typer.Typer(no_args_is_help=True, help="Amazon Bin Image Dataset: download, prepare, resize, run.")
 
@@ -205,7 +206,6 @@ def abid_run_local(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
-    from vsbench.platform.local_run import run_abid_pipeline_locally
     from vsbench.tracking.command import prepare_pipeline_tracking
 
     check_runner(runner)

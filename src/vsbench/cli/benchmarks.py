@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from vsbench.benchmarks.registry import specs
 from vsbench.cli.common import user_errors
 
 
@@ -14,7 +15,6 @@ def list_benchmarks(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per benchmark instead of a table.")] = False,
 ) -> None:
     """Every registered benchmark: its name, the other spellings commands accept, tasks and metrics."""
-    from vsbench.benchmarks.registry import specs
 
     with user_errors():
         found = specs()

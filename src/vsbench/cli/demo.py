@@ -14,7 +14,7 @@ from vsbench.cli.common import (
     VerboseOpt,
     check_runner,
 )
-from vsbench.platform.demo import DEFAULT_BINS
+from vsbench.platform.demo import DEFAULT_BINS, run_demo
 
 
 def demo(
@@ -28,7 +28,6 @@ def demo(
     verbose: VerboseOpt = False,
 ) -> None:
     """The ABID pipeline end to end on generated data served from a local S3 endpoint."""
-    from vsbench.platform.demo import run_demo
 
     check_runner(runner)
     raise typer.Exit(run_demo(out.resolve(), bins=bins, seed=seed, profile=profile, runner=runner, image=image,

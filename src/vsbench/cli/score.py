@@ -17,13 +17,17 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from vsbench.abid.metrics import counting_metrics, verification_metrics
+from vsbench.abid.metrics import WRAP_FREE_ERROR, counting_metrics, verification_metrics
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid
 from vsbench.benchmarks.product_search.metrics import product_search_metrics
+from vsbench.benchmarks.registry import builtin_specs
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.cli.common import user_errors
+from vsbench.io import inputs
 from vsbench.io.storage import atomic_write_json
+from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
+from vsbench.tracking.provenance import data_tags
 
 score_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Score result files against ground truth; write a metrics JSON.")
@@ -73,9 +77,6 @@ def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[st
     if not track:
         return
     import time
-
-    from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
-    from vsbench.tracking.provenance import data_tags
 
     record_command_run(output.parent / (output.stem + BUNDLE_SUFFIX), experiment=experiment, pipeline=SCORE_PIPELINE,
                        params={"benchmark": benchmark, "model": model or "unnamed", **options,
@@ -146,7 +147,6 @@ def _listed(values: list[int], most: int = 10) -> str:
 def _counting_notes(pred: Path, answers: np.ndarray, truth: np.ndarray, per_class_count: np.ndarray) -> list[str]:
     """One line each, whatever the number of classes or answers: classes the ground truth does not
     use, answers outside its classes, and errors too large for the challenge script's integer square."""
-    from vsbench.abid.metrics import WRAP_FREE_ERROR
 
     notes = []
     classes = per_class_count.size
@@ -270,7 +270,6 @@ def pairs(
 ) -> None:
     """HPatches-style patch-pair classification: balanced ROC AUC and imbalanced PR AP."""
     from vsbench.benchmarks.patch_pairs import readers as pairs_readers
-    from vsbench.io import inputs
 
     with user_errors():
         if not results.is_dir():
@@ -320,7 +319,6 @@ def product_search(
 def _benchmark_spellings() -> None:
     """Every spelling of a benchmark scores its files too (``vsbench score disc`` is ``copy-detection``,
     ``patch_pairs`` is ``pairs``): one name per benchmark across commands; the aliases stay out of --help."""
-    from vsbench.benchmarks.registry import builtin_specs
 
     commands = {info.name: info.callback for info in score_app.registered_commands}
     for spec in builtin_specs():

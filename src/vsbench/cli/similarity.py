@@ -17,6 +17,7 @@ from vsbench.cli.common import (
     kept_bundle,
     user_errors,
 )
+from vsbench.platform.local_run import failure_tail, run_similarity_pipeline_locally, step_manifests
 
 similarity_app = typer.Typer(no_args_is_help=True, help="Embed, index and score any benchmark with any model.")
 
@@ -117,7 +118,6 @@ def similarity_run(
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
                   device: str, experiment: str, track: bool, tags: dict[str, str]) -> None:
     """The similarity pipeline on kfp.local, its parameters from the run spec."""
-    from vsbench.platform.local_run import failure_tail, run_similarity_pipeline_locally, step_manifests
     from vsbench.tracking.command import prepare_pipeline_tracking
 
     tracked = prepare_pipeline_tracking(track, typer.echo)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from vsbench.benchmarks.registry import generate
 from vsbench.cli.common import (
     EndpointOpt,
 )
@@ -47,6 +48,5 @@ def synth_similarity(
     seed: int = 0,
 ) -> None:
     """A small dataset in a similarity benchmark's native layout (for tests and the demo)."""
-    from vsbench.benchmarks.registry import generate
 
     typer.echo(json.dumps(generate(benchmark, out, seed=seed), indent=2, default=str))

@@ -52,6 +52,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from vsbench import __version__
 from vsbench.index.codec import (
     SearchError,
     TrainedCodec,
@@ -577,7 +578,6 @@ def _read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None
 
 
 def _vsbench_version() -> str:
-    from vsbench import __version__
 
     return __version__
 

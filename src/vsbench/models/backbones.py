@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vsbench.abid.models import arch_of_trunk, resnet_trunk
 from vsbench.models.registry import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -209,7 +210,6 @@ def abid_trunk(
     mean/std, so images are resized to a square of that size: ``input_size`` when given, else the
     run's logged ``image_size`` parameter, else 224 (the challenge's size).
     """
-    from vsbench.abid.models import arch_of_trunk, resnet_trunk
 
     if (run_id is None) == (checkpoint is None):
         raise ValueError("abid_trunk needs exactly one of run_id (an MLflow run) or checkpoint "

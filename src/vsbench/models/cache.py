@@ -60,6 +60,7 @@ import numpy as np
 from vsbench.io.inputs import InputError, check_array_file
 from vsbench.io.storage import file_sha256
 from vsbench.models.registry import Embedder
+from vsbench.models.weights import state_digest
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +128,6 @@ def model_key(model: str, options: dict[str, Any], embedder: Embedder, precision
     (a TorchScript archive's code is not in its state dict); ``config`` the library configuration
     that shapes the network beyond its weights (an activation, a pooling); ``seed`` the draw of
     random weights (None otherwise: a pretrained network is the same for any seed)."""
-    from vsbench.models.weights import state_digest
 
     architecture = {k: v for k, v in options.items() if k not in WEIGHTS_OPTIONS}
     random = options.get("weights") == "random"

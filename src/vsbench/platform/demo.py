@@ -18,6 +18,7 @@ from vsbench.io.storage import atomic_write_json, upload_tree
 from vsbench.platform.local_run import run_abid_pipeline_locally
 from vsbench.platform.local_s3 import LocalS3
 from vsbench.tracking import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.command import disable_tracking
 
 BUCKET = "abid-demo"
 EXPERIMENT = "vsbench-abid-demo"
@@ -42,7 +43,6 @@ def _synthesize(out: Path, bins: int, seed: int) -> tuple[Path, float]:
 def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str = "demo",
              runner: str = "subprocess", image: str | None = None, track: bool = True, verbose: bool = False) -> int:
     """The demo; ``track`` False runs it without MLflow, ``verbose`` streams kfp.local's logs."""
-    from vsbench.tracking.command import disable_tracking
 
     out.mkdir(parents=True, exist_ok=True)
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{out / 'mlflow.db'}"

@@ -26,6 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vsbench.platform.containers import ContainerPlan, container_runner, step_environment
+from vsbench.platform.progress import StepLog
+from vsbench.runtime.images import CPU_IMAGE
+
 RUNNERS = ("subprocess", "container")
 LOG_FOLDER = "logs"  # under the pipeline root, beside kfp.local's run folders
 
@@ -221,8 +225,6 @@ def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, da
     if runner != "container":
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, not {runner!r}")
     from vsbench.models.cache import CACHE_ENV
-    from vsbench.platform.containers import ContainerPlan, container_runner, step_environment
-    from vsbench.runtime.images import CPU_IMAGE
 
     folders, files, environment = tracking_locations(experiment) if experiment else ([], [], {})
     cache = embedding_cache_mount()
@@ -247,7 +249,6 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
     from kfp import local
 
     from vsbench.platform.compile import load_pipeline
-    from vsbench.platform.progress import StepLog
 
     # The components name the production image; the subprocess runner's environment is its twin.
     warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")

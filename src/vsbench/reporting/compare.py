@@ -42,7 +42,7 @@ from typing import Any
 import pandas as pd
 
 from vsbench.io.storage import atomic_write_text
-from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
+from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG, tracking_uri
 from vsbench.tracking.names import SEPARATOR, split_run_metric
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
@@ -420,8 +420,6 @@ def run_url(run_id: str, experiment_id: str) -> str:
     """The run's page in the MLflow UI: the tracking server itself, or (a local store) VSBENCH_MLFLOW_UI,
     default what ``mlflow ui`` serves on 127.0.0.1:5000."""
     import os
-
-    from vsbench.tracking import tracking_uri
 
     uri = tracking_uri()
     base = os.environ.get(UI_ENV) or (uri if uri.startswith(("http://", "https://")) else DEFAULT_UI)

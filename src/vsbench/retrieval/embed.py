@@ -43,6 +43,7 @@ from vsbench.imaging.limits import open_image
 from vsbench.io.features import FeatureError, FeatureSet, ImageSet, concatenate, load_features, save_features
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, file_sha256
+from vsbench.models.cache import EmbeddingCache, cache_root, image_digests, model_key
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.runtime.device import DeviceSetup, setup_device
@@ -282,7 +283,6 @@ def embed_with_cache(
     Returns the descriptors in input order, the failures and what the manifest records about the
     cache (its key in full, the key's digest, hits and images embedded).
     """
-    from vsbench.models.cache import EmbeddingCache, cache_root, image_digests, model_key
 
     root = cache_root()
     if root is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vsbench.io.inputs import read_yaml
 from vsbench.spec.run import BenchmarkRun, SimilarityRun
 
 
@@ -96,7 +97,6 @@ class Suite(BaseModel):
 
     @classmethod
     def load(cls, path: Path | None = None) -> Suite:
-        from vsbench.io.inputs import read_yaml
 
         path = path or default_suite_path()
         data = read_yaml(path)

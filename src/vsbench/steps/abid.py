@@ -6,8 +6,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
+from vsbench.abid.metrics import counting_metrics, verification_metrics
+from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid
+from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
 from vsbench.steps.base import StepResult, finish, numbers, sharded
-from vsbench.tracking import child_run
+from vsbench.tracking import Tracker, child_run, log_to_parent
 
 
 def abid_download_step(
@@ -16,7 +20,6 @@ def abid_download_step(
     progress: bool = True,
 ) -> StepResult:
     """Download ABID into ``dest``; fails (after recording everything) when objects are missing."""
-    from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
 
     params = {"source": source, "limit": limit, "concurrency": concurrency, "endpoint_url": endpoint_url or "-",
               "shard": shard, "num_shards": num_shards}
@@ -40,7 +43,6 @@ def abid_prepare_step(
     parent_run_id: str = "", manifest_path: str | None = None, progress: bool = True,
 ) -> StepResult:
     """Split and task files; bad metadata is reported in the manifest, never fatal."""
-    from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid
 
     params = {"seed": seed, "val_fraction": val_fraction, "max_per_class": max_per_class}
     started = time.perf_counter()
@@ -104,7 +106,6 @@ def _abid_train_step(
     from vsbench.abid.counting import train_counting
     from vsbench.abid.profiles import get_profile
     from vsbench.abid.siamese import train_siamese
-    from vsbench.tracking import Tracker, log_to_parent
 
     train, title = {"counting": (train_counting, "counting"), "siamese": (train_siamese, "siamese verification")}[task]
     settings = get_profile(profile, **(overrides or {}))
@@ -190,10 +191,7 @@ def abid_quantity_step(
     tasks: str, counting_result: str, out: str, *, parent_run_id: str = "", manifest_path: str | None = None,
 ) -> StepResult:
     """Answer the quantity questions (prior x predicted bin count) and score it against trivial answers."""
-    from vsbench.abid.metrics import verification_metrics
-    from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
     from vsbench.abid.readers import read_quantity_ground_truth
-    from vsbench.tracking import log_to_parent
 
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior-capped-by-predicted-count"}) as tracker:
@@ -215,9 +213,7 @@ def abid_score_step(
 ) -> StepResult:
     """Score the three result files exactly as the challenge does; headline metrics go to the parent run."""
     from vsbench.abid import readers as abid_readers
-    from vsbench.abid.metrics import counting_metrics, verification_metrics
     from vsbench.reporting import plots
-    from vsbench.tracking import log_to_parent
 
     root = Path(tasks)
     started = time.perf_counter()

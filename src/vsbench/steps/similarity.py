@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vsbench.io.inputs import read_json
 from vsbench.retrieval.engine import Engine
 from vsbench.spec.run import BenchmarkRun, SimilarityRun
 from vsbench.steps.base import StepResult, finish, save_figure
@@ -76,7 +77,6 @@ def similarity_embed_step(
 
 
 def _read_manifest(shard_path: str) -> dict[str, Any]:
-    from vsbench.io.inputs import read_json
 
     candidates = [Path(shard_path).with_suffix(".json"), Path(str(shard_path) + ".json")]
     for candidate in candidates:

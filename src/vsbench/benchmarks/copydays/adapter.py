@@ -40,6 +40,7 @@ from vsbench.benchmarks.base import EvalResult, EvalSettings
 from vsbench.benchmarks.copydays.metrics import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
 from vsbench.benchmarks.disc.adapter import aligned_features, list_images
 from vsbench.benchmarks.ties import tie_fields
+from vsbench.index.settings import NO_NORM_LABEL, parse_codecs
 from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.storage import safe_join
 
@@ -110,7 +111,6 @@ class CopydaysBenchmark:
               results: Mapping[str, SearchResults]) -> EvalResult:
         """The metrics of the search's result lists, however they were searched."""
         from vsbench.index.plan import results_for
-        from vsbench.index.settings import NO_NORM_LABEL, parse_codecs
 
         found = results_for(results, "copydays")
         blocks = np.asarray(self.blocks)

@@ -33,6 +33,7 @@ from vsbench.benchmarks.base import EvalResult, EvalSettings
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
 from vsbench.benchmarks.ties import tie_fields
+from vsbench.index.settings import parse_score_norms
 from vsbench.io.features import FeatureError, FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, iter_lines, quote
 from vsbench.io.storage import safe_join
@@ -143,7 +144,6 @@ class DiscBenchmark:
         differ inside that tolerance, so each row gets exactly the search SSCD gives it.
         """
         from vsbench.index.plan import SearchRequest
-        from vsbench.index.settings import parse_score_norms
 
         queries = aligned_features(features, "query", self.queries)
         references = aligned_features(features, "reference", self.references)
