@@ -26,7 +26,7 @@ def embed_shard(
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.parent_run_for``) rather than taking it from the opening task."""
-    from vsbench.spec.run import SimilarityRun
+    from vsbench.runspec.run import SimilarityRun
     from vsbench.steps.similarity import similarity_embed_step
     from vsbench.tracking import parent_run_for
 
@@ -55,7 +55,7 @@ def index(
 ):
     """Merge the embedding shards; train each codec (faiss-gpu when present) and persist its index in
     ``reference_shards`` parts under ``out/index`` (reused when built before for the same inputs)."""
-    from vsbench.spec.run import BenchmarkRun
+    from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
@@ -74,7 +74,7 @@ def search(
     """Search task ``task``: one query shard in one reference shard of every index (resumable).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
-    from vsbench.spec.run import BenchmarkRun
+    from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_search_step
     from vsbench.tracking import parent_run_for
 
@@ -94,7 +94,7 @@ def score(
     metrics: Output[Metrics],
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
-    from vsbench.spec.run import BenchmarkRun
+    from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_score_step
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, global_cap=global_cap,

@@ -23,7 +23,7 @@
 # buildah. With none, root on Debian/Ubuntu gets podman and buildah installed from the
 # distribution's packages; anyone else is told which packages to install.
 # Environment: PYTHON (default: the repository's .venv/bin/python if present, else python3),
-# PLATFORM (default: linux/amd64), VSBENCH_IMAGE_REGISTRY (default in src/vsbench/platform/images.py),
+# PLATFORM (default: linux/amd64), VSBENCH_IMAGE_REGISTRY (default in src/vsbench/runtime/images.py),
 # PIP_CERT (a CA bundle pip inside the build needs; default: the host pip's `cert` setting),
 # VSBENCH_BUILD_LOGS (default: build/images, one full log per image).
 set -euo pipefail

@@ -16,7 +16,7 @@ from vsbench.pipelines.similarity import search_and_score
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
-from vsbench.spec.suite import Suite
+from vsbench.runspec.suite import Suite
 
 PIPELINE_NAME = "vsbench-nightly"
 

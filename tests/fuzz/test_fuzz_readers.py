@@ -282,7 +282,7 @@ YAML_TEXT = st.one_of(JSON_TEXT, CSV_TEXT, st.just("a: [1, 2\n"), st.just("- " *
 @given(file_bytes(YAML_TEXT))
 def test_yaml_configs(data: bytes) -> None:
     from vsbench.platform.cluster import ClusterSettings
-    from vsbench.spec.suite import Suite
+    from vsbench.runspec.suite import Suite
 
     outcome(inputs.read_yaml, data, "c.yaml")
     for load in (Suite.load, ClusterSettings.load):

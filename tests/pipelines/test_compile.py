@@ -123,7 +123,7 @@ def test_cluster_config_file_overrides_and_rejects_typos(tmp_path: Path):
 
 
 def test_nightly_compiles_the_suite_with_regression_and_report(compiled):
-    from vsbench.spec.suite import Suite
+    from vsbench.runspec.suite import Suite
 
     spec, _ = compiled["nightly"]
     suite = Suite.load()
@@ -151,7 +151,7 @@ def test_similarity_tasks_are_embed_index_search_score(compiled):
 
 
 def test_suite_validation(tmp_path: Path):
-    from vsbench.spec.suite import Suite
+    from vsbench.runspec.suite import Suite
 
     path = tmp_path / "suite.yaml"
     path.write_text("entries:\n  - {benchmark: disc, root: /d, model: m}\n  - {benchmark: disc, root: /e, model: m}\n")

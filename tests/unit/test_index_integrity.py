@@ -227,7 +227,7 @@ def _disc(tmp_path: Path):
     from vsbench.benchmarks.registry import load_benchmark
     from vsbench.io.features import FeatureSet, save_features
     from vsbench.retrieval.engine import Engine
-    from vsbench.spec.run import BenchmarkRun
+    from vsbench.runspec.run import BenchmarkRun
 
     root, out = tmp_path / "data", tmp_path / "run"
     generate_disc(root, references=30, queries=20, train=24, seed=1)

@@ -16,7 +16,7 @@ from vsbench.benchmarks import registry
 from vsbench.benchmarks.registry import BenchmarkSpec
 from vsbench.io.features import FeatureSet, save_features
 from vsbench.retrieval.engine import Engine
-from vsbench.spec.run import SimilarityRun
+from vsbench.runspec.run import SimilarityRun
 from vsbench.steps.similarity import run_inline
 
 SPECS = registry.specs()

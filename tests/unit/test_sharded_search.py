@@ -21,7 +21,7 @@ from vsbench.index.settings import SearchError
 from vsbench.index.store import build_index, collect, search_shard, shard_bounds, shard_tasks
 from vsbench.io.features import FeatureSet, save_features
 from vsbench.retrieval.engine import Engine
-from vsbench.spec.run import BenchmarkRun
+from vsbench.runspec.run import BenchmarkRun
 
 
 def _request(rng: np.random.Generator, *, codecs: str, metric: str = "ip", score_norm: str = "",

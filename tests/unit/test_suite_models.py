@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vsbench.spec.suite import Suite
+from vsbench.runspec.suite import Suite
 
 BASE = """
 benchmarks:

@@ -38,7 +38,7 @@ ReferenceShardsOpt = Annotated[int, typer.Option(
 
 
 def _json_option(text: str, name: str) -> dict:
-    from vsbench.spec.run import json_object
+    from vsbench.runspec.run import json_object
 
     try:
         return json_object(text, name)
@@ -79,7 +79,7 @@ def similarity_run(
 
     Shards run here one after another (inline) or as kfp.local tasks; the table is the same for any
     number of search and reference shards."""
-    from vsbench.spec.run import SimilarityRun
+    from vsbench.runspec.run import SimilarityRun
 
     check_runner(runner, ("inline", "subprocess", "container"))
     bench_opts, model_opts = _json_option(benchmark_options, "--benchmark-options"), _json_option(
@@ -167,7 +167,7 @@ def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:
 
 def _benchmark_run(**fields):
     """The benchmark side of a run from a step command's options (one line when a field is wrong)."""
-    from vsbench.spec.run import BenchmarkRun
+    from vsbench.runspec.run import BenchmarkRun
 
     fields["benchmark_options"] = _json_option(fields["benchmark_options"], "--benchmark-options")
     with user_errors():

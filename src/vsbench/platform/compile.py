@@ -28,7 +28,7 @@ def load_pipeline(name: str, cluster: ClusterSettings | None = None, suite_path:
     module, factory = PIPELINES[name]
     build = getattr(importlib.import_module(module), factory)
     if name == "nightly":
-        from vsbench.spec.suite import Suite
+        from vsbench.runspec.suite import Suite
 
         return build(cluster, Suite.load(suite_path))
     return build(cluster)

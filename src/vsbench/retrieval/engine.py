@@ -1,6 +1,6 @@
 """One similarity engine for every benchmark: embed, index, search, score.
 
-An :class:`Engine` is one run (a :class:`~vsbench.spec.run.BenchmarkRun` and its output folder) in
+An :class:`Engine` is one run (a :class:`~vsbench.runspec.run.BenchmarkRun` and its output folder) in
 one process: it reads the benchmark's native files once, the merged features once (the index step
 keeps the ones it has just merged), and builds the search requests once, whichever of its steps
 run. The steps are separable so that a pipeline can fan each out over shards and nodes:
@@ -36,7 +36,7 @@ from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.retrieval.embed import embed_image_set, load_merged, merge_shards
-from vsbench.spec.run import BenchmarkRun
+from vsbench.runspec.run import BenchmarkRun
 
 FEATURES_DIR = "features"
 INDEX_DIR = "index"

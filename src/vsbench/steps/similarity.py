@@ -1,5 +1,5 @@
 """The similarity pipeline's steps (embed one shard, index, search one task, score) over one
-:class:`~vsbench.spec.run.SimilarityRun`, and :func:`run_inline`, the same steps one after another
+:class:`~vsbench.runspec.run.SimilarityRun`, and :func:`run_inline`, the same steps one after another
 in this process with one :class:`~vsbench.retrieval.engine.Engine` (each input read once).
 
 The fan-out is defined here once: :func:`embed_shards` and :func:`search_tasks` are what the
@@ -16,7 +16,7 @@ from typing import Any
 
 from vsbench.io.inputs import read_json
 from vsbench.retrieval.engine import Engine
-from vsbench.spec.run import BenchmarkRun, SimilarityRun
+from vsbench.runspec.run import BenchmarkRun, SimilarityRun
 from vsbench.steps.base import StepResult, finish, save_figure
 from vsbench.tracking import child_run, log_to_parent
 from vsbench.tracking.names import flat_metrics, run_metric_names

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vsbench.io.inputs import read_yaml
-from vsbench.spec.run import BenchmarkRun, SimilarityRun
+from vsbench.runspec.run import BenchmarkRun, SimilarityRun
 
 
 def default_suite_path() -> Path:
