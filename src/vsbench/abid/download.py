@@ -161,6 +161,8 @@ class DownloadSummary:
 class DownloadIncomplete(RuntimeError):
     """Raised by callers that require a complete download; carries the summary."""
 
+    one_line = True  # an expected failure: its message says all (the CLI prints no traceback)
+
     def __init__(self, summary: DownloadSummary) -> None:
         self.summary = summary
         super().__init__(

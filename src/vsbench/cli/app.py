@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from vsbench.cli import abid, benchmarks, cluster, demo, report, score, similarity, synth, track
+from vsbench.cli.common import SafeGroup
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Visual-similarity benchmarks as Kubeflow pipelines.")
+app = typer.Typer(cls=SafeGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Visual-similarity benchmarks as Kubeflow pipelines.")
+
+
+@app.callback()
+def root(debug: Annotated[bool, typer.Option(
+        "--debug", help="Print the traceback of an unexpected error (otherwise one line and a file holding it).")] = False,
+         ) -> None:
+    """Visual-similarity benchmarks as Kubeflow pipelines."""
+
+
 app.command("benchmarks")(benchmarks.list_benchmarks)
 app.command("compile")(cluster.compile_pipelines)
 app.command("submit")(cluster.submit)

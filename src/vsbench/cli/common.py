@@ -67,3 +67,84 @@ def user_errors(*kinds: type[Exception]) -> Iterator[None]:
         if exc.filename is None:  # a socket or a device, not a path the user gave: unexpected
             raise
         fail(f"{exc.filename}: {exc.strerror or exc}")
+
+
+DEBUG_ENV = "VSBENCH_DEBUG"  # 1: every unexpected error prints its traceback (as --debug)
+ERROR_DIR_ENV = "VSBENCH_ERROR_DIR"  # where tracebacks of unexpected errors are written (default: the temp dir)
+UNEXPECTED_EXIT = 1
+
+
+def user_message(exc: BaseException) -> str | None:
+    """The one line a user's mistake ends with, or None when ``exc`` is not one (a bug, or a failure
+    no input explains). The same rule as :func:`user_errors`, for errors that reach the top."""
+    if isinstance(exc, ValueError):  # InputError, WeightsError, SearchError, pydantic's errors...
+        text = str(exc).strip()
+        return text.splitlines()[0] if text.count("\n") and len(text) > 500 else text.replace("\n", "; ")
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
+        return str(exc)
+    return None
+
+
+def traceback_file(exc: BaseException) -> Path | None:
+    """The full traceback of an unexpected error, written where the user can send it; None when the
+    folder cannot be written (the message then says to re-run with --debug)."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    folder = Path(os.environ.get(ERROR_DIR_ENV) or Path(tempfile.gettempdir()) / "vsbench-errors")
+    path = folder / f"vsbench-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(traceback.format_exception(exc)))
+    except OSError:
+        return None
+    return path
+
+
+def _cli_flow() -> tuple[type[BaseException], ...]:
+    """What the command-line machinery raises on purpose (usage errors, --help, exit codes): passed on.
+    Typer may carry its own copy of click, so both are named."""
+    import click
+
+    kinds: list[type[BaseException]] = [typer.Exit, typer.Abort, click.exceptions.ClickException,
+                                        click.exceptions.Exit, click.exceptions.Abort]
+    kinds += [kind for kind in (getattr(typer, "BadParameter", None), getattr(typer, "exceptions", None) and
+                                getattr(typer.exceptions, "TyperException", None)) if isinstance(kind, type)]
+    return tuple(kinds)
+
+
+_CLI_FLOW = _cli_flow()
+
+
+class SafeGroup(typer.core.TyperGroup):
+    """The root command: an exception no command turned into a message ends as one line, never a
+    traceback. A user's mistake (a ValueError, a file that cannot be opened) exits 2 naming it; any
+    other error exits 1 and says where its traceback was written. ``--debug`` (or VSBENCH_DEBUG=1)
+    lets the traceback through instead."""
+
+    def invoke(self, ctx):  # type: ignore[no-untyped-def]
+        import os
+
+        try:
+            return super().invoke(ctx)
+        except (*_CLI_FLOW, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug") or os.environ.get(DEBUG_ENV, "").strip() in ("1", "true", "yes"):
+                raise
+            if getattr(exc, "one_line", False):  # an expected failure (a download incomplete, a denied bucket)
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(UNEXPECTED_EXIT) from None
+            message = user_message(exc)
+            if message is not None:
+                typer.echo(f"error: {message}", err=True)
+                raise typer.Exit(BAD_INPUT_EXIT) from None
+            written = traceback_file(exc)
+            where = f"the traceback is in {written}" if written else "re-run with --debug for the traceback"
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            typer.echo(f"error: unexpected {type(exc).__name__}: {first} ({where}; --debug prints it)", err=True)
+            raise typer.Exit(UNEXPECTED_EXIT) from None

@@ -40,7 +40,7 @@ def track_upload(
     with user_errors(FileNotFoundError):
         bundles = find_bundles(location)
     if not bundles:
-        typer.echo(f"no run bundles (mlflow-run.json) at {location}", err=True)
+        typer.echo(f"error: no run bundles (mlflow-run.json) at {location}", err=True)
         raise typer.Exit(1)
     if not tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI", "").strip():
         if os.environ.get(DEFAULT_STORE_ENV, "").strip().lower() == "off":
@@ -59,11 +59,11 @@ def track_upload(
             run_id = upload_bundle(bundle, tracking_uri)
         except (ValueError, BundleRefused) as exc:  # InputError included: the bundle's own problem, one line
             failed += 1
-            typer.echo(f"not uploaded: {exc}", err=True)
+            typer.echo(f"error: not uploaded: {exc}", err=True)
             continue
         except Exception as exc:  # noqa: BLE001 - one line per bundle, the others still go
             failed += 1
-            typer.echo(f"{bundle}: not uploaded: {type(exc).__name__}: {str(exc)[:300]}", err=True)
+            typer.echo(f"error: {bundle}: not uploaded: {type(exc).__name__}: {str(exc)[:300]}", err=True)
             continue
         typer.echo(f"{bundle}: MLflow run {run_id}")
     if failed:

@@ -36,6 +36,8 @@ class ImageTooLarge(ValueError):
 class TooManyFailures(RuntimeError):
     """A step met more unreadable items than its threshold allows; its manifest lists them."""
 
+    one_line = True  # an expected failure: its message says all (the CLI prints no traceback)
+
 
 def max_image_pixels() -> int:
     """The pixel cap: ``VSBENCH_MAX_IMAGE_PIXELS`` or :data:`DEFAULT_MAX_IMAGE_PIXELS`."""

@@ -235,6 +235,8 @@ class S3AccessError(RuntimeError):
     wrong endpoint or region): the message is one line naming the cause and the fix. Running the
     same command again cannot help, unlike a transient failure."""
 
+    one_line = True  # an expected failure: its message says all (the CLI prints no traceback)
+
 
 def _error_code(exc: BaseException) -> tuple[str, int | None]:
     response = getattr(exc, "response", None)

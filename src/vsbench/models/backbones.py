@@ -165,7 +165,12 @@ def torchscript(
     if not path.is_file():
         raise FileNotFoundError(f"TorchScript model not found: {path}")
     data = path.read_bytes()  # read once: the digest is of the very bytes loaded, code included
-    net = torch.jit.load(io.BytesIO(data), map_location="cpu")
+    try:
+        net = torch.jit.load(io.BytesIO(data), map_location="cpu")
+    except RuntimeError as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise ValueError(f"{path}: not a TorchScript archive ({first}); give a file saved with "
+                         "torch.jit.save (torch.jit.script or torch.jit.trace of the model)") from None
     preprocessing = Preprocessing(input_size, resize_size, tuple(mean), tuple(std), interpolation,
                                   preserve_aspect_ratio)
     with torch.inference_mode():

@@ -75,15 +75,24 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise WeightsError(f"weights file not found: {path}")
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        state: Any = load_file(str(path), device="cpu")
+        try:
+            state: Any = load_file(str(path), device="cpu")
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise WeightsError(f"{path}: not a readable .safetensors file ({_first_line(exc)}); "
+                               "give the file the model was saved to, whole") from None
     else:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
             raise WeightsError(f"{path}: refused to load: the file holds more than plain weights "
-                               f"(loaded with weights_only=True): {str(exc).splitlines()[0]}") from None
+                               f"({_refused_global(exc)}); vsbench reads weights only with weights_only=True: "
+                               "save the model's state_dict (or .safetensors) instead") from None
+        except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError) as exc:
+            raise WeightsError(f"{path}: not a readable torch weights file ({_first_line(exc)}); "
+                               "give a state_dict saved with torch.save, or a .safetensors file") from None
     for wrapper in ("state_dict", "model"):
         if isinstance(state, Mapping) and isinstance(state.get(wrapper), Mapping):
             state = state[wrapper]
@@ -178,3 +187,16 @@ def weights_choice(weights: str) -> str:
     if not weights:
         raise WeightsError(f"weights must not be empty; use 'pretrained', 'random' or a local path. {WEIGHTS_HELP}")
     return "path"
+
+
+def _refused_global(exc: BaseException) -> str:
+    """What torch's weights-only unpickler refused, without its advice to load the file unsafely."""
+    for line in str(exc).splitlines():
+        if "GLOBAL" in line or "Unsupported" in line:
+            return line.strip().removeprefix("WeightsUnpickler error:").strip().rstrip(".")
+    return "it holds Python objects that are not tensors"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__

@@ -46,6 +46,8 @@ CONTAINERS_CONF = Path(__file__).resolve().parents[3] / "images" / "podman" / "c
 class ContainerRunError(RuntimeError):
     """The container runner cannot start; the message says what to install or build."""
 
+    one_line = True  # an expected failure: its message says all (the CLI prints no traceback)
+
 
 @dataclass(frozen=True)
 class ImageIdentity:

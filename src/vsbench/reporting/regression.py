@@ -36,6 +36,8 @@ DEFAULT_PIPELINE = "vsbench-nightly"
 class RegressionError(RuntimeError):
     """Raised by the caller (the nightly's regression step) when a check did not pass."""
 
+    one_line = True  # an expected failure: its message says all (the CLI prints no traceback)
+
 
 @dataclass(frozen=True)
 class RegressionReport:

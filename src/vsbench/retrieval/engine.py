@@ -119,9 +119,10 @@ class Engine:
             raise ValueError(f"search task {task} does not exist: there are {search_shards} query shard(s) x "
                              f"{reference_shards} reference shard(s) = {self.run.search_tasks} tasks")
         query_shard, reference_shard = divmod(task, reference_shards)
+        requests = self.requests  # the benchmark's own files first: a wrong --root is named before the index
         self._check_reference_shards()
         written = []
-        for request in self.requests:
+        for request in requests:
             written += search_shard(request, self.out / INDEX_DIR, self.out / SEARCH_DIR, query_shard=query_shard,
                                     query_shards=search_shards, reference_shard=reference_shard,
                                     use_gpu=self.settings.use_gpu)
