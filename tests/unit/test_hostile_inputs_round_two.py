@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -432,3 +433,28 @@ def test_python2_style_feature_pickles_with_text_data_still_load(tmp_path: Path)
     path.write_bytes(buffer.getvalue())
     q, _ = product_readers.read_product_features(path, 2, 2)
     assert np.array_equal(q, query) and pickles.load_array_pickle(path)["s"] == np.float32(2)
+
+
+def test_weights_files_are_refused_in_one_line_without_unsafe_advice(tmp_path: Path) -> None:
+    """A pickle that would call os.system, a forged safetensors header and random bytes: each is one
+    WeightsError naming the file; none repeats torch's advice to load the file with weights_only=False."""
+    import os
+
+    import torch
+
+    from vsbench.models.weights import WeightsError, read_state_dict
+
+    class Payload:
+        def __reduce__(self):  # what a hostile checkpoint holds
+            return (os.system, ("true",))
+
+    evil, forged, noise = tmp_path / "evil.pt", tmp_path / "forged.safetensors", tmp_path / "noise.pt"
+    torch.save({"weight": Payload()}, evil)
+    forged.write_bytes((1 << 40).to_bytes(8, "little") + b'{"w": 1}')
+    noise.write_bytes(np.random.default_rng(3).integers(0, 256, 2048, dtype=np.uint8).tobytes())
+    for path, words in ((evil, "posix.system"), (forged, "safetensors"), (noise, "weights")):
+        with pytest.raises(WeightsError) as caught:
+            read_state_dict(path)
+        message = str(caught.value)
+        assert str(path) in message and words in message and "\n" not in message
+        assert "weights_only` set to `False" not in message and "will likely succeed" not in message
