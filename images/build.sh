@@ -7,7 +7,8 @@
 #
 #   images/build.sh                  build both images      (what `make images` runs)
 #   images/build.sh --only cpu       just one of them (cpu | cuda)
-#   images/build.sh --push           build, then push
+#   images/build.sh --push           build, push, and write the digests the registry returned into
+#                                    k8s/components/images (the prod overlay and training use them)
 #   images/build.sh --base debian    build on a Python base made from Debian's packages
 #   images/build.sh --torch pypi     the CPU image's torch from PyPI (see images/README.md)
 #   images/build.sh --dry-run        print the commands instead of running them
@@ -25,7 +26,8 @@
 # Environment: PYTHON (default: the repository's .venv/bin/python if present, else python3),
 # PLATFORM (default: linux/amd64), VSBENCH_IMAGE_REGISTRY (default in src/vsbench/platform/images.py),
 # PIP_CERT (a CA bundle pip inside the build needs; default: the host pip's `cert` setting),
-# VSBENCH_BUILD_LOGS (default: build/images, one full log per image).
+# VSBENCH_BUILD_LOGS (default: build/images, one full log per image, and digests.txt after a push),
+# VSBENCH_IMAGES_COMPONENT (default: k8s/components/images/kustomization.yaml, what --push rewrites).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +40,7 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "build.sh: $*" >&2; exit 1; }
 
 push=0 dry_run=0 print_only=0 lock=0 only=all base=auto torch=auto
@@ -231,7 +233,74 @@ if [[ $only == all || $only == cpu ]]; then
 fi
 if [[ $only == all || $only == cuda ]]; then build Dockerfile.cuda "$GPU_IMAGE"; fi
 
+# ---- push, and the digests the registry returned ----------------------------------------------
+# A tag can be moved; a digest names one manifest. The k8s images component (used by the prod
+# overlay and the training jobs) is rewritten to name each pushed image by its digest: review it
+# and commit it with the release.
+COMPONENT="${VSBENCH_IMAGES_COMPONENT:-$ROOT/k8s/components/images/kustomization.yaml}"
+declare -A DIGESTS=()
+push_image() {  # push_image <image>: push it and record the manifest digest the registry stores
+  local image="$1" repository="${1%:*}" digest_file digest
+  digest_file="$LOG_DIR/$(basename "$repository").digest"
+  if [[ $dry_run == 0 ]]; then mkdir -p "$LOG_DIR"; rm -f "$digest_file"; fi
+  case "$ENGINE_NAME" in
+    podman|buildah) run "$ENGINE" push --digestfile "$digest_file" "$image" ;;
+    *) run "$ENGINE" push "$image"
+       if [[ $dry_run == 0 ]]; then
+         "$ENGINE" image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$image" \
+           | awk -F@ -v r="$repository" '$1 == r { print $2; exit }' > "$digest_file"
+       fi ;;
+  esac
+  [[ $dry_run == 0 ]] || return 0
+  digest="$(tr -d '[:space:]' < "$digest_file" 2>/dev/null || true)"
+  [[ "$digest" =~ ^sha256:[0-9a-f]{64}$ ]] || die "pushed $image, but $ENGINE_NAME reported no digest ('$digest')"
+  DIGESTS[$repository]="$digest"
+  echo "build.sh: pushed $image as $repository@$digest"
+}
+
 if [[ $push == 1 ]]; then
-  if [[ $only == all || $only == cpu ]]; then run "$ENGINE" push "$CPU_IMAGE"; fi
-  if [[ $only == all || $only == cuda ]]; then run "$ENGINE" push "$GPU_IMAGE"; fi
+  if [[ $only == all || $only == cpu ]]; then push_image "$CPU_IMAGE"; fi
+  if [[ $only == all || $only == cuda ]]; then push_image "$GPU_IMAGE"; fi
+  if [[ $dry_run == 1 ]]; then
+    echo "build.sh: would write the pushed digests to $LOG_DIR/digests.txt and $COMPONENT"
+    exit 0
+  fi
+  for repository in "${!DIGESTS[@]}"; do echo "$repository@${DIGESTS[$repository]}"; done | sort > "$LOG_DIR/digests.txt"
+  # Each pushed image's entry becomes newName (the registry pushed to) + digest; the others stay.
+  "$PYTHON" - "$COMPONENT" "$LOG_DIR/digests.txt" <<'EOF'
+import re, sys
+component, digests = sys.argv[1:]
+pushed = {}
+for line in open(digests).read().split():
+    repository, digest = line.rsplit("@", 1)
+    pushed[repository.rsplit("/", 1)[1]] = (repository, digest)
+text = open(component).read()
+header, found, body = text.partition("\nimages:\n")
+if not found:
+    sys.exit(f"build.sh: {component} has no images: list to update")
+keys = re.compile(r"^[ -]*(name|newName|newTag|digest):\s*\"?([^\"\s]+)\"?\s*$")
+entries = []
+for line in body.splitlines():
+    match = keys.match(line)
+    if match and match.group(1) == "name":
+        entries.append({})
+    if match and entries:
+        entries[-1][match.group(1)] = match.group(2)
+for entry in entries:
+    base = entry["name"].rsplit("/", 1)[1]
+    if base in pushed:
+        repository, digest = pushed.pop(base)
+        entry.pop("newTag", None)
+        entry.update(newName=repository, digest=digest)
+if pushed:
+    sys.exit(f"build.sh: {component} has no entry for {sorted(pushed)}; add one named as in k8s/base")
+lines = [header, "images:"]
+for entry in entries:
+    lines.append(f"  - name: {entry['name']}")
+    lines += [f"    {key}: " + (f'"{entry[key]}"' if key == "newTag" else entry[key])
+              for key in ("newName", "newTag", "digest") if key in entry]
+with open(component, "w") as fh:
+    fh.write("\n".join(lines) + "\n")
+print(f"build.sh: {component} names the pushed images by digest; review it and commit it with the release")
+EOF
 fi

@@ -326,7 +326,7 @@ def test_build_script_builds_and_pushes_the_images_named_by_vsbench_images() -> 
     assert [Path(c[c.index("--file") + 1]).name for c in builds] == ["Dockerfile.cpu", "Dockerfile.cuda"]
     assert all(f"VSBENCH_VERSION={images.TAG}" in c for c in builds)
     assert all(Path(c[-1]) == ROOT for c in builds), "the build context is the repository root"
-    assert [c[2] for c in pushes] == [cpu_image, gpu_image]
+    assert [c[-1] for c in pushes] == [cpu_image, gpu_image]
 
     only_cpu = _build_sh("--dry-run", "--only", "cpu", registry=registry)
     assert cpu_image in only_cpu and gpu_image not in only_cpu and " push " not in only_cpu
@@ -422,3 +422,63 @@ def test_a_failing_build_names_the_stage_and_the_instruction(tmp_path: Path) -> 
     log = tmp_path / "logs" / "cpu.log"
     assert f"full log: {log}" in result.stderr
     assert "No matching distribution found for nosuchpackage" in log.read_text()
+
+
+FAKE_ENGINE = """#!/bin/sh
+# podman stand-in: builds succeed; a push writes the digest a registry would return.
+case "$1" in
+  build) exit 0 ;;
+  push)
+    [ "$2" = --digestfile ] || exit 3
+    [ -n "$FAKE_NO_DIGEST" ] && exit 0
+    case "$4" in *vsbench-cpu*) d=1 ;; *) d=2 ;; esac
+    printf 'sha256:%064d' "$d" | tr 0 "$d" > "$3" ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def _fake_push(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    engine = tmp_path / "podman"
+    engine.write_text(FAKE_ENGINE)
+    engine.chmod(0o755)
+    component = tmp_path / "component.yaml"
+    if not component.exists():
+        component.write_text((ROOT / "k8s" / "components" / "images" / "kustomization.yaml").read_text())
+    environment = {**os.environ, "DOCKER": str(engine), "PYTHON": sys.executable, "PIP_CERT": "",
+                   "VSBENCH_BUILD_LOGS": str(tmp_path / "logs"), "VSBENCH_IMAGES_COMPONENT": str(component),
+                   "VSBENCH_IMAGE_REGISTRY": "registry.example.test/team", **env}
+    return subprocess.run(["bash", str(BUILD_SH), "--push", "--base", "base:1", "--torch", "pypi", *args],
+                          env=environment, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_push_writes_the_registry_digests_into_the_k8s_images_component(tmp_path: Path) -> None:
+    import yaml
+
+    cpu_image, gpu_image = _images_for("registry.example.test/team")
+    cpu_digest, gpu_digest = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    result = _fake_push(tmp_path, "--only", "cpu")
+    assert result.returncode == 0, result.stdout + result.stderr
+    component = tmp_path / "component.yaml"
+    entries = {e["name"].rsplit("/", 1)[1]: e for e in yaml.safe_load(component.read_text())["images"]}
+    assert entries["vsbench-cpu"] == {"name": "ghcr.io/vsbench/vsbench-cpu",
+                                      "newName": cpu_image.rsplit(":", 1)[0], "digest": cpu_digest}
+    assert entries["vsbench-cuda"]["newTag"] == images.TAG, "an image not pushed keeps its entry"
+    assert component.read_text().startswith("# "), "the file's own comment stays"
+    assert (tmp_path / "logs" / "digests.txt").read_text() == f"{cpu_image.rsplit(':', 1)[0]}@{cpu_digest}\n"
+    assert f"pushed {cpu_image} as" in result.stdout
+
+    result = _fake_push(tmp_path)  # both
+    assert result.returncode == 0, result.stdout + result.stderr
+    entries = {e["name"].rsplit("/", 1)[1]: e for e in yaml.safe_load(component.read_text())["images"]}
+    assert entries["vsbench-cuda"] == {"name": "ghcr.io/vsbench/vsbench-cuda",
+                                       "newName": gpu_image.rsplit(":", 1)[0], "digest": gpu_digest}
+    assert entries["vsbench-cpu"]["digest"] == cpu_digest
+
+
+def test_push_without_a_digest_is_an_error_and_leaves_the_component(tmp_path: Path) -> None:
+    before = (ROOT / "k8s" / "components" / "images" / "kustomization.yaml").read_text()
+    result = _fake_push(tmp_path, "--only", "cpu", FAKE_NO_DIGEST="1")
+    assert result.returncode == 1
+    assert "reported no digest" in result.stderr
+    assert (tmp_path / "component.yaml").read_text() == before
