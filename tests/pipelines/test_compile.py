@@ -86,6 +86,30 @@ def test_every_step_gets_secrets_config_and_the_data_volume(compiled, name):
         assert {e["envVar"] for e in config_map["keyToEnv"]} >= {"MLFLOW_TRACKING_URI"}, executor_name
 
 
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_every_step_runs_as_the_images_non_root_user(compiled, name):
+    """kfp-kubernetes sets the identity part of each step's securityContext; no privilege escalation
+    and dropped capabilities come from the KFP backend and the namespace's Pod Security level."""
+    spec, platform = compiled[name]
+    assert set(platform) == set(spec["deploymentSpec"]["executors"]), "every step has platform settings"
+    for executor_name, config in platform.items():
+        context = config["securityContext"]
+        # int64 fields are strings in protobuf's JSON form, as the KFP backend reads them
+        assert context == {"runAsNonRoot": True, "runAsUser": "10001", "runAsGroup": "10001"}, executor_name
+
+
+def test_security_context_follows_the_cluster_config(tmp_path: Path):
+    config = tmp_path / "cluster.yaml"
+    config.write_text("run_as_user: null\nrun_as_group: null\n")  # the platform assigns them (OpenShift)
+    (path,) = [p for p in compile_all(tmp_path / "out", ClusterSettings.load(config)) if p.stem == "similarity"]
+    _, platform = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    for config_of_step in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values():
+        assert config_of_step["securityContext"] == {"runAsNonRoot": True}
+    config.write_text("run_as_user: 0\n")
+    with pytest.raises(ValueError, match="run_as_user"):
+        ClusterSettings.load(config)
+
+
 def test_abid_structure_retries_and_parameters(compiled):
     spec, _ = compiled["abid"]
     tasks = _tasks(spec)

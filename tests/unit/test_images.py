@@ -111,7 +111,9 @@ def pip_files(dockerfile: Path, flag: str, torch: str = "cpu-index") -> list[Pat
 
 
 def installed(kind: str, torch: str = "cpu-index") -> dict[str, Requirement]:
-    files = pip_files(DOCKERFILES[kind], "-r", torch)
+    """What the dependency layer installs (the requirements files; the build tools' lock-tools.txt
+    is read by the hash tests)."""
+    files = [path for path in pip_files(DOCKERFILES[kind], "-r", torch) if path.name != "lock-tools.txt"]
     assert files, f"{DOCKERFILES[kind].name} installs no requirements file"
     found: dict[str, Requirement] = {}
     for path in files:
@@ -206,8 +208,9 @@ def test_the_server_driver_for_the_mlflow_backend_store_is_in_the_cpu_image() ->
 
 
 def test_every_requirement_is_pinned_and_agrees_with_the_constraints() -> None:
-    constraints_used = {path for kind in DOCKERFILES for path in pip_files(DOCKERFILES[kind], "-c")}
-    assert constraints_used == {IMAGES / "constraints.txt"}
+    constraints_used = {path for kind in DOCKERFILES for torch in TORCH_VARIANTS
+                        for path in pip_files(DOCKERFILES[kind], "-c", torch)}
+    assert constraints_used == {IMAGES / "lock-cpu-cpu-index.txt", IMAGES / "lock-cpu-pypi.txt", IMAGES / "lock-cuda.txt"}
     constraints = read_requirements(IMAGES / "constraints.txt")
     for kind in DOCKERFILES:
         for name, requirement in installed(kind).items():
@@ -217,6 +220,101 @@ def test_every_requirement_is_pinned_and_agrees_with_the_constraints() -> None:
                     f"{name}: {kind} pins {version}, constraints.txt {constraints[name]}")
     for requirement in constraints.values():
         pinned(requirement)
+
+
+# ---- hashes: every downloaded package is checked ---------------------------------------------
+
+LOCK_LINE = re.compile(r"(?P<req>[A-Za-z0-9][A-Za-z0-9._-]*==\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})(?:  # (?P<file>\S+))?")
+LOCKS = {("cpu", "pypi"): "lock-cpu-pypi.txt", ("cpu", "cpu-index"): "lock-cpu-cpu-index.txt", ("cuda", None): "lock-cuda.txt"}
+
+
+def read_lock(path: Path) -> dict[str, tuple[Version, str]]:
+    """Name -> (version, sha256) of a hashed lock; every non-comment line must be one hashed pin."""
+    found = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = LOCK_LINE.fullmatch(line)
+        assert match, f"{path.name}: not a hashed pin: {line!r}"
+        requirement = Requirement(match["req"])
+        name = canonicalize_name(requirement.name)
+        assert name not in found, f"{path.name}: {name} twice"
+        found[name] = (pinned(requirement), match["sha"])
+    return found
+
+
+def pip_installs(dockerfile: Path) -> list[str]:
+    return [args for keyword, args in instructions(dockerfile) if keyword == "RUN" and "pip install" in args]
+
+
+@pytest.mark.parametrize("kind", sorted(DOCKERFILES))
+def test_every_pip_install_from_an_index_requires_hashes(kind: str) -> None:
+    runs = pip_installs(DOCKERFILES[kind])
+    assert len(runs) == 4, "build tools (wheel stage, runtime venv), the dependencies, the vsbench wheel"
+    for args in runs:
+        for command in re.findall(r"pip install[^&;]*", args):
+            if "/wheels/vsbench-" in command:
+                assert "--no-deps" in command, "the local wheel brings nothing from an index"
+                continue
+            assert "--require-hashes" in command, f"{DOCKERFILES[kind].name}: {command.strip()}"
+            assert not re.search(r"\s[A-Za-z][\w.-]*==", command), "pins live in the hashed locks, not here"
+    dependencies = [a for a in runs if "-r /tmp/requirements/requirements-" in a]
+    assert len(dependencies) == 1 and "--no-build-isolation" in dependencies[0], (
+        "a locked sdist must build with the locked setuptools, not unhashed build dependencies")
+    assert sum("-r /tmp/lock-tools.txt" in a for a in runs) == 2
+
+
+def test_the_build_tools_lock_pins_requirements_tools() -> None:
+    tools = read_requirements(IMAGES / "requirements-tools.txt")
+    lock = read_lock(IMAGES / "lock-tools.txt")
+    assert set(tools) == {"pip", "setuptools", "wheel"}
+    for name, requirement in tools.items():
+        assert lock[name][0] == pinned(requirement), name
+    constraints = read_requirements(IMAGES / "constraints.txt")
+    for name, (version, _) in lock.items():
+        if name in constraints:
+            assert pinned(constraints[name]) == version, f"{name}: lock-tools.txt and constraints.txt differ"
+
+
+@pytest.mark.parametrize(("kind", "torch"), sorted(LOCKS, key=str))
+def test_each_lock_pins_everything_its_image_installs_at_the_constraints_versions(kind: str, torch: str | None) -> None:
+    path = IMAGES / LOCKS[(kind, torch)]
+    lock = read_lock(path)
+    if not lock:
+        assert kind == "cpu" and torch == "cpu-index", f"{path.name} locks nothing"
+        assert "NONE" in path.read_text().splitlines()[0], "a lock that locks nothing says so"
+        return
+    constraints = read_requirements(IMAGES / "constraints.txt")
+    for name, requirement in installed(kind, torch or "cpu-index").items():
+        assert name in lock, f"{path.name} has no hash for {name}"
+        assert lock[name][0] == pinned(requirement), f"{name}: {path.name} {lock[name][0]} != {requirement}"
+    for name, (version, _) in lock.items():
+        if name in ("torch", "torchvision"):
+            continue  # pinned per variant in torch-*.txt (checked above)
+        assert name in constraints, f"{path.name}: {name} is not in constraints.txt: re-run images/build.sh --lock"
+        assert pinned(constraints[name]) == version, f"{name}: {path.name} {version}, constraints.txt {constraints[name]}"
+    if kind == "cuda":
+        assert "faiss-cpu" not in lock
+
+
+def test_a_variant_whose_lock_locks_nothing_is_refused(tmp_path: Path) -> None:
+    """images/lock-cpu-cpu-index.txt holds no hashes where PyTorch's index could not be reached:
+    build.sh refuses to build that variant (auto falls back to pypi) and so does the Dockerfile."""
+    if read_lock(IMAGES / "lock-cpu-cpu-index.txt"):
+        pytest.skip("the cpu-index variant is locked")
+    engine = tmp_path / "podman"
+    engine.write_text("#!/bin/sh\nexit 0\n")
+    engine.chmod(0o755)
+    env = {**os.environ, "DOCKER": str(engine), "PYTHON": sys.executable, "PIP_CERT": "",
+           "VSBENCH_BUILD_LOGS": str(tmp_path / "logs")}
+    command = ["bash", str(BUILD_SH), "--only", "cpu", "--base", "base:1"]
+    refused = subprocess.run([*command, "--torch", "cpu-index"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "lock-cpu-cpu-index.txt locks nothing" in refused.stderr
+    assert " build " not in refused.stdout
+    auto = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert auto.returncode == 0, auto.stderr
+    assert "TORCH=pypi" in auto.stdout
+    assert 'grep -q -- "--hash=sha256:" "/tmp/requirements/lock-cpu-${TORCH}.txt"' in DOCKERFILES["cpu"].read_text()
 
 
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))
@@ -248,7 +346,8 @@ def test_multi_stage_build_on_a_pinned_python_matching_requires_python(kind: str
                for keyword, args in steps), "the runtime stage installs the wheel the builder stage made"
     # The dependency layer comes before anything that changes with vsbench's code or version.
     order = [f"{keyword} {args}" for keyword, args in steps]
-    dependencies = next(i for i, line in enumerate(order) if line.startswith("RUN") and "-c /tmp/requirements/constraints.txt" in line)
+    dependencies = next(i for i, line in enumerate(order) if line.startswith("RUN") and "--require-hashes" in line
+                        and "-r /tmp/requirements/requirements-" in line)
     assert all(i > dependencies for i, line in enumerate(order)
                if line.startswith(("COPY --from=wheel", "ARG VSBENCH_VERSION", "ARG VSBENCH_IMAGE", "LABEL")))
 
@@ -326,7 +425,7 @@ def test_build_script_builds_and_pushes_the_images_named_by_vsbench_images() -> 
     assert [Path(c[c.index("--file") + 1]).name for c in builds] == ["Dockerfile.cpu", "Dockerfile.cuda"]
     assert all(f"VSBENCH_VERSION={images.TAG}" in c for c in builds)
     assert all(Path(c[-1]) == ROOT for c in builds), "the build context is the repository root"
-    assert [c[2] for c in pushes] == [cpu_image, gpu_image]
+    assert [c[-1] for c in pushes] == [cpu_image, gpu_image]
 
     only_cpu = _build_sh("--dry-run", "--only", "cpu", registry=registry)
     assert cpu_image in only_cpu and gpu_image not in only_cpu and " push " not in only_cpu
@@ -422,3 +521,63 @@ def test_a_failing_build_names_the_stage_and_the_instruction(tmp_path: Path) -> 
     log = tmp_path / "logs" / "cpu.log"
     assert f"full log: {log}" in result.stderr
     assert "No matching distribution found for nosuchpackage" in log.read_text()
+
+
+FAKE_ENGINE = """#!/bin/sh
+# podman stand-in: builds succeed; a push writes the digest a registry would return.
+case "$1" in
+  build) exit 0 ;;
+  push)
+    [ "$2" = --digestfile ] || exit 3
+    [ -n "$FAKE_NO_DIGEST" ] && exit 0
+    case "$4" in *vsbench-cpu*) d=1 ;; *) d=2 ;; esac
+    printf 'sha256:%064d' "$d" | tr 0 "$d" > "$3" ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def _fake_push(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    engine = tmp_path / "podman"
+    engine.write_text(FAKE_ENGINE)
+    engine.chmod(0o755)
+    component = tmp_path / "component.yaml"
+    if not component.exists():
+        component.write_text((ROOT / "k8s" / "components" / "images" / "kustomization.yaml").read_text())
+    environment = {**os.environ, "DOCKER": str(engine), "PYTHON": sys.executable, "PIP_CERT": "",
+                   "VSBENCH_BUILD_LOGS": str(tmp_path / "logs"), "VSBENCH_IMAGES_COMPONENT": str(component),
+                   "VSBENCH_IMAGE_REGISTRY": "registry.example.test/team", **env}
+    return subprocess.run(["bash", str(BUILD_SH), "--push", "--base", "base:1", "--torch", "pypi", *args],
+                          env=environment, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_push_writes_the_registry_digests_into_the_k8s_images_component(tmp_path: Path) -> None:
+    import yaml
+
+    cpu_image, gpu_image = _images_for("registry.example.test/team")
+    cpu_digest, gpu_digest = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    result = _fake_push(tmp_path, "--only", "cpu")
+    assert result.returncode == 0, result.stdout + result.stderr
+    component = tmp_path / "component.yaml"
+    entries = {e["name"].rsplit("/", 1)[1]: e for e in yaml.safe_load(component.read_text())["images"]}
+    assert entries["vsbench-cpu"] == {"name": "ghcr.io/vsbench/vsbench-cpu",
+                                      "newName": cpu_image.rsplit(":", 1)[0], "digest": cpu_digest}
+    assert entries["vsbench-cuda"]["newTag"] == images.TAG, "an image not pushed keeps its entry"
+    assert component.read_text().startswith("# "), "the file's own comment stays"
+    assert (tmp_path / "logs" / "digests.txt").read_text() == f"{cpu_image.rsplit(':', 1)[0]}@{cpu_digest}\n"
+    assert f"pushed {cpu_image} as" in result.stdout
+
+    result = _fake_push(tmp_path)  # both
+    assert result.returncode == 0, result.stdout + result.stderr
+    entries = {e["name"].rsplit("/", 1)[1]: e for e in yaml.safe_load(component.read_text())["images"]}
+    assert entries["vsbench-cuda"] == {"name": "ghcr.io/vsbench/vsbench-cuda",
+                                       "newName": gpu_image.rsplit(":", 1)[0], "digest": gpu_digest}
+    assert entries["vsbench-cpu"]["digest"] == cpu_digest
+
+
+def test_push_without_a_digest_is_an_error_and_leaves_the_component(tmp_path: Path) -> None:
+    before = (ROOT / "k8s" / "components" / "images" / "kustomization.yaml").read_text()
+    result = _fake_push(tmp_path, "--only", "cpu", FAKE_NO_DIGEST="1")
+    assert result.returncode == 1
+    assert "reported no digest" in result.stderr
+    assert (tmp_path / "component.yaml").read_text() == before

