@@ -186,6 +186,12 @@ def canonical(name: str) -> str:
     return get(name).name
 
 
+def lower_is_better_metrics() -> dict[str, tuple[str, ...]]:
+    """Every spelling of every benchmark -> the metrics its spec declares lower-is-better: what the
+    leaderboard, the report and the regression check (below this registry) are handed by their callers."""
+    return {spelling: spec.lower_is_better for spec in specs().values() for spelling in spec.spellings}
+
+
 def dataset_names() -> dict[str, tuple[BenchmarkSpec, str]]:
     """Every name ``vsbench synth similarity`` accepts -> (benchmark, dataset; '' for its own generator)."""
     out: dict[str, tuple[BenchmarkSpec, str]] = {}
