@@ -67,7 +67,7 @@ images-push: $(STAMP)
 	images/build.sh --push
 
 lint: $(STAMP)
-	$(BIN)/ruff check src components pipelines tests bench
+	$(BIN)/ruff check src components pipelines tests bench examples
 
 mlflow-ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(abspath $(OUT))/mlflow.db --host 127.0.0.1 --port 5000

@@ -14,12 +14,14 @@ def regression_check(
     """Compare this night with the previous one in MLflow; record the outcome there; fail on a drop."""
     import json
 
+    from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.reporting.regression import RegressionError, check_regression
 
     if not parent_run_id:
         raise RuntimeError("MLflow was unreachable when the run opened: no baseline to compare against")
     report = check_regression(experiment, parent_run_id, threshold=threshold, relative=relative,
-                              metrics=json.loads(metrics_json) or None, pipeline=pipeline)
+                              metrics=json.loads(metrics_json) or None, pipeline=pipeline,
+                              lower_is_better=lower_is_better_metrics())
     metrics.log_metric("regression_drops", float(len(report.drops)))
     metrics.log_metric("regression_passed", float(report.passed))
     if not report.passed:
@@ -31,9 +33,11 @@ def comparison_report(experiment: str, last: int, report: Output[HTML], parent_r
     """The leaderboard and trend plots of the experiment, as a KFP HTML artifact and on the MLflow run."""
     from pathlib import Path
 
+    from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.reporting.compare import collect_runs, write_report
     from vsbench.tracking import log_artifact_to_run
 
     runs = collect_runs(experiment, last=last, include_run_id=parent_run_id or None)  # this run is not closed yet
-    write_report(runs, Path(report.path), title=f"{experiment}: last {last} runs")
+    write_report(runs, Path(report.path), title=f"{experiment}: last {last} runs",
+                 lower_is_better=lower_is_better_metrics())
     log_artifact_to_run(parent_run_id, Path(report.path), "report.html")

@@ -19,6 +19,9 @@ that index, search and score can be pipeline steps of their own (:mod:`vsbench.r
 
 Benchmarks that score files without any model (``vsbench score ...``) use the same scorers in
 ``vsbench.metrics``.
+
+A benchmark plugin (README "Add your own benchmark") imports what an adapter deals in from here,
+:data:`__all__`: wherever those types live inside vsbench, this module keeps naming them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from vsbench.io.features import FeatureSet, ImageSet
+
+__all__ = ["Benchmark", "EvalResult", "EvalSettings", "FeatureSet", "ImageSet", "option_path", "unit_rows"]
 
 
 @dataclass(frozen=True)

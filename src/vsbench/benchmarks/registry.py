@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from dataclasses import dataclass, field, replace
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,14 +57,18 @@ class BenchmarkSpec:
 
     def load(self, root: Path, **options: Any) -> Benchmark:
         """The benchmark over ``root`` (its native layout) with the loader's ``options``."""
-        return _resolve(self.loader)(Path(root), **options)
+        return _resolve(self.loader, self._owner)(Path(root), **options)
 
     def generate(self, out: Path, *, seed: int = 0, dataset: str = "") -> dict[str, Any]:
         """A small dataset in its native layout: its own generator, or one of ``datasets`` by name."""
         reference = self.datasets[dataset] if dataset else self.generator
         if not reference:
             raise ValueError(f"benchmark {self.name!r} has no generator")
-        return _resolve(reference)(Path(out), seed=seed)
+        return _resolve(reference, self._owner)(Path(out), seed=seed)
+
+    @property
+    def _owner(self) -> str:
+        return f"benchmark {self.name!r}" + ("" if self.source == "vsbench" else f" ({self.source})")
 
     def higher_is_better(self, metric: str) -> bool:
         return higher_is_better(metric, self.lower_is_better)
@@ -76,11 +80,24 @@ def higher_is_better(metric: str, lower: tuple[str, ...] = ()) -> bool:
     return not (name in lower or name.rsplit("__", 1)[-1] in lower or any(w in name for w in LOWER_IS_BETTER_WORDS))
 
 
-def _resolve(reference: str) -> Callable[..., Any]:
+def _resolve(reference: str, owner: str = "") -> Callable[..., Any]:
+    """The object a ``module:attribute`` reference (of ``owner``, for the message) names. A reference
+    that names no module or no attribute (a typo in a spec, a plugin installed without its module) is
+    a ValueError naming it; an ImportError raised inside the module (a missing optional dependency)
+    stays what it is."""
+    where = f"{owner}: " if owner else ""
     module, _, attribute = reference.partition(":")
-    target: Any = importlib.import_module(module)
+    try:
+        target: Any = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+            raise
+        raise ValueError(f"{where}{reference!r} names module {module!r}, which cannot be found") from None
     for part in attribute.split("."):
-        target = getattr(target, part)
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ValueError(f"{where}{reference!r}: module {module!r} has no attribute {attribute!r}") from None
     return target
 
 
@@ -106,24 +123,38 @@ def _load_specs() -> dict[str, BenchmarkSpec]:
     specs: dict[str, BenchmarkSpec] = {}
     found: list[BenchmarkSpec] = builtin_specs()
     for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            spec = entry.load()
-        except Exception as exc:  # a broken plugin must not take the built-ins down with it
-            raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}) cannot be loaded: {exc}; "
-                             f"fix or uninstall {entry.dist.name if entry.dist else 'its package'}") from None
-        if not isinstance(spec, BenchmarkSpec):
-            raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}) is a {type(spec).__name__}, "
-                             "not a vsbench.benchmarks.registry.BenchmarkSpec")
-        found.append(spec)
-    taken: dict[str, str] = {}
+        found.append(_plugin_spec(entry))
+    taken: dict[str, BenchmarkSpec] = {}
     for spec in found:
         for spelling in spec.spellings:
-            if spelling in taken:
-                raise ValueError(f"benchmark spelling {spelling!r} of {spec.name!r} ({spec.source}) is taken by "
-                                 f"{taken[spelling]!r}; rename it in the plugin")
-            taken[spelling] = spec.name
+            # get() folds case and '-'/'_': a plugin's "Patch_Pairs" would name patch_pairs ambiguously
+            other = taken.get(_fold(spelling))
+            if other is not None and other is not spec:  # the built-ins come first: the plugin is `spec`
+                raise ValueError(f"benchmark plugin {spec.name!r} ({spec.source}): its spelling {spelling!r} is taken "
+                                 f"by {other.name!r} ({other.source}); rename it in the plugin")
+            taken[_fold(spelling)] = spec
         specs[spec.name] = spec
     return specs
+
+
+def _fold(spelling: str) -> str:
+    return spelling.strip().lower().replace("-", "_")
+
+
+def _plugin_spec(entry: EntryPoint) -> BenchmarkSpec:
+    """The BenchmarkSpec an entry point of ``vsbench.benchmarks`` names, its ``source`` the plugin's
+    distribution. A plugin that cannot be loaded, or names something else, is a ValueError of one
+    line naming the entry point and the distribution to fix or uninstall."""
+    distribution = entry.dist.name if entry.dist else entry.module.partition(".")[0]
+    try:
+        spec = entry.load()
+    except Exception as exc:  # whatever the plugin raised: one line that says which plugin to fix
+        raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}) cannot be loaded: {exc}; "
+                         f"fix or uninstall {distribution}") from None
+    if not isinstance(spec, BenchmarkSpec):
+        raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}) is a {type(spec).__name__}, "
+                         f"not a vsbench.benchmarks.registry.BenchmarkSpec; fix or uninstall {distribution}")
+    return spec if spec.source != "vsbench" else replace(spec, source=distribution)
 
 
 def specs() -> dict[str, BenchmarkSpec]:
@@ -153,6 +184,12 @@ def get(name: str) -> BenchmarkSpec:
 def canonical(name: str) -> str:
     """The one name of a benchmark given any of its spellings."""
     return get(name).name
+
+
+def lower_is_better_metrics() -> dict[str, tuple[str, ...]]:
+    """Every spelling of every benchmark -> the metrics its spec declares lower-is-better: what the
+    leaderboard, the report and the regression check (below this registry) are handed by their callers."""
+    return {spelling: spec.lower_is_better for spec in specs().values() for spelling in spec.spellings}
 
 
 def dataset_names() -> dict[str, tuple[BenchmarkSpec, str]]:

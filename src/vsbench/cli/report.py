@@ -18,15 +18,17 @@ def compare(
     report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
 ) -> None:
     """Leaderboard of pipeline runs (model x benchmark x metric, best marked) and an HTML report."""
+    from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.reporting.compare import collect_runs, leaderboard, render_leaderboard, render_runs, write_report
 
-    with user_errors(LookupError):  # a missing experiment
+    with user_errors(LookupError):  # a missing experiment; a broken benchmark plugin
         runs = collect_runs(experiment, last=last)
+        lower = lower_is_better_metrics()  # the benchmarks' own directions, a plugin's included
     if not runs:
         typer.echo(f"no finished pipeline runs in experiment {experiment!r}", err=True)
         raise typer.Exit(1)
-    typer.echo(render_leaderboard(leaderboard(runs)))
+    typer.echo(render_leaderboard(leaderboard(runs, lower)))
     typer.echo("")
     typer.echo(render_runs(runs))
-    write_report(runs, report, title=f"{experiment}" + (f": last {last} runs" if last else ""))
+    write_report(runs, report, title=f"{experiment}" + (f": last {last} runs" if last else ""), lower_is_better=lower)
     typer.echo(f"report: {report}")

@@ -255,10 +255,12 @@ def similarity_models(
     its weights would come from (nothing is downloaded: the network is built untrained)."""
     from dataclasses import asdict
 
-    from vsbench.models.registry import available_models, describe_model, families
+    from vsbench.models.registry import available_models, describe_model, families, model_source
     if name is None:
-        for registered in available_models():
-            typer.echo(registered)
+        with user_errors():  # a broken model plugin: one line naming it
+            listed = [(registered, model_source(registered)) for registered in available_models()]
+        for registered, source in listed:
+            typer.echo(registered + ("" if source == "vsbench" else f"  [plugin: {source}]"))
         for family in families():
             typer.echo(f"  e.g. {family.example}")
         return

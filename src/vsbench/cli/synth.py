@@ -12,6 +12,7 @@ import typer
 from vsbench.benchmarks.registry import generate
 from vsbench.cli.common import (
     EndpointOpt,
+    user_errors,
 )
 
 synth_app = typer.Typer(no_args_is_help=True, help="Generate small datasets in the benchmarks' native layouts.")
@@ -49,4 +50,6 @@ def synth_similarity(
 ) -> None:
     """A small dataset in a similarity benchmark's native layout (for tests and the demo)."""
 
-    typer.echo(json.dumps(generate(benchmark, out, seed=seed), indent=2, default=str))
+    with user_errors():  # an unknown name, or a broken benchmark plugin: one line, no traceback
+        summary = generate(benchmark, out, seed=seed)
+    typer.echo(json.dumps(summary, indent=2, default=str))

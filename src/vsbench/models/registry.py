@@ -8,14 +8,24 @@ same way: SSCD's numbers need SSCD's resize, an EfficientNet-Lite needs its TF-s
 Embedders return *raw* descriptors (no L2 normalization): whether to normalize, whiten or
 center is a codec choice made at search time (``L2norm`` in a FAISS codec string such as
 ``PCAW512,L2norm,Flat``), so one feature file serves every codec.
+
+Where the models come from: the modules in :data:`BUILTIN` register vsbench's own when imported,
+and every entry point of the ``vsbench.models`` group registers an installed package's (it names a
+module that calls :func:`register_model` / :func:`register_family` when imported, or a callable
+that does when called). Both are loaded by name the first time a model is looked up, so this module
+imports neither (the registry sits below the models, with no import cycle) and ``vsbench --help``
+loads no model at all.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -180,7 +190,7 @@ def register_family(prefix: str, *, weights_source: Callable[..., str], names: C
 
     def decorator(builder: Builder) -> Builder:
         if prefix in _FAMILIES:
-            raise ValueError(f"model family {prefix!r} registered twice")
+            raise ValueError(f"model family {prefix!r} is registered already (by {source_of(_FAMILIES[prefix].builder)})")
         _FAMILIES[prefix] = Family(prefix, builder, weights_source, names, pattern, example)
         return builder
 
@@ -192,26 +202,75 @@ def register_model(name: str) -> Callable[[Builder], Builder]:
 
     def decorator(builder: Builder) -> Builder:
         if name in _REGISTRY:
-            raise ValueError(f"model {name!r} registered twice")
+            raise ValueError(f"model {name!r} is registered already (by {source_of(_REGISTRY[name])})")
         _REGISTRY[name] = builder
         return builder
 
     return decorator
 
 
-def _load_builtin_models() -> None:
-    import vsbench.models.backbones  # noqa: F401 - registers the built-in models on import
-    import vsbench.models.libraries  # noqa: F401 - the timm, open_clip and hf families
+ENTRY_POINT_GROUP = "vsbench.models"
+# vsbench's own models: importing each module registers its builders (imported by name, on first use).
+BUILTIN = ("vsbench.models.backbones", "vsbench.models.libraries")
+_PLUGIN_PACKAGES: dict[str, str] = {}  # top-level package of a loaded plugin -> its distribution's name
+_LOAD = {"done": False, "running": False}
+
+
+def _load_models() -> None:
+    """Import the built-in model modules, then every ``vsbench.models`` plugin, once per process.
+
+    A plugin that cannot be loaded (a missing module, an error while registering, a name that is
+    taken) is a ValueError of one line naming the entry point and its distribution."""
+    if _LOAD["done"] or _LOAD["running"]:  # running: a plugin that lists models while it registers
+        return
+    _LOAD["running"] = True
+    try:
+        for module in BUILTIN:
+            importlib.import_module(module)
+        for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            _load_plugin(entry)
+        _LOAD["done"] = True
+    finally:
+        _LOAD["running"] = False
+
+
+def _load_plugin(entry: EntryPoint) -> None:
+    distribution = entry.dist.name if entry.dist else entry.module.partition(".")[0]
+    try:
+        target = entry.load()
+        if callable(target) and not isinstance(target, ModuleType):
+            target()
+    except Exception as exc:  # whatever the plugin raised: one line that says which plugin to fix
+        raise ValueError(f"model plugin {entry.name!r} ({entry.value}) cannot be loaded: {exc}; "
+                         f"fix or uninstall {distribution}") from None
+    _PLUGIN_PACKAGES[entry.module.partition(".")[0]] = distribution
+
+
+def source_of(builder: Builder) -> str:
+    """Who registered ``builder``: ``vsbench``, or the distribution of the plugin whose package defines it."""
+    package = getattr(builder, "__module__", "").partition(".")[0]
+    return _PLUGIN_PACKAGES.get(package, package or "unknown")
+
+
+def model_source(name: str) -> str:
+    """``vsbench`` for a built-in model or family (``timm:...``), else the plugin's distribution name."""
+    _load_models()
+    if name in _REGISTRY:
+        return source_of(_REGISTRY[name])
+    family = _FAMILIES.get(name.partition(":")[0])
+    if family is None:
+        raise ValueError(f"unknown model {name!r}")
+    return source_of(family.builder)
 
 
 def available_models() -> list[str]:
     """The registered names, then one pattern per library family (``timm:<name>``)."""
-    _load_builtin_models()
+    _load_models()
     return sorted(_REGISTRY) + [family.pattern for family in _FAMILIES.values()]
 
 
 def families() -> list[Family]:
-    _load_builtin_models()
+    _load_models()
     return list(_FAMILIES.values())
 
 
@@ -230,7 +289,7 @@ def resolve(name: str) -> tuple[Builder, str | None]:
     An unknown name is an error listing the close names (of the registry, or of the family's
     library for ``timm:...``/``open_clip:...``) and the families.
     """
-    _load_builtin_models()
+    _load_models()
     if name in _REGISTRY:
         return _REGISTRY[name], None
     prefix, colon, spec = name.partition(":")

@@ -33,7 +33,7 @@ import base64
 import html
 import io
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,10 +74,16 @@ LEADERBOARD_COLUMNS = ["benchmark", "metric", "model", "value", "best", "higher_
                        "start_time", "experiment_id"]
 
 
-def higher_is_better(metric: str) -> bool:
-    """Accuracies, mAPs, recalls: higher is better; errors, losses and timings: lower."""
+# benchmark -> the metrics its spec declares lower-is-better (benchmarks.registry.lower_is_better_metrics():
+# the registry sits above reporting, so whoever calls a report hands it over; a plugin's included)
+LowerIsBetter = Mapping[str, Collection[str]]
+
+
+def higher_is_better(metric: str, lower: Collection[str] = ()) -> bool:
+    """Accuracies, mAPs, recalls: higher is better; errors, losses and timings: lower, and so is a
+    metric its benchmark declares lower-is-better (``lower``: ``mean_rank`` names ``l2__mean_rank`` too)."""
     name = metric.lower()
-    return not any(word in name for word in LOWER_IS_BETTER)
+    return not (name in lower or name.rsplit(SEPARATOR, 1)[-1] in lower or any(word in name for word in LOWER_IS_BETTER))
 
 
 @dataclass(frozen=True)
@@ -182,12 +188,14 @@ def collect_runs(experiment: str, *, last: int | None = None, pipeline: str | No
     return [record for run in runs for record in _records(run)]
 
 
-def leaderboard(runs: Iterable[RunRecord]) -> pd.DataFrame:
+def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None = None) -> pd.DataFrame:
     """One row per (benchmark, metric, model): the model's latest value and whether it is the best.
 
     "Best" compares the models' latest values for the same benchmark and metric (the highest, or the
-    lowest for errors, losses and timings; ties are all best). ``runs`` counts the runs with a value.
+    lowest for errors, losses, timings and the metrics ``lower_is_better`` names for the benchmark;
+    ties are all best). ``runs`` counts the runs with a value.
     """
+    lower = lower_is_better or {}
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for record in sorted(runs, key=lambda r: r.start_time, reverse=True):
         for metric, value in record.metrics.items():
@@ -198,7 +206,8 @@ def leaderboard(runs: Iterable[RunRecord]) -> pd.DataFrame:
                 latest[key]["runs"] += 1
             else:
                 latest[key] = {"benchmark": record.benchmark, "metric": metric, "model": record.model,
-                               "value": float(value), "best": False, "higher_is_better": higher_is_better(metric),
+                               "value": float(value), "best": False,
+                               "higher_is_better": higher_is_better(metric, lower.get(record.benchmark, ())),
                                "runs": 1, "run_id": record.run_id, "start_time": record.start_time,
                                "experiment_id": record.experiment_id}
     frame = pd.DataFrame(list(latest.values()), columns=LEADERBOARD_COLUMNS)
@@ -334,7 +343,8 @@ def time_limits(times: list[datetime]) -> tuple[datetime, datetime]:
     return first - pad, last + pad
 
 
-def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[str, Any]) -> Any:
+def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[str, Any],
+                  lower: Collection[str] = ()) -> Any:
     """One panel per metric, one line per model over the runs' start times; a score's trivial
     baselines and random-features runs as dashed grey lines."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
@@ -359,7 +369,7 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
         locator = AutoDateLocator(minticks=2, maxticks=5)
         axis.xaxis.set_major_locator(locator)
         axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric) else "\n(lower is better)"), fontsize=9)
+        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric, lower) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(labelsize=8)
         axis.grid(alpha=0.3)
     figure.legend(handles=_legend_handles(colors), loc="outside upper center", ncols=min(len(colors), 5),
@@ -373,7 +383,8 @@ def _legend_handles(colors: Mapping[str, Any]) -> list[Any]:
     return [Line2D([], [], color=color, marker="o", label=model) for model, color in colors.items()]
 
 
-def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, Any]) -> Any:
+def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, Any],
+                 lower: Collection[str] = ()) -> Any:
     """One panel per metric: each model's latest value, the best bar outlined in black."""
     figure, axes = _grid(len(metrics))
     for axis, metric in zip(axes, metrics):
@@ -392,7 +403,7 @@ def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, A
                           xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=7, color="0.25")
         axis.set_xticks(range(len(rows)), rows["model"], rotation=20, ha="right", fontsize=8)
         axis.margins(y=0.15)
-        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric) else "\n(lower is better)"), fontsize=9)
+        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric, lower) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(axis="y", labelsize=8)
     return figure
 
@@ -452,12 +463,12 @@ def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
 
 
 def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataFrame,
-                       colors: Mapping[str, Any]) -> str:
+                       colors: Mapping[str, Any], lower: Collection[str] = ()) -> str:
     metrics = plotted_metrics(frame)
     models = sorted(frame["model"].unique())
     used = {model: colors[model] for model in models}
-    trend = _png(_trend_figure(records, metrics, used))
-    bars = _png(_bars_figure(frame, metrics, used))
+    trend = _png(_trend_figure(records, metrics, used, lower))
+    bars = _png(_bars_figure(frame, metrics, used, lower))
     name = html.escape(benchmark)
     return (f'<section class="benchmark" id="benchmark-{name}"><h2>{name}</h2>'
             f"{_html_table(frame, benchmark)}"
@@ -529,13 +540,15 @@ def _runs_table(records: list[RunRecord]) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def write_report(runs: list[RunRecord], path: Path, *, title: str) -> Path:
+def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_better: LowerIsBetter | None = None) -> Path:
     """One self-contained HTML file: per benchmark the leaderboard table, each metric over time per
     model and the latest values as bars; then the runs it covers. Returns ``path``."""
-    frame = leaderboard(runs)
+    frame = leaderboard(runs, lower_is_better)
     colors = _colors(sorted(frame["model"].unique()) if not frame.empty else [])
     generated = datetime.now(UTC)
-    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors)
+    lower = lower_is_better or {}
+    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors,
+                                   lower.get(str(benchmark), ()))
                 for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [
         '<p class="note">No finished pipeline runs with metrics yet.</p>']
     run_count = len({r.run_id for r in runs})

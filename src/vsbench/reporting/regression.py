@@ -23,7 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vsbench.reporting.compare import BOOKKEEPING_METRICS, experiment_id, higher_is_better, parent_run_filter
+from vsbench.reporting.compare import (
+    BOOKKEEPING_METRICS,
+    LowerIsBetter,
+    experiment_id,
+    higher_is_better,
+    parent_run_filter,
+)
+from vsbench.tracking.names import split_run_metric
 
 REGRESSION_TAG = "vsbench.regression"
 BASELINE_TAG = "vsbench.regression.baseline"
@@ -81,14 +88,23 @@ def _beyond(worse: float, threshold: float) -> bool:
     return worse > threshold and not math.isclose(worse, threshold, rel_tol=1e-9, abs_tol=1e-12)
 
 
+def _higher_is_better(name: str, lower_is_better: LowerIsBetter) -> bool:
+    """A parent-run metric's direction: ``<benchmark>__<model>__<metric>`` with its benchmark's
+    lower-is-better metrics (a plugin's ``mean_rank``), any other name by its words."""
+    split = split_run_metric(name)
+    return higher_is_better(split[2], lower_is_better.get(split[0], ())) if split else higher_is_better(name)
+
+
 def compare_metrics(previous: Mapping[str, float], current: Mapping[str, float], *, threshold: float,
                     relative: bool = False, metrics: Sequence[str] | None = None,
+                    lower_is_better: LowerIsBetter | None = None,
                     ) -> tuple[list[dict[str, Any]], list[str], int]:
     """The pure core of the check: (drops, missing, how many metrics were compared).
 
     ``metrics`` are names or shell-style patterns (``disc__*__uap``); None means every metric the
     baseline has (bookkeeping metrics aside). A named pattern that matches no metric of either run
     is reported missing, so a typo in the rule cannot turn the check into a silent pass.
+    ``lower_is_better``: benchmark -> the metrics its spec declares lower-is-better.
     """
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
@@ -103,7 +119,7 @@ def compare_metrics(previous: Mapping[str, float], current: Mapping[str, float],
     drops: list[dict[str, Any]] = []
     compared = 0
     for name in sorted(selected):
-        before, higher = float(previous[name]), higher_is_better(name)
+        before, higher = float(previous[name]), _higher_is_better(name, lower_is_better or {})
         if name not in current:
             if metrics is not None:
                 drops.append({"metric": name, "previous": before, "current": None, "change": None,
@@ -136,12 +152,13 @@ def find_baseline(client: Any, experiment: str, current: Any, pipeline: str) -> 
 
 def check_regression(experiment: str, current_run_id: str, *, threshold: float = 0.02,
                      metrics: list[str] | None = None, relative: bool = False,
-                     pipeline: str = DEFAULT_PIPELINE) -> RegressionReport:
+                     pipeline: str = DEFAULT_PIPELINE, lower_is_better: LowerIsBetter | None = None,
+                     ) -> RegressionReport:
     """Compare run ``current_run_id`` with the previous good night and record the outcome on it.
 
     A higher-is-better metric drops when it decreases by more than ``threshold`` (absolute, or a
     fraction of the previous value when ``relative``); a lower-is-better one (rmse, loss, error,
-    seconds) when it increases by more. No previous night: passed, tagged ``no-baseline``.
+    seconds, and what ``lower_is_better`` names for a benchmark) when it increases by more. No previous night: passed, tagged ``no-baseline``.
     MLflow errors propagate: a check that cannot read or record must not pass silently.
     """
     client = _client()
@@ -151,7 +168,8 @@ def check_regression(experiment: str, current_run_id: str, *, threshold: float =
         report = RegressionReport(current_run_id, None, threshold, [], True, relative)
     else:
         drops, missing, compared = compare_metrics(baseline.data.metrics, current.data.metrics,
-                                                   threshold=threshold, relative=relative, metrics=metrics)
+                                                   threshold=threshold, relative=relative, metrics=metrics,
+                                                   lower_is_better=lower_is_better)
         failed_named = bool(metrics is not None and missing)
         report = RegressionReport(current_run_id, baseline.info.run_id, threshold, drops,
                                   not drops and not failed_named, relative, compared, missing)
