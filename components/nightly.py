@@ -34,7 +34,8 @@ def comparison_report(experiment: str, last: int, report: Output[HTML], parent_r
     from pathlib import Path
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
-    from vsbench.reporting.compare import collect_runs, write_report
+    from vsbench.reporting.html_report import write_report
+    from vsbench.reporting.runs import collect_runs
     from vsbench.tracking import log_artifact_to_run
 
     runs = collect_runs(experiment, last=last, include_run_id=parent_run_id or None)  # this run is not closed yet

@@ -1,4 +1,4 @@
-"""``vsbench.reporting.compare`` against a real ``mlflow server`` on 127.0.0.1 holding pipeline runs of every shape."""
+"""``vsbench.reporting.runs`` against a real ``mlflow server`` on 127.0.0.1 holding pipeline runs of every shape."""
 
 from __future__ import annotations
 
@@ -9,14 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from vsbench.reporting.compare import (
-    RunRecord,
-    collect_runs,
-    leaderboard,
-    render_leaderboard,
-    split_metrics,
-    write_report,
-)
+from vsbench.reporting.html_report import write_report
+from vsbench.reporting.leaderboard import leaderboard, render_leaderboard
+from vsbench.reporting.runs import RunRecord, collect_runs, split_metrics
 
 from .mlflow_server import record_pipeline_run
 

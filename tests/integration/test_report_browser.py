@@ -26,7 +26,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from vsbench.reporting.compare import collect_runs, write_report
+from vsbench.reporting.html_report import write_report
+from vsbench.reporting.runs import collect_runs
 from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG, ensure_experiment
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
@@ -205,7 +206,7 @@ def test_one_run_report_has_a_readable_time_axis(mlflow_tracking, fresh_experime
     """One run alone: no AutoDateLocator warning, and the axis spans about an hour around it, not years."""
     import warnings
 
-    from vsbench.reporting.compare import time_limits
+    from vsbench.reporting.html_report import time_limits
 
     _command_runs(fresh_experiment)
     records = collect_runs(fresh_experiment)

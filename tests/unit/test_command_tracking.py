@@ -84,7 +84,7 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert {"metrics.json", "patch_pairs_pr.png", "patch_pairs_roc.png"} <= artifacts
 
     # `vsbench compare` lists it beside pipeline runs, under its model (marked as a random-features baseline).
-    from vsbench.reporting.compare import collect_runs
+    from vsbench.reporting.runs import collect_runs
 
     (record,) = collect_runs("vsbench-similarity")
     assert (record.model, record.benchmark) == ("efficientnet_lite0 (random features)", "patch_pairs")

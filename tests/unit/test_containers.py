@@ -173,7 +173,8 @@ def test_step_manifest_and_mlflow_tags_record_the_image(tmp_path: Path, monkeypa
 
     from mlflow.tracking import MlflowClient
 
-    from vsbench.reporting.compare import collect_runs, ran_in, render_runs
+    from vsbench.reporting.leaderboard import render_runs
+    from vsbench.reporting.runs import collect_runs, ran_in
     from vsbench.steps.base import StepResult, finish
     from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, child_run, log_to_parent, open_parent_run
 

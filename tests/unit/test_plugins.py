@@ -22,8 +22,10 @@ from tests.example_plugin import (
     vsbench,
 )
 from vsbench.benchmarks import registry
-from vsbench.reporting.compare import RunRecord, higher_is_better, leaderboard, render_leaderboard, write_report
+from vsbench.reporting.html_report import write_report
+from vsbench.reporting.leaderboard import leaderboard, render_leaderboard
 from vsbench.reporting.regression import compare_metrics
+from vsbench.reporting.runs import RunRecord, higher_is_better
 
 PLUGIN_LINE = f"[plugin: {DISTRIBUTION}]"
 

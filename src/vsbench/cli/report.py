@@ -19,7 +19,9 @@ def compare(
 ) -> None:
     """Leaderboard of pipeline runs (model x benchmark x metric, best marked) and an HTML report."""
     from vsbench.benchmarks.registry import lower_is_better_metrics
-    from vsbench.reporting.compare import collect_runs, leaderboard, render_leaderboard, render_runs, write_report
+    from vsbench.reporting.html_report import write_report
+    from vsbench.reporting.leaderboard import leaderboard, render_leaderboard, render_runs
+    from vsbench.reporting.runs import collect_runs
 
     with user_errors(LookupError):  # a missing experiment; a broken benchmark plugin
         runs = collect_runs(experiment, last=last)

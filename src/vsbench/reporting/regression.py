@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vsbench.reporting.compare import (
+from vsbench.reporting.runs import (
     BOOKKEEPING_METRICS,
     LowerIsBetter,
     experiment_id,

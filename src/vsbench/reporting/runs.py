@@ -1,0 +1,229 @@
+"""Pipeline runs from MLflow as one shape: every parent run (tag ``vsbench.step`` = ``pipeline``) split
+into one :class:`RunRecord` per (model, benchmark) pair, and what each record says of where it ran.
+
+Only parent runs count (tag ``vsbench.step`` = ``pipeline``): they carry each pipeline run's
+headline metrics, so one search per experiment finds everything to compare, and step-level noise
+(throughput, per-epoch curves) stays out of the leaderboard.
+
+Which (model, benchmark) a parent-run metric belongs to
+-------------------------------------------------------
+* ``<benchmark>__<model>__<metric>`` (at least three ``__``-separated parts) belongs to that pair;
+  ``<metric>`` may itself hold ``__`` (a variant: ``Flat__1.00_0_2__uap``). Every evaluate step logs
+  this shape on its parent, so a nightly run, which scores many pairs under one parent, and a
+  similarity run, which scores one, read the same way. Benchmark and model names must therefore not
+  contain ``__`` themselves (single underscores are fine: ``abid_embeddings``, ``dino_vits16``).
+* Any other metric name belongs to the run's own pair: its ``model`` and ``benchmark`` params when
+  it has them (``open_parent_run(params)``), else ``baselines`` on ``abid`` for the ABID pipeline
+  (its parent carries ``counting_accuracy``, ``counting_rmse``, ...), else ``-`` on the pipeline's name.
+* Metrics about the run rather than a model (``regression_drops``) are left out.
+
+Baselines beside the scores
+---------------------------
+A score means little without its trivial answer: the ABID pipeline logs the majority-class, always-yes
+and asin-prior accuracies beside its scores (:data:`BASELINES`), and a similarity run with untrained
+weights is tagged ``vsbench.baseline`` = ``random-features`` (its model shows as ``<model> (random
+features)``). The report draws both as dashed reference lines in the panels of the scores they explain.
+
+:func:`collect_runs` splits every parent run into one :class:`RunRecord` per pair, so the leaderboard
+and the report see a single shape whatever pipeline produced the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
+from vsbench.tracking.names import SEPARATOR, split_run_metric
+from vsbench.tracking.provenance import (
+    BASELINE_TAG,
+    DATA_DIGEST_TAG,
+    DATA_FILES_TAG,
+    DATA_ROOT_TAG,
+    GIT_COMMIT_TAG,
+    HOST_TAG,
+    PROFILE_TAG,
+    SOURCE_TAG,
+    VERSION_TAG,
+)
+
+ABID_PIPELINE = "vsbench-abid"
+
+
+# Logged on a parent run by the regression check: it describes the run, not a model.
+BOOKKEEPING_METRICS = frozenset({"regression_drops"})
+
+
+LOWER_IS_BETTER = ("rmse", "loss", "error", "seconds")
+
+
+# score -> its trivial baselines (metric name -> label), as the ABID pipeline logs them on its parent run.
+BASELINES: dict[str, dict[str, str]] = {
+    "counting_accuracy": {"counting_majority_accuracy": "majority class"},
+    "verification_accuracy": {"verification_always_yes_accuracy": "always yes"},
+    "quantity_accuracy": {"quantity_always_yes_accuracy": "always yes", "quantity_prior_only_accuracy": "asin prior"},
+}
+
+
+BASELINE_OF = {baseline: score for score, names in BASELINES.items() for baseline in names}
+
+
+RANDOM_FEATURES = " (random features)"
+
+
+LEADERBOARD_COLUMNS = ["benchmark", "metric", "model", "value", "best", "higher_is_better", "runs", "run_id",
+                       "start_time", "experiment_id"]
+
+
+# benchmark -> the metrics its spec declares lower-is-better (benchmarks.registry.lower_is_better_metrics():
+# the registry sits above reporting, so whoever calls a report hands it over; a plugin's included)
+LowerIsBetter = Mapping[str, Collection[str]]
+
+
+def higher_is_better(metric: str, lower: Collection[str] = ()) -> bool:
+    """Accuracies, mAPs, recalls: higher is better; errors, losses and timings: lower, and so is a
+    metric its benchmark declares lower-is-better (``lower``: ``mean_rank`` names ``l2__mean_rank`` too)."""
+    name = metric.lower()
+    return not (name in lower or name.rsplit(SEPARATOR, 1)[-1] in lower or any(word in name for word in LOWER_IS_BETTER))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The metrics of one (model, benchmark) pair in one pipeline run (a parent run may yield several)."""
+
+    run_id: str
+    start_time: datetime
+    pipeline: str
+    model: str
+    benchmark: str
+    metrics: dict[str, float]
+    tags: dict[str, str]
+    params: dict[str, str] = field(default_factory=dict)
+    experiment_id: str = ""
+
+
+def split_metrics(metrics: Mapping[str, float], params: Mapping[str, str],
+                  pipeline: str) -> dict[tuple[str, str], dict[str, float]]:
+    """(model, benchmark) -> {metric: value} for one parent run's metrics (see the module docstring)."""
+    if "model" in params or "benchmark" in params:
+        own = (params.get("model", "-"), params.get("benchmark", pipeline))
+    elif pipeline == ABID_PIPELINE:
+        own = ("baselines", "abid")
+    else:
+        own = ("-", pipeline)
+    pairs: dict[tuple[str, str], dict[str, float]] = {}
+    for name, value in metrics.items():
+        if name in BOOKKEEPING_METRICS:
+            continue
+        split = split_run_metric(name)
+        if split is not None:
+            benchmark, model, metric = split
+            pairs.setdefault((model, benchmark), {})[metric] = value
+        else:
+            pairs.setdefault(own, {})[name] = value
+    return pairs
+
+
+def _client():
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient()
+
+
+def experiment_id(client: Any, experiment: str) -> str:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise LookupError(f"no MLflow experiment named {experiment!r} at {client.tracking_uri}")
+    return found.experiment_id
+
+
+def parent_run_filter(pipeline: str | None = None, *, finished: bool = True) -> str:
+    """The search filter for pipeline parent runs (optionally of one pipeline, only FINISHED ones)."""
+    clauses = [f"tags.`{STEP_TAG}` = 'pipeline'"]
+    if finished:
+        clauses.append("attributes.status = 'FINISHED'")
+    if pipeline:
+        if "'" in pipeline:
+            raise ValueError(f"pipeline name may not contain a quote: {pipeline!r}")
+        clauses.append(f"tags.`{PIPELINE_TAG}` = '{pipeline}'")
+    return " and ".join(clauses)
+
+
+def _records(run: Any) -> list[RunRecord]:
+    start = datetime.fromtimestamp(run.info.start_time / 1000, tz=UTC)
+    tags = dict(run.data.tags)
+    pipeline = tags.get(PIPELINE_TAG, "")
+    pairs = split_metrics(run.data.metrics, run.data.params, pipeline)
+    suffix = RANDOM_FEATURES if tags.get(BASELINE_TAG) == "random-features" else ""
+    return [RunRecord(run.info.run_id, start, pipeline, model + suffix, benchmark, metrics, tags,
+                      dict(run.data.params), str(run.info.experiment_id))
+            for (model, benchmark), metrics in sorted(pairs.items())]
+
+
+def collect_runs(experiment: str, *, last: int | None = None, pipeline: str | None = None,
+                 include_run_id: str | None = None) -> list[RunRecord]:
+    """The FINISHED parent runs of ``experiment`` (newest first), one record per (model, benchmark).
+
+    ``last`` keeps the ``last`` newest parent runs; ``pipeline`` keeps one pipeline's runs.
+    ``include_run_id`` adds a run that has not finished yet, such as the nightly run writing its
+    own report before its exit handler closes it; it counts towards ``last``.
+    """
+    if last is not None and last < 1:
+        raise ValueError(f"last must be at least 1, got {last}")
+    client = _client()
+    ids = [experiment_id(client, experiment)]
+    runs: list[Any] = []
+    token = None
+    while last is None or len(runs) < last:
+        page = client.search_runs(ids, filter_string=parent_run_filter(pipeline),
+                                  order_by=["attributes.start_time DESC"],
+                                  max_results=min(last - len(runs), 1000) if last else 1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    if include_run_id and all(run.info.run_id != include_run_id for run in runs):
+        runs.append(client.get_run(include_run_id))
+        runs.sort(key=lambda run: run.info.start_time, reverse=True)
+        runs = runs[:last] if last else runs
+    return [record for run in runs for record in _records(run)]
+
+
+def ran_in(record: RunRecord) -> str:
+    """The image a run's steps ran in ("name (id)"), "host venv", or "-" for runs from before the tag."""
+    image = record.tags.get(IMAGE_TAG, "-")
+    image_id = record.tags.get(IMAGE_ID_TAG, "")
+    return f"{image} ({image_id.removeprefix('sha256:')[:12]})" if image_id else image
+
+
+def runs_by_id(records: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    runs: dict[str, list[RunRecord]] = {}
+    for record in sorted(records, key=lambda r: r.start_time, reverse=True):
+        runs.setdefault(record.run_id, []).append(record)
+    return runs
+
+
+def source(record: RunRecord) -> str:
+    """"kfp <run id>" for a pipeline run, "command" for a command's run."""
+    if record.tags.get(SOURCE_TAG) == "cli":
+        return "command"
+    kfp = record.tags.get(KFP_RUN_TAG, "")
+    return f"kfp {kfp}" if kfp else "-"
+
+
+def provenance(record: RunRecord) -> str:
+    """One line: what data (and its digest) and which profile a run used, and the code that ran."""
+    tags, params = record.tags, record.params
+    data = tags.get(DATA_ROOT_TAG) or params.get("data") or params.get("root") or params.get("source") or "unrecorded"
+    if tags.get(DATA_DIGEST_TAG):
+        data += f" ({tags.get(DATA_FILES_TAG, '?')} files, digest {tags[DATA_DIGEST_TAG][:12]})"
+    profile = (tags.get(PROFILE_TAG) or params.get("profile") or params.get("train_profile")
+               or params.get("suite") or "-")
+    code = f"vsbench {tags.get(VERSION_TAG, '?')}"
+    if tags.get(GIT_COMMIT_TAG):
+        code += f" @ {tags[GIT_COMMIT_TAG][:7]}"
+    if tags.get(HOST_TAG):
+        code += f" on {tags[HOST_TAG]}"
+    return f"data: {data}; profile: {profile}; code: {code}"
