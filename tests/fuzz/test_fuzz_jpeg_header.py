@@ -87,3 +87,25 @@ def test_the_seeds_take_the_header_free_path() -> None:
     for seed in SEEDS:
         assert jpeg.plain_header(seed) is not None
         np.testing.assert_array_equal(jpeg.decode_plain_rgb(seed, (224, 224)), _pillow_route(seed, (224, 224))[..., :3])
+
+
+@FUZZ
+@given(seed=st.sampled_from(range(len(SEEDS))), cut=st.floats(0.0, 0.995), closed=st.booleans())
+def test_a_scan_cut_anywhere_is_refused_by_every_decode_mode(seed: int, cut: float, closed: bool) -> None:
+    """Issue 28, item 10: data cut anywhere inside the scan, closed by an end-of-image marker or not,
+    never resizes into an image (Pillow would fill the missing rows with grey)."""
+    from vsbench.abid.resize import resize_image_bytes
+
+    data = SEEDS[seed]
+    sos = data.index(b"\xff\xda")
+    start = sos + 2 + ((data[sos + 2] << 8) | data[sos + 3])
+    end = start + int((len(data) - 2 - start) * cut)
+    if end >= len(data) - 2:
+        return
+    damaged = data[:end] + (b"\xff\xd9" if closed else b"")
+    for mode in ("full", "draft", "fast"):
+        try:
+            resize_image_bytes(damaged, 32, decode=mode)
+        except ValueError:
+            continue
+        raise AssertionError(f"{mode}: a scan cut at byte {end} of {len(data)} was resized")

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 
 from vsbench.abid.ids import local_name
 from vsbench.abid.pairs import SiamesePairSampler
+from vsbench.imaging import jpeg
 from vsbench.imaging.limits import check_failure_rate, open_image
 from vsbench.io.storage import atomic_write_json
 
@@ -54,6 +55,8 @@ def image_problem(path: Path) -> str:
     try:
         with open_image(path) as image:
             image.load()
+            if image.format == "JPEG":  # Pillow fills a scan that ends early with grey; refuse it
+                jpeg.check_complete(Path(path).read_bytes())
         return ""
     except Exception as exc:  # noqa: BLE001 - decoders raise many types; each is this image's fault
         return f"{type(exc).__name__}: {exc}"

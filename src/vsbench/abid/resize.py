@@ -155,6 +155,7 @@ def resize_image_bytes(data: bytes, size: int, quality: int = 75, decode: Decode
                 if decode != "full":
                     image.draft("RGB", (size, size))
                 rgb = image.convert("RGB")
+                jpeg.check_complete(data)  # Pillow fills a scan that ends early with grey; refuse it
     except UnidentifiedImageError:
         raise ValueError("not an image (unidentified format)") from None
     except OSError as exc:

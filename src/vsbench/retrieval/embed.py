@@ -114,6 +114,8 @@ def _load(path: Path, preprocessing: Preprocessing, *, fast: bool) -> np.ndarray
                 return pixels
         image.draft("RGB", target)
         rgb = image.convert("RGB")
+        if image.format == "JPEG":  # Pillow fills a scan that ends early with grey; refuse it
+            jpeg.check_complete(Path(path).read_bytes())
     return _resize_and_crop(rgb, target, preprocessing)
 
 
