@@ -18,7 +18,7 @@ def open_tracking(experiment: str, kfp_run_id: str, pipeline: str, params_json: 
     """Create (or find, on retry) the MLflow parent run of this pipeline run; "" when offline."""
     import json
 
-    from vsbench.tracking import open_parent_run
+    from vsbench.tracking.runs import open_parent_run
 
     return open_parent_run(experiment, kfp_run_id, pipeline, json.loads(params_json))
 
@@ -29,7 +29,7 @@ def close_tracking(experiment: str, kfp_run_id: str, status: dsl.PipelineTaskFin
 
     An exit task may not depend on other tasks, so it finds the parent by its KFP run id tag.
     """
-    from vsbench.tracking import close_parent_run
+    from vsbench.tracking.runs import close_parent_run
 
     close_parent_run(experiment, kfp_run_id, status.state == "SUCCEEDED")
 
@@ -42,7 +42,7 @@ def abid_download(
     """Mirror shard ``shard`` of the ABID bucket into ``<data_root>/raw``; resumable. Inside a
     ParallelFor, so the MLflow parent is found by the KFP run id (``tracking.parent_run_for``)."""
     from vsbench.steps.abid import abid_download_step
-    from vsbench.tracking import parent_run_for
+    from vsbench.tracking.runs import parent_run_for
 
     parent_run_id = parent_run_for(experiment, kfp_run_id)
     result = abid_download_step(source, f"{data_root}/raw", endpoint_url=endpoint_url, limit=limit,
@@ -76,7 +76,7 @@ def abid_resize(
     ParallelFor: the MLflow parent is found by the KFP run id). ``decode``: full (the challenge's
     pixels, the pipeline's default), fast or draft (``vsbench abid resize --decode``)."""
     from vsbench.steps.abid import abid_resize_step
-    from vsbench.tracking import parent_run_for
+    from vsbench.tracking.runs import parent_run_for
 
     parent_run_id = parent_run_for(experiment, kfp_run_id)
     result = abid_resize_step(f"{data_root}/raw", f"{data_root}/bin-images-resize", size=size, decode=decode,

@@ -36,7 +36,7 @@ def comparison_report(experiment: str, last: int, report: Output[HTML], parent_r
     from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.reporting.html_report import write_report
     from vsbench.reporting.runs import collect_runs
-    from vsbench.tracking import log_artifact_to_run
+    from vsbench.tracking.runs import log_artifact_to_run
 
     runs = collect_runs(experiment, last=last, include_run_id=parent_run_id or None)  # this run is not closed yet
     write_report(runs, Path(report.path), title=f"{experiment}: last {last} runs",

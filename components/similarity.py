@@ -28,7 +28,7 @@ def embed_shard(
     ``vsbench.tracking.parent_run_for``) rather than taking it from the opening task."""
     from vsbench.runspec.run import SimilarityRun
     from vsbench.steps.similarity import similarity_embed_step
-    from vsbench.tracking import parent_run_for
+    from vsbench.tracking.runs import parent_run_for
 
     run = SimilarityRun.parse(benchmark=benchmark, root=root, model=model, num_shards=num_shards,
                         benchmark_options=benchmark_options, model_options=model_options, seed=seed)
@@ -76,7 +76,7 @@ def search(
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_search_step
-    from vsbench.tracking import parent_run_for
+    from vsbench.tracking.runs import parent_run_for
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        search_params=search_params, search_shards=search_shards, reference_shards=reference_shards,

@@ -24,7 +24,8 @@ from vsbench.abid.synth import generate_abid
 from vsbench.io.storage import upload_tree
 from vsbench.platform.local_run import kfp_runner, run_abid_pipeline_locally, step_manifests
 from vsbench.runtime.images import CPU_IMAGE
-from vsbench.tracking import ARTIFACT_LOCATION_ENV, IMAGE_ID_TAG, IMAGE_TAG, PARENT_TAG, STEP_TAG
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.provenance import IMAGE_ID_TAG, IMAGE_TAG, PARENT_TAG, STEP_TAG
 
 pytestmark = [pytest.mark.container, pytest.mark.integration, pytest.mark.slow]
 

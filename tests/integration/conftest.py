@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vsbench.tracking import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
 
 from .mlflow_server import MlflowServer
 

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from vsbench.platform.local_s3 import free_port
-from vsbench.tracking import close_parent_run, log_to_parent, open_parent_run
+from vsbench.tracking.runs import close_parent_run, log_to_parent, open_parent_run
 
 
 def _mlflow_command() -> list[str]:

@@ -28,16 +28,21 @@ from PIL import Image
 
 from vsbench.reporting.html_report import write_report
 from vsbench.reporting.runs import collect_runs
-from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG, ensure_experiment
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
     DATA_DIGEST_TAG,
     DATA_FILES_TAG,
     DATA_ROOT_TAG,
+    IMAGE_ID_TAG,
+    IMAGE_TAG,
+    KFP_RUN_TAG,
+    PIPELINE_TAG,
     PROFILE_TAG,
     SOURCE_TAG,
+    STEP_TAG,
     VERSION_TAG,
 )
+from vsbench.tracking.runs import ensure_experiment
 
 pytestmark = pytest.mark.integration
 

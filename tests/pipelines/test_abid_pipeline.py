@@ -9,7 +9,8 @@ import pytest
 from vsbench.abid.synth import generate_abid
 from vsbench.io.storage import upload_tree
 from vsbench.platform.local_run import run_abid_pipeline_locally
-from vsbench.tracking import ARTIFACT_LOCATION_ENV, KFP_RUN_TAG, PARENT_TAG, STEP_TAG
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, STEP_TAG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 STEPS = ("abid-download", "abid-prepare", "abid-resize", "abid-train-counting", "abid-train-siamese",
@@ -87,7 +88,7 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
 def test_unreachable_tracking_server_does_not_fail_the_step(tmp_path, monkeypatch, capsys):
     from vsbench.platform.local_s3 import free_port
     from vsbench.steps.abid import abid_prepare_step
-    from vsbench.tracking import open_parent_run
+    from vsbench.tracking.runs import open_parent_run
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")

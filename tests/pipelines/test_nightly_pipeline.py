@@ -9,7 +9,8 @@ import yaml
 
 from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.platform.local_run import run_pipeline_locally
-from vsbench.tracking import ARTIFACT_LOCATION_ENV, STEP_TAG
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.provenance import STEP_TAG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

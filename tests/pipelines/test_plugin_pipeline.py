@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.example_plugin import environment, expected_colour_match, install_example_plugin, vsbench
-from vsbench.tracking import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

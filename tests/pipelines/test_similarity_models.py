@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vsbench.benchmarks.disc.synth import generate_disc
-from vsbench.tracking import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
 pytest.importorskip("timm")

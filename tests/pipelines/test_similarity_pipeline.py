@@ -10,7 +10,8 @@ import pytest
 
 from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.platform.local_run import run_pipeline_locally
-from vsbench.tracking import ARTIFACT_LOCATION_ENV, PARENT_TAG, STEP_TAG
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.provenance import PARENT_TAG, STEP_TAG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

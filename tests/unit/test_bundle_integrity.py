@@ -206,8 +206,8 @@ def test_a_bundle_naming_a_pipeline_runs_key_is_refused(tmp_path, store):
     """A pipeline's parent run carries the same run-key tag but no bundle digest."""
     from mlflow.tracking import MlflowClient
 
-    from vsbench.tracking import ensure_experiment
     from vsbench.tracking.provenance import RUN_KEY_TAG
+    from vsbench.tracking.runs import ensure_experiment
 
     client = MlflowClient(store)
     kfp_run = "0b3a7c1e-5d2f-4c1a-9e8b-7f6d5c4b3a21"

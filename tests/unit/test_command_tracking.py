@@ -163,8 +163,8 @@ def test_trained_models_get_aliases_not_stages(tmp_path):
     """newest always, best only when at least as good, nightly only from the nightly pipeline."""
     from mlflow.tracking import MlflowClient
 
-    from vsbench.tracking import PIPELINE_TAG
     from vsbench.tracking.models import aliases, register_version
+    from vsbench.tracking.provenance import PIPELINE_TAG
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
     experiment = client.create_experiment("e", artifact_location=str(tmp_path / "a"))

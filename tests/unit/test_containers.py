@@ -176,7 +176,8 @@ def test_step_manifest_and_mlflow_tags_record_the_image(tmp_path: Path, monkeypa
     from vsbench.reporting.leaderboard import render_runs
     from vsbench.reporting.runs import collect_runs, ran_in
     from vsbench.steps.base import StepResult, finish
-    from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, child_run, log_to_parent, open_parent_run
+    from vsbench.tracking.provenance import IMAGE_ID_TAG, IMAGE_TAG
+    from vsbench.tracking.runs import child_run, log_to_parent, open_parent_run
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("VSBENCH_IMAGE", "registry.test/vsbench-cpu:1")

@@ -22,7 +22,7 @@ def _closed_port() -> int:
 
 def test_a_step_with_its_store_gone_makes_one_bounded_call_then_goes_on(monkeypatch: pytest.MonkeyPatch,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from vsbench.tracking import child_run, log_to_parent
+    from vsbench.tracking.runs import child_run, log_to_parent
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")

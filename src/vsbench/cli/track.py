@@ -28,14 +28,8 @@ def track_upload(
     from its own folder, its digest), and may only complete the run it made itself."""
     import os
 
-    from vsbench.tracking.command import (
-        DEFAULT_STORE_ENV,
-        BundleRefused,
-        find_bundles,
-        read_bundle,
-        resolve_store,
-        upload_bundle,
-    )
+    from vsbench.tracking.command import BundleRefused, find_bundles, read_bundle, resolve_store, upload_bundle
+    from vsbench.tracking.config import DEFAULT_STORE_ENV
 
     with user_errors(FileNotFoundError):
         bundles = find_bundles(location)

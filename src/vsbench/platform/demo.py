@@ -17,8 +17,7 @@ from pathlib import Path
 from vsbench.io.storage import atomic_write_json, upload_tree
 from vsbench.platform.local_run import run_abid_pipeline_locally
 from vsbench.platform.local_s3 import LocalS3
-from vsbench.tracking import ARTIFACT_LOCATION_ENV
-from vsbench.tracking.command import disable_tracking
+from vsbench.tracking.config import ARTIFACT_LOCATION_ENV, disable_tracking
 
 BUCKET = "abid-demo"
 EXPERIMENT = "vsbench-abid-demo"

@@ -172,7 +172,7 @@ def tracking_locations(experiment: str) -> tuple[list[Path], list[Path], dict[st
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    from vsbench.tracking import ensure_experiment
+    from vsbench.tracking.runs import ensure_experiment
 
     uri = mlflow.get_tracking_uri()
     folders: list[Path] = []

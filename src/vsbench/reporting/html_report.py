@@ -28,8 +28,8 @@ from vsbench.reporting.runs import (
     runs_by_id,
     source,
 )
-from vsbench.tracking import tracking_uri
 from vsbench.tracking.names import SEPARATOR
+from vsbench.tracking.runs import tracking_uri
 
 UI_ENV = "VSBENCH_MLFLOW_UI"  # where the report's run links point when the store is not a server
 

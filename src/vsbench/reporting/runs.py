@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vsbench.tracking import IMAGE_ID_TAG, IMAGE_TAG, KFP_RUN_TAG, PIPELINE_TAG, STEP_TAG
 from vsbench.tracking.names import SEPARATOR, split_run_metric
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
@@ -44,8 +43,13 @@ from vsbench.tracking.provenance import (
     DATA_ROOT_TAG,
     GIT_COMMIT_TAG,
     HOST_TAG,
+    IMAGE_ID_TAG,
+    IMAGE_TAG,
+    KFP_RUN_TAG,
+    PIPELINE_TAG,
     PROFILE_TAG,
     SOURCE_TAG,
+    STEP_TAG,
     VERSION_TAG,
 )
 

@@ -11,7 +11,7 @@ from vsbench.abid.metrics import counting_metrics, verification_metrics
 from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid
 from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
 from vsbench.steps.base import StepResult, finish, numbers, sharded
-from vsbench.tracking import Tracker, child_run, log_to_parent
+from vsbench.tracking.runs import Tracker, child_run, log_to_parent
 
 
 def abid_download_step(

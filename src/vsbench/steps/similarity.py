@@ -18,8 +18,8 @@ from vsbench.io.inputs import read_json
 from vsbench.retrieval.engine import Engine
 from vsbench.runspec.run import BenchmarkRun, SimilarityRun
 from vsbench.steps.base import StepResult, finish, save_figure
-from vsbench.tracking import child_run, log_to_parent
 from vsbench.tracking.names import flat_metrics, run_metric_names
+from vsbench.tracking.runs import child_run, log_to_parent
 
 
 def embed_shards(num_shards: int) -> list[int]:

@@ -35,33 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.io.storage import atomic_write_json
-from vsbench.tracking.provenance import RUN_KEY_TAG, SOURCE_TAG, code_tags
+from vsbench.tracking.config import (
+    ARTIFACT_LOCATION_ENV,
+    disable_tracking,
+    tracking_disabled,
+)
+from vsbench.tracking.provenance import IMAGE_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG, code_tags
+from vsbench.tracking.runs import _image_tags, ensure_experiment
 
 BUNDLE_NAME = "mlflow-run.json"
 BUNDLE_SUFFIX = ".mlflow-run.json"
 TIMEOUT_ENV = "VSBENCH_TRACKING_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
-NO_TRACK_ENV = "VSBENCH_NO_TRACK"
 HOME_ENV = "VSBENCH_HOME"
 UPLOAD_HINT = "vsbench track upload"
 _BATCH = 100  # MLflow's log_batch takes at most 100 params (and 1000 metrics) per call
-
-
-DEFAULT_STORE_ENV = "VSBENCH_DEFAULT_STORE"  # "off": no MLFLOW_TRACKING_URI means no tracking (tests, CI)
-
-
-def tracking_disabled() -> bool:
-    """``--no-track`` (or ``VSBENCH_NO_TRACK=1``): nothing goes to MLflow, pipeline steps included.
-    Also off when no store is named and ``VSBENCH_DEFAULT_STORE=off`` forbids the local default."""
-    if os.environ.get(NO_TRACK_ENV, "").strip().lower() in ("1", "true", "yes"):
-        return True
-    return (not os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-            and os.environ.get(DEFAULT_STORE_ENV, "").strip().lower() == "off")
-
-
-def disable_tracking() -> None:
-    """Turn tracking off for this process and the pipeline steps it starts (they inherit the variable)."""
-    os.environ[NO_TRACK_ENV] = "1"
 
 
 def tracking_timeout() -> float:
@@ -80,7 +68,6 @@ def vsbench_home() -> Path:
 def resolve_store(announce: Callable[[str], None] = print) -> str:
     """The tracking URI: ``MLFLOW_TRACKING_URI`` when set; otherwise the local default store, which is
     then put in the environment (pipeline steps inherit it) and announced."""
-    from vsbench.tracking import ARTIFACT_LOCATION_ENV
 
     uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
     if uri:
@@ -132,7 +119,6 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
     caught. ``started`` is the run's start (``time.time()``). The digest
     (:func:`vsbench.tracking.bundles.content_digest`) is what lets a later upload tell this bundle
     from a forged one for the same run key (:mod:`vsbench.tracking.bundles`)."""
-    from vsbench.tracking import IMAGE_TAG, PIPELINE_TAG, STEP_TAG, _image_tags
     from vsbench.tracking.bundles import DIGEST_TAG, Bundle, content_digest, file_sha256, redact_uri
 
     key = run_key or new_run_key()
@@ -206,7 +192,6 @@ def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from vsbench.tracking import ensure_experiment
     from vsbench.tracking.bundles import DIGEST_TAG, Uploaded, check_run_key, parse_bundle, redact_uri, verify_bundle
 
     bundle = parse_bundle(path)

@@ -39,7 +39,7 @@ def register_version(client: Any, run_id: str, model_uri: str, name: str, score:
     the version number. ``score`` (higher is better) decides ``best``; None never takes it."""
     from mlflow.exceptions import MlflowException
 
-    from vsbench.tracking import PIPELINE_TAG
+    from vsbench.tracking.provenance import PIPELINE_TAG
 
     try:
         client.create_registered_model(name, description="vsbench ABID baseline, trained by a vsbench step.")

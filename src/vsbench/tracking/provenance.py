@@ -16,6 +16,12 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+KFP_RUN_TAG = "kfp.run_id"
+PIPELINE_TAG = "vsbench.pipeline"
+STEP_TAG = "vsbench.step"
+IMAGE_TAG = "vsbench.image"
+IMAGE_ID_TAG = "vsbench.image_id"
+PARENT_TAG = "mlflow.parentRunId"
 VERSION_TAG = "vsbench.version"
 GIT_COMMIT_TAG = "vsbench.git_commit"
 HOST_TAG = "vsbench.host"
