@@ -25,7 +25,7 @@ def embed_shard(
     ``seed`` draws ``{"weights": "random"}`` (0 when a caller gives none, as before it existed).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
-    ``vsbench.tracking.parent_run_for``) rather than taking it from the opening task."""
+    ``vsbench.tracking.runs.parent_run_for``) rather than taking it from the opening task."""
     from vsbench.runspec.run import SimilarityRun
     from vsbench.steps.similarity import similarity_embed_step
     from vsbench.tracking.runs import parent_run_for

@@ -1,6 +1,6 @@
 """A tracking store that goes away while a pipeline runs costs each step one bounded call.
 
-Each step opens its child run through :func:`vsbench.tracking.child_run`; the first call that
+Each step opens its child run through :func:`vsbench.tracking.runs.child_run`; the first call that
 fails takes that step's tracker offline and every later logging call returns at once, so the
 step finishes with its metrics in its own manifest. The one failed call is bounded by MLflow's
 request timeout and retries (``MLFLOW_HTTP_REQUEST_TIMEOUT`` / ``_MAX_RETRIES``; vsbench sets 20 s

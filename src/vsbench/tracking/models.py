@@ -9,7 +9,7 @@ version and moves:
 - ``best``: when its validation score is at least that of the version holding ``best`` now.
 
 The score rides on the version as the tag ``vsbench.score``, so ``best`` compares without
-reading runs. Tracking errors propagate: the caller's :class:`~vsbench.tracking.Tracker` turns
+reading runs. Tracking errors propagate: the caller's :class:`~vsbench.tracking.runs.Tracker` turns
 them into "offline".
 """
 
