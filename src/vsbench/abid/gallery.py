@@ -50,7 +50,7 @@ from vsbench.abid.ids import RESIZED_DIR, local_name
 from vsbench.abid.metrics import verification_metrics
 from vsbench.abid.prepare import draw_absent
 from vsbench.abid.readers import read_verification_ground_truth
-from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path, unit_rows
+from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark, option_path, unit_rows
 from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, read_json
 
@@ -133,7 +133,7 @@ def _indices(path: Path, number: int, values: Any, what: str, limit: int) -> lis
     return values
 
 
-class AbidEmbeddingsBenchmark:
+class AbidEmbeddingsBenchmark(SearchedBenchmark):
     """Adapter: validation questions, calibration questions and the retrieval gallery over ABID bins."""
 
     name = NAME
@@ -230,15 +230,6 @@ class AbidEmbeddingsBenchmark:
         """Validation bins, gallery bins, and the calibration bins with their chosen targets."""
         return {IMAGE_SET: self._bins}
 
-    def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
-        """One record: verification accuracy / precision / recall, asin retrieval mAP, the threshold.
-
-        Of ``settings`` only ``use_gpu`` is used: similarity here is exact cosine.
-        """
-        from vsbench.index.plan import search_all_inline  # faiss: imported only when scoring
-
-        return self.score(features, settings, search_all_inline(self.search_requests(features, settings),
-                                                                settings.use_gpu))
 
     def _unit_rows(self, features: dict[str, FeatureSet]) -> tuple[np.ndarray, dict[int, int]]:
         """Every bin's unit-length features, and bin index -> row."""

@@ -82,3 +82,15 @@ def unit_rows(features: np.ndarray, what: str) -> np.ndarray:
         raise ValueError(f"{what} features: row {int(np.flatnonzero(norms.ravel() == 0)[0])} is all zeros, "
                          "which has no cosine")
     return values / norms
+
+
+class SearchedBenchmark:
+    """A benchmark that ranks with FAISS (DISC, Copydays, ABID as a gallery): it declares its
+    ``search_requests`` and its ``score``; ``evaluate`` is those searches answered in this process,
+    where the engine answers the same requests from persisted, sharded indexes instead."""
+
+    def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
+        from vsbench.index.plan import search_all_inline  # faiss: imported only when scoring
+
+        requests = self.search_requests(features, settings)  # type: ignore[attr-defined]
+        return self.score(features, settings, search_all_inline(requests, settings.use_gpu))  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings
+from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark
 from vsbench.benchmarks.copydays.metrics import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
 from vsbench.benchmarks.disc.adapter import aligned_features, list_images
 from vsbench.benchmarks.ties import tie_fields
@@ -62,7 +62,7 @@ CSV_FIELDS = {"codec": "codec", "strong_map": "strong_mAP", "overall_uap": "over
 
 
 @dataclass(frozen=True)
-class CopydaysBenchmark:
+class CopydaysBenchmark(SearchedBenchmark):
     """Copydays queries (block by block, originals first), their positives, distractors and codec training set."""
 
     root: Path
@@ -85,12 +85,6 @@ class CopydaysBenchmark:
             sets["train"] = self.train
         return sets
 
-    def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
-        """strong mAP, overall uAP and per-block mAP for every codec (no score normalization, as SSCD)."""
-        from vsbench.index.plan import search_all_inline  # faiss: imported only when scoring
-
-        results = search_all_inline(self.search_requests(features, settings), settings.use_gpu)
-        return self.score(features, settings, results)
 
     def search_requests(self, features: dict[str, FeatureSet], settings: EvalSettings) -> list[SearchRequest]:
         """One search, ``copydays``: every Copydays image against the originals and the distractors, by

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings
+from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
 from vsbench.benchmarks.ties import tie_fields
@@ -109,7 +109,7 @@ def restrict_to_list(images: ImageSet, list_file: Path, folder: Path) -> ImageSe
 
 
 @dataclass(frozen=True)
-class DiscBenchmark:
+class DiscBenchmark(SearchedBenchmark):
     """A loaded DISC-layout dataset: its image sets and ground truth, checked against each other."""
 
     root: Path
@@ -127,12 +127,6 @@ class DiscBenchmark:
             sets["train"] = self.train
         return sets
 
-    def evaluate(self, features: dict[str, FeatureSet], settings: EvalSettings) -> EvalResult:
-        """uAP / accuracy at 1 / recall at P90 for every codec, without and with score normalization."""
-        from vsbench.index.plan import search_all_inline  # faiss: imported only when scoring
-
-        results = search_all_inline(self.search_requests(features, settings), settings.use_gpu)
-        return self.score(features, settings, results)
 
     def search_requests(self, features: dict[str, FeatureSet], settings: EvalSettings) -> list[SearchRequest]:
         """SSCD's searches: ``l2`` (L2 distances, no score normalization) and, with score
