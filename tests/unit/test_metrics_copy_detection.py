@@ -212,3 +212,27 @@ def test_vectorized_equals_reference_with_string_ids() -> None:
     assert (fast.uap, fast.accuracy_at_1, fast.recall_at_p90) == pytest.approx(
         (slow.uap, slow.accuracy_at_1, slow.recall_at_p90), abs=1e-9)
     assert fast.num_true_positives == slow.num_true_positives > 0
+
+
+@pytest.mark.parametrize("offset, stride", [(0, 1), (-50, 1), (10**12, 1), (0, 10**9), (2**62 + 5, 1)])
+def test_integer_ids_give_the_same_record_as_their_strings(offset: int, stride: int) -> None:
+    """Dense integer ids take the shift path, sparse or huge ones the factorizing path: same record.
+
+    The strings of the same ids always go through the factorizing path, so any path gives one record.
+    """
+    q, r, scores, gq, gr = _random_case(3, n_queries=50, per_query=8, n_refs=30)
+    dtype = np.uint64 if offset >= 2**62 else np.int64
+    ints = tuple(np.asarray(a, dtype=np.int64).astype(dtype) * dtype(stride) + dtype(offset) if i != 2 else a
+                 for i, a in enumerate((q, r, scores, gq, gr)))
+    strings = tuple(np.asarray(a).astype(str) if i != 2 else a for i, a in enumerate(ints))
+    as_ints, as_strings = copy_detection_metrics(*ints), copy_detection_metrics(*strings)
+    assert as_ints.as_dict() == as_strings.as_dict()
+    assert as_ints.num_true_positives > 0
+    slow = copy_detection_metrics_reference(*ints)
+    assert as_ints.uap == pytest.approx(slow.uap, abs=1e-12)
+    assert as_ints.accuracy_at_1 == pytest.approx(slow.accuracy_at_1, abs=1e-12)
+
+
+def test_duplicate_message_is_the_same_on_the_shift_path() -> None:
+    with pytest.raises(ValueError, match=r"query 7, reference 3\) at rows 1 and 2"):
+        copy_detection_metrics(np.array([5, 7, 7]), np.array([3, 3, 3]), [0.1, 0.2, 0.3], [5], [3])

@@ -120,11 +120,13 @@ def copy_detection_metrics(
         raise ValueError("the ground truth holds no (query, reference) pair: uAP is undefined "
                          "(isc2021 fails on it too)")
 
-    q_codes, gq_codes = shared_codes(pq, gq)
+    q_codes, gq_codes = _query_codes(pq, gq)
     n_queries = int(max(q_codes.max(initial=-1), gq_codes.max()) + 1)
     r_codes, gr_codes, n_refs = _reference_codes(pr, gr, n_queries)
     pred_keys = q_codes * n_refs + r_codes  # one int64 per (query, reference) pair
-    _reject_duplicates(pred_keys, pq, pr)
+    order = np.argsort(pred_keys)
+    sorted_keys = pred_keys[order]
+    _reject_duplicates(sorted_keys, pred_keys, pq, pr)
 
     unique_gt, first_row, multiplicity = np.unique(gq_codes * n_refs + gr_codes, return_index=True,
                                                    return_counts=True)
@@ -133,23 +135,24 @@ def copy_detection_metrics(
     if repeated:
         row = int(first_row[np.flatnonzero(multiplicity > 1)[0]])
         if ground_truth_duplicates == "count":
-            notes.append(f"{repeated} ground-truth pair(s) are listed more than once (e.g. query {gq[row]!r}, "
-                         f"reference {gr[row]!r}); counted each time, as isc2021 does, so recall cannot reach 1; "
+            notes.append(f"{repeated} ground-truth pair(s) are listed more than once (e.g. query {gq[row:row + 1].tolist()[0]!r}, "
+                         f"reference {gr[row:row + 1].tolist()[0]!r}); counted each time, as isc2021 does, so recall cannot reach 1; "
                          "ground_truth_duplicates='once' (--gt-duplicates once) counts each pair once")
         else:
             multiplicity = np.ones_like(multiplicity)
     n_gt = int(multiplicity.sum())
 
-    match = _positions(unique_gt, pred_keys)  # into the unique ground truth, -1 if none
-    is_tp = match >= 0
-    predicted = np.zeros(unique_gt.size, dtype=bool)
-    predicted[match[is_tp]] = True
+    predicted, tp_rows = _predicted_pairs(unique_gt, sorted_keys, order)
+    is_tp = np.zeros(scores.size, dtype=bool)
+    is_tp[tp_rows] = True
     gt_scores = np.zeros(unique_gt.size)
-    gt_scores[match[is_tp]] = scores[is_tp]
+    gt_scores[predicted] = scores[tp_rows]
     gt_query_codes = gq_codes[first_row]
 
-    uap, recall_p90, threshold = _micro_ap(scores, is_tp, n_gt, negatives_first=True)
-    best_uap, best_recall, _ = _micro_ap(scores, is_tp, n_gt, negatives_first=False)
+    positives = np.sort(scores[is_tp])[::-1]
+    negatives = np.sort(scores[~is_tp])  # the one large sort, shared by both tie orders
+    uap, recall_p90, threshold = _micro_ap(positives, negatives, n_gt, negatives_first=True)
+    best_uap, best_recall, _ = _micro_ap(positives, negatives, n_gt, negatives_first=False)
     acc1, best_acc1 = _accuracy_at_1(q_codes, scores, n_queries, gt_query_codes, predicted, gt_scores, multiplicity)
     return CopyDetectionMetrics(
         uap=uap,
@@ -228,6 +231,31 @@ def shared_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.
     return all_codes[: first.size], all_codes[first.size :]
 
 
+def _query_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes for query ids: :func:`shared_codes`, or the integer ids themselves shifted to start at 0.
+
+    The codes size per-query arrays, so the shift is taken only while the ids' span stays within a
+    few times their count (dense ids, as FAISS rows and numbered queries are); factorizing ten
+    million integers is a sort, and the shift is not.
+    """
+    span = _integer_span(first, second)
+    if span is not None and span <= 4 * (first.size + second.size) + 1024:
+        low = int(min(first.min(), second.min()))
+        return first.astype(np.int64) - low, second.astype(np.int64) - low
+    return shared_codes(first, second)
+
+
+def _integer_span(first: np.ndarray, second: np.ndarray) -> int | None:
+    """``max - min + 1`` over two non-empty integer arrays of one kind whose values fit in int62."""
+    if not (first.size and second.size and first.dtype.kind == second.dtype.kind and first.dtype.kind in "iu"):
+        return None
+    low = int(min(first.min(), second.min()))
+    high = int(max(first.max(), second.max()))
+    if low < -(2**62) or high >= 2**62:
+        return None
+    return high - low + 1
+
+
 def _reference_codes(first: np.ndarray, second: np.ndarray,
                      n_queries: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Codes for reference ids and their count (an upper bound); they only enter the pair key.
@@ -235,34 +263,38 @@ def _reference_codes(first: np.ndarray, second: np.ndarray,
     Integer ids (FAISS row ids, say) are used as they are, shifted to start at 0, when the pair key
     still fits in int64: that skips the sort that factorizing ten million ids costs.
     """
-    if (first.size and first.dtype.kind == second.dtype.kind and first.dtype.kind in "iu"):
+    span = _integer_span(first, second)
+    if span is not None and span * n_queries < 2**62:
         low = int(min(first.min(), second.min()))
-        span = int(max(first.max(), second.max())) - low + 1
-        if span * n_queries < 2**62:
-            return first.astype(np.int64) - low, second.astype(np.int64) - low, span
+        return first.astype(np.int64) - low, second.astype(np.int64) - low, span
     first_codes, second_codes = shared_codes(first, second)
     return first_codes, second_codes, int(max(first_codes.max(initial=-1), second_codes.max()) + 1)
 
 
-def _reject_duplicates(keys: np.ndarray, query: np.ndarray, reference: np.ndarray) -> None:
-    ordered = np.sort(keys)
-    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+def _reject_duplicates(sorted_keys: np.ndarray, keys: np.ndarray, query: np.ndarray, reference: np.ndarray) -> None:
+    repeated = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
     if repeated.size:
-        first, second = np.flatnonzero(keys == ordered[repeated[0]])[:2].tolist()
-        raise ValueError(f"duplicate prediction pair (query {query[first]!r}, reference {reference[first]!r}) "
+        first, second = np.flatnonzero(keys == sorted_keys[repeated[0]])[:2].tolist()
+        q, r = query[first:first + 1].tolist()[0], reference[first:first + 1].tolist()[0]  # plain Python ids
+        raise ValueError(f"duplicate prediction pair (query {q!r}, reference {r!r}) "
                          f"at rows {first} and {second} (isc2021 refuses duplicates too)")
 
 
-def _positions(sorted_keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Index of each wanted key in ``sorted_keys``, or -1 when absent."""
-    pos = np.searchsorted(sorted_keys, wanted)
+def _predicted_pairs(unique_gt: np.ndarray, sorted_keys: np.ndarray,
+                     order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which ground-truth pairs were predicted, and the prediction row of each (in ground-truth order).
+
+    The ground truth is looked up in the sorted predictions (its few keys searched in the many),
+    since the predictions' keys are unique once duplicates are refused.
+    """
+    pos = np.searchsorted(sorted_keys, unique_gt)
     inside = pos < sorted_keys.size
-    hit = np.zeros(wanted.size, dtype=bool)
-    hit[inside] = sorted_keys[pos[inside]] == wanted[inside]
-    return np.where(hit, pos, -1)
+    predicted = np.zeros(unique_gt.size, dtype=bool)
+    predicted[inside] = sorted_keys[pos[inside]] == unique_gt[inside]
+    return predicted, order[pos[predicted]]
 
 
-def _micro_ap(scores: np.ndarray, is_tp: np.ndarray, n_gt: int, *,
+def _micro_ap(positives: np.ndarray, negatives: np.ndarray, n_gt: int, *,
               negatives_first: bool) -> tuple[float, float, float | None]:
     """uAP, recall at precision 0.9 and the score there, from the positives' ranks alone.
 
@@ -273,10 +305,9 @@ def _micro_ap(scores: np.ndarray, is_tp: np.ndarray, n_gt: int, *,
     (``R_i - R_{i-1}`` is 0 elsewhere), and a negative rank has the recall of the positive before
     it with a lower precision, so the best recall at precision >= 0.9 is reached at a positive
     (isc2021's ``argmax`` picks that first point too). So sorting the positives' and the negatives'
-    scores (and no ranking of the whole list) is enough.
+    scores (and no ranking of the whole list) is enough: ``positives`` sorted descending,
+    ``negatives`` ascending.
     """
-    positives = np.sort(scores[is_tp])[::-1]
-    negatives = np.sort(scores[~is_tp])
     side = "left" if negatives_first else "right"
     negatives_before = negatives.size - np.searchsorted(negatives, positives, side=side)
     n_tp = np.arange(1, positives.size + 1)
