@@ -65,15 +65,15 @@ def fixture_dir(tmp_path: Path) -> Path:
 
 
 def _tasks(fixture_dir: Path) -> AbidTasks:
-    metadata: list[dict] = [{} for _ in range(12)]
+    quantities = [0] * 12
     items: list[list] = [[] for _ in range(12)]
     for bin_id in [1, 2, 3, 4, 5, 9, 10, 11, 12]:
         name = "00012.json" if bin_id == 12 else f"{bin_id}.json"
         raw, problems = load_metadata(fixture_dir / "metadata" / name, bin_id)
         assert raw is not None and not problems
-        metadata[bin_id - 1] = raw
+        quantities[bin_id - 1] = raw["EXPECTED_QUANTITY"]
         items[bin_id - 1], _ = bin_items(raw, bin_id, name)
-    return AbidTasks(metadata, items)
+    return AbidTasks(quantities, items)
 
 
 TRAIN = [0, 1, 2, 3, 4, 8, 9]  # ids 1 2 3 4 5 9 10
@@ -304,3 +304,28 @@ def test_cli_and_step_print_the_one_warning_line(five_bins, tmp_path, capsys):
     assert step.metrics["empty_task_files"] == len(step.manifest["empty_files"]) > 0
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert printed == [step.manifest["warning"]]
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3, 4096])
+def test_task_files_are_json_dumps_bytes_whatever_the_chunking(fixture_dir, tmp_path, monkeypatch, pieces):
+    """Files are written element by element (memory stays per bin); the bytes must be json.dumps's."""
+    import hashlib
+
+    import vsbench.abid.prepare as prepare
+
+    monkeypatch.setattr(prepare, "CHUNK_PIECES", pieces)
+    summary = prepare_abid(fixture_dir, tmp_path, seed=7, val_fraction=0.25, progress=False)
+    for name, info in summary.files.items():
+        data = (tmp_path / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == info["sha256"], name
+        if name.endswith(".json"):
+            assert data.decode() == json.dumps(json.loads(data)), name
+            assert info["entries"] == len(json.loads(data)), name
+    raw = {bin_id: json.loads((fixture_dir / "metadata" / f).read_text())
+           for bin_id, f in [(1, "1.json"), (2, "2.json"), (12, "00012.json")]}
+    metadata = json.loads((tmp_path / "metadata.json").read_text())
+    assert all(metadata[bin_id - 1] == content for bin_id, content in raw.items())
+    assert prepare._dumps({}) == "{}" and "".join(prepare.json_chunks({})) == "{}"
+    assert "".join(prepare.json_chunks([])) == "[]"
+    assert "".join(prepare.json_chunks({"a": [1, 2], "b\u00e9": {"c": None}})) == json.dumps(
+        {"a": [1, 2], "b\u00e9": {"c": None}})

@@ -31,7 +31,8 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence, Set
+import sys
+from collections.abc import Iterable, Iterator, Sequence, Set
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,15 +42,18 @@ import numpy as np
 from vsbench.abid.coverage import MODERATE_MAX_QUANTITY, explain_all, warning_line
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR, parse_name
 from vsbench.io.inputs import InputError, read_json
-from vsbench.io.storage import atomic_write_json, atomic_write_text, is_temporary
+from vsbench.io.storage import atomic_write_chunks, atomic_write_json, is_temporary
 
 REPORT_NAME = "prepare_report.json"
 DEFAULT_MAX_PER_CLASS = 20_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BinItem:
-    """One asin of one bin (entries with the same asin under different keys merged)."""
+    """One asin of one bin (entries with the same asin under different keys merged).
+
+    Slotted, with interned strings (:func:`bin_items`): full ABID holds ~1.3 M of these at once.
+    """
 
     asin: str
     quantity: int
@@ -157,20 +161,26 @@ def bin_items(raw: dict[str, Any], bin_id: int, file: str) -> tuple[list[BinItem
             merged[asin][0] += quantity
         else:
             merged[asin] = [quantity, name]
-    return [BinItem(asin, q, n) for asin, (q, n) in merged.items()], problems
+    # One string object per distinct asin and name across all bins: a popular product's name would
+    # otherwise be held once per bin that lists it.
+    return [BinItem(sys.intern(asin), q, sys.intern(n)) for asin, (q, n) in merged.items()], problems
 
 
 class AbidTasks:
-    """Everything derived from metadata and a split; the writers below only serialize it."""
+    """Everything derived from metadata and a split; the writers below only serialize it.
 
-    def __init__(self, metadata: list[dict[str, Any]], items: list[list[BinItem]]) -> None:
-        self.metadata = metadata
+    ``quantities[idx]`` is bin ``idx + 1``'s ``EXPECTED_QUANTITY`` (0 without usable metadata);
+    the raw metadata itself is not kept: ``metadata.json`` is written while the files are read.
+    """
+
+    def __init__(self, quantities: Sequence[int], items: list[list[BinItem]]) -> None:
+        self.quantities = quantities
         self.items = items
-        self.n = len(metadata)
+        self.n = len(quantities)
         self.instances = self._build_instances()
 
     def quantity(self, idx: int) -> int:
-        return int(self.metadata[idx]["EXPECTED_QUANTITY"]) if self.metadata[idx] else 0
+        return self.quantities[idx]
 
     def _build_instances(self) -> dict[str, dict[str, Any]]:
         instances: dict[str, dict[str, Any]] = {}
@@ -294,6 +304,59 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj)
 
 
+CHUNK_PIECES = 4096  # top-level elements joined into one write
+
+
+def json_chunks(content: list[Any] | dict[str, Any]) -> Iterator[str]:
+    """``_dumps(content)`` in pieces, element by element, so the whole text never sits in memory.
+
+    Joining the elements' own dumps with ``", "`` (and ``": "`` after a key) is exactly what
+    ``json.dumps`` writes with its default separators, so the bytes are the same.
+    """
+    pieces = ((f"{_dumps(key)}: {_dumps(value)}" for key, value in content.items()) if isinstance(content, dict)
+              else (_dumps(item) for item in content))
+    yield from _joined(pieces, "{" if isinstance(content, dict) else "[", "}" if isinstance(content, dict) else "]")
+
+
+def _joined(pieces: Iterable[str], opening: str, closing: str) -> Iterator[str]:
+    batch: list[str] = []
+    first = True
+    for piece in pieces:
+        batch.append(piece)
+        if len(batch) == CHUNK_PIECES:
+            yield (opening if first else ", ") + ", ".join(batch)
+            first, batch = False, []
+    if batch:
+        yield (opening if first else ", ") + ", ".join(batch)
+    elif first:
+        yield opening
+    yield closing
+
+
+def _write_output(path: Path, content: list[Any] | dict[str, Any]) -> dict[str, Any]:
+    """Write one split (``.txt``: an id a line) or task file; its entry count and sha256."""
+    chunks = iter(["".join(f"{i}\n" for i in content)]) if path.suffix == ".txt" else json_chunks(content)
+    return {"entries": len(content), "sha256": _HashedWriter(path).write(chunks)}
+
+
+class _HashedWriter:
+    """Writes text chunks atomically to a file and keeps their sha256 and the entry count."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sha256 = hashlib.sha256()
+
+    def write(self, chunks: Iterable[str]) -> str:
+        def encoded() -> Iterator[bytes]:
+            for chunk in chunks:
+                data = chunk.encode("utf-8")
+                self.sha256.update(data)
+                yield data
+
+        atomic_write_chunks(self.path, encoded())
+        return self.sha256.hexdigest()
+
+
 def prepare_abid(
     data: Path,
     out: Path,
@@ -321,51 +384,63 @@ def prepare_abid(
                              distinct_ids=len(set(images) | set(meta_files)), ids_with_image=len(images),
                              ids_with_metadata=len(meta_files))
 
-    metadata: list[dict[str, Any]] = [{} for _ in range(n)]
+    quantities = [0] * n
     items: list[list[BinItem]] = [[] for _ in range(n)]
+    eligible_mask = [False] * n
     problems: list[Problem] = []
-    for bin_id, path in tqdm(sorted(meta_files.items()), desc="metadata", unit="file", disable=not progress):
-        raw, found = load_metadata(path, bin_id)
-        problems += found
-        if raw is None:
-            continue
-        if bin_id not in images:
-            problems.append(Problem(bin_id, f"{METADATA_DIR}/{path.name}", "no image for this metadata; left out"))
-            continue
-        bin_list, found = bin_items(raw, bin_id, f"{METADATA_DIR}/{path.name}")
-        problems += found
-        metadata[bin_id - 1] = raw
-        items[bin_id - 1] = bin_list
+
+    def metadata_entries() -> Iterator[str]:
+        """``metadata.json``'s entries in bin order, read once from the files; fills the lists above."""
+        next_id = 1
+        for bin_id, path in tqdm(sorted(meta_files.items()), desc="metadata", unit="file", disable=not progress):
+            raw, found = load_metadata(path, bin_id)
+            problems.extend(found)
+            if raw is not None and bin_id not in images:
+                problems.append(Problem(bin_id, f"{METADATA_DIR}/{path.name}", "no image for this metadata; left out"))
+                raw = None
+            if raw is not None:
+                bin_list, found = bin_items(raw, bin_id, f"{METADATA_DIR}/{path.name}")
+                problems.extend(found)
+                quantities[bin_id - 1] = int(raw["EXPECTED_QUANTITY"])
+                items[bin_id - 1] = bin_list
+                eligible_mask[bin_id - 1] = True
+            yield from ("{}" for _ in range(bin_id - next_id))
+            yield _dumps(raw) if raw is not None else "{}"
+            next_id = bin_id + 1
+        yield from ("{}" for _ in range(n + 1 - next_id))
+
+    metadata_sha256 = _HashedWriter(out / "metadata.json").write(_joined(metadata_entries(), "[", "]"))
     for bin_id in sorted(set(images) - set(meta_files)):
         problems.append(Problem(bin_id, f"{IMAGES_DIR}/{images[bin_id].name}", "no metadata for this image; left out"))
 
     rng = np.random.default_rng(seed)
-    eligible = [i + 1 for i in range(n) if metadata[i]]
+    eligible = [i + 1 for i in range(n) if eligible_mask[i]]
     train_ids, val_ids = split_ids(eligible, rng, val_fraction)
     train = [i - 1 for i in train_ids]
     val = [i - 1 for i in val_ids]
-    tasks = AbidTasks(metadata, items)
+    tasks = AbidTasks(quantities, items)
 
-    outputs: dict[str, Any] = {
-        "random_train.txt": train_ids,
-        "random_val.txt": val_ids,
-        "metadata.json": metadata,
-        "instances.json": tasks.instances,
-    }
+    summary.files["random_train.txt"] = _write_output(out / "random_train.txt", train_ids)
+    summary.files["random_val.txt"] = _write_output(out / "random_val.txt", val_ids)
+    summary.files["metadata.json"] = {"entries": n, "sha256": metadata_sha256}
+    summary.files["instances.json"] = _write_output(out / "instances.json", tasks.instances)
+    # Each task file is made, written and dropped before the next (the random draws keep their order),
+    # so at most one of them is in memory.
     for hard, suffix in ((False, ""), (True, "_hard")):
-        outputs[f"counting_train{suffix}.json"] = tasks.counting(train, hard)
-        outputs[f"counting_val{suffix}.json"] = tasks.counting(val, hard)
+        summary.files[f"counting_train{suffix}.json"] = _write_output(
+            out / f"counting_train{suffix}.json", tasks.counting(train, hard))
+        summary.files[f"counting_val{suffix}.json"] = _write_output(
+            out / f"counting_val{suffix}.json", tasks.counting(val, hard))
         train_mask, val_mask = tasks.candidates(train, hard), tasks.candidates(val, hard)
-        outputs[f"obj_verification_train{suffix}.json"] = tasks.verification_train(train_mask)
-        outputs[f"obj_verification_val{suffix}.json"] = tasks.verification_val(train_mask, val_mask, rng, max_per_class)
+        summary.files[f"obj_verification_train{suffix}.json"] = _write_output(
+            out / f"obj_verification_train{suffix}.json", tasks.verification_train(train_mask))
+        summary.files[f"obj_verification_val{suffix}.json"] = _write_output(
+            out / f"obj_verification_val{suffix}.json",
+            tasks.verification_val(train_mask, val_mask, rng, max_per_class))
         if not hard:
-            outputs["obj_num_verification_val.json"] = tasks.quantity_verification_val(
-                train_mask, val_mask, rng, max_per_class)
-
-    for name, content in outputs.items():
-        text = "".join(f"{i}\n" for i in content) if name.endswith(".txt") else _dumps(content)
-        atomic_write_text(out / name, text)
-        summary.files[name] = {"entries": len(content), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+            summary.files["obj_num_verification_val.json"] = _write_output(
+                out / "obj_num_verification_val.json",
+                tasks.quantity_verification_val(train_mask, val_mask, rng, max_per_class))
     summary.eligible, summary.train, summary.val = len(eligible), len(train_ids), len(val_ids)
     summary.distinct_asins = len(tasks.instances)
     counts = {name: info["entries"] for name, info in summary.files.items()}
