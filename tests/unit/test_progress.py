@@ -32,17 +32,46 @@ def test_one_line_per_step_and_the_log_in_a_file(tmp_path: Path):
     sink = StepLog(tmp_path / "logs" / "run.log", ("abid-download", "embed-shard"), terminal=terminal)
     with redirect_stdout(sink):
         _kfp_like("open-tracking", ['{"executor": "json"}'])
+        _kfp_like("shard-list", ["[0, 1]"])
         _kfp_like("abid-download", ["fetched 10 objects"] + [f"noise {i}" for i in range(50)])
+        _kfp_like("shard-list-2", ["[0, 1]"])
+        _kfp_like("embed-shard", ["embedded"])
         _kfp_like("embed-shard-2", ["embedded"])
+        _kfp_like("close-tracking", ["closed"])
     sink.close()
     shown = terminal.getvalue().splitlines()
-    assert len(shown) == 3
-    assert "open-tracking" in shown[0] and shown[0].endswith("ok") and "[  0/2]" in shown[0]
-    assert "abid-download" in shown[1] and "[  1/2]" in shown[1] and " s " in shown[1]
-    assert "embed-shard-2" in shown[2] and "[  2/2]" in shown[2]
+    assert len(shown) == 2, shown  # one line per step: helpers and loop iterations folded in
+    assert shown[0].startswith("  [  1/2] abid-download") and " s  ok" in shown[0]
+    assert "(+ open-tracking " in shown[0] and ", shard-list " in shown[0]
+    assert shown[1].startswith("  [  2/2] embed-shard ") and "(2 tasks)" in shown[1]
+    assert "shard-list-2 " in shown[0] and "close-tracking " in shown[1]  # named beside the step before them
     log = (tmp_path / "logs" / "run.log").read_text()
     assert "noise 49" in log and '{"executor": "json"}' in log and "Executing task" in log
     assert sink.failed_task == ""
+    assert [task for task, _, _ in sink.finished] == ["open-tracking", "shard-list", "abid-download", "shard-list-2",
+                                                      "embed-shard", "embed-shard-2", "close-tracking"]
+
+
+def test_a_failed_helper_gets_its_own_line(tmp_path: Path):
+    terminal = io.StringIO()
+    sink = StepLog(tmp_path / "run.log", ("abid-download",), terminal=terminal)
+    with redirect_stdout(sink):
+        _kfp_like("abid-download", ["ok"])
+        _kfp_like("close-tracking", ["boom"], status="FAILURE")
+    sink.close()
+    shown = terminal.getvalue().splitlines()
+    assert len(shown) == 2 and "abid-download" in shown[0]
+    assert "close-tracking" in shown[1] and shown[1].endswith("FAILURE") and sink.failed_task == "close-tracking"
+
+
+def test_without_declared_steps_every_task_is_a_line(tmp_path: Path):
+    terminal = io.StringIO()
+    sink = StepLog(tmp_path / "run.log", (), terminal=terminal)
+    with redirect_stdout(sink):
+        _kfp_like("a", ["x"])
+        _kfp_like("b", ["y"])
+    sink.close()
+    assert [line.split()[2] for line in terminal.getvalue().splitlines()] == ["a", "b"]
 
 
 def test_a_failed_step_keeps_its_last_lines(tmp_path: Path):

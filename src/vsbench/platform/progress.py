@@ -7,6 +7,11 @@ handlers ``print`` every line a step writes. Run under ``contextlib.redirect_std
 logs ("Executing task 'x'", "Task 'x' finished with status SUCCESS") drive one line per step on
 the real terminal: name, progress (steps done of the steps expected) and time. With ``verbose``
 the log is streamed as well, as before. A failed step's last lines are kept for the error report.
+
+A step's line is printed once the step is over: its ParallelFor iterations ("embed-shard",
+"embed-shard-2", ...) are one line with their summed time and their count, and the helper tasks
+around the steps (tracking, shard lists) print no line of their own: their time is named on the
+line of the step they ran next to. A failed task of any kind gets its own line at once.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -26,11 +32,22 @@ _FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
 TAIL_LINES = 30
 
 
+@dataclass
+class _StepLine:
+    """A main step being gathered: its tasks (loop iterations) and the helper tasks beside it."""
+
+    step: str
+    seconds: float = 0.0
+    tasks: int = 0
+    helpers: list[tuple[str, float]] = field(default_factory=list)
+
+
 class StepLog(io.TextIOBase):
     """A text sink for kfp.local's stdout: the log file, the live step lines, the failure tail.
 
     ``steps`` are the pipeline's main steps (for "3/7"); tasks outside them (tracking, shard
-    lists) are shown too but do not count. Thread-safe: a ticker refreshes the live line."""
+    lists) are folded into a step's line and do not count; with no ``steps`` every task is a step.
+    Thread-safe: a ticker refreshes the live line."""
 
     def __init__(self, log_path: Path, steps: tuple[str, ...] = (), *, verbose: bool = False,
                  terminal: TextIO | None = None) -> None:
@@ -50,6 +67,8 @@ class StepLog(io.TextIOBase):
         self._done: set[str] = set()
         self.failed_task = ""
         self.finished: list[tuple[str, str, float]] = []  # (task, status, seconds)
+        self._pending: _StepLine | None = None  # the step whose line is not printed yet
+        self._waiting: list[tuple[str, float]] = []  # helper tasks seen before any step
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         if self._live:
@@ -94,6 +113,10 @@ class StepLog(io.TextIOBase):
                 self._partial = ""
             if self._task:  # a task that never finished (the runner raised): show where it stopped
                 self._finish(self._task, "INTERRUPTED")
+            self._flush()
+            for task, seconds in self._waiting:  # helpers with no step to name them (a run cut short)
+                self._emit_line(task, seconds, "ok")
+            self._waiting = []
             if not self._file.closed:
                 self._file.close()
         super().close()
@@ -103,6 +126,9 @@ class StepLog(io.TextIOBase):
         started = _STARTED.search(line)
         if started:
             self._task, self._task_started = started.group(1), time.monotonic()
+            base = self._base(self._task)
+            if self._pending is not None and self._is_step(base) and base != self._pending.step:
+                self._flush()
             self._tails[self._task] = deque(maxlen=TAIL_LINES)
             self._show()
             return
@@ -125,19 +151,42 @@ class StepLog(io.TextIOBase):
     def _progress(self) -> str:
         return f"{len(self._done)}/{len(self.steps)}" if self.steps else f"{len(self.finished)}"
 
+    def _is_step(self, base: str) -> bool:
+        return not self.steps or base in self.steps
+
     def _finish(self, task: str, status: str) -> None:
         seconds = time.monotonic() - self._task_started
         self.finished.append((task, status, seconds))
+        self._task = ""
+        base = self._base(task)
         if status != "SUCCESS":
             self.failed_task = self.failed_task or task
-        else:
-            base = self._base(task)
-            if base in self.steps:
-                self._done.add(base)
-        self._task = ""
+            self._flush()
+            self._emit_line(task, seconds, status)
+            return
+        if not self._is_step(base):
+            (self._pending.helpers if self._pending is not None else self._waiting).append((task, seconds))
+            return
+        if self._pending is None or self._pending.step != base:
+            self._flush()
+            self._pending, self._waiting = _StepLine(base, helpers=self._waiting), []
+        self._pending.seconds += seconds
+        self._pending.tasks += 1
+        self._done.add(base)
+
+    def _flush(self) -> None:
+        """Print the gathered step's one line."""
+        line, self._pending = self._pending, None
+        if line is None:
+            return
+        extra = f"  ({line.tasks} tasks)" if line.tasks > 1 else ""
+        if line.helpers:
+            extra += "  (+ " + ", ".join(f"{task} {seconds:.1f} s" for task, seconds in line.helpers) + ")"
+        self._emit_line(line.step, line.seconds, "ok", extra)
+
+    def _emit_line(self, name: str, seconds: float, mark: str, extra: str = "") -> None:
         if not self.verbose:
-            mark = "ok" if status == "SUCCESS" else status
-            self._emit(f"  [{self._progress():>5}] {task:<32} {seconds:7.1f} s  {mark}", final=True)
+            self._emit(f"  [{self._progress():>5}] {name:<32} {seconds:7.1f} s  {mark}{extra}", final=True)
 
     def _show(self) -> None:
         if not self._live or not self._task:
