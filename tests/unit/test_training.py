@@ -167,3 +167,25 @@ def test_held_out_siamese_bins_are_never_training_partners(tiny) -> None:
 
     rng = np.random.default_rng(0)
     assert all(2 not in (p.first, p.second) for p in (sampler.sample(k % 2, rng) for k in range(200)))
+
+
+def test_majority_rates_are_named_for_what_they_measure() -> None:
+    from vsbench.abid.counting import MajorityRates
+
+    train = [[0, 1], [1, 1], [2, 1], [3, 2]]  # training's commonest count: 1 (3 of 4)
+    val = [[10, 2], [11, 2], [12, 2], [13, 1], [14, 0]]  # validation's own: 2 (3 of 5); count 1 is 1 of 5
+    rates = MajorityRates.of(train, val)
+    assert rates.train_majority_class == 1 and rates.train_majority_rate == 0.75
+    assert rates.val_rate_of_train_majority == pytest.approx(0.2)
+    assert rates.val_own_majority_rate == pytest.approx(0.6)
+
+
+def test_counting_summary_carries_both_rates_and_the_old_key(tiny, tmp_path):
+    tasks, images = tiny
+    run = train_counting(tasks, images, tmp_path, get_profile("demo", epochs=1, batch_size=8, image_size=32,
+                                                              workers=0), setup_device("cpu"), seed=5, progress=False)
+    summary = json.loads((tmp_path / "counting_summary.json").read_text())
+    metrics = run.summary_metrics()
+    assert summary["val_rate_of_train_majority"] == metrics["val_rate_of_train_majority"] == metrics["val_majority_rate"]
+    assert summary["val_majority_rate"] == summary["val_rate_of_train_majority"]  # one release, for old readers
+    assert summary["val_own_majority_rate"] >= summary["val_rate_of_train_majority"]

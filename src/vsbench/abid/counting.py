@@ -35,6 +35,7 @@ from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.runtime.device import DeviceSetup
 
 RESULT_NAME = "counting_result.txt"
+OLD_MAJORITY_KEY = "val_majority_rate"  # read as the validation set's own majority; it was not
 
 
 @dataclass
@@ -44,10 +45,39 @@ class CountingRun:
     result_path: Path
     missing_images: list[int]
     num_classes: int
-    majority_rate: float
+    val_rate_of_train_majority: float  # accuracy of always answering the training set's commonest count
+    val_own_majority_rate: float  # share of the validation set's own commonest count (not a usable answer)
 
     def summary_metrics(self) -> dict[str, float]:
-        return {"val_majority_rate": self.majority_rate, "missing_val_images": float(len(self.missing_images))}
+        return {"val_rate_of_train_majority": self.val_rate_of_train_majority,
+                "val_own_majority_rate": self.val_own_majority_rate,
+                # The name before the two above; it meant val_rate_of_train_majority. Kept one release
+                # for readers of older runs.
+                OLD_MAJORITY_KEY: self.val_rate_of_train_majority,
+                "missing_val_images": float(len(self.missing_images))}
+
+
+@dataclass(frozen=True)
+class MajorityRates:
+    """The trivial counting answers, named for what they are.
+
+    ``val_rate_of_train_majority`` is what always answering the training set's commonest count
+    scores on the validation questions: the baseline a network must beat. ``val_own_majority_rate``
+    is the validation set's own commonest count's share: how skewed the questions are (no model
+    could know that class without looking at the answers).
+    """
+
+    train_majority_class: int
+    train_majority_rate: float
+    val_rate_of_train_majority: float
+    val_own_majority_rate: float
+
+    @classmethod
+    def of(cls, train_rows: list[list[int]], val_rows: list[list[int]]) -> MajorityRates:
+        train_class, train_count = Counter(q for _, q in train_rows).most_common(1)[0]
+        val_own_count = Counter(q for _, q in val_rows).most_common(1)[0][1]
+        return cls(int(train_class), train_count / len(train_rows),
+                   float(np.mean([q == train_class for _, q in val_rows])), val_own_count / len(val_rows))
 
 
 def _loader(dataset, profile: TrainProfile) -> DataLoader:
@@ -131,14 +161,14 @@ def train_counting(
     model.eval()
     with torch.no_grad(), device.autocast():
         predicted = dict(zip(val_present, predict_classes(model, images_dir, val_present, profile, device, context)))
-    majority_class, majority_count = Counter(q for _, q in train_rows).most_common(1)[0]
-    predictions = [predicted.get(idx, majority_class) for idx, _ in val_rows]
+    rates = MajorityRates.of(train_rows, val_rows)
+    predictions = [predicted.get(idx, rates.train_majority_class) for idx, _ in val_rows]
     result_path = out_dir / RESULT_NAME
-    val_majority = float(np.mean([q == majority_class for _, q in val_rows]))
-    run = CountingRun(result, predictions, result_path, val_missing, num_classes, val_majority)
+    run = CountingRun(result, predictions, result_path, val_missing, num_classes, rates.val_rate_of_train_majority,
+                      rates.val_own_majority_rate)
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
-        _write_summary(out_dir, run, majority_class, majority_count / len(train_rows))
+        _write_summary(out_dir, run, rates.train_majority_class, rates.train_majority_rate)
     context.barrier()  # every rank returns once the files exist
     return run
 
@@ -149,7 +179,10 @@ def _write_summary(out_dir: Path, run: CountingRun, majority_class: int, train_m
         "chosen_epoch": run.fit.best_epoch, "chosen_val_accuracy": run.fit.best_score,
         "epoch_choice": run.fit.describe_choice(),
         "majority_class": majority_class, "train_majority_rate": train_majority,
-        "val_majority_rate": run.majority_rate, "missing_val_images": run.missing_images,
+        "val_rate_of_train_majority": run.val_rate_of_train_majority,
+        "val_own_majority_rate": run.val_own_majority_rate,
+        OLD_MAJORITY_KEY: run.val_rate_of_train_majority,  # one release, for readers of older summaries
+        "missing_val_images": run.missing_images,
         "history": run.fit.history,
     }
     atomic_write_json(out_dir / "counting_summary.json", summary)

@@ -43,7 +43,8 @@ STEP_COUNTS = {
     "abid-train-siamese": ["chosen_epoch"],
 }
 STEP_SCORES = {
-    "abid-train-counting": ["chosen_val_accuracy", "chosen_holdout_accuracy", "val_majority_rate"],
+    "abid-train-counting": ["chosen_val_accuracy", "chosen_holdout_accuracy", "val_rate_of_train_majority",
+                            "val_own_majority_rate"],
     "abid-train-siamese": ["chosen_val_accuracy", "chosen_holdout_accuracy"],
     "abid-quantity": ["baseline_accuracy", "prior_only_accuracy", "always_yes_accuracy", "always_no_accuracy"],
     "abid-score": ["counting_accuracy", "counting_rmse", "verification_accuracy", "quantity_accuracy"],
@@ -73,8 +74,9 @@ class LocalRunReport:
         (for a bundle kept while the store was down)."""
         metrics = dict(self.scores())
         counting = self.steps.get("abid-train-counting", {}).get("metrics", {})
-        if "val_majority_rate" in counting:
-            metrics["counting_majority_accuracy"] = counting["val_majority_rate"]
+        majority = counting.get("val_rate_of_train_majority", counting.get("val_majority_rate"))  # older runs
+        if majority is not None:
+            metrics["counting_majority_accuracy"] = majority
         quantity = self.steps.get("abid-quantity", {}).get("metrics", {})
         metrics.update({f"quantity_{k}": quantity[k] for k in ("always_yes_accuracy", "prior_only_accuracy")
                         if k in quantity})

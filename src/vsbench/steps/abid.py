@@ -145,8 +145,8 @@ def _abid_train_step(
             if model_uri:  # a registered version, with the aliases newest / nightly / best
                 tracker.register_model(model_uri, f"vsbench-abid-{task}", run.fit.best_score)
             tracker.log_artifact(run.result_path)
-            if "val_majority_rate" in metrics:  # the trivial baseline the report draws beside the score
-                log_to_parent(parent_run_id, {"counting_majority_accuracy": metrics["val_majority_rate"]})
+            if "val_rate_of_train_majority" in metrics:  # the trivial baseline the report draws beside the score
+                log_to_parent(parent_run_id, {"counting_majority_accuracy": metrics["val_rate_of_train_majority"]})
             return finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"train_{task}.json", started)
 
 
