@@ -247,8 +247,8 @@ def test_bad_credentials_are_named(local_s3, public_bucket, tmp_path, monkeypatc
 
 
 def _put_conflicting_spellings(s3: LocalS3, bucket: str) -> dict[str, bytes]:
-    """Ids 1-6; id 2's image and id 5's metadata exist under both spellings with different bytes,
-    id 3's image under both spellings with the same bytes (a plain duplicate)."""
+    """Ids 1-6; id 2's image, id 5's metadata and both of id 6's files exist under both spellings with
+    different bytes, id 3's image under both spellings with the same bytes (a plain duplicate)."""
     client = s3.admin_client()
     objects: dict[str, bytes] = {}
     for i in range(1, 7):
@@ -257,6 +257,8 @@ def _put_conflicting_spellings(s3: LocalS3, bucket: str) -> dict[str, bytes]:
     objects["bin-images/00002.jpg"] = b"another photo of bin 2, longer" * 10
     objects["metadata/00005.json"] = json.dumps({"EXPECTED_QUANTITY": 50, "BIN_FCSKU_DATA": {}}).encode()
     objects["bin-images/00003.jpg"] = objects["bin-images/3.jpg"]
+    objects["bin-images/00006.jpg"] = b"another photo of bin 6" * 10
+    objects["metadata/00006.json"] = json.dumps({"EXPECTED_QUANTITY": 60, "BIN_FCSKU_DATA": {}}).encode()
     for key, data in objects.items():
         client.put_object(Bucket=bucket, Key=key, Body=data)
     return objects
@@ -267,25 +269,44 @@ def test_two_spellings_with_different_contents_are_listed_as_conflicts(local_s3,
     objects = _put_conflicting_spellings(local_s3, public_bucket)
     summary = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
     assert summary.complete and summary.planned == 12
-    assert (summary.duplicate_spellings, summary.spelling_conflicts) == (1, 2)  # id 3 identical; ids 2, 5 differ
+    # Counted per id: id 3 identical; ids 2 (image), 5 (metadata) and 6 (both kinds) differ.
+    assert (summary.duplicate_spellings, summary.spelling_conflicts) == (1, 3)
+    assert summary.spelling_conflict_kinds == {"image": 1, "metadata": 1, "image and metadata": 1}
     assert (tmp_path / "bin-images" / "00002.jpg").read_bytes() == objects["bin-images/2.jpg"]  # unpadded kept
     assert (tmp_path / "metadata" / "00005.json").read_bytes() == objects["metadata/5.json"]
 
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    assert manifest["spelling_conflicts"] == 2
-    image, metadata = manifest["conflicts"]
+    assert manifest["spelling_conflicts"] == len(manifest["conflicts"]) == 3
+    assert manifest["spelling_conflict_kinds"] == summary.spelling_conflict_kinds
+    image, metadata, both = manifest["conflicts"]
     md5 = hashlib.md5  # moto's ETag of a single-part upload is the MD5 of the bytes
-    assert (image["bin_id"], image["kind"]) == (2, "image")
-    assert image["kept"] == {"key": "bin-images/2.jpg", "size": len(objects["bin-images/2.jpg"]),
-                             "etag": md5(objects["bin-images/2.jpg"]).hexdigest()}
-    assert image["dropped"] == [{"key": "bin-images/00002.jpg", "size": len(objects["bin-images/00002.jpg"]),
-                                 "etag": md5(objects["bin-images/00002.jpg"]).hexdigest()}]
+    assert (image["bin_id"], image["kinds"]) == (2, ["image"])
+    assert image["objects"]["image"]["kept"] == {
+        "key": "bin-images/2.jpg", "size": len(objects["bin-images/2.jpg"]),
+        "etag": md5(objects["bin-images/2.jpg"]).hexdigest()}
+    assert image["objects"]["image"]["dropped"] == [
+        {"key": "bin-images/00002.jpg", "size": len(objects["bin-images/00002.jpg"]),
+         "etag": md5(objects["bin-images/00002.jpg"]).hexdigest()}]
     assert "unpadded key" in image["reason"]
-    assert (metadata["bin_id"], metadata["kind"], metadata["dropped"][0]["key"]) == (5, "metadata",
-                                                                                     "metadata/00005.json")
+    assert (metadata["bin_id"], metadata["kinds"]) == (5, ["metadata"])
+    assert metadata["objects"]["metadata"]["dropped"][0]["key"] == "metadata/00005.json"
+    assert (both["bin_id"], both["kinds"], sorted(both["objects"])) == (6, ["image", "metadata"], ["image", "metadata"])
     line = summary.conflict_warning()
-    assert "\n" not in line and line.startswith("warning: 2 ids have two spellings with different contents")
-    assert "image 2, metadata 5" in line
+    assert "\n" not in line
+    assert line.startswith("warning: 3 ids have two spellings with different contents (image: 1, metadata: 1, "
+                           "image and metadata: 1; ids 2, 5, 6); kept the unpadded key of each"), line
+
+
+def test_fifty_ids_colliding_in_both_kinds_are_fifty(local_s3, public_bucket, no_aws_credentials, tmp_path):
+    client = local_s3.admin_client()
+    for i in range(1, 51):
+        for kind, ext in (("bin-images", "jpg"), ("metadata", "json")):
+            client.put_object(Bucket=public_bucket, Key=f"{kind}/{i}.{ext}", Body=f"{kind} {i}".encode())
+            client.put_object(Bucket=public_bucket, Key=f"{kind}/{i:05d}.{ext}", Body=f"other {kind} {i}".encode())
+    summary = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
+    assert summary.spelling_conflicts == 50 and summary.spelling_conflict_kinds == {"image and metadata": 50}
+    assert summary.conflict_warning().startswith(
+        "warning: 50 ids have two spellings with different contents (image and metadata: 50; ids 1, 2, 3, 4, 5, ...)")
 
 
 def test_conflicts_are_one_warning_line_in_the_cli_and_the_step(local_s3, public_bucket, no_aws_credentials,
@@ -297,11 +318,11 @@ def test_conflicts_are_one_warning_line_in_the_cli_and_the_step(local_s3, public
                   "--endpoint-url", local_s3.endpoint_url)
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "2 ids have two spellings" in warnings[0]
+    assert len(warnings) == 1 and "3 ids have two spellings" in warnings[0]
     assert "spelling_conflicts" in result.output
 
     step = abid_download_step(f"s3://{public_bucket}", str(tmp_path / "step"), endpoint_url=local_s3.endpoint_url,
                               progress=False)
-    assert step.metrics["spelling_conflicts"] == 2 and step.metrics["duplicate_spellings"] == 1
+    assert step.metrics["spelling_conflicts"] == 3 and step.metrics["duplicate_spellings"] == 1
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
-    assert len(printed) == 1 and len(step.manifest["conflicts"]) == 2
+    assert len(printed) == 1 and len(step.manifest["conflicts"]) == 3

@@ -59,14 +59,23 @@ KEEP_RULE = "the unpadded key is the canonical spelling (the challenge's ids are
 
 @dataclass(frozen=True)
 class SpellingConflict:
-    """Two spellings of one id (``bin-images/00123.jpg`` and ``bin-images/123.jpg``) whose listed
-    size or ETag differ: not the same object twice, so which one was kept is written down."""
+    """One id whose two spellings (``bin-images/00123.jpg`` and ``bin-images/123.jpg``) differ in
+    listed size or ETag, for its image, its metadata or both: not the same object twice, so which
+    one was kept is written down. One per id, as the counts are per id."""
 
     bin_id: int
-    kind: str
-    kept: dict[str, Any]  # key, size, etag
-    dropped: list[dict[str, Any]]  # key, size, etag of each other spelling that differs
+    kinds: tuple[str, ...]  # "image", "metadata" or both, in that order
+    objects: dict[str, dict[str, Any]]  # kind -> {"kept": {key, size, etag}, "dropped": [{key, size, etag}, ...]}
     reason: str = KEEP_RULE
+
+
+def conflict_kinds(conflicts: Iterable[SpellingConflict]) -> dict[str, int]:
+    """Ids per combination of colliding kinds ("image", "metadata", "image and metadata")."""
+    counts: dict[str, int] = {}
+    for conflict in conflicts:
+        label = " and ".join(conflict.kinds)
+        counts[label] = counts.get(label, 0) + 1
+    return counts
 
 
 def _listed(key: AbidKey, obj: dict[str, Any]) -> dict[str, Any]:
@@ -107,6 +116,7 @@ class DownloadSummary:
     ignored_keys: int = 0
     duplicate_spellings: int = 0  # keys dropped as another spelling of an id, with the same size and ETag
     spelling_conflicts: int = 0  # ids whose spellings differ in size or ETag (listed in ``conflicts``)
+    spelling_conflict_kinds: dict[str, int] = field(default_factory=dict)  # ids per colliding kinds
     planned: int = 0
     fetched: int = 0
     skipped: int = 0
@@ -145,9 +155,12 @@ class DownloadSummary:
         """One line for all spelling conflicts ("" when none): how many, a few ids, where the list is."""
         if not self.spelling_conflicts:
             return ""
-        shown = ", ".join(f"{c['kind']} {c['bin_id']}" for c in self.conflicts[:5])
-        more = f" and {self.spelling_conflicts - 5} more" if self.spelling_conflicts > 5 else ""
-        return (f"warning: {self.spelling_conflicts} ids have two spellings with different contents ({shown}{more}); "
+        kinds = ", ".join(f"{label}: {count}" for label, count in self.spelling_conflict_kinds.items())
+        shown = ", ".join(str(c["bin_id"]) for c in self.conflicts[:5])
+        more = ", ..." if self.spelling_conflicts > 5 else ""
+        ids = "id" if self.spelling_conflicts == 1 else "ids"
+        return (f"warning: {self.spelling_conflicts} {ids} have two spellings with different contents ({kinds}; "
+                f"{ids} {shown}{more}); "
                 f"kept the unpadded key of each ({KEEP_RULE.split(' (')[0]}); both keys, sizes and ETags are "
                 f"under 'conflicts' in {manifest}")
 
@@ -198,7 +211,7 @@ def plan_objects(
 
     plan: list[PlannedObject] = []
     duplicates = 0
-    conflicts: list[SpellingConflict] = []
+    differing_by_id: dict[int, dict[str, dict[str, Any]]] = {}
     for (bin_id, kind), spellings in sorted(by_id.items()):
         if (keep_ids is not None and bin_id not in keep_ids) or bin_id % num_shards != shard:
             continue
@@ -208,7 +221,7 @@ def plan_objects(
                      if (other["Size"], other["ETag"]) != (obj["Size"], obj["ETag"])]
         duplicates += len(spellings) - 1 - len(differing)
         if differing:
-            conflicts.append(SpellingConflict(bin_id, kind, _listed(chosen, obj), differing))
+            differing_by_id.setdefault(bin_id, {})[kind] = {"kept": _listed(chosen, obj), "dropped": differing}
         plan.append(
             PlannedObject(
                 bin_id=bin_id,
@@ -220,6 +233,8 @@ def plan_objects(
                 alternate_keys=tuple(item[0].key for item in spellings[1:]),
             )
         )
+    conflicts = [SpellingConflict(bin_id, tuple(k for k in ("image", "metadata") if k in objects), objects)
+                 for bin_id, objects in sorted(differing_by_id.items())]
     return plan, ignored, duplicates, conflicts
 
 
@@ -665,7 +680,8 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     plan, ignored, duplicates, conflicts = plan_objects(listing, location.prefix, limit, shard, num_shards)
     summary = DownloadSummary(
         source=source, dest=str(dest), listed_keys=len(listing), ignored_keys=len(ignored),
-        duplicate_spellings=duplicates, spelling_conflicts=len(conflicts), planned=len(plan), ignored=ignored[:100],
+        duplicate_spellings=duplicates, spelling_conflicts=len(conflicts),
+        spelling_conflict_kinds=conflict_kinds(conflicts), planned=len(plan), ignored=ignored[:100],
         conflicts=[asdict(c) for c in conflicts[:MAX_LISTED_CONFLICTS]],
     )
 
