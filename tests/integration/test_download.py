@@ -326,3 +326,50 @@ def test_conflicts_are_one_warning_line_in_the_cli_and_the_step(local_s3, public
     assert step.metrics["spelling_conflicts"] == 3 and step.metrics["duplicate_spellings"] == 1
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert len(printed) == 1 and len(step.manifest["conflicts"]) == 3
+
+
+# --- issue 29 item 8: a failed download leaves nothing it created -----------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("case", ["missing bucket", "wrong port", "empty bucket", "wrong prefix"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_failed_download_leaves_nothing_it_created(local_s3, public_bucket, no_aws_credentials, tmp_path, case,
+                                                     existing):
+    client = local_s3.admin_client()
+    endpoint, source = local_s3.endpoint_url, f"s3://{public_bucket}"
+    if case == "missing bucket":
+        source = "s3://no-such-bucket-29"
+    elif case == "wrong port":
+        endpoint = f"http://127.0.0.1:{_free_port()}"
+    elif case == "wrong prefix":
+        client.put_object(Bucket=public_bucket, Key="abid/bin-images/1.jpg", Body=b"x")
+        client.put_object(Bucket=public_bucket, Key="abid/metadata/1.json", Body=b"{}")
+    root = tmp_path / "root"
+    if existing:
+        (root / "kept").mkdir(parents=True)
+        (root / "kept" / "file.txt").write_text("mine")
+        dest = root / "kept"
+    else:
+        dest = root / "new" / "nested" / "abid"
+    result = _cli("abid", "download", "--dest", str(dest), "--source", source, "--endpoint-url", endpoint)
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    if case == "wrong prefix":
+        assert errors[0] == (f"error: no ABID objects under {source}: 2 keys listed, none named bin-images/<id>.jpg or "
+                             f"metadata/<id>.json (e.g. abid/bin-images/1.jpg); ABID keys sit under "
+                             f"s3://{public_bucket}/abid: use that as --source")
+    if case == "empty bucket":
+        assert errors[0] == f"error: no objects under {source}: the bucket (or prefix) is empty; check the s3:// URI"
+    if existing:
+        assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["kept", "kept/file.txt"]
+    else:
+        assert not root.exists()

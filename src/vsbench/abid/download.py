@@ -238,6 +238,25 @@ def plan_objects(
     return plan, ignored, duplicates, conflicts
 
 
+def no_abid_objects(source: str, prefix: str, keys: list[str]) -> str:
+    """One line for a listing without a single ABID key: how many keys, and the prefix that would fit."""
+    if not keys:
+        return (f"no objects under {source}: the bucket (or prefix) is empty; check the s3:// URI")
+    hint = ""
+    for key in keys:
+        for folder in ("bin-images/", "metadata/"):
+            at = key.find("/" + folder)
+            if at >= 0 and parse_key(key, key[: at + 1]) is not None:
+                bucket = source.removeprefix("s3://").split("/", 1)[0]
+                hint = f"; ABID keys sit under s3://{bucket}/{key[:at]}: use that as --source"
+                break
+        if hint:
+            break
+    listed = f"{len(keys)} key listed" if len(keys) == 1 else f"{len(keys)} keys listed"
+    return (f"no ABID objects under {source}: {listed}, none named {prefix}bin-images/<id>.jpg or "
+            f"{prefix}metadata/<id>.json (e.g. {keys[0]}){hint}")
+
+
 def _etag_is_md5(etag: str) -> bool:
     return len(etag) == 32 and "-" not in etag and all(c in "0123456789abcdef" for c in etag.lower())
 
@@ -678,6 +697,8 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
             raise
         raise S3AccessError(cause) from None
     plan, ignored, duplicates, conflicts = plan_objects(listing, location.prefix, limit, shard, num_shards)
+    if len(ignored) == len(listing):  # not one ABID key: a wrong bucket or prefix, not an empty shard
+        raise S3AccessError(no_abid_objects(source, location.prefix, ignored))
     summary = DownloadSummary(
         source=source, dest=str(dest), listed_keys=len(listing), ignored_keys=len(ignored),
         duplicate_spellings=duplicates, spelling_conflicts=len(conflicts),
