@@ -73,8 +73,39 @@ def test_second_run_skips_verified_files_and_refetches_damaged_ones(local_s3, pu
 
     again = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
 
-    assert (again.fetched, again.skipped, again.failed) == (3, 17, 0)
+    assert (again.fetched, again.refetched, again.skipped, again.failed) == (3, 2, 17, 0)
     assert _local_files(tmp_path) == _expected_files(objects)
+    # The key log of the second run says, per key, what it did and why.
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert manifest["keys_log"] == "_manifests/download.keys.jsonl" and manifest["refetched"] == 2
+    lines = [json.loads(line) for line in (tmp_path / manifest["keys_log"]).read_text().splitlines()]
+    by_path = {line["path"]: line for line in lines}
+    assert len(lines) == len(by_path) == again.planned == 20
+    assert by_path["bin-images/00002.jpg"]["status"] == "refetched"
+    assert by_path["bin-images/00002.jpg"]["reason"] == f"local copy damaged: size 7 != listed {len(objects['bin-images/2.jpg'])}"
+    assert by_path["bin-images/00005.jpg"]["status"] == "refetched"
+    assert by_path["bin-images/00005.jpg"]["reason"] == "local copy damaged: md5 does not match the ETag"
+    assert by_path["metadata/00007.json"]["status"] == "fetched" and by_path["metadata/00007.json"]["reason"] == ""
+    assert by_path["metadata/00007.json"]["key"] == "metadata/7.json"
+    assert sum(line["status"] == "skipped" for line in lines) == 17
+    assert not [p for p in tmp_path.rglob("*") if is_temporary(p.name)]
+
+
+def test_the_key_log_names_each_failed_and_untried_key(local_s3, public_bucket, no_aws_credentials, tmp_path):
+    objects = _put_dataset(local_s3, public_bucket, n=40)
+    with FlakyProxy(local_s3.endpoint_url) as proxy:
+        proxy.mode, proxy.healthy_gets = "fail", 25
+        first = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=proxy.url, concurrency=8,
+                              retries=2, backoff=0.01, progress=False)
+    assert first.failed > 0
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    lines = [json.loads(line) for line in (tmp_path / manifest["keys_log"]).read_text().splitlines()]
+    assert len(lines) == first.planned == 80 and len({line["path"] for line in lines}) == 80
+    failed = {line["key"]: line for line in lines if line["status"] in ("failed", "not_tried")}
+    assert len(failed) == first.failed and all(line["reason"] for line in failed.values())
+    assert {f["key"] for f in manifest["failures"]} <= set(failed)
+    fetched = [line for line in lines if line["status"] == "fetched"]
+    assert len(fetched) == first.fetched and all(line["size"] == len(objects[line["key"]]) for line in fetched)
 
 
 def test_limit_keeps_the_smallest_ids_with_their_metadata(local_s3, public_bucket, no_aws_credentials, tmp_path):

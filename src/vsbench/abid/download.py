@@ -20,6 +20,7 @@ the folders it created.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import queue
 import random
@@ -39,6 +40,7 @@ from vsbench.io.storage import (
     atomic_write_bytes,
     atomic_write_json,
     explain_s3_error,
+    TMP_MARKER,
     has_aws_credentials,
     is_temporary,
     iter_s3_objects,
@@ -118,7 +120,8 @@ class DownloadSummary:
     spelling_conflicts: int = 0  # ids whose spellings differ in size or ETag (listed in ``conflicts``)
     spelling_conflict_kinds: dict[str, int] = field(default_factory=dict)  # ids per colliding kinds
     planned: int = 0
-    fetched: int = 0
+    fetched: int = 0  # refetched objects included
+    refetched: int = 0  # of ``fetched``: a local copy was there but damaged (the key log says how)
     skipped: int = 0
     failed: int = 0
     bytes_fetched: int = 0
@@ -131,6 +134,7 @@ class DownloadSummary:
     endpoint: str = ""  # where the objects were fetched from
     stopped_by: str = ""  # "", "breaker", "stall", "SIGTERM" or "SIGINT": the job stopped before trying every object
     not_tried: int = 0  # objects counted in ``failed`` that were never tried (or whose try was cut short)
+    keys_log: str = ""  # one JSON line per planned object of this run (:class:`KeyLog`), relative to ``dest``
 
     @property
     def complete(self) -> bool:
@@ -579,6 +583,54 @@ def _catch_signals() -> dict[int, Any]:
     return previous
 
 
+class KeyLog:
+    """What this run did with each planned object, one JSON line each, named by the manifest.
+
+    The manifest only counts; after a resume a user needs to know which file was fetched again and
+    why. Lines are ``{"key", "path", "status", "reason", "attempts", "size"}`` with ``status`` one of
+    ``fetched``, ``refetched`` (a local copy was there but damaged: ``reason`` says how),
+    ``skipped`` (the local copy verified against the listing), ``failed`` (``reason``) or
+    ``not_tried`` (the job stopped first). Lines stream to a temporary file from the one thread
+    that counts results, so memory stays flat at a million keys; the file takes its name when the
+    manifest is written, and is removed with everything else when the run leaves nothing behind.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._tmp = path.parent / f".{path.name}{TMP_MARKER}{os.getpid()}"
+        self._folder_existed = path.parent.exists()
+        self._file: Any = None
+
+    def write(self, obj: PlannedObject, status: str, reason: str = "", attempts: int = 0, size: int = 0) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in keep()/discard()
+        self._file.write(json.dumps({"key": obj.key, "path": obj.path, "status": status, "reason": reason,
+                                     "attempts": attempts, "size": size}, separators=(",", ":")) + "\n")
+
+    def keep(self) -> None:
+        """Close the log and give it its name (an empty log when nothing was planned)."""
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115
+        self._file.close()
+        os.replace(self._tmp, self.path)
+
+    def discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._tmp.unlink(missing_ok=True)
+            if not self._folder_existed:
+                try:
+                    self.path.parent.rmdir()
+                except OSError:
+                    pass
+
+
+def keys_log_name(shard: int = 0, num_shards: int = 1) -> str:
+    return manifest_name(shard, num_shards).removesuffix(".json") + ".keys.jsonl"
+
+
 def _first_missing(path: Path) -> Path | None:
     """The outermost folder of ``path`` (itself included) that does not exist yet, or None."""
     missing = None
@@ -639,6 +691,7 @@ def download_abid(
     created = _first_missing(dest)
     manifest = dest / manifest_name(shard, num_shards)
     had_manifest = manifest.exists()
+    log = KeyLog(dest / keys_log_name(shard, num_shards))
     previous = _catch_signals()
     summary: DownloadSummary | None = None
     try:
@@ -646,16 +699,17 @@ def download_abid(
             summary = _download(source, location, dest, limit=limit, endpoint_url=endpoint_url,
                                 concurrency=concurrency, retries=retries, backoff=backoff, progress=progress,
                                 client=client, on_result=on_result, shard=shard, num_shards=num_shards,
-                                limit_failures=limit_failures, stall=stall, started=started)
-            _finish(summary, dest, manifest, had_manifest, created, started)
+                                limit_failures=limit_failures, stall=stall, started=started, log=log)
+            _finish(summary, dest, manifest, had_manifest, created, started, log)
             return summary
         except _Signalled as signalled:
             for signum in previous:  # a second signal must not cut the manifest short
                 signal.signal(signum, signal.SIG_IGN)
             summary = getattr(signalled, "summary", None) or summary
-            kept = _finish(summary, dest, manifest, had_manifest, created, started)
+            kept = _finish(summary, dest, manifest, had_manifest, created, started, log)
             raise DownloadInterrupted(signalled.signum, summary, kept) from None
         except Exception:
+            log.discard()
             if created is not None and summary is None:  # e.g. a job-wide cause while listing: leave nothing
                 _remove_created(created)
             raise
@@ -665,22 +719,25 @@ def download_abid(
 
 
 def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_manifest: bool, created: Path | None,
-            started: float) -> Path | None:
-    """Write the manifest when ``dest`` holds anything of the run (or had one); otherwise remove what the run
-    created. Returns the manifest's path when written."""
+            started: float, log: KeyLog) -> Path | None:
+    """Write the manifest (and name the key log) when ``dest`` holds anything of the run (or had one);
+    otherwise remove what the run created. Returns the manifest's path when written."""
     if summary is not None:
         summary.failures.sort(key=lambda item: (item["bin_id"], item["kind"]))
         summary.seconds = round(time.perf_counter() - started, 3)
         if summary.complete or summary.fetched or summary.skipped or had_manifest:
+            log.keep()
+            summary.keys_log = log.path.relative_to(dest).as_posix()
             atomic_write_json(manifest, summary.as_dict())
             return manifest
+    log.discard()
     if created is not None:
         _remove_created(created)
     return None
 
 
 def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurrency, retries, backoff, progress,
-              client, on_result, shard, num_shards, limit_failures, stall, started) -> DownloadSummary:
+              client, on_result, shard, num_shards, limit_failures, stall, started, log: KeyLog) -> DownloadSummary:
     from tqdm.auto import tqdm
 
     anonymous = client is None and not has_aws_credentials()
@@ -707,11 +764,17 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     )
 
     todo: list[PlannedObject] = []
+    damaged: dict[str, str] = {}  # path -> why the local copy was not kept
     for obj in plan:
-        if verify_local(dest / obj.path, obj.size, obj.etag):
-            todo.append(obj)
-        else:
+        local = verify_local(dest / obj.path, obj.size, obj.etag)
+        if not local:
             summary.skipped += 1
+            log.write(obj, "skipped", "verified against the listing")
+            continue
+        todo.append(obj)
+        if local != "missing":
+            damaged[obj.path] = local
+    answered: set[str] = set()  # paths with a result (the rest are logged as not tried)
 
     if anonymous:
         get = _AnonymousHttpGetter(endpoint_url, location.bucket, concurrency)
@@ -740,12 +803,21 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
                 raise result
             if result.status == "stopped":
                 continue  # counted with the objects never tried
+            answered.add(result.path)
+            planned = PlannedObject(result.bin_id, result.kind, result.key, result.size, "", result.path)
             if result.status == "fetched":
                 summary.fetched += 1
                 summary.bytes_fetched += result.size
+                if result.path in damaged:
+                    summary.refetched += 1
+                    log.write(planned, "refetched", f"local copy damaged: {damaged[result.path]}", result.attempts,
+                              result.size)
+                else:
+                    log.write(planned, "fetched", "", result.attempts, result.size)
             else:
                 summary.failed += 1
                 summary.failures.append(asdict(result))
+                log.write(planned, "failed", result.reason, result.attempts)
             if on_result is not None:
                 on_result(result)
             bar.update(1)
@@ -773,12 +845,20 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
         if results is not None:
             drain(None)
         _account(summary, fetcher, breaker, todo, interrupted=signal.Signals(signalled.signum).name)
+        _log_not_tried(log, todo, answered, f"the job stopped on {signal.Signals(signalled.signum).name}")
         signalled.summary = summary  # type: ignore[attr-defined]
         raise
     finally:
         fetcher.stop.set()  # no new request starts; those in flight end within the timeouts, unawaited
     _account(summary, fetcher, breaker, todo)
+    _log_not_tried(log, todo, answered, summary.cause or summary.stopped_by or "the job stopped first")
     return summary
+
+
+def _log_not_tried(log: KeyLog, todo: list[PlannedObject], answered: set[str], why: str) -> None:
+    for obj in todo:
+        if obj.path not in answered:
+            log.write(obj, "not_tried", why)
 
 
 def _account(summary: DownloadSummary, fetcher: _Fetcher, breaker: _Breaker, todo: list[PlannedObject],

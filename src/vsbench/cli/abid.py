@@ -48,10 +48,12 @@ def abid_download(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
     data = summary.as_dict()
-    print_summary("download", data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
-                                      "duplicate_spellings", "spelling_conflicts", "seconds", "objects_per_second"])
+    print_summary("download", data, ["listed_keys", "planned", "fetched", "refetched", "skipped", "failed",
+                                      "ignored_keys", "duplicate_spellings", "spelling_conflicts", "seconds",
+                                      "objects_per_second"])
     if (dest / MANIFEST_NAME).exists():  # not written when a failed run fetched nothing (nothing is left behind)
         typer.echo(f"manifest: {dest / MANIFEST_NAME}")
+        typer.echo(f"key log:  {dest / summary.keys_log} (what this run did with each key, and why)")
     if summary.spelling_conflicts:  # one line for all of them; the manifest lists each
         typer.echo(summary.conflict_warning(str(dest / MANIFEST_NAME)), err=True)
     if not summary.complete:

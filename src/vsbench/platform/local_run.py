@@ -36,7 +36,7 @@ LOG_FOLDER = "logs"  # under the pipeline root, beside kfp.local's run folders
 ABID_STEPS = ("abid-download", "abid-prepare", "abid-resize", "abid-train-counting", "abid-train-siamese",
               "abid-quantity", "abid-score")
 STEP_COUNTS = {
-    "abid-download": ["planned", "fetched", "skipped", "failed", "spelling_conflicts"],
+    "abid-download": ["planned", "fetched", "refetched", "skipped", "failed", "spelling_conflicts"],
     "abid-prepare": ["eligible", "train", "val", "distinct_asins", "problems", "empty_task_files"],
     "abid-resize": ["inputs", "resized", "kept", "failed"],
     "abid-train-counting": ["chosen_epoch"],

@@ -28,7 +28,7 @@ def abid_download_step(
         summary = download_abid(source, Path(dest), limit=limit or None, endpoint_url=endpoint_url or None,
                                 concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
         data = summary.as_dict()
-        metrics = numbers(data, ["listed_keys", "planned", "fetched", "skipped", "failed", "ignored_keys",
+        metrics = numbers(data, ["listed_keys", "planned", "fetched", "refetched", "skipped", "failed", "ignored_keys",
                                   "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "objects_per_second"])
         if summary.spelling_conflicts:  # one line in the component's log; the manifest lists each
             print(summary.conflict_warning(f"{dest}/{manifest_name(shard, num_shards)}"), flush=True)
