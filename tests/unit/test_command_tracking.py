@@ -80,6 +80,15 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert tags["vsbench.source"] == "cli" and tags["vsbench.baseline"] == "random-features"
     assert len(tags["vsbench.data.digest"]) == 64 and tags["vsbench.data.root"] == str(pairs_root.resolve())
     assert tags["vsbench.version"] and tags["vsbench.host"] and tags["vsbench.image"] == "host venv"
+    # The data it scored, as MLflow's own dataset input (the run page's Datasets section), filterable.
+    [data] = run.inputs.dataset_inputs
+    assert (data.dataset.name, data.dataset.digest) == ("patch_pairs", tags["vsbench.data.digest"][:36])
+    assert str(pairs_root.resolve()) in data.dataset.source and data.dataset.source_type == "local"
+    assert {t.key: t.value for t in data.tags} == {"mlflow.data.context": "evaluation"}
+    experiment = MlflowClient(uri).get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert [r.info.run_id for r in MlflowClient(uri).search_runs(
+        [run.info.experiment_id], filter_string=f"dataset.digest = '{data.dataset.digest}'")] == [run_id]
     artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run_id)}
     assert {"metrics.json", "patch_pairs_pr.png", "patch_pairs_roc.png"} <= artifacts
 
@@ -172,7 +181,7 @@ def test_trained_models_get_aliases_not_stages(tmp_path):
     def version(score: float, pipeline: str) -> str:
         run = client.create_run(experiment, tags={PIPELINE_TAG: pipeline})
         return register_version(client, run.info.run_id, f"runs:/{run.info.run_id}/model", "vsbench-abid-counting",
-                                score)
+                                score, f"weights-{score}-{pipeline}")
 
     assert version(0.5, "vsbench-abid") == "1"
     assert aliases(client, "vsbench-abid-counting") == {"newest": "1", "best": "1"}

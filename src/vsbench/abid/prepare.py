@@ -102,6 +102,20 @@ RENAMED_COUNTS = {"ids": "max_id", "images": "ids_with_image", "metadata_files":
                   "instances": "distinct_asins"}
 
 
+def tasks_dataset(tasks: Path) -> tuple[str, str, str] | None:
+    """(name, digest, location) of a folder of task files, from its prepare report; None without one.
+
+    The digest covers every task file's sha256 (as prepare wrote them), so two runs on the same split
+    and questions show the same dataset in MLflow, wherever the folder lies."""
+    try:
+        report = json.loads((tasks / REPORT_NAME).read_text(encoding="utf-8"))
+        files = report["files"]
+        lines = "".join(f"{name}\0{files[name]['sha256']}\n" for name in sorted(files))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return "abid-tasks", hashlib.sha256(lines.encode()).hexdigest(), str(tasks.resolve())
+
+
 def read_counts(report: dict[str, Any]) -> dict[str, Any]:
     """A prepare report (today's or one written before issue 18) with today's count names."""
     return {RENAMED_COUNTS.get(key, key): value for key, value in report.items()}

@@ -157,6 +157,9 @@ def fit(
         history, best_score, best_epoch, start = state["history"], state["best_score"], state["best_epoch"], state["epoch"]
         best_selection = state.get("best_selection", best_score)
     resumed_from = start
+    if start >= profile.epochs and context.is_main:  # a re-run of a finished training: say so, train nothing
+        print(f"already trained: {last} holds epoch {start} of {profile.epochs}; nothing to train (the chosen "
+              f"epoch {best_epoch} answers; remove {checkpoint_dir} to train again)", flush=True)
     trained = context.wrap(model, device)  # after the load: DDP starts every rank from rank 0's weights
 
     started = time.perf_counter()

@@ -8,10 +8,10 @@ from typing import Any
 
 from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
 from vsbench.abid.metrics import counting_metrics, verification_metrics
-from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid
+from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid, tasks_dataset
 from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
 from vsbench.steps.base import StepResult, finish, numbers, sharded
-from vsbench.tracking.runs import Tracker, child_run, log_to_parent
+from vsbench.tracking.runs import Tracker, child_run, log_to_parent, parent_tracker
 
 
 def abid_download_step(
@@ -56,6 +56,8 @@ def abid_prepare_step(
             print(summary["warning"], flush=True)
         for name, info in summary["files"].items():
             metrics[f"entries_{name.rsplit('.', 1)[0]}"] = float(info["entries"])
+        log_tasks_dataset(tracker, Path(out), "training")
+        log_tasks_dataset(parent_tracker(parent_run_id), Path(out), "training")
         return finish(tracker, StepResult(out, metrics, summary), manifest_path, "prepare.json", started)
 
 
@@ -131,8 +133,9 @@ def _abid_train_step(
             # manifest epoch_choice): "val" picks it on the very questions it is reported on.
             metrics = {"chosen_val_accuracy": run.fit.best_score, "chosen_epoch": float(run.fit.best_epoch),
                        **run.fit.chosen_metrics(),
-                       "train_images_per_second": run.fit.images_per_second,
                        "world_size": float(context.world_size), **run.summary_metrics()}
+            if run.fit.images_per_second > 0:  # a re-run of a finished training trains nothing: no rate at all
+                metrics["train_images_per_second"] = run.fit.images_per_second
             manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
                         "epoch_choice": run.fit.describe_choice(),
@@ -140,10 +143,9 @@ def _abid_train_step(
             if not context.is_main:
                 return StepResult(out, metrics, manifest)
             _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
+            log_tasks_dataset(tracker, Path(tasks), "training")
             model, example = _best_model_for_export(run, settings.image_size, settings.siamese_pair_features)
-            model_uri = tracker.log_torch_model(model, f"{task}_model", example)
-            if model_uri:  # a registered version, with the aliases newest / nightly / best
-                tracker.register_model(model_uri, f"vsbench-abid-{task}", run.fit.best_score)
+            _export_and_register(tracker, model, example, task, run.fit.best_score, parent_run_id)
             tracker.log_artifact(run.result_path)
             if "val_rate_of_train_majority" in metrics:  # the trivial baseline the report draws beside the score
                 log_to_parent(parent_run_id, {"counting_majority_accuracy": metrics["val_rate_of_train_majority"]})
@@ -165,6 +167,35 @@ def abid_train_siamese_step(tasks: str, images: str, out: str, **kwargs: Any) ->
 
 _TRAIN_DEFAULTS: dict[str, Any] = {"profile": "demo", "seed": 0, "device": "auto", "overrides": None,
                                    "parent_run_id": "", "manifest_path": None, "progress": True}
+
+
+def _export_and_register(tracker: Tracker, model: Any, example: Any, task: str, score: float,
+                         parent_run_id: str) -> None:
+    """Log the model (an MLflow logged model, shown on the pipeline's parent run too) and register it
+    under ``vsbench-abid-<task>`` with its aliases, unless a version already holds these very weights
+    (a re-run of a finished training): then that version takes the aliases, and nothing is logged twice."""
+    from vsbench.tracking.models import state_dict_sha256
+
+    name = f"vsbench-abid-{task}"
+    weights = state_dict_sha256(model.state_dict())
+    existing = tracker.registered_version(name, weights, score)
+    if existing:
+        print(f"{name}: version {existing} already holds these weights (sha256 {weights[:12]}); not registered "
+              "again, its aliases moved", flush=True)
+        return
+    model_uri, model_id = tracker.log_torch_model(model, f"{task}_model", example)
+    if model_uri:  # a registered version, with the aliases newest / nightly / best
+        tracker.register_model(model_uri, name, score, weights)
+    if model_id:
+        parent_tracker(parent_run_id).link_models([model_id])
+
+
+def log_tasks_dataset(tracker: Tracker, tasks: Path, context: str) -> None:
+    """The ABID task files a step read, as an MLflow dataset input named by their digest."""
+
+    found = tasks_dataset(tasks)
+    if found is not None:
+        tracker.log_dataset(*found, context=context)
 
 
 def _best_model_for_export(run, image_size: int, pair_features: str = "concat") -> tuple[Any, Any]:
@@ -218,6 +249,7 @@ def abid_score_step(
     root = Path(tasks)
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-score", {"task_set": "moderate"}) as tracker:
+        log_tasks_dataset(tracker, root, "evaluation")
         count_truth = abid_readers.read_counting_ground_truth(root / "counting_val.json")
         counting = counting_metrics(abid_readers.read_abid_predictions(counting_result, count_truth.size,
                                                                   root / "counting_val.json", binary=False),

@@ -41,7 +41,7 @@ from vsbench.tracking.config import (
     tracking_disabled,
 )
 from vsbench.tracking.provenance import IMAGE_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG, code_tags
-from vsbench.tracking.runs import _image_tags, ensure_experiment
+from vsbench.tracking.runs import _image_tags, data_of_tags, dataset_input, ensure_experiment
 
 BUNDLE_NAME = "mlflow-run.json"
 BUNDLE_SUFFIX = ".mlflow-run.json"
@@ -215,6 +215,9 @@ def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
         run_id = client.create_run(experiment_id, start_time=bundle.start_ms, run_name=bundle.run_name,
                                    tags={**bundle.tags, RUN_KEY_TAG: key, DIGEST_TAG: digest}).info.run_id
         have_params, have_metrics = set(), set()
+        data = data_of_tags(bundle.tags, bundle.params.get("benchmark", ""))
+        if data is not None:  # the data it scored, in the run page's Datasets section
+            client.log_inputs(run_id, datasets=[dataset_input(*data, context="evaluation")])
     try:
         params = [Param(k, v) for k, v in bundle.params.items() if k not in have_params]
         metrics = [Metric(k, v, bundle.end_ms, 0) for k, v in bundle.metrics.items() if k not in have_metrics]

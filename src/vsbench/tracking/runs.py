@@ -40,6 +40,12 @@ from vsbench.tracking.provenance import (
     code_tags,
 )
 
+# MLflow 3's UI opens an experiment in the view its kind names; without the tag it guesses, and a run
+# with no traces or models of its own lands under "Evaluation runs" in the GenAI view.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING_KIND = "custom_model_development"
+DATASET_CONTEXT_TAG = "mlflow.data.context"  # "training" or "evaluation", as MLflow's own dataset inputs say
+
 # Fail fast against a dead server instead of MLflow's default minutes of retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
@@ -127,24 +133,49 @@ class Tracker:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self._call("log_artifact", lambda: self._client.log_artifact(self.run_id, str(path), artifact_path))
 
+    def log_dataset(self, name: str, digest: str, source: str, context: str,
+                    profile: Mapping[str, Any] | None = None) -> None:
+        """The data this run read as an MLflow dataset input (the run page's Datasets section, and
+        ``dataset.digest`` / ``dataset.name`` in run searches). Nothing is uploaded: name, digest
+        and where it lies only."""
+        self._call("log_inputs", lambda: self._client.log_inputs(
+            self.run_id, datasets=[dataset_input(name, digest, source, context, profile)]))
+
+    def link_models(self, model_ids: list[str]) -> None:
+        """Show logged models (made by other runs, e.g. a pipeline's training steps) as this run's outputs."""
+        from mlflow.entities import LoggedModelOutput
+
+        if model_ids:
+            self._call("log_outputs", lambda: self._client.log_outputs(
+                self.run_id, [LoggedModelOutput(model_id, 0) for model_id in model_ids]))
+
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         self._call("log_figure", lambda: self._client.log_figure(self.run_id, figure, artifact_file))
 
-    def register_model(self, model_uri: str, name: str, score: float | None) -> str:
+    def register_model(self, model_uri: str, name: str, score: float | None, weights_sha256: str) -> str:
         """Register ``model_uri`` as a new version of ``name`` with its aliases (see
         :func:`vsbench.tracking.models.register_version`); returns the version ("" offline)."""
         from vsbench.tracking.models import register_version
 
         return self._call("register_model", lambda: register_version(self._client, self.run_id, model_uri, name,
-                                                                      score)) or ""
+                                                                      score, weights_sha256)) or ""
 
-    def log_torch_model(self, model: Any, name: str, input_example: Any) -> str:
+    def registered_version(self, name: str, weights_sha256: str, score: float | None) -> str:
+        """The version of ``name`` that already holds these weights, its aliases moved as a new
+        registration would move them; "" when none does (or offline)."""
+        from vsbench.tracking.models import reuse_version
+
+        return self._call("find model version", lambda: reuse_version(self._client, self.run_id, name,
+                                                                       weights_sha256, score)) or ""
+
+    def log_torch_model(self, model: Any, name: str, input_example: Any) -> tuple[str, str]:
         """The model through ``mlflow.pytorch`` in the pt2 format (a traced graph: loading it runs no
         pickled code) and, beside it, its ``state_dict``, which vsbench loads with
         ``weights_only=True``. A model that fails to export is reported and skipped; unlike a
-        connection error it does not take the tracker offline. Returns the model's URI ("" if none)."""
+        connection error it does not take the tracker offline. Returns the model's URI and its MLflow 3
+        logged-model id (both "" if none)."""
         if not self.online:
-            return ""
+            return "", ""
         import io
 
         import mlflow
@@ -153,13 +184,13 @@ class Tracker:
 
         from vsbench import __version__
 
-        model_uri = ""
+        model_uri = model_id = ""
         try:
             with mlflow.start_run(run_id=self.run_id):
                 info = mlflow.pytorch.log_model(model, name=name, input_example=input_example,
                                                 serialization_format="pt2",
                                                 pip_requirements=[f"vsbench=={__version__}", "torch"])
-                model_uri = str(info.model_uri)
+                model_uri, model_id = str(info.model_uri), str(getattr(info, "model_id", "") or "")
         except Exception as exc:  # noqa: BLE001 - an export problem is not a tracking outage
             print(f"[vsbench] could not log {name} to MLflow: {type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
         buffer = io.BytesIO()
@@ -168,7 +199,7 @@ class Tracker:
             path = Path(tmp) / "state_dict.pt"
             path.write_bytes(buffer.getvalue())
             self.log_artifact(path, f"{name}_weights")
-        return model_uri
+        return model_uri, model_id
 
     def end(self, status: str = "FINISHED") -> None:
         self._call("end_run", lambda: self._client.set_terminated(self.run_id, status))
@@ -181,17 +212,32 @@ def _client():
 
 
 def ensure_experiment(client: Any, name: str) -> str:
+    """The experiment's id, created if needed; marked as model training unless it already has a kind."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    location = os.environ.get(ARTIFACT_LOCATION_ENV) or None
-    try:
-        return client.create_experiment(name, artifact_location=location)
-    except Exception:
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+    if experiment is None:
+        location = os.environ.get(ARTIFACT_LOCATION_ENV) or None
+        try:
+            return client.create_experiment(name, artifact_location=location,
+                                            tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND})
+        except Exception:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if EXPERIMENT_KIND_TAG not in (experiment.tags or {}):  # one made before, or by hand: a kind a user set stays
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+    return experiment.experiment_id
+
+
+def dataset_input(name: str, digest: str, source: str, context: str, profile: Mapping[str, Any] | None = None) -> Any:
+    """An MLflow ``DatasetInput`` naming data by its digest and location (``s3://`` or a local path)."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    source_type = "s3" if source.startswith("s3://") else "local"
+    dataset = Dataset(name=name, digest=digest[:36], source_type=source_type, source=json.dumps({"uri": source}),
+                      profile=json.dumps(dict(profile)) if profile else None)
+    return DatasetInput(dataset, tags=[InputTag(DATASET_CONTEXT_TAG, context)])
 
 
 def tracking_uri() -> str:
@@ -223,7 +269,21 @@ def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Map
         return ""
     tracker = Tracker(run.info.run_id, client)
     tracker.log_params({k: v for k, v in params.items() if k != "data_tags"})
+    data = data_of_tags(_param_tags(params), str(params.get("benchmark") or ""))
+    if data is not None:
+        tracker.log_dataset(*data, context="evaluation")
     return run.info.run_id
+
+
+def data_of_tags(tags: Mapping[str, str], name: str = "") -> tuple[str, str, str] | None:
+    """(name, digest, location) of the data a run's provenance tags describe, for its dataset input."""
+    from vsbench.tracking.provenance import DATA_DIGEST_TAG, DATA_FILES_TAG, DATA_ROOT_TAG
+
+    digest = tags.get(DATA_DIGEST_TAG, "")
+    if not digest:
+        return None
+    root = tags.get(DATA_ROOT_TAG, "")
+    return name or (Path(root.split(", ")[0]).name if root else "data"), digest, root
 
 
 @contextmanager
@@ -262,6 +322,12 @@ def log_to_parent(parent_run_id: str, metrics: Mapping[str, float]) -> None:
     tracker = _tracker_of(parent_run_id, "parent metrics")
     if tracker is not None:
         tracker.log_metrics(metrics)
+
+
+def parent_tracker(parent_run_id: str) -> Tracker:
+    """A tracker on the pipeline's parent run (offline when there is none), for datasets and models the
+    whole run should show, not only the step that made them."""
+    return _tracker_of(parent_run_id, "parent run") or Tracker(None, None)
 
 
 def _tracker_of(run_id: str, what: str) -> Tracker | None:
