@@ -189,3 +189,8 @@ def test_counting_summary_carries_both_rates_and_the_old_key(tiny, tmp_path):
     assert summary["val_rate_of_train_majority"] == metrics["val_rate_of_train_majority"] == metrics["val_majority_rate"]
     assert summary["val_majority_rate"] == summary["val_rate_of_train_majority"]  # one release, for old readers
     assert summary["val_own_majority_rate"] >= summary["val_rate_of_train_majority"]
+    calibration = json.loads((tmp_path / "counting_calibration.json").read_text())
+    train_ids = {idx for idx, _ in json.loads((tasks / "counting_train.json").read_text())}
+    assert calibration["trained_on"] is True and calibration["bins"]
+    assert {idx for idx, _ in calibration["bins"]} <= train_ids
+    assert all(0 <= predicted <= 5 for _, predicted in calibration["bins"])

@@ -35,6 +35,8 @@ from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.runtime.device import DeviceSetup
 
 RESULT_NAME = "counting_result.txt"
+CALIBRATION_NAME = "counting_calibration.json"  # predictions on training bins, for the quantity baseline's rule
+CALIBRATION_FRACTION = 0.1
 OLD_MAJORITY_KEY = "val_majority_rate"  # read as the validation set's own majority; it was not
 
 
@@ -78,6 +80,22 @@ class MajorityRates:
         val_own_count = Counter(q for _, q in val_rows).most_common(1)[0][1]
         return cls(int(train_class), train_count / len(train_rows),
                    float(np.mean([q == train_class for _, q in val_rows])), val_own_count / len(val_rows))
+
+
+def _calibration(model: torch.nn.Module, images_dir: Path, train_rows: list[list[int]], held_rows: list[list[int]],
+                 profile: TrainProfile, device: DeviceSetup, context: Distributed, seed: int) -> dict[str, Any]:
+    """Predicted counts on training bins, so the quantity baseline can test its count cap without
+    looking at the validation questions (:mod:`vsbench.abid.quantity`).
+
+    The bins held out of training (``epoch_selection: holdout``) when there are any: the network
+    never saw them. Otherwise a seeded tenth of the training bins, which it trained on (its counts
+    there are better than on new bins, so the cap is judged a little kindly; ``trained_on`` says so).
+    """
+    rows = held_rows
+    if not rows and len(train_rows) > 1:
+        rows = hold_out(train_rows, CALIBRATION_FRACTION, seed + 1)[1]
+    predicted = predict_classes(model, images_dir, [i for i, _ in rows], profile, device, context) if rows else []
+    return {"trained_on": not held_rows, "bins": [[int(i), int(p)] for (i, _), p in zip(rows, predicted)]}
 
 
 def _loader(dataset, profile: TrainProfile) -> DataLoader:
@@ -161,6 +179,7 @@ def train_counting(
     model.eval()
     with torch.no_grad(), device.autocast():
         predicted = dict(zip(val_present, predict_classes(model, images_dir, val_present, profile, device, context)))
+        calibration = _calibration(model, images_dir, train_rows, held_rows, profile, device, context, seed)
     rates = MajorityRates.of(train_rows, val_rows)
     predictions = [predicted.get(idx, rates.train_majority_class) for idx, _ in val_rows]
     result_path = out_dir / RESULT_NAME
@@ -168,6 +187,7 @@ def train_counting(
                       rates.val_own_majority_rate)
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
+        atomic_write_json(out_dir / CALIBRATION_NAME, calibration)
         _write_summary(out_dir, run, rates.train_majority_class, rates.train_majority_rate)
     context.barrier()  # every rank returns once the files exist
     return run

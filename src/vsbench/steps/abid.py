@@ -225,11 +225,18 @@ def abid_quantity_step(
     from vsbench.abid.readers import read_quantity_ground_truth
 
     started = time.perf_counter()
-    with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior-capped-by-predicted-count"}) as tracker:
+    with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior, capped by the predicted count when "
+                                                              "that helps on training bins"}) as tracker:
         answers = run_quantity_baseline(Path(tasks), Path(counting_result), Path(out))
+        print(answers.choice.line(), flush=True)
+        tracker.log_params({"rule": answers.choice.rule})
         truth = read_quantity_ground_truth(Path(tasks) / "obj_num_verification_val.json")
         metrics = {f"{name}_accuracy": verification_metrics(getattr(answers, name), truth).accuracy
                    for name in ("baseline", "prior_only", "always_yes", "always_no")}
+        if answers.choice.cap_accuracy is not None:  # the evidence the rule was chosen on (training bins)
+            metrics.update({"calibration_cap_accuracy": answers.choice.cap_accuracy,
+                            "calibration_prior_accuracy": answers.choice.prior_accuracy,
+                            "calibration_questions": float(answers.choice.questions)})
         tracker.log_artifact(Path(out) / RESULT_NAME)
         # The trivial answers beside the score on the parent run: the report draws them as baselines.
         log_to_parent(parent_run_id, {f"quantity_{name}": metrics[name]
