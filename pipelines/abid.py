@@ -17,16 +17,18 @@ from vsbench.components.abid import (
     abid_train_siamese,
 )
 from vsbench.components.similarity import shard_list
+from vsbench.pipelines.form import describe
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 
 PIPELINE_NAME = "vsbench-abid"
+DESCRIPTION = ("ABID (Amazon Bin Image Dataset): download from S3, split and task files, resize, train the counting "
+               "and siamese baselines, answer the quantity questions, score as the challenge does; every step logged "
+               "to MLflow under one parent run.")
 
 
 def build_abid_pipeline(cluster: ClusterSettings | None = None):
-    @dsl.pipeline(name=PIPELINE_NAME, description="ABID: download, split and task files, resize, train the "
-                                                  "baselines, score; logged to MLflow.")
     def abid_pipeline(
         data_root: str = "/data/abid",
         source: str = "s3://aft-vbi-pds",
@@ -46,11 +48,7 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
         experiment: str = "vsbench-abid",
         params_json: str = "{}",
     ):
-        """``limit`` 0 means the whole bucket; ``num_shards`` splits download and resize over that
-        many pods (by bin id modulo); ``workers`` 0 means all cores of the node; ``resize_decode`` is
-        ``full`` (the challenge's pixels), ``fast`` or ``draft`` (``vsbench abid resize --decode``); ``train_profile`` is
-        ``full`` (the challenge's settings) or ``demo`` (minutes on 2 CPU cores); ``train_overrides``
-        is a JSON object of profile fields, e.g. ``{"epochs": 2}``."""
+        # The form's texts: pipelines/form.py (KFP reads them from the docstring set below).
         with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
             parent = opened.output
             shards = shard_list(num_shards=num_shards)
@@ -85,7 +83,8 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
             for task in (shards, download, prepare, resize, counting, siamese, quantity, score):
                 task.set_caching_options(False)
 
-    return abid_pipeline
+    describe(DESCRIPTION, abid_pipeline)
+    return dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)(abid_pipeline)
 
 
 abid_pipeline = build_abid_pipeline()

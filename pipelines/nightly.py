@@ -13,6 +13,7 @@ from kfp import dsl
 from vsbench.components.nightly import comparison_report, regression_check
 from vsbench.components.similarity import embed_shard, shard_list
 from vsbench.pipelines.similarity import search_and_score
+from vsbench.pipelines.form import PARAMETERS, describe
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
@@ -24,7 +25,6 @@ PIPELINE_NAME = "vsbench-nightly"
 def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite | None = None):
     suite = suite or Suite.load()
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Nightly suite: benchmarks x models, regression check, report.")
     def nightly_pipeline(
         experiment: str = suite.experiment,
         device: str = "auto",
@@ -32,7 +32,7 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
         report_last: int = 30,
         params_json: str = json.dumps({"suite": [entry.name for entry in suite.entries]}),
     ):
-        """Every suite entry is compiled in; ``report_last`` is how many runs the report covers."""
+        # Every suite entry is compiled in; the form's texts: pipelines/form.py.
         with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
             parent = opened.output
             light = []
@@ -68,4 +68,13 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                 task.set_caching_options(False)
                 apply(task, "light", cluster)
 
-    return nightly_pipeline
+    description = (f"Nightly suite of {len(suite.entries)} (benchmark, model) entries compiled in "
+                   f"({', '.join(entry.name for entry in suite.entries)}), then the regression check against the "
+                   "previous night and the comparison report, under one MLflow parent run.")
+    describe(description, nightly_pipeline, {
+        "device": PARAMETERS["device"], "batch_size": PARAMETERS["batch_size"],
+        "params_json": PARAMETERS["params_json"].replace('Example: {"profile": "full"}',
+                                                         "Example: the suite's entry names, as compiled."),
+        "experiment": "MLflow experiment the nightly runs are logged and compared in. Example: " + suite.experiment + ".",
+    })
+    return dsl.pipeline(name=PIPELINE_NAME, description=description[:1000])(nightly_pipeline)

@@ -9,11 +9,15 @@ Compile with ``vsbench compile``; ``vsbench similarity run`` runs the same steps
 
 from kfp import dsl
 from vsbench.components.similarity import embed_shard, index, score, search, search_tasks, shard_list
+from vsbench.pipelines.form import describe
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 
 PIPELINE_NAME = "vsbench-similarity"
+DESCRIPTION = ("One benchmark x one model: embed the images (sharded), index with FAISS (one index per codec), "
+               "search (query x reference shards, merged exactly), score as the original benchmark does; logged "
+               "to MLflow under one parent run.")
 
 
 def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_params, search_shards,
@@ -47,7 +51,6 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
 
 
 def build_similarity_pipeline(cluster: ClusterSettings | None = None):
-    @dsl.pipeline(name=PIPELINE_NAME, description="Embed a benchmark's images with a model, index with FAISS, score.")
     def similarity_pipeline(
         benchmark: str = "disc",
         root: str = "/data/disc2021",
@@ -69,9 +72,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         experiment: str = "vsbench-similarity",
         params_json: str = "{}",
     ):
-        """``global_cap`` 0 keeps k per query; ``score_norm`` "" reports only unnormalized scores;
-        ``num_shards`` embedding shards, ``search_shards`` x ``reference_shards`` search tasks;
-        ``seed`` draws ``{"weights": "random"}`` networks."""
+        # The form's texts: pipelines/form.py (KFP reads them from the docstring set below).
         with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
             shards = shard_list(num_shards=num_shards)
             shards.set_caching_options(False)
@@ -90,7 +91,8 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                              experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster)
             apply(shards, "light", cluster)
 
-    return similarity_pipeline
+    describe(DESCRIPTION, similarity_pipeline)
+    return dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)(similarity_pipeline)
 
 
 similarity_pipeline = build_similarity_pipeline()
