@@ -44,6 +44,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -63,6 +64,9 @@ from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_bytes, atomic_write_text
 
 MANIFEST_NAME = "_manifests/resize.json"
+# Where fast's per-photo gain (2.4x full on a real size mix) repays loading torch once, on 2 workers
+# (bench/resize_mix.py: 639 photos took fast 2.5 s, full 1.4 s, end to end; ~1.9 ms saved a photo-core).
+FAST_PAYS_OFF_PHOTOS = 2_500
 Decode = Literal["fast", "draft", "full"]
 DECODES: tuple[str, ...] = ("fast", "draft", "full")
 DEFAULT_DECODE: Decode = "full"  # the challenge's pixels; "fast" and "draft" are opt-in
@@ -287,6 +291,11 @@ def resize_abid(
 
     fast = decode == "fast" and jpeg.available()
     if fast:
+        if 0 < len(jobs) < FAST_PAYS_OFF_PHOTOS:
+            photos = f"{len(jobs)} photo{'s' if len(jobs) != 1 else ''}"
+            print(f"note: --decode fast loads torch first (about 2 s); on {photos} 'draft' or 'full' "
+                  f"finish sooner (fast gains from ~{FAST_PAYS_OFF_PHOTOS:,} photos: bench/resize_mix.py)",
+                  file=sys.stderr, flush=True)
         # Imported here, before any fork, so that workers share it instead of each importing
         # torch (seconds). No torch operation runs in this process before the pool forks: an
         # OpenMP thread pool started in a parent does not survive fork().
