@@ -87,7 +87,10 @@ def test_resets_part_way_keep_a_manifest_and_a_rerun_resumes(small_limits, tmp_p
     [line] = _error_lines(result.stderr)
     assert f"the S3 endpoint {server.url} reset the connection" in line and "run the same command again" in line
     manifest = json.loads((dest / MANIFEST_NAME).read_text())
-    assert manifest["fetched"] == 40 == len(_local(dest)) - 1
+    assert manifest["fetched"] == 40 == len(_local(dest)) - 2  # the manifest and its key log
+    keys = [json.loads(line) for line in (dest / manifest["keys_log"]).read_text().splitlines()]
+    assert len(keys) == N and sum(k["status"] == "fetched" for k in keys) == 40
+    assert sum(k["status"] == "not_tried" for k in keys) == manifest["not_tried"]
     assert manifest["stopped_by"] == "breaker" and manifest["endpoint"] == server.url
     assert manifest["fetched"] + manifest["failed"] == manifest["planned"] == N and not manifest["complete"]
     assert manifest["not_tried"] > 200 and len(manifest["failures"]) < 40  # the untried are counted, not listed
