@@ -38,7 +38,7 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
     shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  [")]
     assert sorted(line.split()[2] for line in shown) == sorted(STEPS), shown
     assert [line.split()[1] for line in shown] == [f"{i}/7]" for i in range(1, 8)], shown
-    assert all("(2 tasks)" in line for line in shown if line.split()[2] in ("abid-download", "abid-resize")), shown
+    assert all("(2 tasks)" in line for line in shown if line.split()[2] in ("abid-download", "abid-resize")), "\n".join(shown)
     assert report.steps["abid-download"]["metrics"]["failed"] == 0
     tasks = tmp_path / "data" / "tasks"
     for name in ["random_train.txt", "random_val.txt", "counting_val.json", "obj_verification_val.json",

@@ -86,7 +86,9 @@ def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_
     log = Path(result.output.split("kfp.local executor logs: ")[1].split()[0])
     assert "Executing task" in log.read_text()
     steps = [line for line in result.output.splitlines() if line.startswith("  [")]
-    assert any("score" in line and line.endswith("ok") for line in steps), result.output
+    assert [line.split()[2] for line in steps] == ["embed-shard", "index", "search", "score"], result.output
+    assert all(" s  ok" in line for line in steps) and "(+ search-tasks " in steps[1], result.output  # a helper, named
+    assert "tasks)" not in steps[2], result.output  # one search task (1 x 1 shards), not counted twice
     assert len(result.output.splitlines()) < 40, result.output
 
 

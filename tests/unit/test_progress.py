@@ -105,3 +105,31 @@ def test_a_task_cut_short_is_shown_where_it_stopped(tmp_path: Path):
     sink.close()
     assert "INTERRUPTED" in terminal.getvalue()
     assert sink.tail("index") == ["half a line"]
+
+
+def test_loop_iterations_run_at_once_are_one_line_even_when_a_finish_line_is_lost(tmp_path: Path):
+    """kfp.local runs a ParallelFor's iterations together under one name; its log can drop one of
+    their "finished" lines. The step is still one line, with its task count and wall time."""
+    terminal = io.StringIO()
+    sink = StepLog(tmp_path / "run.log", ("abid-download", "abid-prepare"), terminal=terminal)
+    with redirect_stdout(sink):
+        print("Executing task 'abid-download'")
+        print("Executing task 'abid-download'")
+        print("Task 'abid-download' finished with status SUCCESS")  # the other one's line is lost
+        _kfp_like("abid-prepare", ["split"])
+    sink.close()
+    shown = terminal.getvalue().splitlines()
+    assert len(shown) == 2 and "(2 tasks)" in shown[0] and shown[0].startswith("  [  1/2] abid-download")
+    assert shown[1].startswith("  [  2/2] abid-prepare")
+
+
+def test_a_failed_step_is_one_failure_line_not_also_ok(tmp_path: Path):
+    terminal = io.StringIO()
+    sink = StepLog(tmp_path / "run.log", ("index", "score"), terminal=terminal)
+    with redirect_stdout(sink):
+        _kfp_like("index", ["built"])
+        _kfp_like("score", ["ValueError: bad"], status="FAILURE")
+    sink.close()
+    shown = terminal.getvalue().splitlines()
+    assert len(shown) == 2 and shown[0].endswith("ok") and "index" in shown[0]
+    assert "score" in shown[1] and shown[1].endswith("FAILURE") and sink.failed_task == "score"

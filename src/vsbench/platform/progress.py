@@ -9,7 +9,7 @@ the real terminal: name, progress (steps done of the steps expected) and time. W
 the log is streamed as well, as before. A failed step's last lines are kept for the error report.
 
 A step's line is printed once the step is over: its ParallelFor iterations ("embed-shard",
-"embed-shard-2", ...) are one line with their summed time and their count, and the helper tasks
+"embed-shard-2", ...) are one line with their count and their wall time (kfp.local runs them at once), and the helper tasks
 around the steps (tracking, shard lists) print no line of their own: their time is named on the
 line of the step they ran next to. A failed task of any kind gets its own line at once.
 """
@@ -34,10 +34,15 @@ TAIL_LINES = 30
 
 @dataclass
 class _StepLine:
-    """A main step being gathered: its tasks (loop iterations) and the helper tasks beside it."""
+    """A main step being gathered: its tasks (loop iterations) and the helper tasks beside it.
+
+    kfp.local runs a ParallelFor's iterations at once, under one task name, and its log can lose
+    one of their "finished" lines; so tasks are counted as they start, and the step's time is the
+    wall time from its first start to its last finish (or to the next step's start)."""
 
     step: str
-    seconds: float = 0.0
+    started: float
+    ended: float = 0.0
     tasks: int = 0
     helpers: list[tuple[str, float]] = field(default_factory=list)
 
@@ -69,6 +74,7 @@ class StepLog(io.TextIOBase):
         self.finished: list[tuple[str, str, float]] = []  # (task, status, seconds)
         self._pending: _StepLine | None = None  # the step whose line is not printed yet
         self._waiting: list[tuple[str, float]] = []  # helper tasks seen before any step
+        self._helper_started: dict[str, float] = {}
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         if self._live:
@@ -127,8 +133,14 @@ class StepLog(io.TextIOBase):
         if started:
             self._task, self._task_started = started.group(1), time.monotonic()
             base = self._base(self._task)
-            if self._pending is not None and self._is_step(base) and base != self._pending.step:
-                self._flush()
+            if self._is_step(base):
+                if self._pending is not None and base != self._pending.step:
+                    self._flush()
+                if self._pending is None:
+                    self._pending, self._waiting = _StepLine(base, self._task_started, helpers=self._waiting), []
+                self._pending.tasks += 1
+            else:
+                self._helper_started[self._task] = self._task_started
             self._tails[self._task] = deque(maxlen=TAIL_LINES)
             self._show()
             return
@@ -144,7 +156,7 @@ class StepLog(io.TextIOBase):
     def _base(self, task: str) -> str:
         """A task's step name without kfp.local's loop suffix ("embed-shard" for "embed-shard-2")."""
         for step in self.steps:
-            if task == step or task.startswith(step + "-"):
+            if task == step or (task.startswith(step + "-") and task[len(step) + 1:].isdigit()):
                 return step
         return task
 
@@ -155,34 +167,36 @@ class StepLog(io.TextIOBase):
         return not self.steps or base in self.steps
 
     def _finish(self, task: str, status: str) -> None:
-        seconds = time.monotonic() - self._task_started
+        now = time.monotonic()
+        base = self._base(task)
+        started = self._helper_started.pop(task, None) if not self._is_step(base) else None
+        seconds = now - (started if started is not None else self._task_started)
         self.finished.append((task, status, seconds))
         self._task = ""
-        base = self._base(task)
         if status != "SUCCESS":
             self.failed_task = self.failed_task or task
+            if self._pending is not None and self._pending.step == base:
+                self._done.add(base)  # it ran; its line is the failure's, not "ok"
+                self._pending = None
             self._flush()
             self._emit_line(task, seconds, status)
             return
         if not self._is_step(base):
             (self._pending.helpers if self._pending is not None else self._waiting).append((task, seconds))
             return
-        if self._pending is None or self._pending.step != base:
-            self._flush()
-            self._pending, self._waiting = _StepLine(base, helpers=self._waiting), []
-        self._pending.seconds += seconds
-        self._pending.tasks += 1
-        self._done.add(base)
+        if self._pending is not None and self._pending.step == base:
+            self._pending.ended = now
 
     def _flush(self) -> None:
         """Print the gathered step's one line."""
         line, self._pending = self._pending, None
         if line is None:
             return
+        self._done.add(line.step)
         extra = f"  ({line.tasks} tasks)" if line.tasks > 1 else ""
         if line.helpers:
             extra += "  (+ " + ", ".join(f"{task} {seconds:.1f} s" for task, seconds in line.helpers) + ")"
-        self._emit_line(line.step, line.seconds, "ok", extra)
+        self._emit_line(line.step, (line.ended or time.monotonic()) - line.started, "ok", extra)
 
     def _emit_line(self, name: str, seconds: float, mark: str, extra: str = "") -> None:
         if not self.verbose:
