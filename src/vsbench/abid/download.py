@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
@@ -56,6 +57,7 @@ MANIFEST_NAME = "_manifests/download.json"
 MAX_LISTED_CONFLICTS = 10_000  # bounds the manifest; the count is always exact
 MAX_CONNECTION_FAILURES = 100  # VSBENCH_S3_MAX_CONNECTION_FAILURES: requests in a row with no answer, job-wide
 STALL_TIMEOUT_S = 60.0  # VSBENCH_S3_STALL_TIMEOUT: seconds with requests in flight and no answer at all
+VERIFY_BLOCK = 1 << 20  # bytes hashed per read when checking a local copy
 KEEP_RULE = "the unpadded key is the canonical spelling (the challenge's ids are integers)"
 
 
@@ -71,13 +73,16 @@ class SpellingConflict:
     reason: str = KEEP_RULE
 
 
+CONFLICT_LABELS = ("image", "metadata", "image and metadata")
+
+
 def conflict_kinds(conflicts: Iterable[SpellingConflict]) -> dict[str, int]:
-    """Ids per combination of colliding kinds ("image", "metadata", "image and metadata")."""
-    counts: dict[str, int] = {}
+    """Ids per combination of colliding kinds, always in the order of :data:`CONFLICT_LABELS` (so the
+    warning line reads the same whichever id comes first); combinations with no id are left out."""
+    counts = dict.fromkeys(CONFLICT_LABELS, 0)
     for conflict in conflicts:
-        label = " and ".join(conflict.kinds)
-        counts[label] = counts.get(label, 0) + 1
-    return counts
+        counts[" and ".join(conflict.kinds)] += 1
+    return {label: count for label, count in counts.items() if count}
 
 
 def _listed(key: AbidKey, obj: dict[str, Any]) -> dict[str, Any]:
@@ -151,8 +156,9 @@ class DownloadSummary:
             return self.cause
         permanent = sum(1 for f in self.failures if f.get("permanent"))
         if permanent:
-            return (f"{self.failed} objects failed, {permanent} of them for good (denied or gone; see the "
-                    "manifest); running again fetches only the transient ones")
+            return (f"{self.failed} objects failed, {permanent} of them for a reason no retry changes (denied, "
+                    f"gone, or a local path that cannot be written; {self.keys_log or 'the manifest'} says which "
+                    "and why); fix those, then run the same command again to resume")
         return f"{self.failed} objects failed on transient errors; run the same command again to resume"
 
     def conflict_warning(self, manifest: str = MANIFEST_NAME) -> str:
@@ -163,10 +169,13 @@ class DownloadSummary:
         shown = ", ".join(str(c["bin_id"]) for c in self.conflicts[:5])
         more = ", ..." if self.spelling_conflicts > 5 else ""
         ids = "id" if self.spelling_conflicts == 1 else "ids"
-        return (f"warning: {self.spelling_conflicts} {ids} have two spellings with different contents ({kinds}; "
+        has = "has" if self.spelling_conflicts == 1 else "have"
+        listed = (f" (the first {len(self.conflicts):,} ids)" if len(self.conflicts) < self.spelling_conflicts
+                  else "")
+        return (f"warning: {self.spelling_conflicts:,} {ids} {has} two spellings with different contents ({kinds}; "
                 f"{ids} {shown}{more}); "
                 f"kept the unpadded key of each ({KEEP_RULE.split(' (')[0]}); both keys, sizes and ETags are "
-                f"under 'conflicts' in {manifest}")
+                f"under 'conflicts'{listed} in {manifest}")
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -275,16 +284,37 @@ def verify_bytes(data: bytes, size: int, etag: str) -> str:
 
 
 def verify_local(path: Path, size: int, etag: str) -> str:
-    """Like :func:`verify_bytes` for a file already on disk; "" means complete and intact."""
+    """Like :func:`verify_bytes` for a file already on disk: "" means complete and intact, "missing"
+    that nothing is there, anything else why the local copy cannot be kept (a folder in its place, a
+    size or MD5 mismatch, a read error: "unreadable (...)"), so a resumed run can say why it fetched
+    the file again. The MD5 is read in blocks: memory stays flat whatever the file's size."""
     try:
         stat = path.stat()
     except FileNotFoundError:
         return "missing"
+    except OSError as exc:  # a file where a folder should be (ENOTDIR), a name too long, I/O errors
+        return f"unreadable ({_os_error(exc)})"
+    if not S_ISREG(stat.st_mode):
+        return "a folder, not a file" if S_ISDIR(stat.st_mode) else "not a regular file"
     if stat.st_size != size:
         return f"size {stat.st_size} != listed {size}"
-    if _etag_is_md5(etag):
-        return verify_bytes(path.read_bytes(), size, etag)
-    return ""
+    if not _etag_is_md5(etag):
+        return ""
+    digest = hashlib.md5(usedforsecurity=False)
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            while block := handle.read(VERIFY_BLOCK):
+                digest.update(block)
+    except OSError as exc:
+        return f"unreadable ({_os_error(exc)})"
+    return "" if digest.hexdigest() == etag.lower() else "md5 does not match the ETag"
+
+
+def _os_error(exc: OSError) -> str:
+    """``[Errno 13] Permission denied`` without the path (the key log names the file already)."""
+    if exc.errno is not None and exc.strerror:
+        return f"[Errno {exc.errno}] {exc.strerror}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class PermanentFetchError(RuntimeError):
@@ -476,7 +506,12 @@ class _Fetcher:
                 if not reason:
                     if self.stop.is_set():  # the job has stopped (and may be cleaning up): write nothing more
                         return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "stopped", attempt)
-                    atomic_write_bytes(target, data)
+                    try:
+                        atomic_write_bytes(target, data)
+                    except OSError as exc:  # a folder in the way, a full or read-only disk: not the endpoint's
+                        return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt,
+                                            f"cannot write {obj.path} under the destination: {_os_error(exc)}",
+                                            permanent=True)
                     return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, len(data), "fetched", attempt)
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported
                 reason = _describe(exc)
@@ -516,26 +551,28 @@ def _is_permanent(exc: Exception) -> bool:
 
 def _start_workers(fn: Callable[[PlannedObject], ObjectResult], items: list[PlannedObject], workers: int,
                    stop: threading.Event) -> queue.SimpleQueue:
-    """Run ``fn`` over ``items`` on ``workers`` daemon threads; each result (or exception) is put on the
-    returned queue, and no item is started once ``stop`` is set. One queue, not a future per item waited
+    """Run ``fn`` over ``items`` on ``workers`` daemon threads; each ``(index, result or exception)`` is
+    put on the returned queue, and no item is started once ``stop`` is set. The index lets the caller
+    keep a byte per item, not a set of paths, for what has an answer. One queue, not a future per item waited
     on together: ``concurrent.futures.wait`` over a million pending futures costs O(n) per call.
     Daemon threads, unlike ThreadPoolExecutor's, do not hold the process at exit: after a stop
     (breaker, SIGTERM) a request still waiting on a silent endpoint must not delay the exit by a read
     timeout. A thread cut short at exit leaves at most a temporary file, which the next run ignores."""
     results: queue.SimpleQueue = queue.SimpleQueue()
-    jobs = iter(items)
+    jobs = enumerate(items)
     lock = threading.Lock()
 
     def work() -> None:
         while not stop.is_set():
             with lock:
-                item = next(jobs, None)
-            if item is None:
+                job = next(jobs, None)
+            if job is None:
                 return
+            index, item = job
             try:
-                results.put(fn(item))
+                results.put((index, fn(item)))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                results.put(exc)
+                results.put((index, exc))
 
     for _ in range(min(workers, len(items))):
         threading.Thread(target=work, name="abid-download", daemon=True).start()
@@ -631,6 +668,38 @@ def keys_log_name(shard: int = 0, num_shards: int = 1) -> str:
     return manifest_name(shard, num_shards).removesuffix(".json") + ".keys.jsonl"
 
 
+LAYOUT_FOLDERS = ("bin-images", "metadata", "_manifests")  # what a run makes under its destination
+
+
+class DestinationError(ValueError):
+    """A destination the run could not write into (a file in the way, no write permission): refused
+    before anything is listed or created, in one line naming the path and the fix."""
+
+    one_line = True
+
+
+def check_destination(dest: Path) -> None:
+    """Refuse ``dest`` when its nearest existing folder is not a writable folder, or when a file sits
+    where the run keeps ``bin-images/``, ``metadata/`` or ``_manifests/``: found part-way, these
+    failed every object (or the key log) after the listing, and left what was fetched without a manifest."""
+    for folder in [dest, *dest.parents]:
+        if not (folder.exists() or folder.is_symlink()):
+            continue
+        if not folder.is_dir():
+            what = "is a file" if folder.is_file() else "is not a folder"
+            raise DestinationError(f"cannot download into {dest}: {folder} {what}; choose another --dest "
+                                   "(or move that file)")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise DestinationError(f"cannot download into {dest}: {folder} is not writable by this user; "
+                                   "choose another --dest or fix its permissions")
+        break
+    for name in LAYOUT_FOLDERS:
+        path = dest / name
+        if (path.exists() or path.is_symlink()) and not path.is_dir():
+            raise DestinationError(f"cannot download into {dest}: {path} is not a folder, and the download keeps "
+                                   f"its {name}/ there; move that file, or choose another --dest")
+
+
 def _first_missing(path: Path) -> Path | None:
     """The outermost folder of ``path`` (itself included) that does not exist yet, or None."""
     missing = None
@@ -641,14 +710,31 @@ def _first_missing(path: Path) -> Path | None:
     return missing
 
 
+def folders_to_create(dest: Path) -> list[Path]:
+    """The folders a run may create that were not there before it: the outermost missing folder of
+    ``dest`` when ``dest`` is new, else those of ``bin-images/``, ``metadata/`` and ``_manifests/`` that
+    are missing. ``dest`` is resolved first: ``new/../x`` creates ``x``, not ``new``."""
+    resolved = dest.resolve()
+    first = _first_missing(resolved)
+    if first is not None:
+        return [first]
+    return [resolved / name for name in LAYOUT_FOLDERS if not (resolved / name).exists()]
+
+
+def _is_own_temporary(name: str) -> bool:
+    """A temporary file of this process (``.name.tmp-<pid>`` or ``.name.tmp-<pid>-<n>``): another process
+    (a shard running beside this one into the same folder) may be about to rename its own."""
+    return is_temporary(name) and re.search(rf"{re.escape(TMP_MARKER)}{os.getpid()}(-\d+)?$", name) is not None
+
+
 def _remove_created(root: Path) -> None:
     """Remove what a run that fetched nothing created under ``root`` (a folder it made): empty folders and
     its own temporary files only, deepest first; anything else is left where it is."""
-    if not root.is_dir():
+    if not root.is_dir() or root.is_symlink():
         return
     for folder, _dirs, files in os.walk(root, topdown=False):
         for name in files:
-            if is_temporary(name):
+            if _is_own_temporary(name):
                 try:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
@@ -688,7 +774,8 @@ def download_abid(
     started = time.perf_counter()
     location = parse_s3_uri(source)
     limit_failures, stall = max_connection_failures(), stall_timeout()  # bad settings: refused before anything
-    created = _first_missing(dest)
+    check_destination(dest)
+    created = folders_to_create(dest)
     manifest = dest / manifest_name(shard, num_shards)
     had_manifest = manifest.exists()
     log = KeyLog(dest / keys_log_name(shard, num_shards))
@@ -708,17 +795,17 @@ def download_abid(
             summary = getattr(signalled, "summary", None) or summary
             kept = _finish(summary, dest, manifest, had_manifest, created, started, log)
             raise DownloadInterrupted(signalled.signum, summary, kept) from None
-        except Exception:
+        except Exception:  # e.g. a job-wide cause while listing: leave nothing
             log.discard()
-            if created is not None and summary is None:  # e.g. a job-wide cause while listing: leave nothing
-                _remove_created(created)
+            for folder in created:
+                _remove_created(folder)
             raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_manifest: bool, created: Path | None,
+def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_manifest: bool, created: list[Path],
             started: float, log: KeyLog) -> Path | None:
     """Write the manifest (and name the key log) when ``dest`` holds anything of the run (or had one);
     otherwise remove what the run created. Returns the manifest's path when written."""
@@ -731,8 +818,8 @@ def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_man
             atomic_write_json(manifest, summary.as_dict())
             return manifest
     log.discard()
-    if created is not None:
-        _remove_created(created)
+    for folder in created:
+        _remove_created(folder)
     return None
 
 
@@ -764,17 +851,17 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     )
 
     todo: list[PlannedObject] = []
-    damaged: dict[str, str] = {}  # path -> why the local copy was not kept
+    damaged: dict[int, str] = {}  # index in ``todo`` -> why the local copy was not kept (only damaged ones)
     for obj in plan:
         local = verify_local(dest / obj.path, obj.size, obj.etag)
         if not local:
             summary.skipped += 1
             log.write(obj, "skipped", "verified against the listing")
             continue
-        todo.append(obj)
         if local != "missing":
-            damaged[obj.path] = local
-    answered: set[str] = set()  # paths with a result (the rest are logged as not tried)
+            damaged[len(todo)] = local
+        todo.append(obj)
+    answered = bytearray(len(todo))  # 1 where the object has a result (the rest are logged as not tried)
 
     if anonymous:
         get = _AnonymousHttpGetter(endpoint_url, location.bucket, concurrency)
@@ -798,26 +885,27 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
                 done.append(results.get_nowait())
         except queue.Empty:
             pass
-        for result in done:
+        for index, result in done:
             if isinstance(result, BaseException):
                 raise result
             if result.status == "stopped":
                 continue  # counted with the objects never tried
-            answered.add(result.path)
-            planned = PlannedObject(result.bin_id, result.kind, result.key, result.size, "", result.path)
+            answered[index] = 1
+            planned = todo[index]
             if result.status == "fetched":
                 summary.fetched += 1
                 summary.bytes_fetched += result.size
-                if result.path in damaged:
+                if index in damaged:
                     summary.refetched += 1
-                    log.write(planned, "refetched", f"local copy damaged: {damaged[result.path]}", result.attempts,
+                    log.write(planned, "refetched", f"local copy damaged: {damaged[index]}", result.attempts,
                               result.size)
                 else:
                     log.write(planned, "fetched", "", result.attempts, result.size)
             else:
                 summary.failed += 1
                 summary.failures.append(asdict(result))
-                log.write(planned, "failed", result.reason, result.attempts)
+                kept = f"; the damaged local copy stays ({damaged[index]})" if index in damaged else ""
+                log.write(planned, "failed", result.reason + kept, result.attempts)
             if on_result is not None:
                 on_result(result)
             bar.update(1)
@@ -855,9 +943,9 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     return summary
 
 
-def _log_not_tried(log: KeyLog, todo: list[PlannedObject], answered: set[str], why: str) -> None:
-    for obj in todo:
-        if obj.path not in answered:
+def _log_not_tried(log: KeyLog, todo: list[PlannedObject], answered: bytearray, why: str) -> None:
+    for obj, done in zip(todo, answered, strict=True):
+        if not done:
             log.write(obj, "not_tried", why)
 
 
