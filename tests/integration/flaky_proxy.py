@@ -3,7 +3,8 @@
 Modes: "ok" forwards everything; "fail" answers object GETs with 503 after ``healthy_gets``
 successful ones; "truncate" sends a short body (Content-Length says more, then the connection
 closes). Listing requests (``?list-type=2``) always pass, so a run can plan and then meet the
-outage part-way through its fetches.
+outage part-way through its fetches. Keys in ``missing_keys`` are answered 404 NoSuchKey in every
+mode, as for an object deleted between the listing and its GET.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import http.client
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 
 class FlakyProxy:
@@ -19,6 +20,7 @@ class FlakyProxy:
         self.upstream = urlsplit(upstream)
         self.mode = "ok"
         self.healthy_gets = 0
+        self.missing_keys: set[str] = set()
         self.object_gets = 0
         self.lock = threading.Lock()
         proxy = self
@@ -36,6 +38,14 @@ class FlakyProxy:
                         proxy.object_gets += 1
                     failing = not is_listing and proxy.mode != "ok" and proxy.object_gets > proxy.healthy_gets
                     mode = proxy.mode
+                key = urlsplit(self.path).path.split("/", 2)[-1]  # /<bucket>/<key>
+                if not is_listing and unquote(key) in proxy.missing_keys:
+                    body = b"<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>"
+                    self.send_response(404)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 if failing and mode == "fail":
                     body = b"<Error><Code>ServiceUnavailable</Code><Message>injected outage</Message></Error>"
                     self.send_response(503)

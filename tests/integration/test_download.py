@@ -108,6 +108,109 @@ def test_the_key_log_names_each_failed_and_untried_key(local_s3, public_bucket, 
     assert len(fetched) == first.fetched and all(line["size"] == len(objects[line["key"]]) for line in fetched)
 
 
+def _key_log(dest: Path, manifest: str = MANIFEST_NAME) -> dict[str, dict]:
+    """The key log named by ``manifest``, by local path (each path once)."""
+    name = json.loads((dest / manifest).read_text())["keys_log"]
+    lines = [json.loads(line) for line in (dest / name).read_text().splitlines()]
+    by_path = {line["path"]: line for line in lines}
+    assert len(by_path) == len(lines), "a key logged twice"
+    return by_path
+
+
+def test_a_resume_logs_each_refetch_with_its_reason_and_each_failing_key(local_s3, public_bucket, no_aws_credentials,
+                                                                         tmp_path, monkeypatch):
+    """Issue 29, item 1: after a resume, which file was fetched again and why, and which key failed and why."""
+    import builtins
+    import errno
+
+    from vsbench.abid import download
+
+    objects = _put_dataset(local_s3, public_bucket, n=8)
+    source = f"s3://{public_bucket}"
+    first = download_abid(source, tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
+    assert first.complete and first.fetched == 16
+    (tmp_path / "bin-images" / "00002.jpg").write_bytes(b"cut")  # damaged: size
+    unreadable = tmp_path / "bin-images" / "00005.jpg"  # right size, but reading it fails (a bad disk block)
+    (tmp_path / "metadata" / "00006.json").unlink()  # missing, and its key fails on the resume
+    (tmp_path / "metadata" / "00007.json").write_bytes(b"{}")  # damaged, and its key fails on the resume
+    real_open = builtins.open
+
+    def failing_open(file, *args, **kwargs):
+        if Path(file) == unreadable:
+            raise OSError(errno.EIO, "Input/output error", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(download, "open", failing_open, raising=False)
+    with FlakyProxy(local_s3.endpoint_url) as proxy:
+        proxy.missing_keys = {"metadata/6.json", "metadata/7.json"}
+        again = download_abid(source, tmp_path, endpoint_url=proxy.url, retries=2, backoff=0.01, progress=False)
+
+    assert (again.fetched, again.refetched, again.skipped, again.failed) == (2, 2, 12, 2)
+    log = _key_log(tmp_path)
+    assert len(log) == again.planned == 16  # this run's log: every planned key once, nothing of the first run
+    assert log["bin-images/00002.jpg"] == {
+        "key": "bin-images/2.jpg", "path": "bin-images/00002.jpg", "status": "refetched",
+        "reason": f"local copy damaged: size 3 != listed {len(objects['bin-images/2.jpg'])}", "attempts": 1,
+        "size": len(objects["bin-images/2.jpg"])}
+    assert log["bin-images/00005.jpg"]["status"] == "refetched"
+    assert log["bin-images/00005.jpg"]["reason"] == "local copy damaged: unreadable ([Errno 5] Input/output error)"
+    assert log["metadata/00006.json"]["status"] == "failed"
+    assert log["metadata/00006.json"]["reason"] == "HTTP 404 NoSuchKey: The specified key does not exist."
+    assert log["metadata/00007.json"]["status"] == "failed"
+    assert log["metadata/00007.json"]["reason"].endswith("; the damaged local copy stays (size 2 != listed "
+                                                         f"{len(objects['metadata/7.json'])})")
+    assert {path for path, line in log.items() if line["status"] == "skipped"} == (
+        {f"bin-images/{i:05d}.jpg" for i in range(1, 9)} | {f"metadata/{i:05d}.json" for i in range(1, 9)}
+    ) - {"bin-images/00002.jpg", "bin-images/00005.jpg", "metadata/00006.json", "metadata/00007.json"}
+    assert all(line["reason"] == "verified against the listing" for line in log.values() if line["status"] == "skipped")
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert (manifest["refetched"], manifest["failed"]) == (2, 2)
+    assert [f["key"] for f in manifest["failures"]] == ["metadata/6.json", "metadata/7.json"]
+    assert (tmp_path / "bin-images" / "00002.jpg").read_bytes() == objects["bin-images/2.jpg"]
+
+
+def test_a_folder_where_a_file_belongs_is_named_and_not_retried(local_s3, public_bucket, no_aws_credentials, tmp_path):
+    objects = _put_dataset(local_s3, public_bucket, n=3)
+    (tmp_path / "bin-images" / "00002.jpg").mkdir(parents=True)
+    summary = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
+    assert (summary.fetched, summary.failed, summary.refetched) == (5, 1, 0)
+    line = _key_log(tmp_path)["bin-images/00002.jpg"]
+    assert line["status"] == "failed" and line["attempts"] == 1
+    assert line["reason"] == ("cannot write bin-images/00002.jpg under the destination: [Errno 21] Is a directory; "
+                              "the damaged local copy stays (a folder, not a file)")
+    assert summary.failures[0]["permanent"] and not summary.resumable
+    assert summary.advice() == (
+        f"1 objects failed, 1 of them for a reason no retry changes (denied, gone, or a local path that cannot be "
+        f"written; {tmp_path / '_manifests/download.keys.jsonl'} says which and why); fix those, then run the same "
+        "command again to resume")
+    expected = _expected_files(objects)
+    del expected["bin-images/00002.jpg"]
+    assert _local_files(tmp_path) == expected  # the five others written; the folder left as it was
+
+
+def test_each_shard_keeps_its_own_key_log(local_s3, public_bucket, no_aws_credentials, tmp_path):
+    """Shards share the destination: each names its own key log, and a shard's resume rewrites only its own."""
+    from vsbench.abid.download import keys_log_name, manifest_name
+
+    _put_dataset(local_s3, public_bucket, n=10)
+    source, logs = f"s3://{public_bucket}", {}
+    for shard in (0, 1):
+        summary = download_abid(source, tmp_path, endpoint_url=local_s3.endpoint_url, progress=False, shard=shard,
+                                num_shards=2)
+        assert summary.complete and summary.keys_log == keys_log_name(shard, 2)
+        assert summary.keys_log == f"_manifests/download.shard-{shard}-of-2.keys.jsonl"
+        logs[shard] = _key_log(tmp_path, manifest_name(shard, 2))
+        assert {int(Path(path).stem) % 2 for path in logs[shard]} == {shard}
+        assert {line["status"] for line in logs[shard].values()} == {"fetched"}
+    assert len(logs[0]) + len(logs[1]) == 20 and not (tmp_path / MANIFEST_NAME).exists()
+    shard_0_log = (tmp_path / keys_log_name(0, 2)).read_bytes()
+    (tmp_path / "metadata" / "00003.json").write_bytes(b"{}")
+    again = download_abid(source, tmp_path, endpoint_url=local_s3.endpoint_url, progress=False, shard=1, num_shards=2)
+    assert (again.refetched, again.skipped) == (1, 9)
+    assert _key_log(tmp_path, manifest_name(1, 2))["metadata/00003.json"]["status"] == "refetched"
+    assert (tmp_path / keys_log_name(0, 2)).read_bytes() == shard_0_log
+
+
 def test_limit_keeps_the_smallest_ids_with_their_metadata(local_s3, public_bucket, no_aws_credentials, tmp_path):
     _put_dataset(local_s3, public_bucket, n=12)
     summary = download_abid(f"s3://{public_bucket}", tmp_path, limit=5, endpoint_url=local_s3.endpoint_url,

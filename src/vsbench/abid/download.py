@@ -156,8 +156,9 @@ class DownloadSummary:
             return self.cause
         permanent = sum(1 for f in self.failures if f.get("permanent"))
         if permanent:
+            where = str(Path(self.dest) / self.keys_log) if self.keys_log else "the manifest"
             return (f"{self.failed} objects failed, {permanent} of them for a reason no retry changes (denied, "
-                    f"gone, or a local path that cannot be written; {self.keys_log or 'the manifest'} says which "
+                    f"gone, or a local path that cannot be written; {where} says which "
                     "and why); fix those, then run the same command again to resume")
         return f"{self.failed} objects failed on transient errors; run the same command again to resume"
 
@@ -318,11 +319,23 @@ def _os_error(exc: OSError) -> str:
 
 
 class PermanentFetchError(RuntimeError):
-    """An answer that retrying cannot change (no such key, access denied), with its HTTP status."""
+    """An answer that retrying cannot change (no such key, access denied), with its HTTP status and
+    S3 error code (``NoSuchKey``; the status when the body names none)."""
 
-    def __init__(self, reason: str, status: int | None = None) -> None:
+    def __init__(self, reason: str, status: int | None = None, code: str = "") -> None:
         super().__init__(reason)
-        self.response = {"Error": {"Code": str(status or "")}, "ResponseMetadata": {"HTTPStatusCode": status}}
+        self.response = {"Error": {"Code": code or str(status or "")}, "ResponseMetadata": {"HTTPStatusCode": status}}
+
+
+def http_error_reason(status: int, body: bytes) -> tuple[str, str]:
+    """(one-line reason, S3 error code or "") of an error answer: ``HTTP 404 NoSuchKey: The specified key
+    does not exist.`` from S3's XML body, else the status and the body's first 200 characters."""
+    text = body[:2000].decode("utf-8", "replace")
+    code = re.search(r"<Code>([^<]{1,100})</Code>", text)
+    message = re.search(r"<Message>([^<]{0,300})</Message>", text)
+    if code:
+        return f"HTTP {status} {code.group(1)}: {message.group(1) if message else ''}".rstrip(": "), code.group(1)
+    return f"HTTP {status}: {text[:200]}".rstrip(": "), ""
 
 
 class _BotoGetter:
@@ -359,9 +372,9 @@ class _AnonymousHttpGetter:
                                      enforce_content_length=True)
         if response.status == 200:
             return response.data
-        reason = f"HTTP {response.status}: {response.data[:200].decode('utf-8', 'replace')}"
+        reason, code = http_error_reason(response.status, response.data)
         if response.status in (403, 404):
-            raise PermanentFetchError(reason, response.status)
+            raise PermanentFetchError(reason, response.status, code)
         raise RuntimeError(reason)
 
 
@@ -534,6 +547,8 @@ class _Fetcher:
 
 
 def _describe(exc: Exception) -> str:
+    if isinstance(exc, PermanentFetchError):  # its message already names the status, code and S3's message
+        return str(exc)
     response = getattr(exc, "response", None)
     if isinstance(response, dict) and "Error" in response:
         error = response["Error"]
