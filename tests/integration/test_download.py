@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -443,6 +446,54 @@ def test_fifty_ids_colliding_in_both_kinds_are_fifty(local_s3, public_bucket, no
         "warning: 50 ids have two spellings with different contents (image and metadata: 50; ids 1, 2, 3, 4, 5, ...)")
 
 
+def test_conflicts_are_counted_per_id_whichever_kind_comes_first(local_s3, public_bucket, no_aws_credentials,
+                                                                  tmp_path, monkeypatch):
+    """Issue 29, item 2: id 1 collides in both kinds, id 2 in its metadata, id 3 in its image, id 4 not at
+    all (the same bytes twice): three ids, each counted once under what collides, in a fixed order."""
+    from vsbench.abid import download
+
+    client = local_s3.admin_client()
+    for i in range(1, 5):
+        client.put_object(Bucket=public_bucket, Key=f"bin-images/{i}.jpg", Body=f"image {i}".encode())
+        client.put_object(Bucket=public_bucket, Key=f"metadata/{i}.json", Body=f'{{"n": {i}}}'.encode())
+    for key in ("bin-images/00001.jpg", "metadata/00001.json", "metadata/00002.json", "bin-images/00003.jpg"):
+        client.put_object(Bucket=public_bucket, Key=key, Body=b"the other spelling's bytes")
+    client.put_object(Bucket=public_bucket, Key="bin-images/00004.jpg", Body=b"image 4")
+    dest = tmp_path / "abid"
+    result = _cli("abid", "download", "--dest", str(dest), "--source", f"s3://{public_bucket}",
+                  "--endpoint-url", local_s3.endpoint_url)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: 3 ids have two spellings with different contents (image: 1, metadata: 1, image and metadata: 1; "
+        "ids 1, 2, 3); kept the unpadded key of each (the unpadded key is the canonical spelling); both keys, sizes "
+        f"and ETags are under 'conflicts' in {dest / MANIFEST_NAME}"]
+    assert "  spelling_conflicts   3\n" in result.stdout and "  duplicate_spellings  1\n" in result.stdout
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
+    assert manifest["spelling_conflicts"] == len(manifest["conflicts"]) == 3
+    assert [(c["bin_id"], c["kinds"]) for c in manifest["conflicts"]] == [
+        (1, ["image", "metadata"]), (2, ["metadata"]), (3, ["image"])]
+    assert list(manifest["spelling_conflict_kinds"].items()) == [("image", 1), ("metadata", 1),
+                                                                  ("image and metadata", 1)]
+    kinds = {}  # the counts per kind, recounted from the list
+    for conflict in manifest["conflicts"]:
+        label = " and ".join(conflict["kinds"])
+        kinds[label] = kinds.get(label, 0) + 1
+    assert kinds == manifest["spelling_conflict_kinds"]
+
+    # More conflicts than the manifest lists: the count stays exact and the line says how many are listed.
+    monkeypatch.setattr(download, "MAX_LISTED_CONFLICTS", 2)
+    capped = download_abid(f"s3://{public_bucket}", tmp_path / "capped", endpoint_url=local_s3.endpoint_url,
+                           progress=False)
+    assert capped.spelling_conflicts == 3 and [c["bin_id"] for c in capped.conflicts] == [1, 2]
+    assert "under 'conflicts' (the first 2 ids) in " in capped.conflict_warning()
+    # One id: singular.
+    one = download_abid(f"s3://{public_bucket}", tmp_path / "one", endpoint_url=local_s3.endpoint_url, limit=1,
+                        progress=False)
+    assert one.conflict_warning().startswith("warning: 1 id has two spellings with different contents "
+                                             "(image and metadata: 1; id 1); ")
+
+
 def test_conflicts_are_one_warning_line_in_the_cli_and_the_step(local_s3, public_bucket, no_aws_credentials,
                                                                 tmp_path, capsys):
     from vsbench.steps.abid import abid_download_step
@@ -507,3 +558,100 @@ def test_a_failed_download_leaves_nothing_it_created(local_s3, public_bucket, no
         assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["kept", "kept/file.txt"]
     else:
         assert not root.exists()
+
+
+def _vsbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command (``python -m vsbench``) in a process of its own, as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "vsbench", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _tree(root: Path) -> list[tuple[str, str]]:
+    """Every path under ``root`` (``root`` included) with its kind and, for a file, its bytes."""
+    if not root.exists():
+        return []
+    return sorted((p.relative_to(root.parent).as_posix(), "dir" if p.is_dir() else p.read_text())
+                  for p in [root, *root.rglob("*")])
+
+
+@pytest.mark.parametrize("case", ["missing bucket", "wrong port", "every GET denied"])
+@pytest.mark.parametrize("dest_kind", ["new nested", "new through ..", "existing"])
+def test_the_command_leaves_nothing_it_created_after_a_failure(local_s3, no_aws_credentials, tmp_path, case,
+                                                               dest_kind):
+    """Issue 29, item 8, through ``python -m vsbench abid download``: a new nested --dest (given plainly or
+    as ``new/../other``) is gone after the failure; an existing one, with its own empty bin-images/, is
+    as it was. "every GET denied" lists fine, writes the key log's folder, then fetches nothing."""
+    source, endpoint = "s3://no-such-bucket-29b", local_s3.endpoint_url
+    if case == "wrong port":
+        source, endpoint = "s3://b", f"http://127.0.0.1:{_free_port()}"
+    elif case == "every GET denied":
+        source = f"s3://denies-gets-{dest_kind.replace(' ', '-').replace('.', 'dot')}"
+        _list_only_bucket(local_s3, source.removeprefix("s3://"), 5)
+    root = tmp_path / "root"
+    root.mkdir()
+    if dest_kind == "existing":
+        dest = root / "data"
+        (dest / "bin-images").mkdir(parents=True)  # a layout folder that was there before: kept
+        (dest / "notes.txt").write_text("mine")
+        arg = str(dest)
+    elif dest_kind == "new nested":
+        arg = str(root / "a" / "b" / "c")
+    else:
+        arg = "a/../x/y"  # relative to root: creates root/x/y, never root/a
+    before = _tree(root)
+    result = _vsbench("abid", "download", "--dest", arg, "--source", source, "--endpoint-url", endpoint,
+                      "--concurrency", "2", cwd=root)
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    expected = {"missing bucket": "does not exist: check the s3:// URI",
+                "wrong port": "cannot connect to the S3 endpoint",
+                "every GET denied": "refused anonymous reads (HTTP 403 AccessDenied)"}[case]
+    assert expected in errors[0]
+    assert "manifest:" not in result.stdout
+    assert _tree(root) == before
+
+
+@pytest.mark.parametrize("blocker", ["dest is a file", "a parent is a file", "_manifests is a file",
+                                     "metadata is a file"])
+def test_a_destination_that_cannot_hold_the_layout_is_one_line_before_anything(local_s3, public_bucket,
+                                                                                no_aws_credentials, tmp_path,
+                                                                                blocker):
+    _put_dataset(local_s3, public_bucket, n=3)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "file").write_text("in the way")
+    dest, in_the_way = root / "data", root / "data" / "_manifests"
+    if blocker == "dest is a file":
+        dest = in_the_way = root / "file"
+    elif blocker == "a parent is a file":
+        dest, in_the_way = root / "file" / "abid", root / "file"
+    else:
+        in_the_way = root / "data" / blocker.split()[0]
+        in_the_way.parent.mkdir()
+        in_the_way.write_text("in the way")
+    before = _tree(root)
+    result = _cli("abid", "download", "--dest", str(dest), "--source", f"s3://{public_bucket}",
+                  "--endpoint-url", local_s3.endpoint_url)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: cannot download into {dest}: "
+                                                                       f"{in_the_way} is ")
+    assert "choose another --dest" in result.stderr
+    assert _tree(root) == before  # nothing fetched, nothing created
+
+
+def test_an_unwritable_destination_is_named(local_s3, public_bucket, no_aws_credentials, tmp_path, monkeypatch):
+    """As root every folder is writable, so the permission check is shown its answer."""
+    import os as os_module
+
+    real_access = os_module.access
+    monkeypatch.setattr(os_module, "access", lambda path, mode, **kw: (
+        False if Path(path) == tmp_path else real_access(path, mode, **kw)))
+    result = _cli("abid", "download", "--dest", str(tmp_path / "abid"), "--source", f"s3://{public_bucket}",
+                  "--endpoint-url", local_s3.endpoint_url)
+    assert result.exit_code == 1
+    assert result.stderr == (f"error: cannot download into {tmp_path / 'abid'}: {tmp_path} is not writable by this "
+                             "user; choose another --dest or fix its permissions\n")
+    assert not (tmp_path / "abid").exists()

@@ -728,7 +728,8 @@ def _first_missing(path: Path) -> Path | None:
 def folders_to_create(dest: Path) -> list[Path]:
     """The folders a run may create that were not there before it: the outermost missing folder of
     ``dest`` when ``dest`` is new, else those of ``bin-images/``, ``metadata/`` and ``_manifests/`` that
-    are missing. ``dest`` is resolved first: ``new/../x`` creates ``x``, not ``new``."""
+    are missing. ``dest`` is resolved (as :func:`download_abid` writes through it): for ``new/../x``
+    that is ``x``."""
     resolved = dest.resolve()
     first = _first_missing(resolved)
     if first is not None:
@@ -778,7 +779,8 @@ def download_abid(
     """Mirror ``source`` (``s3://bucket[/prefix]``) into ``dest`` in the challenge's layout.
 
     Returns the summary and writes it, with every failure and its reason, to
-    ``dest/_manifests/download.json`` (``download.shard-<i>-of-<n>.json`` for a shard). Never raises
+    ``dest/_manifests/download.json`` (``download.shard-<i>-of-<n>.json`` for a shard), with the key
+    log beside it. ``dest`` is resolved first (the summary records the resolved path). Never raises
     for per-object failures: the caller decides (see :class:`DownloadIncomplete`). A job-wide cause
     found while listing raises :class:`S3AccessError`; SIGTERM or SIGINT raises
     :class:`DownloadInterrupted` after writing the manifest. A run that fails having fetched nothing
@@ -790,6 +792,8 @@ def download_abid(
     location = parse_s3_uri(source)
     limit_failures, stall = max_connection_failures(), stall_timeout()  # bad settings: refused before anything
     check_destination(dest)
+    # Every write goes through the resolved path: writing through "new/../x" would create "new" as well.
+    dest = dest.resolve()
     created = folders_to_create(dest)
     manifest = dest / manifest_name(shard, num_shards)
     had_manifest = manifest.exists()
