@@ -166,6 +166,7 @@ def test_a_resume_logs_each_refetch_with_its_reason_and_each_failing_key(local_s
         {f"bin-images/{i:05d}.jpg" for i in range(1, 9)} | {f"metadata/{i:05d}.json" for i in range(1, 9)}
     ) - {"bin-images/00002.jpg", "bin-images/00005.jpg", "metadata/00006.json", "metadata/00007.json"}
     assert all(line["reason"] == "verified against the listing" for line in log.values() if line["status"] == "skipped")
+    assert all(line["size"] == len(objects[line["key"]]) for line in log.values() if line["status"] == "skipped")
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert (manifest["refetched"], manifest["failed"]) == (2, 2)
     assert [f["key"] for f in manifest["failures"]] == ["metadata/6.json", "metadata/7.json"]
@@ -183,7 +184,7 @@ def test_a_folder_where_a_file_belongs_is_named_and_not_retried(local_s3, public
                               "the damaged local copy stays (a folder, not a file)")
     assert summary.failures[0]["permanent"] and not summary.resumable
     assert summary.advice() == (
-        f"1 objects failed, 1 of them for a reason no retry changes (denied, gone, or a local path that cannot be "
+        f"1 object failed, 1 of them for a reason no retry changes (denied, gone, or a local path that cannot be "
         f"written; {tmp_path / '_manifests/download.keys.jsonl'} says which and why); fix those, then run the same "
         "command again to resume")
     expected = _expected_files(objects)

@@ -157,10 +157,11 @@ class DownloadSummary:
         permanent = sum(1 for f in self.failures if f.get("permanent"))
         if permanent:
             where = str(Path(self.dest) / self.keys_log) if self.keys_log else "the manifest"
-            return (f"{self.failed} objects failed, {permanent} of them for a reason no retry changes (denied, "
+            return (f"{self.failed} {_objects(self.failed)} failed, {permanent} of them for a reason no retry changes (denied, "
                     f"gone, or a local path that cannot be written; {where} says which "
                     "and why); fix those, then run the same command again to resume")
-        return f"{self.failed} objects failed on transient errors; run the same command again to resume"
+        return (f"{self.failed} {_objects(self.failed)} failed on transient errors; run the same command again "
+                "to resume")
 
     def conflict_warning(self, manifest: str = MANIFEST_NAME) -> str:
         """One line for all spelling conflicts ("" when none): how many, a few ids, where the list is."""
@@ -183,6 +184,10 @@ class DownloadSummary:
         data["complete"] = self.complete
         data["objects_per_second"] = round(self.fetched / self.seconds, 2) if self.seconds else 0.0
         return data
+
+
+def _objects(count: int) -> str:
+    return "object" if count == 1 else "objects"
 
 
 class DownloadIncomplete(RuntimeError):
@@ -640,9 +645,10 @@ class KeyLog:
 
     The manifest only counts; after a resume a user needs to know which file was fetched again and
     why. Lines are ``{"key", "path", "status", "reason", "attempts", "size"}`` with ``status`` one of
-    ``fetched``, ``refetched`` (a local copy was there but damaged: ``reason`` says how),
-    ``skipped`` (the local copy verified against the listing), ``failed`` (``reason``) or
-    ``not_tried`` (the job stopped first). Lines stream to a temporary file from the one thread
+    ``fetched``, ``refetched`` (a local copy was there but damaged: ``reason`` says how: size, MD5,
+    unreadable, a folder in its place), ``skipped`` (the local copy verified against the listing),
+    ``failed`` (``reason``; and when a damaged local copy stays, how it is damaged) or ``not_tried``
+    (the job stopped first); ``size`` is the bytes on disk for the key after this run (0 when none). Lines stream to a temporary file from the one thread
     that counts results, so memory stays flat at a million keys; the file takes its name when the
     manifest is written, and is removed with everything else when the run leaves nothing behind.
     """
@@ -875,7 +881,7 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
         local = verify_local(dest / obj.path, obj.size, obj.etag)
         if not local:
             summary.skipped += 1
-            log.write(obj, "skipped", "verified against the listing")
+            log.write(obj, "skipped", "verified against the listing", size=obj.size)
             continue
         if local != "missing":
             damaged[len(todo)] = local
