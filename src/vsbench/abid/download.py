@@ -36,12 +36,12 @@ from typing import Any
 
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
 from vsbench.io.storage import (
+    TMP_MARKER,
     S3AccessError,
     _env_number,
     atomic_write_bytes,
     atomic_write_json,
     explain_s3_error,
-    TMP_MARKER,
     has_aws_credentials,
     is_temporary,
     iter_s3_objects,
