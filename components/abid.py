@@ -15,12 +15,13 @@ from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
 def open_tracking(experiment: str, kfp_run_id: str, pipeline: str, params_json: str) -> str:
-    """Create (or find, on retry) the MLflow parent run of this pipeline run; "" when offline."""
-    import json
+    """Create (or find, on retry) the MLflow parent run of this pipeline run; "" when offline.
 
+    A params_json that is not a JSON object fails here, first, with one line naming it."""
+    from vsbench.runspec.run import json_object
     from vsbench.tracking.runs import open_parent_run
 
-    return open_parent_run(experiment, kfp_run_id, pipeline, json.loads(params_json))
+    return open_parent_run(experiment, kfp_run_id, pipeline, json_object(params_json, "params_json"))
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -96,13 +97,12 @@ def abid_train_counting(
     One GPU, in this step's pod. On several GPUs or nodes, train with the PyTorchJob instead
     (``kubectl apply -k k8s/training``, k8s/README.md): it writes the same runs/counting, and this
     step (same profile and seed) then finds the finished checkpoints and only predicts, exports and logs."""
-    import json
-
+    from vsbench.runspec.run import json_object
     from vsbench.steps.abid import abid_train_counting_step
 
     result = abid_train_counting_step(f"{data_root}/tasks", f"{data_root}/bin-images-resize",
                                       f"{data_root}/runs/counting", profile=profile, seed=seed, device=device,
-                                      overrides=json.loads(overrides_json), parent_run_id=parent_run_id,
+                                      overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
                                       manifest_path=manifest.path, progress=False)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
@@ -116,13 +116,12 @@ def abid_train_siamese(
     """Train the siamese verification baseline (resumable); writes runs/siamese/obj_verification_result.txt.
 
     Several GPUs: the PyTorchJob of k8s/training, as for counting."""
-    import json
-
+    from vsbench.runspec.run import json_object
     from vsbench.steps.abid import abid_train_siamese_step
 
     result = abid_train_siamese_step(f"{data_root}/tasks", f"{data_root}/bin-images-resize",
                                      f"{data_root}/runs/siamese", profile=profile, seed=seed, device=device,
-                                     overrides=json.loads(overrides_json), parent_run_id=parent_run_id,
+                                     overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
                                      manifest_path=manifest.path, progress=False)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

@@ -17,7 +17,7 @@ from vsbench.components.abid import (
     abid_train_siamese,
 )
 from vsbench.components.similarity import shard_list
-from vsbench.pipelines.form import describe
+from vsbench.pipelines.form import ABID_PARAMETERS, describe
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
@@ -83,7 +83,7 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
             for task in (shards, download, prepare, resize, counting, siamese, quantity, score):
                 task.set_caching_options(False)
 
-    describe(DESCRIPTION, abid_pipeline)
+    describe(DESCRIPTION, abid_pipeline, ABID_PARAMETERS)
     return dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)(abid_pipeline)
 
 

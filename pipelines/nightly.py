@@ -12,8 +12,8 @@ import json
 from kfp import dsl
 from vsbench.components.nightly import comparison_report, regression_check
 from vsbench.components.similarity import embed_shard, shard_list
+from vsbench.pipelines.form import describe, params_json_text
 from vsbench.pipelines.similarity import search_and_score
-from vsbench.pipelines.form import PARAMETERS, describe
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
@@ -72,9 +72,7 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                    f"({', '.join(entry.name for entry in suite.entries)}), then the regression check against the "
                    "previous night and the comparison report, under one MLflow parent run.")
     describe(description, nightly_pipeline, {
-        "device": PARAMETERS["device"], "batch_size": PARAMETERS["batch_size"],
-        "params_json": PARAMETERS["params_json"].replace('Example: {"profile": "full"}',
-                                                         "Example: the suite's entry names, as compiled."),
-        "experiment": "MLflow experiment the nightly runs are logged and compared in. Example: " + suite.experiment + ".",
+        "params_json": params_json_text(json.dumps({"suite": [entry.name for entry in suite.entries[:2]]})),
+        "experiment": f"MLflow experiment the nightly runs are logged and compared in. Example: {suite.experiment}.",
     })
     return dsl.pipeline(name=PIPELINE_NAME, description=description[:1000])(nightly_pipeline)

@@ -9,7 +9,7 @@ Compile with ``vsbench compile``; ``vsbench similarity run`` runs the same steps
 
 from kfp import dsl
 from vsbench.components.similarity import embed_shard, index, score, search, search_tasks, shard_list
-from vsbench.pipelines.form import describe
+from vsbench.pipelines.form import SIMILARITY_PARAMETERS, benchmark_options_text, describe
 from vsbench.pipelines.tracked import tracked_run
 
 from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
@@ -91,7 +91,8 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                              experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster)
             apply(shards, "light", cluster)
 
-    describe(DESCRIPTION, similarity_pipeline)
+    describe(DESCRIPTION, similarity_pipeline,
+             {**SIMILARITY_PARAMETERS, "benchmark_options": benchmark_options_text()})
     return dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)(similarity_pipeline)
 
 

@@ -191,20 +191,100 @@ def test_suite_validation(tmp_path: Path):
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_the_ui_form_describes_every_parameter(compiled, name):
-    """The Kubeflow UI shows each parameter's description under its field: none may be missing, and a
-    JSON parameter names the keys it takes (read from the model that parses it)."""
+    """The Kubeflow UI shows each parameter's description under its field: none may be missing, each
+    gives an example, and a JSON parameter names every key that what parses it accepts."""
+    from vsbench.pipelines.form import MODEL_OPTION_KEYS, PARAMS_JSON_KEYS, benchmark_option_keys
+
     from vsbench.abid.profiles import TrainProfile
-    from vsbench.pipelines.form import PARAMS_JSON_KEYS
 
     spec, _ = compiled[name]
     assert len(spec["pipelineInfo"]["description"]) > 60
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     for parameter, definition in parameters.items():
         text = definition.get("description", "")
-        assert len(text) > 20 and "Example" in text, (parameter, text)
-    if "train_overrides" in parameters:
-        assert all(f"`{field}`" in parameters["train_overrides"]["description"] for field in TrainProfile.model_fields)
-    assert all(f"`{key}`" in parameters["params_json"]["description"] for key in PARAMS_JSON_KEYS)
+        assert len(text) > 20 and "Example: " in text, (parameter, text)
+        assert ".." not in text.replace("...", ""), (parameter, text)
+    described = {parameter: definition["description"] for parameter, definition in parameters.items()}
+    json_keys = {"train_overrides": list(TrainProfile.model_fields), "params_json": list(PARAMS_JSON_KEYS),
+                 "model_options": [key for keys in MODEL_OPTION_KEYS.values() for key in keys],
+                 "benchmark_options": [key for keys in benchmark_option_keys().values() for key in keys]}
+    for parameter, keys in json_keys.items():
+        if parameter in described:
+            missing = [key for key in keys if f"`{key}`" not in described[parameter]]
+            assert not missing, (parameter, missing)
+    if "benchmark_options" in described:
+        assert all(f"{benchmark}: `" in described["benchmark_options"] for benchmark in benchmark_option_keys())
+
+
+def test_the_form_texts_differ_where_the_pipelines_differ(compiled):
+    """A name shared by two pipelines gets the text of the pipeline it is in where its meaning differs."""
+    abid = compiled["abid"][0]["root"]["inputDefinitions"]["parameters"]
+    similarity = compiled["similarity"][0]["root"]["inputDefinitions"]["parameters"]
+    assert "download" in abid["num_shards"]["description"] and "embedding" in similarity["num_shards"]["description"]
+    assert "Example: vsbench-abid." in abid["experiment"]["description"]
+    assert "Example: vsbench-similarity." in similarity["experiment"]["description"]
+    assert "split" in abid["seed"]["description"] and "split" not in similarity["seed"]["description"]
+
+
+def test_params_json_keys_are_the_ones_tracking_reads():
+    """params_json has no model: the keys the form lists are checked against the code that reads them
+    (``params.get("...")`` and ``params["..."]`` in vsbench.tracking.runs), so a new one cannot go unlisted."""
+    import ast
+    import inspect
+
+    from vsbench.pipelines.form import PARAMS_JSON_KEYS
+
+    from vsbench.tracking import runs
+
+    read = set()
+    for node in ast.walk(ast.parse(inspect.getsource(runs))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "params"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            read.add(node.args[0].value)
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "params"
+                and isinstance(node.slice, ast.Constant)):
+            read.add(node.slice.value)
+    assert read and read == set(PARAMS_JSON_KEYS)
+
+
+def test_model_option_keys_are_the_builders_arguments():
+    """The form's model options (written out: reading the registry imports torch, compiling must not)
+    are each built-in model's and family's builder arguments, no more and no fewer."""
+    import inspect
+
+    from vsbench.pipelines.form import MODEL_OPTION_KEYS
+
+    from vsbench.models.registry import available_models, families, model_source, resolve
+
+    listed = {name.strip(): set(keys) for names, keys in MODEL_OPTION_KEYS.items() for name in names.split(",")}
+    actual = {}
+    for name in sorted(set(available_models()) - {family.pattern for family in families()}):
+        if model_source(name) == "vsbench":  # a plugin's model is "its builder's arguments"
+            actual[name] = set(inspect.signature(resolve(name)[0]).parameters)
+    for family in families():
+        if model_source(f"{family.prefix}:x") == "vsbench":
+            actual[f"{family.prefix}:..."] = set(inspect.signature(family.builder).parameters) - {"spec"}
+    assert listed == actual
+
+
+def test_benchmark_option_keys_come_from_the_loaders(tmp_path: Path):
+    from vsbench.pipelines.form import benchmark_option_keys, loader_option_keys
+
+    from vsbench.benchmarks.registry import builtin_specs
+
+    keys = benchmark_option_keys()
+    assert keys["copydays"] == ["distractors", "codec_train", "k"]  # the loader's own keywords
+    assert keys["patch_pairs"] == ["split", "patches", "patch_ext", "distance", "descriptor", "results_dir"]  # its class's
+    for spec in builtin_specs():  # the form's "a loader refuses keys it does not take"
+        with pytest.raises(TypeError, match="no_such_option"):
+            spec.load(tmp_path, no_such_option=1)
+    with pytest.raises(TypeError, match="annotate its return type"):
+        loader_option_keys("tests.pipelines.test_compile:_loader_without_a_class")
+
+
+def _loader_without_a_class(root, **options):  # noqa: ANN001, ANN202 - what the form refuses
+    return options
 
 
 def test_a_parameter_without_a_text_is_refused_when_the_pipeline_is_built():
@@ -214,3 +294,18 @@ def test_a_parameter_without_a_text_is_refused_when_the_pipeline_is_built():
 
     with pytest.raises(KeyError, match="brand_new"):
         describe("summary", pipeline)
+
+
+@pytest.mark.parametrize(("text", "message"), [("{profile: full}", "is not valid JSON"),
+                                               ('["full"]', "must be a JSON object, got list")])
+def test_a_form_json_parameter_that_is_no_object_is_one_line_naming_it(text: str, message: str, tmp_path: Path):
+    """What a person types into the run form's JSON fields fails the step with a line naming the field
+    (before any tracking or training starts), not a bare JSONDecodeError."""
+    from vsbench.components.abid import abid_train_counting, abid_train_siamese, open_tracking
+
+    with pytest.raises(ValueError, match=f"^params_json {message}"):
+        open_tracking.python_func(experiment="e", kfp_run_id="r", pipeline="p", params_json=text)
+    for component in (abid_train_counting, abid_train_siamese):
+        with pytest.raises(ValueError, match=f"^train_overrides {message}"):
+            component.python_func(data_root=str(tmp_path), profile="demo", overrides_json=text, seed=0, device="cpu",
+                                  parent_run_id="", manifest=None, metrics=None)
