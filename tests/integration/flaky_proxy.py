@@ -31,6 +31,14 @@ class FlakyProxy:
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
 
+            def _error(self, status: int, code: str, message: str) -> None:
+                """An S3-style error answer."""
+                body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def do_GET(self) -> None:
                 is_listing = "list-type" in self.path
                 with proxy.lock:
@@ -40,18 +48,10 @@ class FlakyProxy:
                     mode = proxy.mode
                 key = urlsplit(self.path).path.split("/", 2)[-1]  # /<bucket>/<key>
                 if not is_listing and unquote(key) in proxy.missing_keys:
-                    body = b"<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>"
-                    self.send_response(404)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    self._error(404, "NoSuchKey", "The specified key does not exist.")
                     return
                 if failing and mode == "fail":
-                    body = b"<Error><Code>ServiceUnavailable</Code><Message>injected outage</Message></Error>"
-                    self.send_response(503)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    self._error(503, "ServiceUnavailable", "injected outage")
                     return
                 status, headers, body = proxy.forward(self.command, self.path, dict(self.headers))
                 self.send_response(status)

@@ -660,17 +660,18 @@ class KeyLog:
         self._file: Any = None
 
     def write(self, obj: PlannedObject, status: str, reason: str = "", attempts: int = 0, size: int = 0) -> None:
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in keep()/discard()
+        self._open()
         self._file.write(json.dumps({"key": obj.key, "path": obj.path, "status": status, "reason": reason,
                                      "attempts": attempts, "size": size}, separators=(",", ":")) + "\n")
 
-    def keep(self) -> None:
-        """Close the log and give it its name (an empty log when nothing was planned)."""
+    def _open(self) -> None:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115
+            self._file = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in keep()/discard()
+
+    def keep(self) -> None:
+        """Close the log and give it its name (an empty log when nothing was planned)."""
+        self._open()
         self._file.close()
         os.replace(self._tmp, self.path)
 
