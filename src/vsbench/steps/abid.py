@@ -56,8 +56,7 @@ def abid_prepare_step(
             print(summary["warning"], flush=True)
         for name, info in summary["files"].items():
             metrics[f"entries_{name.rsplit('.', 1)[0]}"] = float(info["entries"])
-        log_tasks_dataset(tracker, Path(out), "training")
-        log_tasks_dataset(parent_tracker(parent_run_id), Path(out), "training")
+        log_tasks_dataset((tracker, parent_tracker(parent_run_id)), Path(out), "training")
         return finish(tracker, StepResult(out, metrics, summary), manifest_path, "prepare.json", started)
 
 
@@ -143,7 +142,7 @@ def _abid_train_step(
             if not context.is_main:
                 return StepResult(out, metrics, manifest)
             _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
-            log_tasks_dataset(tracker, Path(tasks), "training")
+            log_tasks_dataset((tracker,), Path(tasks), "training")
             model, example = _best_model_for_export(run, settings.image_size, settings.siamese_pair_features)
             _export_and_register(tracker, model, example, task, run.fit.best_score, parent_run_id)
             tracker.log_artifact(run.result_path)
@@ -190,12 +189,13 @@ def _export_and_register(tracker: Tracker, model: Any, example: Any, task: str, 
         parent_tracker(parent_run_id).link_models([model_id])
 
 
-def log_tasks_dataset(tracker: Tracker, tasks: Path, context: str) -> None:
-    """The ABID task files a step read, as an MLflow dataset input named by their digest."""
-
+def log_tasks_dataset(trackers: tuple[Tracker, ...], tasks: Path, context: str) -> None:
+    """The ABID task files a step read, as an MLflow dataset input named by their digest, on each
+    run given (the prepare report is read once for all of them)."""
     found = tasks_dataset(tasks)
     if found is not None:
-        tracker.log_dataset(*found, context=context)
+        for tracker in trackers:
+            tracker.log_dataset(*found, context=context)
 
 
 def _best_model_for_export(run, image_size: int, pair_features: str = "concat") -> tuple[Any, Any]:
@@ -256,7 +256,7 @@ def abid_score_step(
     root = Path(tasks)
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-score", {"task_set": "moderate"}) as tracker:
-        log_tasks_dataset(tracker, root, "evaluation")
+        log_tasks_dataset((tracker,), root, "evaluation")
         count_truth = abid_readers.read_counting_ground_truth(root / "counting_val.json")
         counting = counting_metrics(abid_readers.read_abid_predictions(counting_result, count_truth.size,
                                                                   root / "counting_val.json", binary=False),
