@@ -229,7 +229,7 @@ def test_benchmark_records_equal_with_and_without_shards(tmp_path: Path, benchma
     out = tmp_path / "run"
     _embed_precomputed(benchmark, root, out, np.random.default_rng(7), options=options)
     one_process = BenchmarkRun(benchmark=benchmark, root=str(root), benchmark_options=options, **search)
-    Engine(one_process, out).merge()
+    Engine(one_process, out).open_features()
     expected = Engine(one_process, out).evaluate().records
     os.remove(out / "metrics.json")
     sharded = one_process.model_copy(update={"search_shards": 2, "reference_shards": 3})
