@@ -151,10 +151,12 @@ TRAIN_JSON = "train.json"
 TRAINED_FAISS = "trained.faiss"
 
 
-def train_key(request: SearchRequest, codec: str, reference_shards: int, *, content: bool = True) -> dict[str, Any]:
+def train_key(request: SearchRequest, codec: str, *, content: bool = True) -> dict[str, Any]:
     """What a trained codec is for: the codec, the metric, the descriptors' dimension, count and
-    ids, the shard count and (``content``) the training rows' digest. Two trainings with equal keys
-    are interchangeable; a fill task, which has no training rows, checks the cheap part."""
+    ids, and (``content``) the training rows' digest. Two trainings with equal keys are
+    interchangeable; a fill task, which has no training rows, checks the cheap part. The shard
+    count is not in it: one training serves any number of shards (a re-sharded gallery is only
+    filled again)."""
     key = {
         "format": FORMAT,
         "codec": codec,
@@ -163,7 +165,6 @@ def train_key(request: SearchRequest, codec: str, reference_shards: int, *, cont
         "count": int(len(request.references)),
         "ids_digest": request.ids_digest,
         "keeps_train": bool(request.norms),
-        "reference_shards": reference_shards,
     }
     if content:
         key.update(train_digest=array_digest(request.train),
@@ -193,7 +194,7 @@ def index_key(request: SearchRequest, codec: str, reference_shards: int, *, cont
     index step, deciding whether to reuse, checks everything: the training rows' digest and each
     reference shard's :func:`shard_rows_key`.
     """
-    key = train_key(request, codec, reference_shards, content=content)
+    key = {**train_key(request, codec, content=content), "reference_shards": reference_shards}
     if content:
         bounds = shard_bounds(len(request.references), reference_shards)
         key["shard_rows"] = [shard_rows_key(request.references, start, stop) for start, stop in bounds]
@@ -243,7 +244,7 @@ def train_index(request: SearchRequest, folder: Path, codec: str, *, reference_s
     shard_bounds(len(request.references), reference_shards)  # a shard count the gallery cannot take is named now
     on_gpu = use_gpu_now(use_gpu)
     target = folder / request.name / codec_slug(codec)
-    key = train_key(request, codec, reference_shards)
+    key = train_key(request, codec)
     existing = _read_meta(target, TRAIN_JSON)
     if existing is not None and existing.get("key") == key:
         damage = _file_damage(target, existing, _train_file_names(existing), verify=True)
@@ -274,14 +275,14 @@ def train_index(request: SearchRequest, folder: Path, codec: str, *, reference_s
     return {**meta, "reused": False}
 
 
-def _trained_meta(request: SearchRequest, target: Path, codec: str, reference_shards: int) -> dict[str, Any]:
-    """``train.json`` of ``target``, refused unless it was trained for these descriptors and shards
-    (the cheap part of the key: a fill task has no training rows to hash)."""
+def _trained_meta(request: SearchRequest, target: Path, codec: str) -> dict[str, Any]:
+    """``train.json`` of ``target``, refused unless it was trained for these descriptors (the cheap
+    part of the key: a fill task has no training rows to hash)."""
     meta = _read_meta(target, TRAIN_JSON)
     if meta is None or not isinstance(meta.get("key"), dict):
         raise SearchError(f"{target / TRAIN_JSON}: no trained codec {codec!r}; run the index step's training "
                           "first (vsbench similarity index --train)")
-    expected = train_key(request, codec, reference_shards, content=False)
+    expected = train_key(request, codec, content=False)
     differences = [f"{field}: trained for {meta['key'].get(field)!r}, these descriptors need {value!r}"
                    for field, value in expected.items() if meta["key"].get(field) != value]
     if differences:
@@ -311,7 +312,7 @@ def fill_shard(request: SearchRequest, folder: Path, codec: str, shard: int, *, 
     if not 0 <= shard < reference_shards:
         raise SearchError(f"reference shard {shard} does not exist: the index has {reference_shards} reference "
                           f"shard(s) (0..{reference_shards - 1})")
-    trained_meta = _trained_meta(request, target, codec, reference_shards)
+    trained_meta = _trained_meta(request, target, codec)
     start, stop = bounds[shard]
     name = _shard_name(shard, reference_shards)
     expected = {"trained_digest": trained_meta["trained_digest"], "shard": shard, "reference_shards": reference_shards,
@@ -355,7 +356,7 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
     bounds = shard_bounds(len(request.references), reference_shards)
     key = index_key(request, codec, reference_shards)
     trained_meta = _read_meta(target, TRAIN_JSON)
-    if trained_meta is None or trained_meta.get("key") != {k: v for k, v in key.items() if k != "shard_rows"}:
+    if trained_meta is None or trained_meta.get("key") != train_key(request, codec):
         raise SearchError(f"{target / TRAIN_JSON}: missing or trained for other inputs; re-run the index step's "
                           "training (vsbench similarity index --train), then its fills")
     problems = _file_damage(target, trained_meta, _train_file_names(trained_meta), verify=False)
