@@ -68,7 +68,7 @@ from vsbench.index.codec import (
     train_codec,
     tune,
 )
-from vsbench.index.plan import SearchRequest, SearchResults, array_digest
+from vsbench.index.plan import SearchRequest, SearchResults, array_digest, ids_digest
 from vsbench.index.search import use_gpu_now, validated
 from vsbench.io.features import MappedRows, row_block
 from vsbench.io.inputs import load_arrays, parse_json, read_json
@@ -317,6 +317,7 @@ def fill_shard(request: SearchRequest, folder: Path, codec: str, shard: int, *, 
     name = _shard_name(shard, reference_shards)
     expected = {"trained_digest": trained_meta["trained_digest"], "shard": shard, "reference_shards": reference_shards,
                 "bounds": [start, stop], "rows": shard_rows_key(request.references, start, stop),
+                "ids_digest": _shard_ids_digest(request, start, stop),
                 "count": stop - start, "projected_dim": trained_meta["projected_dim"]}
     existing = _read_meta(target, f"{name}.json")
     if existing is not None:
@@ -361,6 +362,7 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
                           "training (vsbench similarity index --train), then its fills")
     problems = _file_damage(target, trained_meta, _train_file_names(trained_meta), verify=False)
     files = dict(trained_meta["files"])
+    shard_ids = [_shard_ids_digest(request, start, stop) for start, stop in bounds]
     for shard, (start, stop) in enumerate(bounds):
         name = _shard_name(shard, reference_shards)
         record = _read_meta(target, f"{name}.json")
@@ -369,11 +371,12 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
                             f"index --fill --shard {shard}")
             continue
         expected = {"trained_digest": trained_meta["trained_digest"], "bounds": [start, stop],
-                    "rows": key["shard_rows"][shard], "projected_dim": trained_meta["projected_dim"]}
+                    "rows": key["shard_rows"][shard], "ids_digest": shard_ids[shard],
+                    "projected_dim": trained_meta["projected_dim"]}
         differing = [field for field in expected if record.get(field) != expected[field]]
         if differing:
             why = {"trained_digest": "another trained codec", "rows": "other features", "bounds": "other bounds",
-                   "projected_dim": "another dimension"}
+                   "projected_dim": "another dimension", "ids_digest": "other ids"}
             problems.append(f"{target / name}.json: filled from {' and '.join(why[f] for f in differing)} "
                             f"({', '.join(differing)} differ); run vsbench similarity index --fill --shard {shard}")
             continue
@@ -388,6 +391,7 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
             "projected_dim": trained_meta["projected_dim"], "transforms": trained_meta["transforms"],
             "final_index": trained_meta["final_index"], "reference_shards": [list(b) for b in bounds],
             "faiss_version": faiss.__version__, "vsbench_version": _vsbench_version(),
+            "shard_ids_digests": shard_ids,
             "trained_on": trained_meta["trained_on"], "files": {name: files[name] for name in _file_names(
                 {"transforms": trained_meta["transforms"], "reference_shards": bounds,
                  "keeps_train": trained_meta["keeps_train"]})}}
@@ -395,6 +399,19 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
     if existing != meta:
         atomic_write_json(target / INDEX_JSON, meta)
     return IndexInfo(target, {**meta, "reused": reused})
+
+
+def _shard_ids_digest(request: SearchRequest, start: int, stop: int) -> str:
+    """The digest of reference shard ``[start, stop)``'s ids: what a search task of that shard checks."""
+    if request.reference_ids is None:
+        raise SearchError(f"search {request.name!r}: a persisted index needs the references' ids")
+    return ids_digest(request.reference_ids[start:stop])
+
+
+def _bounds_sound(meta: dict[str, Any]) -> bool:
+    shards, count = meta.get("reference_shards"), meta.get("count")
+    return (isinstance(shards, list) and isinstance(count, int) and 0 < len(shards) <= count
+            and [list(b) for b in shard_bounds(count, len(shards))] == shards)
 
 
 def _train_file_names(meta: dict[str, Any]) -> list[str]:
@@ -428,17 +445,36 @@ def _file_damage(folder: Path, meta: dict[str, Any], names: Sequence[str], *, ve
     return problems
 
 
-def load_index_info(request: SearchRequest, folder: Path, codec: str) -> IndexInfo:
-    """The persisted index of ``codec`` for ``request``, checked to be for these descriptors."""
+def load_index_info(request: SearchRequest, folder: Path, codec: str, *,
+                    reference_shard: int | None = None) -> IndexInfo:
+    """The persisted index of ``codec`` for ``request``, checked to be for these descriptors.
+
+    With ``reference_shard``, the ids checked are that shard's (``shard_ids_digests``): a search
+    task reads one shard, and hashing every id of a 10 M gallery in each of its N x M tasks would
+    cost more than a small task's search (the merge checks all of them, once)."""
     target = folder / request.name / codec_slug(codec)
     meta = _read_meta(target)
     if meta is None:
         raise SearchError(f"no index for codec {codec!r} of search {request.name!r} in {target}: "
                           "run the index step (vsbench similarity index) first")
-    expected = index_key(request, codec, len(meta.get("reference_shards", [])), content=False)
+    expected = {"format": FORMAT, "codec": codec, "metric": request.metric, "dim": int(request.references.shape[1]),
+                "count": int(len(request.references)), "keeps_train": bool(request.norms)}
+    shard_digests = meta.get("shard_ids_digests")
+    bounds = meta.get("reference_shards")
+    if (reference_shard is not None and isinstance(shard_digests, list) and isinstance(bounds, list)
+            and len(shard_digests) == len(bounds) and 0 <= reference_shard < len(bounds)
+            and meta.get("count") == expected["count"] and _bounds_sound(meta)):
+        start, stop = bounds[reference_shard]
+        if request.reference_ids is None:
+            raise SearchError(f"search {request.name!r}: a persisted index needs the references' ids")
+        ids = ids_digest(request.reference_ids[start:stop])
+        if shard_digests[reference_shard] != ids:
+            expected["ids_digest"] = f"{ids} (the ids of reference shard {reference_shard})"
+            meta = {**meta, "ids_digest": shard_digests[reference_shard]}
+    else:
+        expected["ids_digest"] = request.ids_digest
     differences = [f"{field}: index has {meta.get(field)!r}, these descriptors need {expected[field]!r}"
-                   for field in ("format", "codec", "metric", "dim", "count", "ids_digest", "keeps_train")
-                   if meta.get(field) != expected[field]]
+                   for field in expected if meta.get(field) != expected[field]]
     if differences:
         raise SearchError(f"{target / INDEX_JSON} was built for other inputs; rebuild it with the index step. "
                           + "; ".join(differences))
@@ -460,7 +496,7 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
     on_gpu = use_gpu_now(use_gpu)
     written = []
     for codec in request.codec_list:
-        info = load_index_info(request, index_folder, codec)
+        info = load_index_info(request, index_folder, codec, reference_shard=reference_shard)
         shards = info.reference_shards
         if not 0 <= reference_shard < len(shards):
             raise SearchError(f"reference shard {reference_shard} does not exist: the index of codec {codec!r} "
