@@ -101,13 +101,24 @@ def recall(found: np.ndarray, exact: np.ndarray, k: int) -> float:
     return float(np.mean([len(set(a[:k].tolist()) & set(b[:k].tolist())) / k for a, b in zip(found, exact)]))
 
 
-# --- the four measurements, each run in a child process (python bench/gallery.py --child ...) ---
+# --- the measurements, each run in a child process (python bench/gallery.py --child ...) ---
+
+FAISS_ADD_CHUNK = 262_144  # a multiple of vsbench's encode block (65,536) and of faiss's query block (4,096)
+
 
 def _request(data: Path, codec: str, k: int, search_params: str, *, train: bool):
-    """What vsbench's steps are given; a search needs no training rows (no score normalization here)."""
+    """What vsbench's steps are given: the references read in place (memory-mapped, as the fill
+    tasks read the embed step's files), keyed by the data folder's name; a search needs no training
+    rows (no score normalization here)."""
     from vsbench.index.plan import SearchRequest
 
     references = np.load(data / "references.npy", mmap_mode="r")
+    try:  # this checkout's fill reads rows in place; an older one (--before-src) takes the array
+        from vsbench.io.features import MappedRows, RowSource
+
+        references = MappedRows([references], [RowSource(f"{data.name}/references.npy", data.name)])
+    except ImportError:
+        pass
     return SearchRequest("gallery", np.load(data / "queries.npy"), references,
                          np.load(data / "train.npy") if train else None, codec, "l2", k,
                          search_params=search_params, reference_ids=_ids(len(references)))
@@ -118,37 +129,46 @@ def _ids(count: int) -> tuple[str, ...]:
 
 
 def child(kind: str, data: Path, codec: str, k: int, search_params: str, folder: Path, reference_shards: int,
-          search_shards: int) -> dict[str, Any]:
+          search_shards: int, shard: int = -1) -> dict[str, Any]:
     import faiss
-
-    from vsbench.index.store import build_index, codec_slug, collect, search_shard, shard_tasks
 
     started = time.perf_counter()
     result: dict[str, Any] = {}
-    if kind == "faiss-build":
+    if kind == "faiss-build":  # raw faiss, one process: the whole index in memory, then written for its search
         references = np.load(data / "references.npy", mmap_mode="r")
         index = faiss.index_factory(references.shape[1], codec, faiss.METRIC_L2)
         index.train(np.load(data / "train.npy"))
-        for start in range(0, len(references), 200_000):
-            index.add(np.ascontiguousarray(references[start:start + 200_000]))
-    elif kind == "vsbench-build":
+        for start in range(0, len(references), FAISS_ADD_CHUNK):
+            index.add(np.ascontiguousarray(references[start:start + FAISS_ADD_CHUNK]))
+        result["seconds"] = time.perf_counter() - started
+        faiss.write_index(index, str(folder / "faiss.index"))
+    elif kind == "faiss-search":
+        queries = np.load(data / "queries.npy")
+        index = faiss.read_index(str(folder / "faiss.index"))
+        if search_params:
+            faiss.ParameterSpace().set_index_parameters(index, search_params)
+        result["ids"] = index.search(queries, k)[1].tolist()
+    elif kind == "vsbench-build":  # the index step in one process (or an older checkout's, --before-src)
+        from vsbench.index.store import build_index
+
         request = _request(data, codec, k, search_params, train=True)
         started = time.perf_counter()
         (info,) = build_index(request, folder / "index", reference_shards=reference_shards)
         result["reused"] = info.meta["reused"]
-    elif kind == "faiss-search":
-        queries = np.load(data / "queries.npy")
-        shards = sorted((folder / "index" / "gallery" / codec_slug(codec)).glob("reference-*.faiss"))
-        parts = []
-        for path in shards:
-            index = faiss.read_index(str(path))
-            if search_params:
-                faiss.ParameterSpace().set_index_parameters(index, search_params)
-            parts.append(index.search(queries, k)[1])
-        if len(parts) > 1:
-            raise SystemExit("faiss-search compares one reference shard (use --reference-shards 1)")
-        result["ids"] = parts[0].tolist()
+    elif kind in ("vsbench-train", "vsbench-fill", "vsbench-finish"):  # the pipeline's index tasks, one process each
+        from vsbench.index.store import fill_shard, finish_index, train_index
+
+        request = _request(data, codec, k, search_params, train=kind != "vsbench-fill")
+        started = time.perf_counter()
+        if kind == "vsbench-train":
+            result["reused"] = train_index(request, folder / "index", codec, reference_shards=reference_shards)["reused"]
+        elif kind == "vsbench-fill":
+            result["kept"] = fill_shard(request, folder / "index", codec, shard, reference_shards=reference_shards)["kept"]
+        else:
+            finish_index(request, folder / "index", codec, reference_shards=reference_shards)
     elif kind == "vsbench-search":
+        from vsbench.index.store import collect, search_shard, shard_tasks
+
         request = _request(data, codec, k, search_params, train=False)
         started = time.perf_counter()  # the inputs are the caller's; what vsbench does with them is timed
         for query_shard, reference_shard in shard_tasks(search_shards, reference_shards):
@@ -156,7 +176,7 @@ def child(kind: str, data: Path, codec: str, k: int, search_params: str, folder:
                          query_shards=search_shards, reference_shard=reference_shard)
         found = collect(request, folder / "index", folder / "search", query_shards=search_shards)
         result["ids"] = found[(codec, "none")][1].tolist()
-    result["seconds"] = time.perf_counter() - started
+    result.setdefault("seconds", time.perf_counter() - started)
     result["peak_rss_mb"] = peak_rss_mb()
     return result
 
@@ -170,9 +190,19 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_child(*args: str) -> dict[str, Any]:
-    output = subprocess.run([sys.executable, __file__, "--child", *args], check=True, capture_output=True, text=True)
+def run_child(*args: str, src: Path | None = None) -> dict[str, Any]:
+    import os
+
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    output = subprocess.run([sys.executable, __file__, "--child", *args], check=True, capture_output=True, text=True,
+                            env=env)
     return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
 
 
 def main() -> None:
@@ -181,13 +211,18 @@ def main() -> None:
     parser.add_argument("--codecs", default="IVF4096,PQ32;IVF4096,SQ8")
     parser.add_argument("--reference-shards", type=int, default=1)
     parser.add_argument("--search-shards", type=int, default=1)
-    parser.add_argument("--child", nargs=8, metavar=("KIND", "DATA", "CODEC", "K", "PARAMS", "FOLDER", "RSHARDS",
-                                                    "QSHARDS"))
+    parser.add_argument("--rounds", type=int, default=3, help="searches of each side, taking turns going first")
+    parser.add_argument("--no-faiss", action="store_true", help="skip raw faiss (when its one-process index does "
+                        "not fit this machine's memory)")
+    parser.add_argument("--before-src", type=Path, help="another checkout's src/: its one-pod index step is "
+                        "measured too (before_build_*)")
+    parser.add_argument("--child", nargs=9, metavar=("KIND", "DATA", "CODEC", "K", "PARAMS", "FOLDER", "RSHARDS",
+                                                    "QSHARDS", "SHARD"))
     args = parser.parse_args()
     if args.child:
-        kind, data, codec, k, params, folder, reference_shards, search_shards = args.child
+        kind, data, codec, k, params, folder, reference_shards, search_shards, shard = args.child
         print(json.dumps(child(kind, Path(data), codec, int(k), params, Path(folder), int(reference_shards),
-                               int(search_shards))))
+                               int(search_shards), int(shard))))
         return
 
     data = generate(args.workdir, args.references, args.queries, args.train, args.dim)
@@ -195,56 +230,94 @@ def main() -> None:
     exact = exact_neighbours(data, args.k)
     rows, figures = [], {"machine": machine_info(), "references": args.references, "queries": args.queries,
                          "train": args.train, "dim": args.dim, "k": args.k, "search_params": args.search_params,
-                         "reference_shards": args.reference_shards, "search_shards": args.search_shards, "codecs": {}}
+                         "reference_shards": args.reference_shards, "search_shards": args.search_shards,
+                         "rounds": args.rounds, "codecs": {}}
+    import shutil
+
     for codec in args.codecs.split(";"):
         folder = run_folder(args.workdir, args.references, args.dim, codec)
         params = args.search_params if "IVF" in codec else ""  # nprobe means nothing to other codecs
         common = [str(data), codec, str(args.k), params, str(folder), str(args.reference_shards),
                   str(args.search_shards)]
-        import shutil
-
         shutil.rmtree(folder, ignore_errors=True)
-        log(f"{codec}: faiss build ...")
-        faiss_build = run_child("faiss-build", *common)
-        log(f"{codec}: vsbench build ...")
-        vsbench_build = run_child("vsbench-build", *common)
-        log(f"{codec}: vsbench build again (reuse) ...")
-        reused = run_child("vsbench-build", *common)
-        log(f"{codec}: searches ...")
-        faiss_search = run_child("faiss-search", *common) if args.reference_shards == 1 else None
-        vsbench_search = run_child("vsbench-search", *common)
-        entry = {
-            "faiss_build_seconds": faiss_build["seconds"], "vsbench_build_seconds": vsbench_build["seconds"],
+        folder.mkdir(parents=True)
+        entry: dict[str, Any] = {}
+        if not args.no_faiss:
+            log(f"{codec}: faiss one-process build ...")
+            faiss_build = run_child("faiss-build", *common, "-1")
+            entry.update(faiss_build_seconds=faiss_build["seconds"], faiss_build_peak_mb=faiss_build["peak_rss_mb"],
+                         one_pod_build_peak_mb=faiss_build["peak_rss_mb"])
+        if args.before_src is not None:
+            log(f"{codec}: one-pod index step of {args.before_src} ...")
+            before = run_child("vsbench-build", *common[:4], str(folder / "before"), *common[5:], "-1",
+                               src=args.before_src)
+            entry.update(before_build_seconds=before["seconds"], before_build_peak_mb=before["peak_rss_mb"],
+                         one_pod_build_peak_mb=before["peak_rss_mb"])
+            shutil.rmtree(folder / "before")
+        log(f"{codec}: vsbench train, {args.reference_shards} fill task(s), finish ...")
+        train = run_child("vsbench-train", *common, "-1")
+        fills = [run_child("vsbench-fill", *common, str(shard)) for shard in range(args.reference_shards)]
+        finish = run_child("vsbench-finish", *common, "-1")
+        log(f"{codec}: the index step in one process again (it must reuse every shard) ...")
+        reused = run_child("vsbench-build", *common, "-1")
+        entry.update({
+            "train_seconds": train["seconds"], "train_peak_mb": train["peak_rss_mb"],
+            "fill_seconds": [fill["seconds"] for fill in fills], "fill_peak_mb": [fill["peak_rss_mb"] for fill in fills],
+            "fill_task_peak_mb": max(fill["peak_rss_mb"] for fill in fills), "finish_seconds": finish["seconds"],
+            "vsbench_build_seconds": train["seconds"] + sum(fill["seconds"] for fill in fills) + finish["seconds"],
             "vsbench_reuse_seconds": reused["seconds"], "reused": reused["reused"],
-            "faiss_build_peak_mb": faiss_build["peak_rss_mb"], "vsbench_build_peak_mb": vsbench_build["peak_rss_mb"],
-            "vsbench_search_qps": args.queries / vsbench_search["seconds"],
-            "vsbench_search_peak_mb": vsbench_search["peak_rss_mb"],
+        })
+        log(f"{codec}: searches, {args.rounds} round(s), taking turns ...")
+        searches: dict[str, list[dict[str, Any]]] = {"faiss": [], "vsbench": []}
+        for number in range(args.rounds):
+            order = ["faiss", "vsbench"] if number % 2 == 0 else ["vsbench", "faiss"]
+            for side in order:
+                if side == "faiss" and not args.no_faiss:
+                    searches["faiss"].append(run_child("faiss-search", *common, "-1"))
+                elif side == "vsbench":
+                    shutil.rmtree(folder / "search", ignore_errors=True)
+                    searches["vsbench"].append(run_child("vsbench-search", *common, "-1"))
+        vsbench_search = searches["vsbench"][-1]
+        vsbench_seconds = _median([s["seconds"] for s in searches["vsbench"]])
+        entry.update({
+            "vsbench_search_seconds": [s["seconds"] for s in searches["vsbench"]],
+            "vsbench_search_qps": args.queries / vsbench_seconds,
+            "vsbench_search_peak_mb": max(s["peak_rss_mb"] for s in searches["vsbench"]),
             "vsbench_recall_at_k": recall(np.asarray(vsbench_search["ids"]), exact, args.k),
-            "build_overhead": vsbench_build["seconds"] / faiss_build["seconds"],
-        }
-        if faiss_search is not None:
-            entry.update({"faiss_search_qps": args.queries / faiss_search["seconds"],
-                          "faiss_search_peak_mb": faiss_search["peak_rss_mb"],
+        })
+        if searches["faiss"]:
+            faiss_search = searches["faiss"][-1]
+            faiss_seconds = _median([s["seconds"] for s in searches["faiss"]])
+            entry.update({"faiss_search_seconds": [s["seconds"] for s in searches["faiss"]],
+                          "faiss_search_qps": args.queries / faiss_seconds,
+                          "faiss_search_peak_mb": max(s["peak_rss_mb"] for s in searches["faiss"]),
                           "faiss_recall_at_k": recall(np.asarray(faiss_search["ids"]), exact, args.k),
-                          "search_overhead": vsbench_search["seconds"] / faiss_search["seconds"],
-                          "same_ids": faiss_search["ids"] == vsbench_search["ids"]})
+                          "search_overhead": vsbench_seconds / faiss_seconds,
+                          "build_overhead": entry["vsbench_build_seconds"] / entry["faiss_build_seconds"],
+                          "same_ids": faiss_search["ids"] == vsbench_search["ids"],
+                          "rows_with_other_ids": int(np.sum(np.any(np.asarray(faiss_search["ids"])
+                                                                   != np.asarray(vsbench_search["ids"]), axis=1)))})
+            (folder / "faiss.index").unlink(missing_ok=True)
         index_bytes = sum(p.stat().st_size for p in (folder / "index").rglob("*.faiss"))
         entry["index_mb"] = index_bytes / 2**20
+        entry["load_average_1m"] = machine_info().get("load_average_1m")
         figures["codecs"][codec] = entry
-        rows.append([codec, f"{entry['faiss_build_seconds']:.1f}", f"{entry['vsbench_build_seconds']:.1f}",
-                     f"{entry['build_overhead']:.2f}x", f"{entry['vsbench_reuse_seconds']:.1f}",
-                     f"{entry.get('faiss_search_qps', float('nan')):.0f}", f"{entry['vsbench_search_qps']:.0f}",
-                     f"{entry.get('search_overhead', float('nan')):.2f}x",
-                     f"{entry['faiss_build_peak_mb']:.0f}/{entry['vsbench_build_peak_mb']:.0f}",
-                     f"{entry.get('faiss_search_peak_mb', float('nan')):.0f}/{entry['vsbench_search_peak_mb']:.0f}",
-                     f"{entry.get('faiss_recall_at_k', float('nan')):.3f}/{entry['vsbench_recall_at_k']:.3f}",
-                     f"{entry['index_mb']:.0f}"])
+        nan = float("nan")
+        rows.append([codec, f"{entry.get('faiss_build_seconds', nan):.1f}", f"{entry['vsbench_build_seconds']:.1f}",
+                     f"{entry.get('build_overhead', nan):.2f}x", f"{entry['vsbench_reuse_seconds']:.1f}",
+                     f"{entry.get('faiss_search_qps', nan):.0f}", f"{entry['vsbench_search_qps']:.0f}",
+                     f"{entry.get('search_overhead', nan):.3f}x",
+                     f"{entry.get('one_pod_build_peak_mb', nan):.0f}/{entry['fill_task_peak_mb']:.0f}",
+                     f"{entry.get('faiss_search_peak_mb', nan):.0f}/{entry['vsbench_search_peak_mb']:.0f}",
+                     f"{entry.get('faiss_recall_at_k', nan):.3f}/{entry['vsbench_recall_at_k']:.3f}",
+                     str(entry.get("same_ids", "-")), f"{entry['index_mb']:.0f}"])
     print(f"{args.references:,} x {args.dim}-d references, {args.queries:,} queries, {args.train:,} training rows, "
           f"k={args.k}, {args.search_params or 'default search settings'}, {args.reference_shards} reference "
-          f"shard(s), 1-min load {machine_info().get('load_average_1m', '?')}")
+          f"shard(s), {args.search_shards} query shard(s), median of {args.rounds} search(es) a side, 1-min load "
+          f"{machine_info().get('load_average_1m', '?')}")
     print(format_table(["codec", "faiss build s", "vsbench build s", "build x", "reuse s", "faiss q/s", "vsbench q/s",
-                        "search x", "build peak MB f/v", "search peak MB f/v", f"recall@{args.k} f/v", "index MB"],
-                       rows))
+                        "search x", "build peak MB one-pod/fill", "search peak MB f/v", f"recall@{args.k} f/v",
+                        "same ids", "index MB"], rows))
     if args.json:
         write_json(args.json, figures)
 

@@ -212,7 +212,10 @@ class MappedRows:
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` as one contiguous float32 array (read from the files now)."""
         start, stop = max(0, start), min(stop, len(self))
-        pieces = [np.asarray(self._part(n)[lo:hi], dtype=np.float32) for n, lo, hi in self.spans(start, stop)]
+        pieces = []
+        for n, lo, hi in self.spans(start, stop):
+            pieces.append(np.array(self._part(n)[lo:hi], dtype=np.float32))  # a copy: the mapping may go
+            _release(self.parts[n], lo, hi)
         if not pieces:
             return np.zeros((0, self.shape[1]), np.float32)
         return np.ascontiguousarray(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
@@ -242,6 +245,26 @@ class MappedRows:
     def astype(self, dtype: Any, copy: bool = True) -> MappedRows | np.ndarray:
         """float32 stays mapped (FeatureSet's loader calls this); anything else is read."""
         return self if np.dtype(dtype) == self.dtype else np.asarray(self).astype(dtype)
+
+
+def _release(part: np.ndarray, lo: int, hi: int) -> None:
+    """Drop the mapped pages of rows ``[lo, hi)`` from this process's resident set once copied
+    (``MADV_DONTNEED``; the file's pages stay in the page cache). Why: a fill task reads its rows a
+    block at a time, and the pages it has read would otherwise count towards its memory until the
+    kernel reclaims them, making a shard-sized task look gallery-sized. Best effort."""
+    import mmap
+
+    mapping = getattr(part, "_mmap", None)
+    if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    row_bytes = part.shape[1] * part.dtype.itemsize
+    first = part.offset % mmap.ALLOCATIONGRANULARITY + lo * row_bytes
+    last = part.offset % mmap.ALLOCATIONGRANULARITY + hi * row_bytes
+    first -= first % mmap.PAGESIZE
+    try:
+        mapping.madvise(mmap.MADV_DONTNEED, first, min(last, len(mapping)) - first)
+    except (OSError, ValueError):
+        pass
 
 
 def row_block(rows: np.ndarray | MappedRows, start: int, stop: int) -> np.ndarray:
