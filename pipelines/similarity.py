@@ -10,7 +10,16 @@ Compile with ``vsbench compile``; ``vsbench similarity run`` runs the same steps
 """
 
 from kfp import dsl
-from vsbench.components.similarity import embed_shard, index, index_fill, score, search, search_tasks, shard_list
+from vsbench.components.similarity import (
+    embed_shard,
+    index,
+    index_fill,
+    index_finish,
+    score,
+    search,
+    search_tasks,
+    shard_list,
+)
 from vsbench.pipelines.form import describe
 from vsbench.pipelines.tracked import tracked_run
 
@@ -36,7 +45,7 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
     with dsl.ParallelFor(fills.output) as shard:
         filled = index_fill(**common, shard=shard, experiment=experiment,
                             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-    indexed = index(**common, parent_run_id=parent_run_id, stage="finish").after(filled)
+    indexed = index_finish(**common, parent_run_id=parent_run_id).after(filled)
     tasks = search_tasks(search_shards=search_shards, reference_shards=reference_shards).after(indexed)
     with dsl.ParallelFor(tasks.output) as task:
         searched = search(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,

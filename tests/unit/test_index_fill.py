@@ -396,3 +396,33 @@ def test_wrong_stage_flags_are_one_line(tmp_path: Path, monkeypatch: pytest.Monk
                       "--reference-shards", "2", *flags)
     assert code == 2 and "Traceback" not in text and len(text.strip().splitlines()) == 1, text
     assert text.startswith("error:") and ("--fill" in text or "reference shard 9" in text or "--train" in text), text
+
+
+def test_a_non_finite_row_is_named_when_a_fill_reads_it_not_before(tmp_path: Path) -> None:
+    q, r, t = _data()
+    r[900, 3] = np.nan
+    rows = _mapped(tmp_path, r)
+    FeatureSet(np.asarray([f"x{i}" for i in range(len(r))]), rows).check_finite()  # nothing read here
+    request = _request("Flat", rows, q, t)
+    train_index(request, tmp_path / "index", "Flat", reference_shards=2)
+    fill_shard(request, tmp_path / "index", "Flat", 0, reference_shards=2)  # rows 0..499: all finite
+    with pytest.raises(FeatureError, match=r"reference\.shard-2-of-3\.npz: row 233 has NaN or infinite values"):
+        fill_shard(request, tmp_path / "index", "Flat", 1, reference_shards=2)
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_flat_shards_on_faiss_tiles_give_one_indexs_floats(tmp_path: Path, metric: str) -> None:
+    """Reference shards on 1,024-row tiles: every distance is computed in the tile it has in one
+    search, so the floats (and near-ties) are one index's. Query shards keep the ids; a distance's
+    last bit also depends on the query batch's size, in FAISS alone as well."""
+    rng = np.random.default_rng(7)
+    r = rng.standard_normal((7_000, 16)).astype(np.float32)
+    q = rng.standard_normal((8_500, 16)).astype(np.float32)
+    request = _request("Flat", r, q, None, metric=metric)
+    one = _sharded(request, tmp_path, 1, 1)[("Flat", "none")]
+    many = _sharded(request, tmp_path, 3, 1)[("Flat", "none")]
+    np.testing.assert_array_equal(many[1], one[1])
+    np.testing.assert_array_equal(many[0], one[0])
+    both = _sharded(request, tmp_path, 3, 2)[("Flat", "none")]
+    np.testing.assert_array_equal(both[1], one[1])
+    np.testing.assert_allclose(both[0], one[0], rtol=1e-5)

@@ -86,13 +86,30 @@ def codec_slug(codec: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in codec)
 
 
-def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each of ``shards`` contiguous parts of ``count`` rows, sizes differing by
-    at most one (``numpy.array_split``'s rule); an empty part is refused."""
+# Reference shard bounds fall on multiples of these where the rows allow (see shard_bounds): FAISS's
+# exhaustive search computes distances in tiles of 1,024 references from the start of what it is
+# given, and a BLAS product rounds a distance's last bit by where the pair sits in its tile
+# (measured: one of 10,000 queries of a 1 M x 128-d Flat gallery in 4 array_split shards ordered two
+# near-equal references the other way; shards starting on a tile edge give every distance one
+# search's bits). 65,536 also makes a fill read whole encode blocks (codec.ENCODE_BLOCK). Query
+# shards cannot be made to: a distance's bits also depend on the size of the query batch.
+REFERENCE_ALIGN = (65_536, 1_024)
+
+
+def shard_bounds(count: int, shards: int, align: tuple[int, ...] = ()) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each of ``shards`` contiguous parts of ``count`` rows.
+
+    With ``align``, the inner bounds are the nearest multiples of the first alignment that leaves
+    each part at least that many rows (``count >= alignment x shards``); otherwise, and without
+    ``align``, sizes differ by at most one (``numpy.array_split``'s rule). An empty part is refused."""
     if not isinstance(shards, int) or shards < 1:
         raise SearchError(f"shards must be a positive integer, got {shards!r}")
     if shards > count:
         raise SearchError(f"{shards} shards for {count} rows: every shard needs at least one row")
+    for unit in align:
+        if count >= unit * shards:
+            cuts = [0] + [round(j * count / shards / unit) * unit for j in range(1, shards)] + [count]
+            return [(cuts[j], cuts[j + 1]) for j in range(shards)]
     base, extra = divmod(count, shards)
     bounds, start = [], 0
     for shard in range(shards):
@@ -100,6 +117,16 @@ def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+def reference_bounds(count: int, shards: int) -> list[tuple[int, int]]:
+    """The reference shards' bounds: :func:`shard_bounds` on FAISS's database tiles."""
+    return shard_bounds(count, shards, REFERENCE_ALIGN)
+
+
+def query_bounds(count: int, shards: int) -> list[tuple[int, int]]:
+    """The query shards' bounds: :func:`shard_bounds`'s even split."""
+    return shard_bounds(count, shards)
 
 
 @dataclass(frozen=True)
@@ -196,7 +223,7 @@ def index_key(request: SearchRequest, codec: str, reference_shards: int, *, cont
     """
     key = {**train_key(request, codec, content=content), "reference_shards": reference_shards}
     if content:
-        bounds = shard_bounds(len(request.references), reference_shards)
+        bounds = reference_bounds(len(request.references), reference_shards)
         key["shard_rows"] = [shard_rows_key(request.references, start, stop) for start, stop in bounds]
     return key
 
@@ -241,7 +268,7 @@ def train_index(request: SearchRequest, folder: Path, codec: str, *, reference_s
     sha256. Reused when ``train.json`` holds the same key and every file its recorded digest.
     Returns ``train.json``'s content and ``reused``."""
     _, t = _checked_train_inputs(request)
-    shard_bounds(len(request.references), reference_shards)  # a shard count the gallery cannot take is named now
+    reference_bounds(len(request.references), reference_shards)  # a shard count the gallery cannot take is named now
     on_gpu = use_gpu_now(use_gpu)
     target = folder / request.name / codec_slug(codec)
     key = train_key(request, codec)
@@ -308,7 +335,7 @@ def fill_shard(request: SearchRequest, folder: Path, codec: str, shard: int, *, 
     is this shard's index and one block of rows, whatever the gallery's size. Returns the record and
     ``kept``."""
     target = folder / request.name / codec_slug(codec)
-    bounds = shard_bounds(len(request.references), reference_shards)
+    bounds = reference_bounds(len(request.references), reference_shards)
     if not 0 <= shard < reference_shards:
         raise SearchError(f"reference shard {shard} does not exist: the index has {reference_shards} reference "
                           f"shard(s) (0..{reference_shards - 1})")
@@ -333,7 +360,7 @@ def fill_shard(request: SearchRequest, folder: Path, codec: str, shard: int, *, 
     on_gpu = use_gpu_now(use_gpu)
     device_k = max(request.result_k, request.norm_k)
     info = IndexInfo(target, {**trained_meta, **trained_meta["key"], "reference_shards": [list(b) for b in bounds]})
-    trained = _load_trained(info, request, info.read(TRAINED_FAISS, mmap=False), record=TRAIN_JSON)
+    trained = _load_trained(info, request, info.read(TRAINED_FAISS, mmap=False, record=TRAIN_JSON), record=TRAIN_JSON)
     index = fill_rows(trained, request.references, start, stop, on_gpu=on_gpu, k=device_k)
     path = target / f"{name}.faiss"
     _write_index(path, index)
@@ -354,7 +381,7 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
     trained codec, is refused naming its record and the differing field; nothing is read but the
     records and the training rows (their digest is part of the key)."""
     target = folder / request.name / codec_slug(codec)
-    bounds = shard_bounds(len(request.references), reference_shards)
+    bounds = reference_bounds(len(request.references), reference_shards)
     key = index_key(request, codec, reference_shards)
     trained_meta = _read_meta(target, TRAIN_JSON)
     if trained_meta is None or trained_meta.get("key") != train_key(request, codec):
@@ -411,7 +438,7 @@ def _shard_ids_digest(request: SearchRequest, start: int, stop: int) -> str:
 def _bounds_sound(meta: dict[str, Any]) -> bool:
     shards, count = meta.get("reference_shards"), meta.get("count")
     return (isinstance(shards, list) and isinstance(count, int) and 0 < len(shards) <= count
-            and [list(b) for b in shard_bounds(count, len(shards))] == shards)
+            and [list(b) for b in reference_bounds(count, len(shards))] == shards)
 
 
 def _train_file_names(meta: dict[str, Any]) -> list[str]:
@@ -490,7 +517,7 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
     """Search queries ``query_shard`` of ``query_shards`` in reference shard ``reference_shard`` of
     every codec; writes one result file per codec (kept when already there for the same inputs)."""
     queries = np.ascontiguousarray(request.queries, dtype=np.float32)
-    start, stop = shard_bounds(len(queries), query_shards)[query_shard]
+    start, stop = query_bounds(len(queries), query_shards)[query_shard]
     q = queries[start:stop]
     check_finite(q, f"queries {start}..{stop - 1}")
     on_gpu = use_gpu_now(use_gpu)
@@ -551,7 +578,7 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
         variants = [list(v) for v in request.variants if v[0] == codec]
         merged_rows: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in variants]
         queries = np.ascontiguousarray(request.queries, dtype=np.float32)
-        for query_shard, (start, stop) in enumerate(shard_bounds(len(request.queries), query_shards)):
+        for query_shard, (start, stop) in enumerate(query_bounds(len(request.queries), query_shards)):
             parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in variants]
             queries_digest = array_digest(queries[start:stop])
             for reference_shard in range(reference_shards):
@@ -735,7 +762,7 @@ def _damage(folder: Path, meta: dict[str, Any], *, verify: bool) -> list[str]:
     count = meta.get("count")
     if not isinstance(shards, list) or not shards or not isinstance(count, int) or len(shards) > count:
         return [f"{folder / INDEX_JSON}: no usable reference shards"]
-    if [list(b) for b in shard_bounds(count, len(shards))] != shards:
+    if [list(b) for b in reference_bounds(count, len(shards))] != shards:
         return [f"{folder / INDEX_JSON}: records shard bounds {shards}, not the ones {count} references in "
                 f"{len(shards)} shard(s) give"]
     files = meta.get("files")

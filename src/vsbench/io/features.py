@@ -58,7 +58,11 @@ class FeatureSet:
         return len(self.ids)
 
     def check_finite(self, source: str = "features", block: int = 65_536) -> None:
-        """Block by block, so that mapped features are read a block at a time, never whole."""
+        """Every row finite, or an error naming the first bad one. Mapped features (MappedRows)
+        check each row as it is read instead: a fill task must not read the whole gallery to check
+        it, and no row reaches a computation unchecked."""
+        if isinstance(self.features, MappedRows):
+            return
         bad_rows = [start + np.flatnonzero(~np.isfinite(row_block(self.features, start, start + block)).all(axis=1))
                     for start in range(0, len(self), block)]
         bad = np.concatenate(bad_rows) if bad_rows else np.zeros(0, np.int64)
@@ -195,6 +199,16 @@ class MappedRows:
             self._verified[number] = True
         return self.parts[number]
 
+    def _checked(self, number: int, first: int, rows: np.ndarray) -> np.ndarray:
+        """``rows`` (from row ``first`` of part ``number``), refused naming the file and row when
+        one is not finite: the check every row passes as it is read."""
+        finite = np.isfinite(rows).all(axis=1)
+        if not finite.all():
+            where = f"row {first + int(np.flatnonzero(~finite)[0])}" if first >= 0 else "a row"
+            raise FeatureError(f"{self.sources[number].name}: {where} has NaN or infinite values "
+                               f"({int((~finite).sum())} such rows read); re-run the embed step")
+        return rows
+
     def spans(self, start: int, stop: int) -> list[tuple[int, int, int]]:
         """``(part, first row, end row)`` of the parts that rows ``[start, stop)`` lie in."""
         spans = []
@@ -214,7 +228,7 @@ class MappedRows:
         start, stop = max(0, start), min(stop, len(self))
         pieces = []
         for n, lo, hi in self.spans(start, stop):
-            pieces.append(np.array(self._part(n)[lo:hi], dtype=np.float32))  # a copy: the mapping may go
+            pieces.append(self._checked(n, lo, np.array(self._part(n)[lo:hi], dtype=np.float32)))  # a copy
             _release(self.parts[n], lo, hi)
         if not pieces:
             return np.zeros((0, self.shape[1]), np.float32)
@@ -235,7 +249,7 @@ class MappedRows:
         part_of = np.searchsorted(self.starts, rows, side="right") - 1
         for number in np.unique(part_of):
             chosen = part_of == number
-            out[chosen] = self._part(int(number))[rows[chosen] - self.starts[number]]
+            out[chosen] = self._checked(int(number), -1, self._part(int(number))[rows[chosen] - self.starts[number]])
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
