@@ -1,24 +1,27 @@
-"""Bench: a million-vector gallery on one node, vsbench's index and search steps beside raw FAISS.
+"""Bench: a gallery of millions on one node, vsbench's index tasks and search beside raw FAISS.
 
-Why: DISC21 has 1 M references, ABID as a gallery 1 M+ images, product catalogs tens of millions.
-vsbench's index step (``vsbench.index.store.build_index``) adds to FAISS's own work: digests of the
-inputs (so an index is reused, or refused when built for other features), writing each shard's
-index to disk atomically; its search step reads the index memory-mapped, projects the queries, and
-writes its result file. This bench measures what that costs on a generated gallery (clustered,
-so that IVF/PQ recall means something), per codec, each method in its own process so that peak
-memory is its own:
+Why: DISC21 has 1 M references, ABID as a gallery 1 M+ images, product catalogs tens of millions,
+ILIAS 100 M distractors. vsbench's index step trains each codec once and fills each reference shard
+in a task of its own, reading only that shard's rows (so a fill's memory follows its shard, not the
+gallery); it adds to FAISS's own work the digests that decide reuse and atomic writes. Its search
+step reads one shard, projects its queries, writes a result file; the merge keeps each query's top
+k. This bench measures what that costs on a generated gallery (clustered, so that IVF/PQ recall
+means something), per codec, each method in its own process so that peak memory is its own:
 
-* **faiss build**: ``index_factory``, ``train``, ``add`` (in memory, nothing written);
-* **vsbench build**: ``build_index`` with ``--reference-shards`` shards (written to disk);
-* **faiss search**: ``read_index`` (whole, in memory) of vsbench's shard file, ``search``;
-* **vsbench search**: ``search_shard`` of every (query shard, reference shard) task, then ``collect``.
+* **faiss build**: ``index_factory``, ``train``, ``add`` in one process (the whole index in memory);
+* **one-pod build** (``--before-src``): another checkout's ``build_index`` in one process;
+* **vsbench train, fill x M, finish**: the pipeline's index tasks, each in its own process;
+* **faiss search**: ``read_index`` of faiss's one index, ``search``;
+* **vsbench search**: ``search_shard`` of every (query shard, reference shard) task, then ``collect``;
+  the two searches take turns, ``--rounds`` times each, and their medians are compared.
 
-and reports build seconds, queries/s, peak RSS (MB) and recall@10 against exact (brute-force)
-search, for both, with the ratio vsbench/faiss. Both searches of an IVF codec use ``--search-params``.
-The data is generated once into ``--workdir`` (float32 ``.npy``, read memory-mapped).
+and reports build seconds, queries/s, peak RSS (MB), recall@10 against exact (brute-force) search
+and whether both searches found the same ids. Both searches of an IVF codec use ``--search-params``.
+The data is generated once into ``--workdir`` (float32 ``.npy``, read memory-mapped, a chunk at a time).
 
 Run: ``python bench/gallery.py [--references 1000000] [--dim 256] [--queries 10000] [--train 100000]
-[--codecs 'IVF4096,PQ32;IVF4096,SQ8'] [--search-params nprobe=16] [--reference-shards 1] [--json out.json]``
+[--codecs 'IVF4096,PQ32;IVF4096,SQ8'] [--search-params nprobe=16] [--reference-shards 1] [--rounds 3]
+[--no-faiss] [--before-src OTHER/src] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -81,20 +84,41 @@ def generate(folder: Path, references: int, queries: int, train: int, dim: int, 
     return target
 
 
+def chunks(references: np.ndarray, size: int):
+    """``(start, contiguous rows)`` of a memory-mapped array, ``size`` rows at a time, each chunk's
+    mapped pages dropped once copied, so that a 10 GB gallery costs a chunk of resident memory."""
+    try:
+        from vsbench.io.features import _release
+    except ImportError:  # an older checkout (--before-src) has no such helper
+        def _release(part, lo, hi):
+            return None
+    for start in range(0, len(references), size):
+        rows = np.ascontiguousarray(references[start:start + size])
+        _release(references, start, start + len(rows))
+        yield start, rows
+
+
 def exact_neighbours(data: Path, k: int) -> np.ndarray:
-    """Brute-force top k (L2) of every query, cached beside the data."""
+    """Brute-force top k (L2) of every query, cached beside the data; 1 M references at a time, so
+    that memory stays bounded at any gallery size."""
     path = data / f"exact-{k}.npy"
     if path.exists():
         return np.load(path)
     import faiss
 
     references = np.load(data / "references.npy", mmap_mode="r")
-    index = faiss.IndexFlatL2(references.shape[1])
-    for start in range(0, len(references), 200_000):
-        index.add(np.ascontiguousarray(references[start:start + 200_000]))
-    _, ids = index.search(np.load(data / "queries.npy"), k)
-    np.save(path, ids)
-    return ids
+    queries = np.load(data / "queries.npy")
+    best_d = np.full((len(queries), k), np.inf, np.float32)
+    best_i = np.full((len(queries), k), -1, np.int64)
+    for start, rows in chunks(references, 1_000_000):
+        index = faiss.IndexFlatL2(references.shape[1])
+        index.add(rows)
+        d, i = index.search(queries, k)
+        d, i = np.concatenate([best_d, d], 1), np.concatenate([best_i, i + start], 1)
+        order = np.argsort(d, axis=1, kind="stable")[:, :k]
+        best_d, best_i = np.take_along_axis(d, order, 1), np.take_along_axis(i, order, 1)
+    np.save(path, best_i)
+    return best_i
 
 
 def recall(found: np.ndarray, exact: np.ndarray, k: int) -> float:
@@ -138,8 +162,8 @@ def child(kind: str, data: Path, codec: str, k: int, search_params: str, folder:
         references = np.load(data / "references.npy", mmap_mode="r")
         index = faiss.index_factory(references.shape[1], codec, faiss.METRIC_L2)
         index.train(np.load(data / "train.npy"))
-        for start in range(0, len(references), FAISS_ADD_CHUNK):
-            index.add(np.ascontiguousarray(references[start:start + FAISS_ADD_CHUNK]))
+        for _, rows in chunks(references, FAISS_ADD_CHUNK):
+            index.add(rows)
         result["seconds"] = time.perf_counter() - started
         faiss.write_index(index, str(folder / "faiss.index"))
     elif kind == "faiss-search":
