@@ -71,10 +71,16 @@ class FeatureSet:
             raise FeatureError(f"{source}: row {row} (id {self.ids[row]!r}) has NaN or infinite values "
                                f"({int(bad.size)} such rows)")
 
-    def select(self, ids: Sequence[str], source: str = "features") -> FeatureSet:
-        """Rows in the order of ``ids``; an id that is missing is an error naming it."""
+    def select(self, ids: Sequence[str], source: str = "features", *, keep_mapped: bool = False) -> FeatureSet:
+        """Rows in the order of ``ids``; an id that is missing is an error naming it.
+
+        Rows read in place (:class:`MappedRows`) are read into memory, unless ``keep_mapped`` and
+        ``ids`` are the rows' own order: a FAISS search request keeps them mapped (its index step
+        reads them a shard at a time), any other consumer gets an ordinary array."""
         if len(ids) == len(self.ids) and np.array_equal(self.ids, np.asarray(ids, dtype=str)):
-            return self  # already in this order: mapped rows stay mapped, nothing is copied
+            if keep_mapped or not isinstance(self.features, MappedRows):
+                return self  # already in this order: nothing is copied
+            return FeatureSet(self.ids, np.asarray(self.features))
         position = {str(i): n for n, i in enumerate(self.ids.tolist())}
         missing = [i for i in ids if i not in position]
         if missing:
