@@ -7,8 +7,10 @@ through the functions here, so that a sharded search computes the very floats a 
 
 * :func:`train_codec` trains the transforms (PCA, L2norm...) and the final index on the training
   descriptors (SSCD's ``project``; IVF k-means, PQ codebooks), on GPU 0 when asked and possible;
-* :func:`fill` copies the trained, empty final index and adds vectors (a reference shard, or the
-  training rows that score normalization searches);
+* :func:`fill` copies the trained, empty final index and adds vectors (every reference, or the
+  training rows that score normalization searches); :func:`fill_rows` fills one reference shard
+  from unprojected rows a block at a time, encoding whole aligned blocks (:data:`ENCODE_BLOCK`) so
+  that its codes are those of one index over every row;
 * :func:`search_filled` searches projected queries in a filled index: the unnormalized result and
   one per score normalization (SSCD's augmented inner-product search for ``Flat``);
 * :func:`merge_found` merges the ``(n_queries, k)`` results of reference shards into the global top

@@ -4,12 +4,21 @@ separate steps (index, then searches fanned out, then a merge), each of which ma
 Layout, one folder per (request, codec) under the index folder::
 
     <index>/<request>/<codec-slug>/
-        index.json                       what it is for (codec, metric, dims, counts, digests,
-                                         shards, faiss and vsbench versions); written last
+        train.json                       the trained codec's key (codec, metric, dims, count, ids and
+                                         training rows digests) and files; written last by training
         transform-<n>.faiss              the trained transforms (PCA, L2norm...), in order
+        trained.faiss                    the trained, empty final index (what each fill copies)
+        train.faiss                      the training rows (score normalization only)
         reference-<j>-of-<M>.faiss       reference shard j: a copy of the trained final index
                                          holding references [start_j, stop_j)
-        train.faiss                      the training rows (score normalization only)
+        reference-<j>-of-<M>.json        what shard j was filled from (trained codec, bounds, ids,
+                                         rows' source) and its file's digest; written after it
+        index.json                       what searches read (key, shards, every file's digest);
+                                         written last, by :func:`finish_index`
+
+The index step is three tasks so that no process holds the gallery: :func:`train_index` (once),
+:func:`fill_shard` (one per reference shard, on any node, reading only its rows) and
+:func:`finish_index`; :func:`build_index` runs the three in one process.
 
 and under the search folder, one file per (query shard i, reference shard j)::
 
@@ -18,10 +27,10 @@ and under the search folder, one file per (query shard i, reference shard j)::
 holding each variant's ``(n_queries_i, k)`` similarities and global reference ids. The merge
 (:func:`collect`) keeps each query's global top ``k`` (:func:`vsbench.index.codec.merge_found`).
 
-* **Reuse**: an index whose ``index.json`` key (codec, metric, reference and training digests,
-  shards) equals the request's, and whose files all have the size and sha256 ``index.json``
-  records, is reused; anything else is rebuilt by the index step with one line naming the damaged
-  files. A search file is kept when its key (the index key, the sha256 of every index file it
+* **Reuse**: a trained codec whose ``train.json`` key equals the request's and whose files have
+  their recorded digests is reused; so is each shard whose record names that trained codec and
+  these rows and whose file has its recorded digest; anything else is redone (that shard only),
+  with one line naming the file and why. A search file is kept when its key (the index key, the sha256 of every index file it
   read, the queries' digest, k, variants, search settings) matches and its content passes
   :func:`_check_result`. A re-run after a failure redoes only what is missing or damaged.
 * **Checks**: a search refuses an index built for other descriptors, naming the difference
