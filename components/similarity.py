@@ -52,15 +52,61 @@ def search_tasks(search_shards: int, reference_shards: int) -> list[int]:
 def index(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
+    stage: str = "all",
 ):
-    """Merge the embedding shards; train each codec (faiss-gpu when present) and persist its index in
-    ``reference_shards`` parts under ``out/index`` (reused when built before for the same inputs)."""
+    """The index step under ``out/index``: ``train`` trains each codec once (faiss-gpu when present)
+    and writes it trained and empty, for the fill tasks; ``all`` trains, fills every one of
+    ``reference_shards`` shards and finishes in this one task. Everything is reused when built
+    before for the same inputs."""
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        reference_shards=reference_shards, benchmark_options=benchmark_options)
-    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path)
+    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
+                                   stage=stage)
+    for name, value in result.metrics.items():
+        metrics.log_metric(name, value)
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def index_finish(
+    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
+    benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
+):
+    """The index step's last task: check that every reference shard was filled from this trained
+    codec and these features, then write ``index.json`` (what the searches read). Reads only the
+    shards' records and the training rows: a small task."""
+    from vsbench.runspec.run import BenchmarkRun
+    from vsbench.steps.similarity import similarity_index_step
+
+    run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
+                       reference_shards=reference_shards, benchmark_options=benchmark_options)
+    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
+                                   stage="finish")
+    for name, value in result.metrics.items():
+        metrics.log_metric(name, value)
+
+
+@dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
+def index_fill(
+    benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
+    shard: int, benchmark_options: str, experiment: str, kfp_run_id: str, manifest: Output[Artifact],
+    metrics: Output[Metrics],
+):
+    """Fill reference shard ``shard`` of every codec's trained index, reading only its rows, in place,
+    from the embed step's shard files (its memory grows with the shard, not the gallery); a shard
+    already filled from the same trained codec and rows is kept.
+
+    Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
+    from vsbench.runspec.run import BenchmarkRun
+    from vsbench.steps.similarity import similarity_index_step
+    from vsbench.tracking.runs import parent_run_for
+
+    run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
+                       reference_shards=reference_shards, benchmark_options=benchmark_options)
+    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_for(experiment, kfp_run_id),
+                                   manifest_path=manifest.path, stage="fill", shard=shard)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 

@@ -1,14 +1,25 @@
 """The similarity pipeline: one benchmark x one model x codecs; embedding and search fanned out.
 
-shard_list -> ParallelFor(embed-shard) -> index -> search-tasks -> ParallelFor(search) -> score, inside
-an exit handler that closes the MLflow parent run. ``search_shards`` splits the queries and
+shard_list -> ParallelFor(embed-shard) -> index-train -> ParallelFor(index-fill) -> index-finish ->
+search-tasks -> ParallelFor(search) -> score, inside an exit handler that closes the MLflow parent run.
+The index is trained once, then each reference shard is filled by its own task straight from the
+embed shards' files (so no pod holds the whole gallery), and the last index task writes index.json. ``search_shards`` splits the queries and
 ``reference_shards`` the gallery: search task t takes query shard t // reference_shards and
 reference shard t % reference_shards, and score merges them into each query's exact global top k.
 Compile with ``vsbench compile``; ``vsbench similarity run`` runs the same steps without Kubeflow.
 """
 
 from kfp import dsl
-from vsbench.components.similarity import embed_shard, index, score, search, search_tasks, shard_list
+from vsbench.components.similarity import (
+    embed_shard,
+    index,
+    index_fill,
+    index_finish,
+    score,
+    search,
+    search_tasks,
+    shard_list,
+)
 from vsbench.pipelines.form import SIMILARITY_PARAMETERS, benchmark_options_text, describe
 from vsbench.pipelines.tracked import tracked_run
 
@@ -23,13 +34,18 @@ DESCRIPTION = ("One benchmark x one model: embed the images (sharded), index wit
 def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_params, search_shards,
                      reference_shards, benchmark_options, experiment, parent_run_id, after,
                      cluster: ClusterSettings | None, label: str = ""):
-    """index -> search-tasks -> ParallelFor(search) -> score after ``after``, inside a pipeline function
-    (the similarity and the nightly pipelines both use it); returns the score task."""
+    """index-train -> ParallelFor(index-fill) -> index-finish -> search-tasks -> ParallelFor(search) -> score
+    after ``after``, inside a pipeline function (the similarity and the nightly pipelines both use it);
+    returns the score task."""
     suffix = f" {label}" if label else ""
-    indexed = index(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, score_norm=score_norm,
-                    reference_shards=reference_shards, benchmark_options=benchmark_options,
-                    parent_run_id=parent_run_id).after(after)
-    indexed.set_caching_options(False)  # reuses an index built for the same inputs on its own
+    common = dict(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, score_norm=score_norm,
+                  reference_shards=reference_shards, benchmark_options=benchmark_options)
+    trained = index(**common, parent_run_id=parent_run_id, stage="train").after(after)
+    fills = shard_list(num_shards=reference_shards).after(trained)
+    with dsl.ParallelFor(fills.output) as shard:
+        filled = index_fill(**common, shard=shard, experiment=experiment,
+                            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+    indexed = index_finish(**common, parent_run_id=parent_run_id).after(filled)
     tasks = search_tasks(search_shards=search_shards, reference_shards=reference_shards).after(indexed)
     with dsl.ParallelFor(tasks.output) as task:
         searched = search(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
@@ -41,12 +57,16 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
                    score_norm=score_norm, search_params=search_params, search_shards=search_shards,
                    benchmark_options=benchmark_options,
                    parent_run_id=parent_run_id).after(searched)
-    for task_, name, role in ((indexed, "index", "gpu"), (tasks, "search-tasks", "light"), (searched, "search", "gpu"),
-                              (scored, "score", "gpu")):
+    # Caching off: each step reuses what it built before for the same inputs on its own.
+    for task_, name, role, retries in ((trained, "index-train", "gpu", RETRIES["index"]),
+                                       (fills, "index-fills", "light", 0), (filled, "index-fill", "fill", RETRIES["fill"]),
+                                       (indexed, "index-finish", "light", RETRIES["index"]),
+                                       (tasks, "search-tasks", "light", 0), (searched, "search", "gpu", RETRIES["search"]),
+                                       (scored, "score", "gpu", RETRIES["score"])):
         if suffix:
             task_.set_display_name(name + suffix)
         task_.set_caching_options(False)
-        apply(task_, role, cluster, RETRIES.get(name, RETRIES["default"]))
+        apply(task_, role, cluster, retries)
     return scored
 
 

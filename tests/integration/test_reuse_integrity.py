@@ -4,9 +4,10 @@ of the same kind) and run the same command again; the run must either report the
 the undamaged run or stop with a one-line error that names the damaged file. A silently different
 number is the one outcome that fails.
 
-Reused files: the embedding cache (key.json and chunks), the embed step's shards, merged feature
-files and their manifests, the index's shards, training index and index.json, and the search
-results. The run is small (a tiny TorchScript model, 32 images) so that each example takes about a
+Reused files: the embedding cache (key.json and chunks), the embed step's shards and their
+manifests (read in place by the later steps: there is no merged copy), the index's trained codec
+(train.json, trained.faiss), its shards and their records, training index and index.json, and the
+search results. The run is small (a tiny TorchScript model, 32 images) so that each example takes about a
 second; hypothesis draws the file and the damage, derandomized so that CI sees the same cases.
 """
 

@@ -12,8 +12,8 @@ from vsbench.platform.compile import PIPELINES, compile_all
 from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE
 
 GPU_STEPS = {"abid": {"abid-train-counting", "abid-train-siamese"},
-             "similarity": {"embed-shard", "index", "search", "score"},
-             "nightly": {"embed-shard", "index", "search", "score"}}
+             "similarity": {"embed-shard", "index", "index-fill", "search", "score"},
+             "nightly": {"embed-shard", "index", "index-fill", "search", "score"}}
 
 
 def _step(executor_name: str) -> str:
@@ -71,6 +71,25 @@ def test_gpu_steps_get_gpus_tolerations_and_node_pool(compiled, name):
         else:
             assert "accelerator" not in resources
             assert "tolerations" not in platform[executor_name]
+
+
+def test_fill_tasks_get_their_own_resources(tmp_path: Path):
+    """Fill tasks hold one reference shard: they get the cluster settings' "fill" resources, a GPU
+    only while fill_gpu is on, and a cluster config written before the role existed still compiles."""
+    settings = ClusterSettings()
+    for fill_gpu in (True, False):
+        out = tmp_path / str(fill_gpu)
+        (out / "c.yaml").parent.mkdir(parents=True)
+        (out / "c.yaml").write_text(yaml.safe_dump({
+            "fill_gpu": fill_gpu, "resources": {role: settings.resources[role].model_dump()
+                                                for role in ("gpu", "cpu", "light")}}))
+        written = compile_all(out, ClusterSettings.load(out / "c.yaml"))
+        spec = next(doc for doc in yaml.safe_load_all(next(p for p in written if p.stem == "similarity").read_text())
+                    if doc)
+        resources = spec["deploymentSpec"]["executors"]["exec-index-fill"]["container"]["resources"]
+        assert resources["resourceMemoryLimit"] == settings.resources["fill"].memory_limit
+        assert resources["resourceCpuRequest"] == settings.resources["fill"].cpu_request
+        assert ("accelerator" in resources) == fill_gpu
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
@@ -162,11 +181,20 @@ def test_nightly_compiles_the_suite_with_regression_and_report(compiled):
 
 
 def test_similarity_tasks_are_embed_index_search_score(compiled):
-    """The mission's steps by name, search fanned out over query x reference shards, after index."""
+    """The mission's steps by name: the index trained once, filled over the reference shards
+    (a ParallelFor after training), finished; search fanned out over query x reference shards after it."""
     spec, _ = compiled["similarity"]
     tasks = _tasks(spec)
-    assert {"embed-shard", "index", "search-tasks", "search", "score"} <= set(tasks)
-    assert "index" in tasks["search-tasks"]["dependentTasks"]
+    assert {"embed-shard", "index", "index-fill", "index-finish", "search-tasks", "search", "score"} <= set(tasks)
+    assert tasks["index"]["inputs"]["parameters"]["stage"]["runtimeValue"]["constant"] == "train"
+    assert tasks["index-fill"]["inputs"]["parameters"]["shard"]["componentInputParameter"].startswith("pipelinechannel")
+    fill_loop = next(name for name, task in tasks.items()
+                     if "index-fill" in task.get("componentRef", {}).get("name", "") or
+                     task.get("parameterIterator", {}).get("items", {}).get("inputParameter", "").endswith(
+                         "shard-list-2-Output"))
+    assert "shard-list-2" in tasks[fill_loop]["dependentTasks"] and "index" in tasks["shard-list-2"]["dependentTasks"]
+    assert fill_loop in tasks["index-finish"]["dependentTasks"]
+    assert "index-finish" in tasks["search-tasks"]["dependentTasks"]
     loop = next(name for name, task in tasks.items()
                 if task.get("parameterIterator", {}).get("items", {}).get("inputParameter", "").endswith("search-tasks-Output"))
     assert loop in tasks["score"]["dependentTasks"]

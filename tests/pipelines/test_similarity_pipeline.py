@@ -28,12 +28,17 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
         {"benchmark": "disc", "root": str(tmp_path / "disc"), "out": str(out), "model": "efficientnet_lite0",
          "codecs": "Flat;PCAW8,L2norm,Flat", "num_shards": 2, "search_shards": 2, "reference_shards": 2,
          "batch_size": 8, "experiment": "similarity-test"},
-        steps=("embed-shard", "index", "search", "score"))
+        steps=("embed-shard", "index", "index-fill", "search", "score"))
     assert succeeded, error
 
     for set_name in ("query", "reference", "train"):
-        assert (out / "features" / f"{set_name}.npz").exists()
+        assert not (out / "features" / f"{set_name}.npz").exists()  # read in place: no merged copy
         assert len(list((out / "features").glob(f"{set_name}.shard-*-of-2.npz"))) == 2
+    for search in ("l2", "ip"):  # trained once, two fill tasks, index.json from the finish task
+        for codec in ("Flat", "PCAW8_L2norm_Flat"):
+            folder = out / "index" / search / codec
+            assert {p.name for p in folder.glob("[!.]*.json")} == {"train.json", "reference-0-of-2.json",
+                                                               "reference-1-of-2.json", "index.json"}
     rows = list(csv.DictReader((out / "disc_metrics.csv").open()))
     assert [(r["codec"], r["score_norm"]) for r in rows] == [
         ("Flat", "None"), ("PCAW8,L2norm,Flat", "None"), ("Flat", "1.00[0,2]"), ("PCAW8,L2norm,Flat", "1.00[0,2]")]
@@ -48,7 +53,8 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["disc__efficientnet_lite0__Flat__none__uap"] == pytest.approx(float(rows[0]["uAP"]))
     children = {r.data.tags[STEP_TAG] for r in runs if r.data.tags.get(PARENT_TAG) == parent.info.run_id}
-    assert children == {"embed-shard-0-of-2", "embed-shard-1-of-2", "index-disc", "score-disc",
+    assert children == {"embed-shard-0-of-2", "embed-shard-1-of-2", "index-disc-train", "index-disc-fill-0",
+                        "index-disc-fill-1", "index-disc-finish", "score-disc",
                         *(f"search-disc-task-{task}-of-4" for task in range(4))}
     embedded = [r for r in runs if r.data.tags.get(STEP_TAG) == "embed-shard-0-of-2"][0]
     assert len(embedded.data.params["embedding_cache_key"]) == 64  # the key's sha256, also in each shard manifest
@@ -86,9 +92,9 @@ def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_
     log = Path(result.output.split("kfp.local executor logs: ")[1].split()[0])
     assert "Executing task" in log.read_text()
     steps = [line for line in result.output.splitlines() if line.startswith("  [")]
-    assert [line.split()[2] for line in steps] == ["embed-shard", "index", "search", "score"], result.output
-    assert all(" s  ok" in line for line in steps) and "(+ search-tasks " in steps[1], result.output  # a helper, named
-    assert "tasks)" not in steps[2], result.output  # one search task (1 x 1 shards), not counted twice
+    assert [line.split()[2] for line in steps] == ["embed-shard", "index", "index-fill", "search", "score"], result.output
+    assert all(" s  ok" in line for line in steps) and "search-tasks " in steps[2], result.output  # a helper, named
+    assert "tasks)" not in steps[3], result.output  # one search task (1 x 1 shards), not counted twice
     assert len(result.output.splitlines()) < 40, result.output
 
 

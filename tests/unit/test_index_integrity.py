@@ -58,7 +58,7 @@ def finished(tmp_path: Path):
     return request, _run(request, tmp_path), tmp_path / "index" / "x" / "Flat"
 
 
-def test_swapped_reference_shards_are_rebuilt_not_reused(tmp_path: Path, finished, caplog) -> None:
+def test_swapped_reference_shards_are_refilled_not_reused(tmp_path: Path, finished, caplog) -> None:
     """Swapped shards plus deleted search results once gave DISC uAP 0.0019 instead of 0.345, exit 0."""
     request, expected, folder = finished
     first, second = folder / "reference-0-of-2.faiss", folder / "reference-1-of-2.faiss"
@@ -68,8 +68,9 @@ def test_swapped_reference_shards_are_rebuilt_not_reused(tmp_path: Path, finishe
     shutil.rmtree(tmp_path / "search")
     with caplog.at_level(logging.WARNING):
         _same(_run(request, tmp_path), expected)
-    lines = [r.getMessage() for r in caplog.records if "rebuilt" in r.getMessage()]
-    assert len(lines) == 1 and "reference-0-of-2.faiss" in lines[0] and "reference-1-of-2.faiss" in lines[0]
+    lines = sorted(r.getMessage() for r in caplog.records if "filled again" in r.getMessage())
+    assert len(lines) == 2 and "reference-0-of-2.faiss" in lines[0] and "reference-1-of-2.faiss" in lines[1]
+    assert not any("trained again" in r.getMessage() for r in caplog.records)  # only the shards are redone
 
 
 def test_a_search_refuses_a_swapped_shard_naming_it(tmp_path: Path, finished) -> None:
@@ -128,9 +129,9 @@ def test_edited_shard_bounds_are_named_not_blamed_on_the_predictions(tmp_path: P
 def test_index_json_records_every_files_digest(finished) -> None:
     _, _, folder = finished
     meta = json.loads((folder / INDEX_JSON).read_text())
-    assert set(meta["files"]) == {"reference-0-of-2.faiss", "reference-1-of-2.faiss"}
+    assert set(meta["files"]) == {"reference-0-of-2.faiss", "reference-1-of-2.faiss", "trained.faiss"}
     assert all(len(entry["sha256"]) == 64 and entry["bytes"] > 0 for entry in meta["files"].values())
-    assert meta["train_digest"] and meta["references_digest"]  # the codec's training input is in the key
+    assert meta["train_digest"] and len(meta["key"]["shard_rows"]) == 2  # training input and each shard's rows
 
 
 def _rewrite_result(path: Path, change) -> None:
@@ -242,7 +243,7 @@ def _disc(tmp_path: Path):
     run = BenchmarkRun(benchmark="disc", root=str(root), codecs="Flat", k=5, global_cap=40, score_norm="",
                        reference_shards=2)
     Engine(run, out).embed_shard("precomputed", model_options={"path": str(tmp_path / "features.npz")}, progress=False)
-    Engine(run, out).merge()
+    Engine(run, out).open_features()
     return root, out, run
 
 
@@ -271,8 +272,9 @@ def test_swapped_shards_in_a_benchmark_run_are_rebuilt_to_the_same_numbers(tmp_p
     shutil.rmtree(out / "search")
     with caplog.at_level(logging.INFO, logger="vsbench.index"):
         assert _steps(root, out, settings) == expected
-    rebuilt = [r.getMessage() for r in caplog.records if "rebuilt" in r.getMessage()]
-    assert len(rebuilt) == 1 and "reference-0-of-2.faiss" in rebuilt[0] and "sha256" in rebuilt[0]
+    refilled = sorted(r.getMessage() for r in caplog.records if "filled again" in r.getMessage())
+    assert len(refilled) == 2 and all("sha256" in line for line in refilled)
+    assert "reference-0-of-2.faiss" in refilled[0] and "reference-1-of-2.faiss" in refilled[1]
 
 
 def test_the_search_command_refuses_a_damaged_shard_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,16 +88,18 @@ def test_synth_names_reach_the_generator(tmp_path: Path, name: str) -> None:
         assert registry.dataset_names()[dataset] == (spec, dataset)
 
 
-def test_one_inline_run_reads_the_benchmark_and_the_merged_features_once(tmp_path: Path, monkeypatch) -> None:
-    """The walk of one `similarity run` (issue 27): the native files are parsed once, the merged
-    features are kept from the merge (never read back), the search requests are built once."""
+def test_one_inline_run_reads_the_benchmark_and_opens_the_features_once(tmp_path: Path, monkeypatch) -> None:
+    """The walk of one `similarity run` (issue 27): the native files are parsed once, each image
+    set's embed shards are opened once (in place: no merged copy is written or read back), the
+    search requests are built once."""
     import vsbench.retrieval.engine as engine_module
 
     root, options = _generated("disc", tmp_path / "data")
     features = tmp_path / "features.npz"
     _random_features(SPECS["disc"], root, options, features)
-    calls = {"load_benchmark": 0, "load_merged": 0, "search_requests": 0}
-    real_load, real_merged = engine_module.load_benchmark, engine_module.load_merged
+    calls = {"load_benchmark": 0, "search_requests": 0}
+    opened: list[str] = []
+    real_load, real_open = engine_module.load_benchmark, engine_module.open_shards
 
     def counting_load(*args, **kwargs):
         calls["load_benchmark"] += 1
@@ -111,13 +113,15 @@ def test_one_inline_run_reads_the_benchmark_and_the_merged_features_once(tmp_pat
         monkeypatch.setattr(type(bench), "search_requests", counting_requests)
         return bench
 
-    def counting_merged(*args, **kwargs):
-        calls["load_merged"] += 1
-        return real_merged(*args, **kwargs)
+    def counting_open(folder, set_name):
+        opened.append(set_name)
+        return real_open(folder, set_name)
 
     monkeypatch.setattr(engine_module, "load_benchmark", counting_load)
-    monkeypatch.setattr(engine_module, "load_merged", counting_merged)
+    monkeypatch.setattr(engine_module, "open_shards", counting_open)
     run = SimilarityRun(benchmark="disc", root=str(root), model="precomputed", model_options={"path": str(features)},
                         codecs="Flat;PCA4,Flat", num_shards=2, search_shards=2, reference_shards=2)
     run_inline(run, tmp_path / "run", progress=False)
-    assert calls == {"load_benchmark": 1, "load_merged": 0, "search_requests": 1}
+    assert calls == {"load_benchmark": 1, "search_requests": 1}
+    assert sorted(opened) == sorted(set(opened)) and set(opened) == {"query", "reference", "train"}
+    assert not list((tmp_path / "run" / "features").glob("reference.npz"))  # no merged gallery file

@@ -18,7 +18,7 @@ import pytest
 from vsbench.index.codec import merge_found
 from vsbench.index.plan import SearchRequest, search_inline
 from vsbench.index.settings import SearchError
-from vsbench.index.store import build_index, collect, search_shard, shard_bounds, shard_tasks
+from vsbench.index.store import build_index, collect, query_bounds, reference_bounds, search_shard, shard_bounds, shard_tasks
 from vsbench.io.features import FeatureSet, save_features
 from vsbench.retrieval.engine import Engine
 from vsbench.runspec.run import BenchmarkRun
@@ -134,6 +134,16 @@ def test_merge_keeps_faiss_ties() -> None:
 
 def test_shard_bounds() -> None:
     assert shard_bounds(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    # on FAISS's tiles where the rows allow: 1 M references in 4 shards, 50,000 queries in 8
+    assert reference_bounds(1_000_000, 4) == [(0, 262_144), (262_144, 524_288), (524_288, 720_896),
+                                              (720_896, 1_000_000)]
+    assert reference_bounds(10_000, 3) == [(0, 3_072), (3_072, 7_168), (7_168, 10_000)]
+    assert reference_bounds(3_000, 3) == shard_bounds(3_000, 3)  # under 1,024 a shard: sizes differ by at most one
+    assert query_bounds(50_000, 8) == shard_bounds(50_000, 8)
+    for count, shards in ((65_536 * 3, 3), (65_536 * 3 + 1, 3), (2_048 * 7 - 1, 7), (1_000_001, 13)):
+        bounds = reference_bounds(count, shards)
+        assert bounds[0][0] == 0 and bounds[-1][1] == count and all(a < b for a, b in bounds)
+        assert all(bounds[j][1] == bounds[j + 1][0] for j in range(shards - 1))
     with pytest.raises(SearchError, match="every shard needs at least one row"):
         shard_bounds(2, 3)
 
@@ -229,7 +239,7 @@ def test_benchmark_records_equal_with_and_without_shards(tmp_path: Path, benchma
     out = tmp_path / "run"
     _embed_precomputed(benchmark, root, out, np.random.default_rng(7), options=options)
     one_process = BenchmarkRun(benchmark=benchmark, root=str(root), benchmark_options=options, **search)
-    Engine(one_process, out).merge()
+    Engine(one_process, out).open_features()
     expected = Engine(one_process, out).evaluate().records
     os.remove(out / "metrics.json")
     sharded = one_process.model_copy(update={"search_shards": 2, "reference_shards": 3})

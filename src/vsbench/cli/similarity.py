@@ -14,6 +14,7 @@ from vsbench.cli.common import (
     TrackOpt,
     VerboseOpt,
     check_runner,
+    fail,
     kept_bundle,
     user_errors,
 )
@@ -179,16 +180,32 @@ def similarity_index(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
     reference_shards: ReferenceShardsOpt = 1, model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+    train: Annotated[bool, typer.Option("--train", help="Only train each codec once (the pipeline's first index task).")] = False,
+    fill: Annotated[bool, typer.Option("--fill", help="Only fill reference shard --shard from the embed shards' files.")] = False,
+    shard: Annotated[int | None, typer.Option(min=0, help="The reference shard --fill fills.")] = None,
+    finish: Annotated[bool, typer.Option("--finish", help="Only check the filled shards and write index.json.")] = False,
 ) -> None:
-    """Merge the embedding shards under OUT and build each FAISS index the benchmark searches
-    (OUT/index/; reused when built before for the same features)."""
+    """Build each FAISS index the benchmark searches from the embedding shards under OUT (OUT/index/;
+    reused shard by shard when built before for the same features): train each codec once, fill
+    each reference shard, write index.json. --train, --fill --shard i and --finish run one of the
+    three, as the pipeline's tasks do (each fill on its own node)."""
     from vsbench.steps.similarity import similarity_index_step
 
+    stages = [name for name, chosen in (("train", train), ("fill", fill), ("finish", finish)) if chosen]
+    if len(stages) > 1 or (fill and shard is None) or (shard is not None and not fill):
+        fail("give at most one of --train, --fill --shard i, --finish (none: all three in turn); --shard goes "
+             "with --fill")
+    stage = stages[0] if stages else "all"
     run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, reference_shards=reference_shards)
     with user_errors():
-        result = similarity_index_step(run, str(out), model=model)
-    for built in result.manifest["indexes"]:
+        result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard)
+    for trained in result.manifest.get("trained", []):
+        typer.echo(f"{trained['search']}/{trained['codec']}: {'reused' if trained['reused'] else 'trained'}")
+    for filled in result.manifest.get("filled", []):
+        typer.echo(f"{filled['search']}/{filled['codec']}: shard {filled['shard']}, {filled['count']} vectors, "
+                   f"{'kept' if filled['kept'] else 'filled'}")
+    for built in result.manifest.get("indexes", []):
         typer.echo(f"{built['search']}/{built['codec']}: {built['count']} vectors in {len(built['reference_shards'])} "
                    f"shard(s), {'reused' if built['reused'] else 'built'} ({built['folder']})")
     if "note" in result.manifest:

@@ -7,8 +7,10 @@ through the functions here, so that a sharded search computes the very floats a 
 
 * :func:`train_codec` trains the transforms (PCA, L2norm...) and the final index on the training
   descriptors (SSCD's ``project``; IVF k-means, PQ codebooks), on GPU 0 when asked and possible;
-* :func:`fill` copies the trained, empty final index and adds vectors (a reference shard, or the
-  training rows that score normalization searches);
+* :func:`fill` copies the trained, empty final index and adds vectors (every reference, or the
+  training rows that score normalization searches); :func:`fill_rows` fills one reference shard
+  from unprojected rows a block at a time, encoding whole aligned blocks (:data:`ENCODE_BLOCK`) so
+  that its codes are those of one index over every row;
 * :func:`search_filled` searches projected queries in a filled index: the unnormalized result and
   one per score normalization (SSCD's augmented inner-product search for ``Flat``);
 * :func:`merge_found` merges the ``(n_queries, k)`` results of reference shards into the global top
@@ -20,7 +22,7 @@ through the functions here, so that a sharded search computes the very floats a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +30,7 @@ import faiss
 import numpy as np
 
 from vsbench.index.settings import ScoreNorm, SearchError
+from vsbench.io.features import MappedRows, row_block
 
 logger = logging.getLogger("vsbench.index.search")  # one logger says where each codec ran
 
@@ -62,10 +65,17 @@ class TrainedCodec:
         return isinstance(self.empty, faiss.IndexFlat) and self.metric == "ip"
 
     def project(self, x: np.ndarray, name: str) -> np.ndarray:
-        """``x`` through every transform (what SSCD's ``sa_encode`` of the transforms does)."""
-        for transform in self.transforms:
-            x = _apply(transform, x, self.codec, name)
-        return x
+        """``x`` through every transform (what SSCD's ``sa_encode`` of the transforms does), in the
+        blocks :func:`projected_blocks` uses, so that a slice projected alone equals the same rows of
+        the whole."""
+        if not self.transforms:
+            return x
+        return self.project_rows(x, 0, len(x), name)
+
+    def project_rows(self, rows: np.ndarray | MappedRows, start: int, stop: int, name: str) -> np.ndarray:
+        """Rows ``[start, stop)`` of ``rows`` through every transform, contiguous float32."""
+        pieces = [block[keep] for _, block, keep in projected_blocks(self, rows, start, stop, name)]
+        return np.ascontiguousarray(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
 
 
 def train_codec(codec: str, dim: int, metric: Metric, train: np.ndarray | None, *, keep_train: bool,
@@ -100,12 +110,73 @@ def train_codec(codec: str, dim: int, metric: Metric, train: np.ndarray | None, 
     return TrainedCodec(codec, metric, dim, transforms, final, t if keep_train else None, factory)
 
 
+# Rows are projected and encoded in blocks of this many, aligned to row 0 of the whole gallery.
+# Why: a BLAS product rounds a row's last bit differently with the shape of the matrix around it
+# (faiss's PCA of rows 17..999 alone differs from the same rows inside 100,003: measured), and so do
+# PQ's distance tables and IVF's coarse assignment. A fill task that projects and encodes the very
+# blocks a one-pod build does, and keeps its own rows of them, writes the codes one index would.
+# A multiple of faiss's own query block (4,096), so IVF assignment sees its usual blocks too.
+ENCODE_BLOCK = 65_536
+
+
+def projected_blocks(trained: TrainedCodec, rows: np.ndarray | MappedRows, start: int, stop: int,
+                     name: str) -> Iterator[tuple[int, np.ndarray, slice]]:
+    """``(block start, projected block, the slice of it inside [start, stop))`` for every
+    :data:`ENCODE_BLOCK`-aligned block of ``rows`` that meets ``[start, stop)``; each block is read,
+    checked finite and projected alone, so memory holds one block, not the rows."""
+    count = len(rows)
+    block = ENCODE_BLOCK
+    for lo in range(start - start % block, stop, block):
+        hi = min(lo + block, count)
+        wanted = slice(max(start, lo) - lo, min(stop, hi) - lo)
+        if not trained.transforms:
+            x = row_block(rows, max(start, lo), min(stop, hi))
+            check_finite(x, f"{name} {max(start, lo)}..{min(stop, hi) - 1}")
+            yield lo, x, slice(0, len(x))
+            continue
+        x = row_block(rows, lo, hi)
+        check_finite(x, f"{name} {lo}..{hi - 1}")
+        for transform in trained.transforms:
+            x = _apply(transform, x, trained.codec, name)
+        yield lo, x, wanted
+
+
 def fill(trained: TrainedCodec, vectors: np.ndarray, *, on_gpu: bool, k: int) -> faiss.Index:
     """A copy of the trained, empty final index holding ``vectors`` (already projected), on GPU 0
-    when asked and possible, else on the CPU."""
+    when asked and possible, else on the CPU; encoded in :data:`ENCODE_BLOCK`-aligned blocks, as
+    :func:`fill_rows` does, so that it holds the codes of the same references filled shard by shard."""
     index = to_device(faiss.clone_index(trained.empty), on_gpu, trained.codec, k)
-    index.add(vectors)
+    for lo in range(0, len(vectors), ENCODE_BLOCK):
+        _add(index, vectors[lo:lo + ENCODE_BLOCK], slice(0, min(ENCODE_BLOCK, len(vectors) - lo)))
     return index
+
+
+def fill_rows(trained: TrainedCodec, rows: np.ndarray | MappedRows, start: int, stop: int, *, on_gpu: bool,
+              k: int, name: str = "references") -> faiss.Index:
+    """A copy of the trained, empty final index holding rows ``[start, stop)`` of the unprojected
+    ``rows``, read, projected and encoded one :data:`ENCODE_BLOCK`-aligned block at a time.
+
+    Why: a fill task's memory is its shard's index plus one block, whatever the gallery's size; and
+    each block is projected and encoded whole (the rows of it outside this shard too), so the codes
+    are, bit for bit, those a one-pod build over every row writes."""
+    index = to_device(faiss.clone_index(trained.empty), on_gpu, trained.codec, k)
+    for _, block, keep in projected_blocks(trained, rows, start, stop, name):
+        _add(index, block, keep)
+    return index
+
+
+def _add(index: faiss.Index, block: np.ndarray, keep: slice) -> None:
+    """Add rows ``keep`` of the projected ``block``, encoded with the whole block: codes of the
+    block's rows (``sa_encode``) then the kept ones' (``add_sa_codes``), where the index takes codes
+    (flat, PQ, SQ and IVF indexes on the CPU); other indexes (HNSW, GPU) add the kept rows."""
+    kept = block[keep]
+    if len(kept) == 0:
+        return
+    if isinstance(index, (faiss.IndexFlatCodes, faiss.IndexIVF)) and not (keep.start == 0 and keep.stop == len(block)):
+        codes = index.sa_encode(block)
+        index.add_sa_codes(np.ascontiguousarray(codes[keep]))
+    else:
+        index.add(np.ascontiguousarray(kept))
 
 
 def search_filled(trained: TrainedCodec, index: faiss.Index, queries: np.ndarray, k: int, *,

@@ -34,6 +34,49 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+VERIFIED_JSON = ".verified.json"
+
+
+def sha256_matches(path: Path, sha256: str) -> bool:
+    """Whether ``path``'s bytes hash to ``sha256``, hashing only when the file is not the one last
+    verified: the folder's ``.verified.json`` holds, per file, the (inode, size, mtime, ctime) it had
+    when its bytes last hashed to the recorded digest. Any write, truncation, swap or rename changes
+    that stat (the ctime cannot be set back), so it stands for the file's bytes the way git's index
+    does; hashing a 256 MB index shard on every search task was a quarter of the search's time
+    (bench/integrity.py), and every fill task of a 10 GB gallery would read it all again."""
+    stat = path.stat()
+    if _read_verified(path.parent).get(path.name) == [*_stat_key(stat), sha256]:
+        return True
+    if file_sha256(path) != sha256:
+        return False
+    remember_verified(path, sha256)
+    return True
+
+
+def _stat_key(stat: os.stat_result) -> list[int]:
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def _read_verified(folder: Path) -> dict[str, Any]:
+    """The folder's record of verified files; anything unreadable is no record (files are hashed)."""
+    try:
+        verified = json.loads((folder / VERIFIED_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return verified if isinstance(verified, dict) else {}
+
+
+def remember_verified(path: Path, sha256: str) -> None:
+    """Record that ``path``, as it stands now, hashed to ``sha256`` (best effort: a read-only
+    volume only costs the next reader a hash)."""
+    try:
+        verified = _read_verified(path.parent)
+        verified[path.name] = [*_stat_key(path.stat()), sha256]
+        atomic_write_json(path.parent / VERIFIED_JSON, verified)
+    except OSError:
+        pass
+
+
 def _file_mode() -> int:
     """The mode a plain ``open()`` would give under the current umask (mkstemp makes 0600 files,
     which other pods or users sharing a data volume could not read)."""

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Role = Literal["gpu", "cpu", "light"]
+Role = Literal["gpu", "cpu", "light", "fill"]
 
 
 class Toleration(BaseModel):
@@ -56,7 +56,13 @@ class ClusterSettings(BaseModel):
         "gpu": Resources(cpu_request="8", cpu_limit="16", memory_request="32Gi", memory_limit="64Gi"),
         "cpu": Resources(cpu_request="4", cpu_limit="8", memory_request="8Gi", memory_limit="16Gi"),
         "light": Resources(cpu_request="500m", cpu_limit="2", memory_request="1Gi", memory_limit="4Gi"),
+        # One index fill task holds one reference shard's codes and one block of rows: size it by the
+        # shard (docs/scale.md "Galleries past one node": ~1.3 GB at 1.25 M x 256-d Flat).
+        "fill": Resources(cpu_request="4", cpu_limit="16", memory_request="8Gi", memory_limit="32Gi"),
     })
+    # Fill tasks encode on a GPU when faiss-gpu is in the image (IVF assignment is most of a fill's
+    # work); false runs them on CPU nodes, with the "fill" resources and no GPU request.
+    fill_gpu: bool = True
     tmp_size: str = "8Gi"  # emptyDir at /tmp: the images run with a read-only root filesystem
     # Every step's container: runAsNonRoot always; the user and group of the images (UID/GID 10001,
     # images/Dockerfile.*). Set them to null where the platform assigns its own (OpenShift).
@@ -77,7 +83,8 @@ class ClusterSettings(BaseModel):
 
 # Retries chosen per step: steps that talk to the network or a GPU node (preemptible) retry and
 # resume from their own checkpoints/manifests; pure computations on local files do not.
-RETRIES: dict[str, int] = {"download": 3, "resize": 2, "train": 2, "embed": 2, "index": 1, "search": 2, "score": 1, "default": 0}
+RETRIES: dict[str, int] = {"download": 3, "resize": 2, "train": 2, "embed": 2, "index": 1, "fill": 2, "search": 2,
+                           "score": 1, "default": 0}
 
 
 def apply(task, role: Role, settings: ClusterSettings | None, retries: int = 0):
@@ -86,10 +93,10 @@ def apply(task, role: Role, settings: ClusterSettings | None, retries: int = 0):
         return task
     from kfp import kubernetes
 
-    limits = settings.resources[role]
+    limits = settings.resources.get(role) or ClusterSettings().resources[role]  # a config that predates a role
     task.set_cpu_request(limits.cpu_request).set_cpu_limit(limits.cpu_limit)
     task.set_memory_request(limits.memory_request).set_memory_limit(limits.memory_limit)
-    if role == "gpu":
+    if role == "gpu" or (role == "fill" and settings.fill_gpu):
         task.set_accelerator_type(settings.gpu_resource).set_accelerator_limit(settings.gpus_per_step)
         for label, value in settings.gpu_node_selector.items():
             kubernetes.add_node_selector(task, label, value)

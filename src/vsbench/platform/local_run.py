@@ -313,5 +313,5 @@ def run_similarity_pipeline_locally(root: Path, out: Path, arguments: dict[str, 
     """The similarity pipeline with kfp.local over ``root`` (read only) into ``out``."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return run_pipeline_locally("similarity", out / "_kfp", {**arguments, "root": str(root), "out": str(out)},
-                                ("embed-shard", "index", "search", "score"), runner=runner, image=image, data=(out,),
+                                ("embed-shard", "index", "index-fill", "search", "score"), runner=runner, image=image, data=(out,),
                                 read_only=(root,), verbose=verbose)

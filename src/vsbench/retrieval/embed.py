@@ -40,9 +40,19 @@ from tqdm import tqdm
 from vsbench import __version__
 from vsbench.imaging import jpeg, limits
 from vsbench.imaging.limits import open_image
-from vsbench.io.features import FeatureError, FeatureSet, ImageSet, concatenate, load_features, save_features
-from vsbench.io.inputs import read_json
-from vsbench.io.storage import atomic_write_json, file_sha256
+from vsbench.io.features import (
+    FeatureError,
+    FeatureSet,
+    ImageSet,
+    MappedRows,
+    RowSource,
+    concatenate,
+    load_features,
+    map_npz_member,
+    save_features,
+)
+from vsbench.io.inputs import InputError, load_arrays, read_json
+from vsbench.io.storage import atomic_write_json, file_sha256, sha256_matches
 from vsbench.models.cache import EmbeddingCache, cache_root, image_digests, model_key
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
@@ -470,10 +480,9 @@ def embed_image_set(
     return features_path
 
 
-def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
-    """Concatenate shards 0..n-1 of ``set_name`` in order into ``out_dir/<set_name>.npz`` (with a
-    summary manifest ``<set_name>.json``); a missing or incomplete shard, shards from runs with
-    different shard counts, or shards from different models are errors."""
+def _complete_shards(out_dir: Path, set_name: str) -> list[dict[str, Any]]:
+    """The manifests of shards 0..n-1 of ``set_name``, in order; a missing or incomplete shard,
+    shards from runs with different shard counts, or shards from different models are errors."""
     out_dir = Path(out_dir)
     pattern = re.compile(rf"{re.escape(set_name)}\.shard-(\d+)-of-(\d+)\.json")
     found: dict[tuple[int, int], Path] = {}
@@ -501,11 +510,65 @@ def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
     if len(models) != 1:
         raise FeatureError(f"{out_dir}: shards of {set_name!r} come from different models ([model, options, dim, "
                            f"seed]): {sorted(models)}")
-    for number, manifest in enumerate(manifests):  # what the embed step vouched for, not what lies there now
+    for manifest in manifests:
+        if not isinstance(manifest.get("features"), str) or not SET_NAME.fullmatch(manifest["features"]):
+            raise FeatureError(f"{out_dir}: a manifest of {set_name!r} names no feature file of its own; re-run the "
+                               "embed step")
+    return manifests
+
+
+def _shard_changed(shard_file: Path, manifest: dict[str, Any]) -> FeatureError:
+    return FeatureError(f"{shard_file}: its sha256 is not the one {shard_file.with_suffix('.json').name} records "
+                        "(changed after the embed step): re-run the embed step, which embeds it again")
+
+
+def open_shards(out_dir: Path, set_name: str) -> FeatureSet:
+    """The features of ``set_name`` read in place from the embed step's shard files, memory-mapped
+    (:class:`~vsbench.io.features.MappedRows`): nothing is merged or copied.
+
+    Why: the index step's fill tasks each read one reference shard's rows, and the search tasks only
+    the queries; the gallery passes whole through no process. The shards are checked as
+    :func:`merge_shards` checks them (all there, complete, one model); each file's sha256 is checked
+    against its manifest before its rows are first read (once per file version: the folder's
+    ``.verified.json``), so a shard changed after the embed step is named, never read."""
+    out_dir = Path(out_dir)
+    manifests = _complete_shards(out_dir, set_name)
+    ids, parts, sources = [], [], []
+    for manifest in manifests:
+        shard_file = out_dir / manifest["features"]
+        recorded = manifest.get("features_sha256")
+        if not isinstance(recorded, str) or not shard_file.is_file():
+            raise _shard_changed(shard_file, manifest)
+
+        def verify(path: Path = shard_file, digest: str = recorded, record: dict[str, Any] = manifest) -> None:
+            if not sha256_matches(path, digest):
+                raise _shard_changed(path, record)
+
+        try:
+            shard_ids = load_arrays(shard_file, names=("ids",))["ids"]
+        except (InputError, OSError, ValueError, KeyError) as exc:
+            raise FeatureError(f"{shard_file}: not a vsbench feature file ({str(exc)[:200]}); re-run the embed "
+                               "step") from None
+        rows = map_npz_member(shard_file, "features")
+        if rows.dtype != np.float32 or len(rows) != len(shard_ids) or rows.shape[1] != manifest["dim"]:
+            raise _shard_changed(shard_file, manifest)
+        ids.append(shard_ids.astype(str))
+        parts.append(rows)
+        sources.append(RowSource(shard_file.name, recorded, verify))
+    return FeatureSet(np.concatenate(ids), MappedRows(parts, sources))
+
+
+def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
+    """Concatenate shards 0..n-1 of ``set_name`` in order into ``out_dir/<set_name>.npz`` (with a
+    summary manifest ``<set_name>.json``); a missing or incomplete shard, shards from runs with
+    different shard counts, or shards from different models are errors."""
+    out_dir = Path(out_dir)
+    manifests = _complete_shards(out_dir, set_name)
+    num_shards = len(manifests)
+    for manifest in manifests:  # what the embed step vouched for, not what lies there now
         shard_file = out_dir / manifest["features"]
         if file_sha256(shard_file) != manifest.get("features_sha256"):
-            raise FeatureError(f"{shard_file}: its sha256 is not the one {found[(number, num_shards)].name} records "
-                               "(changed after the embed step): re-run the embed step, which embeds it again")
+            raise _shard_changed(shard_file, manifest)
     merged = concatenate([load_features(out_dir / m["features"]) for m in manifests])
     save_features(out_dir / f"{set_name}.npz", merged)
     seconds = sum(m["seconds"] for m in manifests)

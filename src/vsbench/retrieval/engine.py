@@ -1,14 +1,17 @@
 """One similarity engine for every benchmark: embed, index, search, score.
 
 An :class:`Engine` is one run (a :class:`~vsbench.runspec.run.BenchmarkRun` and its output folder) in
-one process: it reads the benchmark's native files once, the merged features once (the index step
-keeps the ones it has just merged), and builds the search requests once, whichever of its steps
+one process: it reads the benchmark's native files once, opens the embed step's feature shards once
+(memory-mapped, read a slice at a time), and builds the search requests once, whichever of its steps
 run. The steps are separable so that a pipeline can fan each out over shards and nodes:
 
 * :meth:`Engine.embed_shard`: shard i of n of every image set of the benchmark;
-* :meth:`Engine.index`: merge the embedding shards, then build and persist each FAISS index the
-  benchmark's searches need (:class:`vsbench.index.plan.SearchRequest`), its references split into
-  ``reference_shards`` indexes (reused when built before for the same inputs);
+* :meth:`Engine.index`: build and persist each FAISS index the benchmark's searches need
+  (:class:`vsbench.index.plan.SearchRequest`), its references split into ``reference_shards``
+  indexes (reused shard by shard when built before for the same inputs), in three stages that a
+  pipeline runs as separate tasks: ``train`` (each codec trained once), ``fill`` (one task per
+  reference shard, reading its rows in place from the embed step's files) and ``finish``
+  (``index.json``); ``all`` runs the three here;
 * :meth:`Engine.search`: one (query shard, reference shard) task of ``search_shards x reference_shards``;
 * :meth:`Engine.score`: merge the tasks' results into each query's global top k and score them with
   the benchmark's own metrics.
@@ -31,17 +34,18 @@ from typing import Any
 from vsbench.benchmarks.base import Benchmark, EvalResult
 from vsbench.benchmarks.registry import load_benchmark
 from vsbench.index.plan import SearchRequest
-from vsbench.index.store import build_index, collect, search_shard
+from vsbench.index.store import build_index, collect, fill_shard, finish_index, search_shard, train_index
 from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
-from vsbench.retrieval.embed import embed_image_set, load_merged, merge_shards
+from vsbench.retrieval.embed import embed_image_set, open_shards
 from vsbench.runspec.run import BenchmarkRun
 
 FEATURES_DIR = "features"
 INDEX_DIR = "index"
 SEARCH_DIR = "search"
 INDEX_MANIFEST = "manifest.json"
+INDEX_STAGES = ("all", "train", "fill", "finish")
 
 
 class Engine:
@@ -60,9 +64,12 @@ class Engine:
 
     @property
     def features(self) -> dict[str, FeatureSet]:
-        """The merged features of every image set, verified against their recorded digests, read once."""
+        """The features of every image set, read in place from the embed step's shard files
+        (memory-mapped; each file verified against its recorded sha256 before its rows are first
+        read), opened once. No step merges them into one file: a fill task reads its reference
+        shard's rows, a search task its queries, and the gallery passes whole through none."""
         if self._features is None:
-            self._features = {name: load_merged(self.out / FEATURES_DIR, name) for name in self.bench.image_sets()}
+            self._features = {name: open_shards(self.out / FEATURES_DIR, name) for name in self.bench.image_sets()}
         return self._features
 
     @cached_property
@@ -82,30 +89,52 @@ class Engine:
                                    num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
                                    model_options=model_options, progress=progress, seed=seed)
             written[set_name] = str(path)
-        self._features = None  # merged again by the next index step
+        self._features = None  # opened again by the next step
         return written
 
-    def merge(self) -> dict[str, FeatureSet]:
-        """Merge every image set's embedding shards; later steps in this process use these features."""
-        self._features = {name: merge_shards(self.out / FEATURES_DIR, name) for name in self.bench.image_sets()}
+    def open_features(self) -> dict[str, FeatureSet]:
+        """Open every image set's embedding shards afresh (after an embed step in this process)."""
+        self._features = None
         self.__dict__.pop("requests", None)
-        return self._features
+        return self.features
 
     def evaluate(self) -> EvalResult:
-        """Search and score merged features in this process; writes ``metrics.json`` and the benchmark's CSV."""
+        """Search and score the features in this process; writes ``metrics.json`` and the benchmark's CSV."""
         return self._write(self.bench.evaluate(self.features, self.settings))
 
-    def index(self) -> dict[str, Any]:
-        """Merge the embedding shards and persist every index the benchmark searches (see the module
-        docstring); returns (and writes to ``out/index/manifest.json``) what was built or reused."""
-        self.merge()
+    def index(self, stage: str = "all", shard: int | None = None) -> dict[str, Any]:
+        """Persist every index the benchmark searches (see the module docstring), or one stage of it:
+        ``train`` (each codec trained once), ``fill`` with ``shard`` (that reference shard of every
+        codec), ``finish`` (``index.json``, after every fill). ``all`` and ``finish`` return (and
+        write to ``out/index/manifest.json``) what was built or reused."""
+        if stage not in INDEX_STAGES:
+            raise ValueError(f"index stage {stage!r}: expected one of {', '.join(INDEX_STAGES)}")
+        if (stage == "fill") != (shard is not None):
+            raise ValueError("the fill stage takes a reference shard (--fill --shard i), the other stages none")
+        self.open_features()
+        folder, shards = self.out / INDEX_DIR, self.run.reference_shards
+        if stage == "train":
+            trained = [{"search": request.name, "codec": codec, "reused": meta["reused"]}
+                       for request in self.requests for codec in request.codec_list
+                       for meta in [train_index(request, folder, codec, reference_shards=shards,
+                                                use_gpu=self.settings.use_gpu)]]
+            return {"benchmark": self.run.benchmark, "stage": "train", "reference_shards": shards, "trained": trained}
+        if stage == "fill":
+            filled = [{"search": request.name, "codec": codec, "shard": shard, "kept": record["kept"],
+                       "count": record["count"]}
+                      for request in self.requests for codec in request.codec_list
+                      for record in [fill_shard(request, folder, codec, shard, reference_shards=shards,
+                                                use_gpu=self.settings.use_gpu)]]
+            return {"benchmark": self.run.benchmark, "stage": "fill", "shard": shard, "reference_shards": shards,
+                    "filled": filled}
         indexes = []
         for request in self.requests:
-            for info in build_index(request, self.out / INDEX_DIR, reference_shards=self.run.reference_shards,
-                                    use_gpu=self.settings.use_gpu):
+            infos = (build_index(request, folder, reference_shards=shards, use_gpu=self.settings.use_gpu)
+                     if stage == "all" else
+                     [finish_index(request, folder, codec, reference_shards=shards) for codec in request.codec_list])
+            for info in infos:
                 indexes.append({"search": request.name, "folder": str(info.folder), **info.meta})
-        manifest: dict[str, Any] = {"benchmark": self.run.benchmark, "reference_shards": self.run.reference_shards,
-                                    "indexes": indexes}
+        manifest: dict[str, Any] = {"benchmark": self.run.benchmark, "reference_shards": shards, "indexes": indexes}
         if not self.requests:
             manifest["note"] = f"{self.run.benchmark} ranks without a FAISS index (see its module); nothing to build"
         atomic_write_json(self.out / INDEX_DIR / INDEX_MANIFEST, manifest)

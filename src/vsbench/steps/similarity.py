@@ -85,20 +85,41 @@ def _read_manifest(shard_path: str) -> dict[str, Any]:
     return {}
 
 
+def fill_tasks(reference_shards: int) -> list[int]:
+    """The index step's fill tasks: one per reference shard, ``[0, ..., reference_shards - 1]``."""
+    if reference_shards < 1:
+        raise ValueError(f"reference_shards must be at least 1, got {reference_shards}")
+    return list(range(reference_shards))
+
+
 def similarity_index_step(
     run: BenchmarkRun, out: str, *, model: str = "", parent_run_id: str = "", manifest_path: str | None = None,
-    engine: Engine | None = None,
+    engine: Engine | None = None, stage: str = "all", shard: int | None = None,
 ) -> StepResult:
-    """Merge the embedding shards; build (or reuse) each FAISS index, its references in ``run.reference_shards``."""
+    """Build (or reuse) each FAISS index, its references in ``run.reference_shards``; ``stage``
+    ``train``, ``fill`` (with ``shard``) or ``finish`` runs one of its tasks, ``all`` the three."""
     engine = engine or Engine(run, Path(out))
-    params = {**_search_params(run, model), "reference_shards": run.reference_shards}
+    params = {**_search_params(run, model), "reference_shards": run.reference_shards, "stage": stage}
+    name = f"index-{run.benchmark}" + ("" if stage == "all" else f"-{stage}") + ("" if shard is None else f"-{shard}")
     started = time.perf_counter()
-    with child_run(parent_run_id, f"index-{run.benchmark}", params) as tracker:
-        manifest = engine.index()
-        indexes = manifest["indexes"]
-        metrics = {"indexes": float(len(indexes)), "indexes_reused": float(sum(i["reused"] for i in indexes)),
-                   "indexed_vectors": float(sum(i["count"] for i in indexes))}
-        return finish(tracker, StepResult(out, metrics, manifest), manifest_path, "index.json", started)
+    with child_run(parent_run_id, name, params) as tracker:
+        manifest = engine.index(stage, shard)
+        if stage == "train":
+            trained = manifest["trained"]
+            metrics = {"codecs_trained": float(sum(not t["reused"] for t in trained)),
+                       "codecs_reused": float(sum(t["reused"] for t in trained))}
+        elif stage == "fill":
+            filled = manifest["filled"]
+            metrics = {"shards_filled": float(sum(not f["kept"] for f in filled)),
+                       "shards_kept": float(sum(f["kept"] for f in filled)),
+                       "filled_vectors": float(sum(f["count"] for f in filled))}
+        else:
+            indexes = manifest["indexes"]
+            metrics = {"indexes": float(len(indexes)), "indexes_reused": float(sum(i["reused"] for i in indexes)),
+                       "indexed_vectors": float(sum(i["count"] for i in indexes))}
+        file_name = "index.json" if stage in ("all", "finish") else (
+            f"index_{stage}.json" if shard is None else f"index_{stage}_{shard}.json")
+        return finish(tracker, StepResult(out, metrics, manifest), manifest_path, file_name, started)
 
 
 def similarity_search_step(

@@ -274,13 +274,14 @@ def _unknown_note(path: Path, column: int, listed: np.ndarray, images: ImageSet,
 
 
 def aligned_features(features: Mapping[str, FeatureSet], name: str, images: ImageSet) -> FeatureSet:
-    """The features of one image set, in the image set's row order, checked finite.
+    """The features of one image set, in the image set's row order, checked finite (rows read in
+    place from the embed step's files stay there, each checked as it is read: see FeatureSet.select).
 
     Row order is what lets search results (row indices) be read back as image ids.
     """
     if name not in features:
         raise FeatureError(f"no features for the {name!r} image set (got {sorted(features)})")
-    selected = features[name].select(images.ids, source=f"{name} features")
+    selected = features[name].select(images.ids, source=f"{name} features", keep_mapped=True)
     selected.check_finite(f"{name} features")
     return selected
 
