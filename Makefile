@@ -15,7 +15,7 @@ OUT    ?= demo-output
 $(STAMP): pyproject.toml images/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,models]" -c images/constraints.txt
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,models,trainjob]" -c images/constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)

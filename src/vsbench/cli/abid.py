@@ -152,14 +152,24 @@ def abid_train(
     nproc: Annotated[int, typer.Option(min=1, help="Processes on this machine: >1 starts torchrun (DDP: gloo on "
                                                    "the CPU, nccl on CUDA). Under torchrun yourself, leave it at 1.")] = 1,
     parent_run_id: Annotated[str, typer.Option(help="MLflow parent run; empty: no tracking.")] = "",
+    backend: Annotated[str, typer.Option(help="'pod': train here (one process, or --nproc). 'trainjob': a Kubeflow "
+                                              "Trainer v2 TrainJob on --nodes nodes through the Kubeflow SDK.")] = "pod",
+    nodes: Annotated[int, typer.Option(min=1, help="TrainJob nodes (--backend trainjob).")] = 2,
+    gpus_per_node: Annotated[int, typer.Option(min=0, help="TrainJob GPUs (= processes) per node; 0: one CPU "
+                                                           "process per node (gloo).")] = 0,
+    engine: Annotated[str, typer.Option(help="Where the TrainJob runs: 'auto' (the cluster from inside a pod, else "
+                                             "podman here, else local processes), 'kubernetes', 'podman', 'process'.")] = "auto",
 ) -> None:
     """Train one ABID baseline, resumably; in one process, or data-parallel with --nproc N (or under
-    `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node)."""
+    `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
+    as a Trainer v2 TrainJob with --backend trainjob (on this machine: one podman container per node)."""
     import os
     import subprocess
     import sys
 
-    from vsbench.steps.abid import abid_train_counting_step, abid_train_siamese_step
+    from vsbench.platform.containers import ContainerRunError
+    from vsbench.platform.trainjob import TRAIN_BACKENDS, TrainJobError
+    from vsbench.steps.abid import abid_train_counting_step, abid_train_siamese_step, abid_train_step
 
     if task not in TRAIN_TASKS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_TASKS)}, not {task!r}", param_hint="TASK")
@@ -167,6 +177,22 @@ def abid_train(
         parsed = json.loads(overrides)
         if not isinstance(parsed, dict):
             raise ValueError(f"--overrides must be a JSON object of profile fields, not {overrides!r}")
+    if backend not in TRAIN_BACKENDS:
+        raise typer.BadParameter(f"must be one of {', '.join(TRAIN_BACKENDS)}, not {backend!r}", param_hint="--backend")
+    if backend == "trainjob":
+        if nproc > 1:
+            raise typer.BadParameter("a TrainJob's processes are --nodes x --gpus-per-node: leave --nproc at 1",
+                                     param_hint="--nproc")
+        with user_errors(TrainJobError, ContainerRunError):
+            result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
+                                     gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
+                                     seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,
+                                     manifest_path=str(out / f"train_{task}.json"))
+        print_summary(f"train {task}", result.metrics, list(result.metrics))
+        typer.echo(f"result: {result.manifest['result']}  (trainjob {result.manifest['trainjob']}, "
+                   f"{result.manifest['trainjob_engine']}, started in {result.manifest['trainjob_startup_seconds']:.1f} s, "
+                   f"{result.manifest['trainjob_seconds']:.1f} s in all)")
+        return
     if nproc > 1:
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,8 @@ from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_na
 from vsbench.abid.metrics import counting_metrics, verification_metrics
 from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid, tasks_dataset
 from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
+from vsbench.io.storage import atomic_write_json
+from vsbench.platform.trainjob import JOB_ENV, TrainJobRequest, run_trainjob
 from vsbench.steps.base import StepResult, finish, numbers, sharded
 from vsbench.tracking.runs import Tracker, child_run, log_to_parent, parent_tracker
 
@@ -139,6 +143,8 @@ def _abid_train_step(
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
                         "epoch_choice": run.fit.describe_choice(),
                         "world_size": context.world_size}
+            if os.environ.get(JOB_ENV):  # a node of a TrainJob: its submitter checks the manifest is this job's
+                manifest["trainjob"] = os.environ[JOB_ENV]
             if not context.is_main:
                 return StepResult(out, metrics, manifest)
             _log_training(tracker, run.fit.history, title, f"plots/{task}_training.png")
@@ -162,6 +168,32 @@ def abid_train_counting_step(tasks: str, images: str, out: str, **kwargs: Any) -
 def abid_train_siamese_step(tasks: str, images: str, out: str, **kwargs: Any) -> StepResult:
     """Train the siamese verifier (resumable) and write obj_verification_result.txt (same arguments)."""
     return _abid_train_step("siamese", tasks, images, out, **{**_TRAIN_DEFAULTS, **kwargs})
+
+
+def abid_train_step(task: str, tasks: str, images: str, out: str, *, backend: str = "pod", nodes: int = 2,
+                    gpus_per_node: int = 0, engine: str = "auto", echo: Any = print, **kwargs: Any) -> StepResult:
+    """Train one baseline in this process (``backend`` "pod") or as a Trainer v2 TrainJob on
+    ``nodes`` nodes x ``gpus_per_node`` GPUs ("trainjob", vsbench.platform.trainjob): the job's rank 0
+    runs this same step under the parent run, and its manifest, with the job's name and timings,
+    becomes this step's."""
+    if backend == "pod":
+        step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
+        return step(tasks, images, out, **kwargs)
+    if backend != "trainjob":
+        raise ValueError(f"train backend must be 'pod' or 'trainjob', not {backend!r}")
+    options = {**_TRAIN_DEFAULTS, **kwargs}
+    request = TrainJobRequest(task=task, tasks=Path(tasks), images=Path(images), out=Path(out),
+                              profile=options["profile"], overrides=json.dumps(options["overrides"] or {}),
+                              seed=options["seed"], device=options["device"], parent_run_id=options["parent_run_id"],
+                              nodes=nodes, gpus_per_node=gpus_per_node)
+    outcome = run_trainjob(request, engine, echo)
+    manifest = {**outcome.manifest, "trainjob": outcome.name, "trainjob_engine": outcome.engine,
+                "trainjob_nodes": outcome.nodes, "trainjob_startup_seconds": round(outcome.startup_seconds, 3),
+                "trainjob_seconds": round(outcome.seconds, 3)}
+    metrics = {**manifest.get("metrics", {}), "trainjob_seconds": round(outcome.seconds, 3)}
+    if options["manifest_path"]:
+        atomic_write_json(Path(options["manifest_path"]), manifest)
+    return StepResult(out, metrics, manifest)
 
 
 _TRAIN_DEFAULTS: dict[str, Any] = {"profile": "demo", "seed": 0, "device": "auto", "overrides": None,
