@@ -90,20 +90,24 @@ def abid_resize(
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
 def abid_train_counting(
     data_root: str, profile: str, overrides_json: str, seed: int, device: str, parent_run_id: str,
-    manifest: Output[Artifact], metrics: Output[Metrics],
+    manifest: Output[Artifact], metrics: Output[Metrics], backend: str = "pod", nodes: int = 2,
+    gpus_per_node: int = 1,
 ):
     """Train the ResNet-34 counting baseline (resumable); writes runs/counting/counting_result.txt.
 
-    One GPU, in this step's pod. On several GPUs or nodes, train with the PyTorchJob instead
-    (``kubectl apply -k k8s/training``, k8s/README.md): it writes the same runs/counting, and this
-    step (same profile and seed) then finds the finished checkpoints and only predicts, exports and logs."""
+    backend "pod": one device, in this step's pod. "trainjob": the step submits a Kubeflow Trainer v2
+    TrainJob of ``nodes`` x ``gpus_per_node`` (vsbench.platform.trainjob), streams its nodes' logs
+    here, and fails when it fails; its rank 0 logs under the parent run. On a Training Operator v1
+    cluster, the PyTorchJob of k8s/training writes the same runs/counting, and this step (same
+    profile and seed) then finds the finished checkpoints and only predicts, exports and logs."""
     from vsbench.runspec.run import json_object
-    from vsbench.steps.abid import abid_train_counting_step
+    from vsbench.steps.abid import abid_train_step
 
-    result = abid_train_counting_step(f"{data_root}/tasks", f"{data_root}/bin-images-resize",
-                                      f"{data_root}/runs/counting", profile=profile, seed=seed, device=device,
-                                      overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
-                                      manifest_path=manifest.path, progress=False)
+    result = abid_train_step("counting", f"{data_root}/tasks", f"{data_root}/bin-images-resize",
+                             f"{data_root}/runs/counting", backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
+                             profile=profile, seed=seed, device=device,
+                             overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
+                             manifest_path=manifest.path, progress=False)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -111,18 +115,20 @@ def abid_train_counting(
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
 def abid_train_siamese(
     data_root: str, profile: str, overrides_json: str, seed: int, device: str, parent_run_id: str,
-    manifest: Output[Artifact], metrics: Output[Metrics],
+    manifest: Output[Artifact], metrics: Output[Metrics], backend: str = "pod", nodes: int = 2,
+    gpus_per_node: int = 1,
 ):
     """Train the siamese verification baseline (resumable); writes runs/siamese/obj_verification_result.txt.
 
-    Several GPUs: the PyTorchJob of k8s/training, as for counting."""
+    Several GPUs or nodes: backend "trainjob", as for counting."""
     from vsbench.runspec.run import json_object
-    from vsbench.steps.abid import abid_train_siamese_step
+    from vsbench.steps.abid import abid_train_step
 
-    result = abid_train_siamese_step(f"{data_root}/tasks", f"{data_root}/bin-images-resize",
-                                     f"{data_root}/runs/siamese", profile=profile, seed=seed, device=device,
-                                     overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
-                                     manifest_path=manifest.path, progress=False)
+    result = abid_train_step("siamese", f"{data_root}/tasks", f"{data_root}/bin-images-resize",
+                             f"{data_root}/runs/siamese", backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
+                             profile=profile, seed=seed, device=device,
+                             overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
+                             manifest_path=manifest.path, progress=False)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 

@@ -44,6 +44,9 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
         workers: int = 0,
         train_profile: str = "full",
         train_overrides: str = "{}",
+        train_backend: str = "pod",
+        train_nodes: int = 2,
+        train_gpus_per_node: int = 1,
         device: str = "auto",
         experiment: str = "vsbench-abid",
         params_json: str = "{}",
@@ -67,10 +70,11 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
                                      shard=shard, num_shards=num_shards, experiment=experiment,
                                      kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER).after(download)
                 apply(resize, "cpu", cluster, RETRIES["resize"])
-            counting = abid_train_counting(data_root=data_root, profile=train_profile, overrides_json=train_overrides,
-                                           seed=seed, device=device, parent_run_id=parent).after(prepare, resize)
-            siamese = abid_train_siamese(data_root=data_root, profile=train_profile, overrides_json=train_overrides,
-                                         seed=seed, device=device, parent_run_id=parent).after(counting)
+            training = {"profile": train_profile, "overrides_json": train_overrides, "seed": seed, "device": device,
+                        "parent_run_id": parent, "backend": train_backend, "nodes": train_nodes,
+                        "gpus_per_node": train_gpus_per_node}
+            counting = abid_train_counting(data_root=data_root, **training).after(prepare, resize)
+            siamese = abid_train_siamese(data_root=data_root, **training).after(counting)
             # After counting: a profile may start the siamese trunk from the counting network.
             for task in (counting, siamese):
                 apply(task, "gpu", cluster, RETRIES["train"])

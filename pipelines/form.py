@@ -112,6 +112,11 @@ PARAMETERS: dict[str, str] = {
     "train_profile": "Training settings: full (the challenge's) or demo (minutes on 2 CPU cores). Example: full.",
     "train_overrides": "JSON object of training profile fields to change; keys: "
                        f"{_keys(TrainProfile.model_fields)}. Example: {{\"epochs\": 2, \"batch_size\": 32}}.",
+    "train_backend": "How the two baselines train: pod (in the step's own pod, one device) or trainjob (a Kubeflow "
+                     "Trainer v2 TrainJob of train_nodes nodes x train_gpus_per_node GPUs that the step submits, "
+                     "follows and waits for; needs Trainer v2 and k8s/training/trainjob). Example: trainjob.",
+    "train_nodes": "TrainJob nodes (train_backend trainjob); batch_size stays the global batch. Example: 2.",
+    "train_gpus_per_node": "TrainJob GPUs (one process each) per node; 0 trains on CPU nodes with gloo. Example: 1.",
     "device": "Where steps compute: auto (a GPU when the pod has one), cpu, cuda or cuda:N. Example: auto.",
     "benchmark": "Benchmark name or alias (`vsbench benchmarks` lists them). Example: disc.",
     "root": "Folder holding the benchmark's files in its native layout (read only). Example: /data/disc2021.",

@@ -226,6 +226,10 @@ def abid_run_local(
     train_profile: Annotated[str, typer.Option(help="'demo' (CPU minutes) or 'full' (the challenge's settings).")] = "demo",
     train_overrides: Annotated[str, typer.Option(help='JSON of profile fields, e.g. \'{"epochs": 2}\'.')] = "{}",
     device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda'.")] = "auto",
+    train_backend: Annotated[str, typer.Option(help="'pod': the baselines train in their steps; 'trainjob': each "
+                                                    "train step runs a Trainer v2 TrainJob (here: podman containers).")] = "pod",
+    train_nodes: Annotated[int, typer.Option(min=1, help="TrainJob nodes (--train-backend trainjob).")] = 2,
+    train_gpus_per_node: Annotated[int, typer.Option(min=0, help="TrainJob GPUs per node; 0: CPU nodes.")] = 0,
     experiment: Annotated[str, typer.Option(help="MLflow experiment.")] = "vsbench-abid",
     pipeline_root: Annotated[Path | None, typer.Option(help="Where kfp.local keeps step outputs.")] = None,
     runner: RunnerOpt = "subprocess",
@@ -244,7 +248,8 @@ def abid_run_local(
         data_root=data_root.resolve(), pipeline_root=(pipeline_root or data_root / "_kfp").resolve(),
         arguments={"source": source, "endpoint_url": endpoint_url, "limit": limit, "seed": seed, "size": size,
                    "max_per_class": max_per_class, "train_profile": train_profile,
-                   "train_overrides": train_overrides, "device": device,
+                   "train_overrides": train_overrides, "device": device, "train_backend": train_backend,
+                   "train_nodes": train_nodes, "train_gpus_per_node": train_gpus_per_node,
                    "experiment": experiment, "params_json": json.dumps(params)},
         runner=runner, image=image, verbose=verbose,
     )

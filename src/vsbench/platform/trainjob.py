@@ -46,7 +46,7 @@ from urllib.parse import urlparse
 
 from vsbench.platform.containers import (
     RUNTIME_UID,
-    ContainerRunError,
+    covering,
     existing_docker_api,
     grant_step_access,
     podman_service,
@@ -77,13 +77,13 @@ class TrainJobError(RuntimeError):
     one_line = True
 
 
-def vsbench_train_node(argv: "list[str] | dict[str, object] | None" = None, python: "str" = "python") -> "None":
+def vsbench_train_node(argv: list[str] | dict[str, object] | None = None, python: str = "python") -> None:
     """One node's process of a vsbench TrainJob: ``vsbench abid train`` with the job's arguments.
 
     The SDK ships this function's source (not its module) to every node and calls it under the
     runtime's torchrun, with the arguments as keywords (container and Kubernetes backends) or as
     one dict (local-process backend); so it uses no name from this module (its annotations are
-    strings, never evaluated there) and accepts both ways. The
+    builtins only: they are evaluated there) and accepts both ways. The
     child inherits torchrun's RANK/WORLD_SIZE/MASTER_ADDR, so it joins the job's process group."""
     import subprocess as _subprocess
     import sys as _sys
@@ -213,23 +213,33 @@ class _PodLikeAdapter:
         return container.id
 
 
-def _mlflow_mounts(environ: dict[str, str]) -> tuple[list[Path], list[Path]]:
-    """Folders (and sqlite files) the nodes need for ``MLFLOW_TRACKING_URI``; a loopback server
-    cannot be reached from the job's private network, so it is refused with the fix."""
+def _mlflow_mounts(environ: dict[str, str], parent_run_id: str = "") -> tuple[list[Path], list[Path]]:
+    """Folders (and sqlite files) the nodes need to log under ``parent_run_id``: a file store, a
+    sqlite database and the folder of the parent's experiment artifacts (where the child run and
+    its logged models go). A loopback server cannot be reached from the job's private network, so
+    it is refused with the fix."""
     uri = environ.get("MLFLOW_TRACKING_URI", "")
     parsed = urlparse(uri)
-    if parsed.scheme == "sqlite":
-        database = Path(parsed.path)
-        return [database.parent], [database]
-    if parsed.scheme in ("", "file"):
-        return ([Path(parsed.path)] if uri else []), []
-    host = uri.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
-    if host in ("127.0.0.1", "localhost", "::1", "[::1]"):
+    folders: list[Path] = []
+    files: list[Path] = []
+    if parsed.scheme == "sqlite":  # sqlite:///relative.db or sqlite:////absolute.db
+        database = Path(uri[len("sqlite:///"):]).resolve()
+        files.append(database)
+        folders.append(database.parent)
+    elif parsed.scheme in ("", "file") and uri:
+        folders.append(Path(parsed.path))
+    elif parsed.hostname in ("127.0.0.1", "localhost", "::1"):
         raise TrainJobError(
             f"MLFLOW_TRACKING_URI={uri} is this machine's loopback, which the TrainJob's nodes (on their own "
             "podman network) cannot reach: use a sqlite:/// or file store, or serve MLflow on the host's "
             "address and name that, or train with --engine process")
-    return [], []
+    if parent_run_id and uri:
+        import mlflow
+
+        artifacts = urlparse(mlflow.MlflowClient(tracking_uri=uri).get_run(parent_run_id).info.artifact_uri or "")
+        if artifacts.scheme in ("", "file"):  # <root>/<experiment id>/<run id>/artifacts
+            folders.append(Path(artifacts.path).parents[1])
+    return folders, files
 
 
 @contextlib.contextmanager
@@ -251,8 +261,8 @@ def _podman_client(request: TrainJobRequest) -> Iterator[Any]:
         if not adapter.image_exists(request.node_image):
             raise TrainJobError(f"image {request.node_image} is not on this machine and the local TrainJob pulls "
                                 "nothing: build it with `make image-cpu` (or images/build.sh --only cpu)")
-        folders, files = _mlflow_mounts(dict(os.environ))
-        mounts = sorted({p.resolve() for p in [*request.data_folders(), *folders]})
+        folders, files = _mlflow_mounts(dict(os.environ), request.parent_run_id)
+        mounts = covering([*request.data_folders(), *folders])
         grant_step_access([p for p in mounts if not p.is_file()], files)
         client.backend._adapter = _PodLikeAdapter(adapter, mounts, request.gpus_per_node)
         yield client
@@ -397,6 +407,9 @@ def run_trainjob(request: TrainJobRequest, engine: str = "auto",
 def _run_trainjob(request: TrainJobRequest, engine: str, echo: Callable[[str], None]) -> TrainJobOutcome:
     engine = choose_engine(engine)
     name = job_name(request.task)
+    for folder, made_by in ((request.tasks, "vsbench abid prepare"), (request.images, "vsbench abid resize")):
+        if not folder.is_dir():
+            raise TrainJobError(f"{folder}: no such folder; it is what `{made_by}` writes")
     request.out.mkdir(parents=True, exist_ok=True)
     echo(f"trainjob {name}: {request.task} on {request.nodes} node(s) x {max(1, request.gpus_per_node)} "
          f"process(es), engine {engine}, image {request.node_image}")
