@@ -111,9 +111,10 @@ def pip_files(dockerfile: Path, flag: str, torch: str = "cpu-index") -> list[Pat
 
 
 def installed(kind: str, torch: str = "cpu-index") -> dict[str, Requirement]:
-    """What the dependency layer installs (the requirements files; the build tools' lock-tools.txt
-    is read by the hash tests)."""
-    files = [path for path in pip_files(DOCKERFILES[kind], "-r", torch) if path.name != "lock-tools.txt"]
+    """What the dependency layer installs (the requirements files; lock-tools.txt and
+    lock-trainjob.txt, hashed locks of their own layers, are read by the hash tests)."""
+    files = [path for path in pip_files(DOCKERFILES[kind], "-r", torch)
+             if path.name not in ("lock-tools.txt", "lock-trainjob.txt")]
     assert files, f"{DOCKERFILES[kind].name} installs no requirements file"
     found: dict[str, Requirement] = {}
     for path in files:
@@ -250,7 +251,7 @@ def pip_installs(dockerfile: Path) -> list[str]:
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))
 def test_every_pip_install_from_an_index_requires_hashes(kind: str) -> None:
     runs = pip_installs(DOCKERFILES[kind])
-    assert len(runs) == 4, "build tools (wheel stage, runtime venv), the dependencies, the vsbench wheel"
+    assert len(runs) == 5, "build tools (wheel stage, runtime venv), the dependencies, the Kubeflow SDK, the vsbench wheel"
     for args in runs:
         for command in re.findall(r"pip install[^&;]*", args):
             if "/wheels/vsbench-" in command:
@@ -274,6 +275,19 @@ def test_the_build_tools_lock_pins_requirements_tools() -> None:
     for name, (version, _) in lock.items():
         if name in constraints:
             assert pinned(constraints[name]) == version, f"{name}: lock-tools.txt and constraints.txt differ"
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_the_kubeflow_sdk_layer_is_hashed_at_the_constraints_versions_and_brings_nothing_else(kind: str) -> None:
+    lock = read_lock(IMAGES / "lock-trainjob.txt")
+    assert set(lock) == {"kubeflow", "kubeflow-trainer-api", "kubeflow-katib-api"}
+    constraints = read_requirements(IMAGES / "constraints.txt")
+    for name, (version, _) in lock.items():
+        assert pinned(constraints[name]) == version, f"{name}: lock-trainjob.txt and constraints.txt differ"
+    text = DOCKERFILES[kind].read_text()
+    assert "pip install --require-hashes --no-deps -r /tmp/lock-trainjob.txt" in text
+    assert text.index("lock-trainjob.txt") < text.index("COPY --from=wheel"), "below the vsbench layers"
+    assert "/etc/profile.d/vsbench-venv.sh" in text, "a login shell (the SDK's bash -lc) keeps the venv on PATH"
 
 
 @pytest.mark.parametrize(("kind", "torch"), sorted(LOCKS, key=str))
