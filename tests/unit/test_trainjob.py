@@ -145,8 +145,8 @@ def test_the_node_function_runs_from_its_source_alone_both_ways_the_sdk_calls_it
     """The SDK ships the function's source to /tmp/train.py and calls it with keywords (container,
     Kubernetes) or with one dict (local process): both must work with nothing else defined."""
     source = textwrap.dedent(inspect.getsource(vsbench_train_node))
-    for call in ("vsbench_train_node(**{'argv': ['--help'], 'python': %r})" % sys.executable,
-                 "vsbench_train_node({'argv': ['--help'], 'python': %r})" % sys.executable):
+    for call in (f"vsbench_train_node(**{{'argv': ['--help'], 'python': {sys.executable!r}}})",
+                 f"vsbench_train_node({{'argv': ['--help'], 'python': {sys.executable!r}}})"):
         script = tmp_path / "train.py"
         script.write_text(f"{source}\n{call}\n")
         ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
@@ -167,6 +167,26 @@ def test_the_request_picks_runtime_image_and_device_from_the_gpus() -> None:
         TrainJobRequest(task="quantity", tasks=Path("t"), images=Path("i"), out=Path("o"))
     with pytest.raises(TrainJobError, match="nodes must be >= 1"):
         TrainJobRequest(task="counting", tasks=Path("t"), images=Path("i"), out=Path("o"), nodes=0)
+
+
+def test_the_schedule_timeout_comes_from_the_settings(monkeypatch) -> None:
+    monkeypatch.setenv(trainjob.SCHEDULE_TIMEOUT_ENV, "60")
+    assert TrainJobRequest(task="counting", tasks=Path("t"), images=Path("i"), out=Path("o")).schedule_timeout_s == 60
+    monkeypatch.setenv(trainjob.SCHEDULE_TIMEOUT_ENV, "soon")
+    with pytest.raises(TrainJobError, match="is not a number of seconds"):
+        TrainJobRequest(task="counting", tasks=Path("t"), images=Path("i"), out=Path("o"))
+
+
+def test_a_local_image_that_is_not_built_is_one_line_naming_it(monkeypatch, request_) -> None:
+    import kubeflow.trainer
+
+    class Backend:
+        _adapter = SimpleNamespace(image_exists=lambda image: False)
+
+    monkeypatch.setattr(trainjob, "existing_docker_api", lambda: "unix:///nowhere.sock")
+    monkeypatch.setattr(kubeflow.trainer, "TrainerClient", lambda backend_config: SimpleNamespace(backend=Backend()))
+    with pytest.raises(TrainJobError, match=rf"image {CPU_IMAGE} is not on this machine .*pulls nothing.*make image-cpu"):
+        run_trainjob(request_, "podman", lambda _: None)
 
 
 def test_the_engine_is_the_cluster_in_a_pod_else_podman_else_processes(monkeypatch) -> None:
@@ -252,13 +272,14 @@ def test_a_completed_job_returns_rank_0s_manifest_and_streams_each_node(monkeypa
         return name
 
     client.train = train  # type: ignore[method-assign]
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")  # a step's credentials never go into a TrainJob spec
     request = TrainJobRequest(**{**request_.__dict__, "schedule_timeout_s": 60})
     outcome = run_trainjob(request, "kubernetes", lines.append)
     assert outcome.manifest["metrics"] == {"x": 1.0} and outcome.engine == "kubernetes" and outcome.nodes == 2
     trainer = client.submitted["trainer"]
     assert client.submitted["runtime"] == CPU_RUNTIME and trainer.num_nodes == 2
     assert trainer.func is vsbench_train_node and trainer.func_args["argv"] == request.node_argv()
-    assert trainer.env[trainjob.JOB_ENV] == outcome.name and "--parent-run-id" in trainer.func_args["argv"]
+    assert trainer.env == {trainjob.JOB_ENV: outcome.name} and "--parent-run-id" in trainer.func_args["argv"]
     assert {"[node-0] hello from node-0", "[node-1] hello from node-1"} <= set(lines)
 
 

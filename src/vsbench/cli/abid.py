@@ -238,9 +238,13 @@ def abid_run_local(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
+    from vsbench.platform.trainjob import TRAIN_BACKENDS
     from vsbench.tracking.command import prepare_pipeline_tracking
 
     check_runner(runner)
+    if train_backend not in TRAIN_BACKENDS:
+        raise typer.BadParameter(f"must be one of {', '.join(TRAIN_BACKENDS)}, not {train_backend!r}",
+                                 param_hint="--train-backend")
     tracked = prepare_pipeline_tracking(track, typer.echo)
     params = {"source": source, "limit": limit, "seed": seed, "size": size, "max_per_class": max_per_class,
               "profile": train_profile, "train_overrides": train_overrides, "data": f"{source} (limit {limit or 'none'})"}

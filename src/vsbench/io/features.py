@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

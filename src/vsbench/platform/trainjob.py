@@ -64,6 +64,7 @@ TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 # A TrainJob whose nodes have not all started after this long fails the step, naming why (no GPU
 # node, an image it cannot pull); the job itself may then run for as long as training takes.
 DEFAULT_SCHEDULE_TIMEOUT_S = 900
+SCHEDULE_TIMEOUT_ENV = "VSBENCH_TRAINJOB_SCHEDULE_TIMEOUT_S"  # set in vsbench-config to change it on a cluster
 DEFAULT_TIMEOUT_S = 7 * 24 * 3600
 # Events that say a pod is on its way; any other (FailedScheduling, ErrImagePull, ...) is a reason.
 _PROGRESS_EVENTS = frozenset({"Scheduled", "Pulling", "Pulled", "Created", "Started", "SuccessfulCreate",
@@ -111,7 +112,7 @@ class TrainJobRequest:
     nodes: int = 2
     gpus_per_node: int = 0
     image: str = ""
-    schedule_timeout_s: int = DEFAULT_SCHEDULE_TIMEOUT_S
+    schedule_timeout_s: int = field(default_factory=lambda: _schedule_timeout())
     timeout_s: int = DEFAULT_TIMEOUT_S
 
     def __post_init__(self) -> None:
@@ -139,7 +140,18 @@ class TrainJobRequest:
                 "--seed", str(self.seed), "--device", device, "--parent-run-id", self.parent_run_id]
 
     def data_folders(self) -> list[Path]:
-        return [self.tasks, self.images, self.out]
+        """What the nodes read and write: the runs folder whole, since the siamese network may start
+        from the counting run beside its own (profile field siamese_trunk_init)."""
+        return [self.tasks, self.images, self.out.parent]
+
+
+def _schedule_timeout() -> int:
+    value = os.environ.get(SCHEDULE_TIMEOUT_ENV, "").strip()
+    if not value:
+        return DEFAULT_SCHEDULE_TIMEOUT_S
+    if not value.isdigit():
+        raise TrainJobError(f"{SCHEDULE_TIMEOUT_ENV}={value!r} is not a number of seconds")
+    return int(value)
 
 
 @dataclass
@@ -420,7 +432,7 @@ def _run_trainjob(request: TrainJobRequest, engine: str, echo: Callable[[str], N
                                _read_manifest(request, name))
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(_podman_client(request)) if engine == "podman" else _kubernetes_client()
-        trainer = _custom_trainer(request, name, python="python")
+        trainer = _custom_trainer(request, name, python="python", engine=engine)
         from kubeflow.trainer.options import Name
 
         try:
@@ -451,11 +463,16 @@ def _run_trainjob(request: TrainJobRequest, engine: str, echo: Callable[[str], N
                                _read_manifest(request, name))
 
 
-def _custom_trainer(request: TrainJobRequest, name: str, python: str) -> Any:
+def _custom_trainer(request: TrainJobRequest, name: str, python: str, engine: str) -> Any:
+    """The SDK's CustomTrainer for the job. On a cluster the nodes take their settings from the
+    runtime (the vsbench-config ConfigMap, Secrets): nothing of this pod's environment is written
+    into the TrainJob, whose spec anyone who may read TrainJobs can read. Here the nodes get the
+    settings the container runner gives a step."""
     from kubeflow.trainer import CustomTrainer
 
     resources: dict[str, Any] = {"gpu": request.gpus_per_node} if request.gpus_per_node else {}
-    env = {**step_environment(), JOB_ENV: name}
+    passed = {} if engine == "kubernetes" else step_environment()
+    env = {**passed, JOB_ENV: name}
     return CustomTrainer(func=vsbench_train_node, func_args={"argv": request.node_argv(), "python": python},
                          num_nodes=request.nodes, resources_per_node=resources or None, env=env)
 

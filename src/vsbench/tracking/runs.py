@@ -277,7 +277,7 @@ def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Map
 
 def data_of_tags(tags: Mapping[str, str], name: str = "") -> tuple[str, str, str] | None:
     """(name, digest, location) of the data a run's provenance tags describe, for its dataset input."""
-    from vsbench.tracking.provenance import DATA_DIGEST_TAG, DATA_FILES_TAG, DATA_ROOT_TAG
+    from vsbench.tracking.provenance import DATA_DIGEST_TAG, DATA_ROOT_TAG
 
     digest = tags.get(DATA_DIGEST_TAG, "")
     if not digest:
