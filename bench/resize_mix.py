@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import random
 import shutil
 import subprocess

@@ -471,10 +471,19 @@ def _custom_trainer(request: TrainJobRequest, name: str, python: str, engine: st
     from kubeflow.trainer import CustomTrainer
 
     resources: dict[str, Any] = {"gpu": request.gpus_per_node} if request.gpus_per_node else {}
-    passed = {} if engine == "kubernetes" else step_environment()
+    passed = {} if engine == "kubernetes" else {**_shared_cores(request), **step_environment()}
     env = {**passed, JOB_ENV: name}
     return CustomTrainer(func=vsbench_train_node, func_args={"argv": request.node_argv(), "python": python},
                          num_nodes=request.nodes, resources_per_node=resources or None, env=env)
+
+
+def _shared_cores(request: TrainJobRequest) -> dict[str, str]:
+    """Nodes on one machine share its cores: each node's process gets its share of threads (torchrun
+    sets OMP_NUM_THREADS=1 only for several processes per node; one process per node would run as
+    many threads as the machine has cores, and N nodes would oversubscribe it N times)."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return {"OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"]}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // request.processes))}
 
 
 def _free_port() -> int:
@@ -486,7 +495,7 @@ def _free_port() -> int:
 def _run_processes(request: TrainJobRequest, name: str, echo: Callable[[str], None]) -> float:
     """The nodes as torchrun processes here: the container backend's rendezvous, without containers."""
     port = _free_port()
-    env = {**os.environ, JOB_ENV: name}
+    env = {**os.environ, **_shared_cores(request), JOB_ENV: name}
     nproc = max(1, request.gpus_per_node)
     nodes: list[subprocess.Popen[str]] = []
     for rank in range(request.nodes):
