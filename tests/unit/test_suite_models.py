@@ -49,4 +49,5 @@ def test_models_without_benchmarks_is_an_error(tmp_path: Path) -> None:
 def test_the_shipped_suite_keeps_its_pairs() -> None:
     names = sorted(e.name for e in Suite.load().entries)
     assert names == sorted(["disc-torchscript", "disc-efficientnet-lite0", "copydays-efficientnet-lite0",
-                            "vsd-dino-vits16", "abid-embeddings-efficientnet-lite0"])
+                            "vsd-dino-vits16", "abid-embeddings-efficientnet-lite0",
+                            "disc-efficientnet-lite0-ivf-sharded"])  # a large gallery in reference shards
