@@ -83,9 +83,13 @@ def test_fill_tasks_get_their_own_resources(tmp_path: Path):
         (out / "c.yaml").write_text(yaml.safe_dump({
             "fill_gpu": fill_gpu, "resources": {role: settings.resources[role].model_dump()
                                                 for role in ("gpu", "cpu", "light")}}))
-        written = compile_all(out, ClusterSettings.load(out / "c.yaml"))
-        spec = next(doc for doc in yaml.safe_load_all(next(p for p in written if p.stem == "similarity").read_text())
-                    if doc)
+        from kfp import compiler
+
+        from vsbench.platform.compile import load_pipeline
+
+        compiler.Compiler().compile(load_pipeline("similarity", ClusterSettings.load(out / "c.yaml")),
+                                    package_path=str(out / "similarity.yaml"))  # the one pipeline with fill tasks
+        spec = next(doc for doc in yaml.safe_load_all((out / "similarity.yaml").read_text()) if doc)
         resources = spec["deploymentSpec"]["executors"]["exec-index-fill"]["container"]["resources"]
         assert resources["resourceMemoryLimit"] == settings.resources["fill"].memory_limit
         assert resources["resourceCpuRequest"] == settings.resources["fill"].cpu_request

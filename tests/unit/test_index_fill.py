@@ -34,7 +34,7 @@ from vsbench.index.store import (
 from vsbench.io.features import FeatureError, FeatureSet, MappedRows, RowSource, map_npz_member, save_features
 
 EXHAUSTIVE = ["Flat", "PCA16,Flat", "PCAW16,L2norm,Flat", "PQ4", "PQ2", "SQ8", "PCA32,SQ8"]
-IVF = ["IVF8,Flat", "IVF8,PQ8", "IVF8,SQ8"]
+IVF = ["IVF8,Flat", "IVF8,PQ8x4", "IVF8,SQ8"]  # PQ8x4: 16 centroids per sub-quantizer, trained in a blink
 
 
 @pytest.fixture(autouse=True)
@@ -278,8 +278,8 @@ def test_a_fill_before_training_or_for_other_descriptors_is_one_line(tmp_path: P
 
 def test_train_json_and_shard_records_say_what_they_are_for(tmp_path: Path) -> None:
     q, r, t = _data()
-    build_index(_request("IVF8,PQ8", r, q, t), tmp_path, reference_shards=2)
-    folder = tmp_path / "g" / "IVF8_PQ8"
+    build_index(_request("IVF8,PQ8x4", r, q, t), tmp_path, reference_shards=2)
+    folder = tmp_path / "g" / "IVF8_PQ8x4"
     trained = json.loads((folder / TRAIN_JSON).read_text())
     shard = json.loads((folder / "reference-1-of-2.json").read_text())
     assert trained["key"]["train_count"] == 600 and set(trained["files"]) == {"trained.faiss"}
