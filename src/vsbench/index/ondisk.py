@@ -70,7 +70,7 @@ def merge_shards(trained: faiss.Index, shards: Sequence[tuple[faiss.Index, int]]
     if ivf.ntotal != 0:
         raise SearchError(f"{faiss_path}: the trained index to merge into holds {ivf.ntotal} vectors, not 0")
     shard_lists = [faiss.extract_index_ivf(shard).invlists for shard, _ in shards]
-    for (shard, _), lists in zip(shards, shard_lists):
+    for lists in shard_lists:
         if lists.nlist != ivf.nlist or lists.code_size != ivf.invlists.code_size:
             raise SearchError(f"{faiss_path}: a shard has {lists.nlist} lists of {lists.code_size}-byte codes, "
                               f"the trained index {ivf.nlist} of {ivf.invlists.code_size}")
