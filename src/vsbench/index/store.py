@@ -13,6 +13,10 @@ Layout, one folder per (request, codec) under the index folder::
                                          holding references [start_j, stop_j)
         reference-<j>-of-<M>.json        what shard j was filled from (trained codec, bounds, ids,
                                          rows' source) and its file's digest; written after it
+        merged-of-<M>.faiss              (IVF codecs, ``merge_ondisk``) the shards merged into one
+        merged-of-<M>.ivfdata            index, its inverted lists on disk (vsbench.index.ondisk)
+        merged-of-<M>.json               what it was merged from (each shard file's sha256) and both
+                                         files' digests; written after them
         index.json                       what searches read (key, shards, every file's digest);
                                          written last, by :func:`finish_index`
 
@@ -23,6 +27,9 @@ The index step is three tasks so that no process holds the gallery: :func:`train
 and under the search folder, one file per (query shard i, reference shard j)::
 
     <search>/<request>/<codec-slug>/q<i>-of-<N>.r<j>-of-<M>.npz
+
+or, searched in the merged index (:func:`search_merged`), one per query shard:
+``q<i>-of-<N>.merged-of-<M>.npz``, in global ids already.
 
 holding each variant's ``(n_queries_i, k)`` similarities and global reference ids. The merge
 (:func:`collect`) keeps each query's global top ``k`` (:func:`vsbench.index.codec.merge_found`).
