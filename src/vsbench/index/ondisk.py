@@ -156,5 +156,24 @@ def read_merged(faiss_path: Path, data_path: Path) -> faiss.Index:
                           "step's finish with --merge-ondisk")
     lists.filename = str(data_path)
     lists.read_only = True
+    lists.prefetch_nthread = prefetch_threads()
     lists.do_mmap()
     return index
+
+
+def prefetch_threads() -> int:
+    """Threads FAISS starts on each search to read the probed lists ahead of the scan
+    (``VSBENCH_ONDISK_PREFETCH_THREADS``, default 0: none).
+
+    Why 0: FAISS's default, 32, reads every probed list once more beside the search; with the data
+    file in the page cache that is the scan's memory traffic twice, on the search's own cores (1 M x
+    128-d IVF1024,Flat, nprobe 16, 2 cores: the merged search at 0.83x the 4-shard one with it, see
+    docs/scale.md). Set it on a volume where a list's first read waits for the network or a disk."""
+    raw = os.environ.get("VSBENCH_ONDISK_PREFETCH_THREADS", "0")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SearchError(f"VSBENCH_ONDISK_PREFETCH_THREADS={raw!r}: expected a whole number of threads") from None
+    if value < 0:
+        raise SearchError(f"VSBENCH_ONDISK_PREFETCH_THREADS={raw!r}: expected 0 or more threads")
+    return value

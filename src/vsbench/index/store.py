@@ -465,7 +465,7 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
     layout = {"transforms": trained_meta["transforms"], "reference_shards": bounds,
               "keeps_train": trained_meta["keeps_train"]}
     if merge_ondisk:
-        record = merge_ondisk_shards(request, target, trained_meta, bounds, files)
+        record = merge_ondisk_shards(target, trained_meta, bounds, files)
         files.update(record["files"])
         layout["merged"] = {"count": record["count"], "record": f"{_merged_stem(reference_shards)}.json"}
     meta = {"key": key, **{k: v for k, v in key.items() if k != "shard_rows"},
@@ -492,8 +492,8 @@ def _trained_view(target: Path, trained_meta: dict[str, Any], files: dict[str, A
     return IndexInfo(target, {**trained_meta, "files": {**trained_meta["files"], **(files or {})}})
 
 
-def merge_ondisk_shards(request: SearchRequest, target: Path, trained_meta: dict[str, Any],
-                        bounds: Sequence[tuple[int, int]], files: dict[str, Any]) -> dict[str, Any]:
+def merge_ondisk_shards(target: Path, trained_meta: dict[str, Any], bounds: Sequence[tuple[int, int]],
+                        files: dict[str, Any]) -> dict[str, Any]:
     """Merge the filled reference shards of ``target`` into one on-disk IVF index
     (``merged-of-<M>.faiss`` and ``merged-of-<M>.ivfdata``, :func:`vsbench.index.ondisk.merge_shards`)
     and write its record ``merged-of-<M>.json`` after them: the trained codec's digest, the shard
