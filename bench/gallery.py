@@ -13,7 +13,11 @@ means something), per codec, each method in its own process so that peak memory 
 * **vsbench train, fill x M, finish**: the pipeline's index tasks, each in its own process;
 * **faiss search**: ``read_index`` of faiss's one index, ``search``;
 * **vsbench search**: ``search_shard`` of every (query shard, reference shard) task, then ``collect``;
-  the two searches take turns, ``--rounds`` times each, and their medians are compared.
+  the two searches take turns, ``--rounds`` times each, and their medians are compared;
+* with ``--merge-ondisk`` (IVF codecs): **merge**, the finish task merging the filled shards into one
+  on-disk index, and **merged search**, ``search_merged`` of every query shard (one probe of the whole
+  gallery, its lists mapped from disk) then ``collect``, taking turns with the sharded search; a second
+  table puts the two side by side (merge seconds, queries/s and their ratio, recall, same ids).
 
 and reports build seconds, queries/s, peak RSS (MB), recall@10 against exact (brute-force) search
 and whether both searches found the same ids. Both searches of an IVF codec use ``--search-params``.
@@ -21,7 +25,7 @@ The data is generated once into ``--workdir`` (float32 ``.npy``, read memory-map
 
 Run: ``python bench/gallery.py [--references 1000000] [--dim 256] [--queries 10000] [--train 100000]
 [--codecs 'IVF4096,PQ32;IVF4096,SQ8'] [--search-params nprobe=16] [--reference-shards 1] [--rounds 3]
-[--no-faiss] [--before-src OTHER/src] [--json out.json]``
+[--no-faiss] [--before-src OTHER/src] [--merge-ondisk] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -190,6 +194,23 @@ def child(kind: str, data: Path, codec: str, k: int, search_params: str, folder:
             result["kept"] = fill_shard(request, folder / "index", codec, shard, reference_shards=reference_shards)["kept"]
         else:
             finish_index(request, folder / "index", codec, reference_shards=reference_shards)
+    elif kind == "vsbench-merge":  # the finish task with --merge-ondisk: the filled shards merged on disk
+        from vsbench.index.store import finish_index
+
+        request = _request(data, codec, k, search_params, train=True)
+        started = time.perf_counter()
+        info = finish_index(request, folder / "index", codec, reference_shards=reference_shards, merge_ondisk=True)
+        result["merged_mb"] = sum((info.folder / name).stat().st_size for name in info.merged_names) / 2**20
+    elif kind == "vsbench-search-merged":  # one task per query shard, each probing the whole gallery once
+        from vsbench.index.store import collect, search_merged
+
+        request = _request(data, codec, k, search_params, train=False)
+        started = time.perf_counter()
+        for query_shard in range(search_shards):
+            search_merged(request, folder / "index", folder / "search-merged", query_shard=query_shard,
+                          query_shards=search_shards)
+        found = collect(request, folder / "index", folder / "search-merged", query_shards=search_shards, merged=True)
+        result["ids"] = found[(codec, "none")][1].tolist()
     elif kind == "vsbench-search":
         from vsbench.index.store import collect, search_shard, shard_tasks
 
@@ -240,6 +261,8 @@ def main() -> None:
                         "not fit this machine's memory)")
     parser.add_argument("--before-src", type=Path, help="another checkout's src/: its one-pod index step is "
                         "measured too (before_build_*)")
+    parser.add_argument("--merge-ondisk", action="store_true", help="IVF codecs: also merge the filled shards into "
+                        "one on-disk index and search it, beside the sharded search (merged_* figures)")
     parser.add_argument("--child", nargs=9, metavar=("KIND", "DATA", "CODEC", "K", "PARAMS", "FOLDER", "RSHARDS",
                                                     "QSHARDS", "SHARD"))
     args = parser.parse_args()
@@ -252,7 +275,7 @@ def main() -> None:
     data = generate(args.workdir, args.references, args.queries, args.train, args.dim)
     log(f"data: {data}; exact neighbours ...")
     exact = exact_neighbours(data, args.k)
-    rows, figures = [], {"machine": machine_info(), "references": args.references, "queries": args.queries,
+    rows, merged_rows, figures = [], [], {"machine": machine_info(), "references": args.references, "queries": args.queries,
                          "train": args.train, "dim": args.dim, "k": args.k, "search_params": args.search_params,
                          "reference_shards": args.reference_shards, "search_shards": args.search_shards,
                          "rounds": args.rounds, "codecs": {}}
@@ -291,16 +314,26 @@ def main() -> None:
             "vsbench_build_seconds": train["seconds"] + sum(fill["seconds"] for fill in fills) + finish["seconds"],
             "vsbench_reuse_seconds": reused["seconds"], "reused": reused["reused"],
         })
+        merging = args.merge_ondisk and "IVF" in codec
+        if merging:
+            log(f"{codec}: the finish task again, merging the {args.reference_shards} shard(s) on disk ...")
+            merge = run_child("vsbench-merge", *common, "-1")
+            entry.update(merge_seconds=merge["seconds"], merge_peak_mb=merge["peak_rss_mb"],
+                         merged_mb=merge["merged_mb"])
         log(f"{codec}: searches, {args.rounds} round(s), taking turns ...")
-        searches: dict[str, list[dict[str, Any]]] = {"faiss": [], "vsbench": []}
+        searches: dict[str, list[dict[str, Any]]] = {"faiss": [], "vsbench": [], "merged": []}
+        sides = ["faiss", "vsbench"] + (["merged"] if merging else [])
         for number in range(args.rounds):
-            order = ["faiss", "vsbench"] if number % 2 == 0 else ["vsbench", "faiss"]
+            order = sides[number % len(sides):] + sides[:number % len(sides)]  # each side goes first in turn
             for side in order:
                 if side == "faiss" and not args.no_faiss:
                     searches["faiss"].append(run_child("faiss-search", *common, "-1"))
                 elif side == "vsbench":
                     shutil.rmtree(folder / "search", ignore_errors=True)
                     searches["vsbench"].append(run_child("vsbench-search", *common, "-1"))
+                elif side == "merged":
+                    shutil.rmtree(folder / "search-merged", ignore_errors=True)
+                    searches["merged"].append(run_child("vsbench-search-merged", *common, "-1"))
         vsbench_search = searches["vsbench"][-1]
         vsbench_seconds = _median([s["seconds"] for s in searches["vsbench"]])
         entry.update({
@@ -309,6 +342,29 @@ def main() -> None:
             "vsbench_search_peak_mb": max(s["peak_rss_mb"] for s in searches["vsbench"]),
             "vsbench_recall_at_k": recall(np.asarray(vsbench_search["ids"]), exact, args.k),
         })
+        if searches["merged"]:
+            merged_search = searches["merged"][-1]
+            merged_seconds = _median([s["seconds"] for s in searches["merged"]])
+            entry.update({
+                "merged_search_seconds": [s["seconds"] for s in searches["merged"]],
+                "merged_search_qps": args.queries / merged_seconds,
+                "merged_search_peak_mb": max(s["peak_rss_mb"] for s in searches["merged"]),
+                "merged_recall_at_k": recall(np.asarray(merged_search["ids"]), exact, args.k),
+                "merged_speedup": vsbench_seconds / merged_seconds,
+                "merged_same_ids": merged_search["ids"] == vsbench_search["ids"],
+                "merged_rows_with_other_ids": int(np.sum(np.any(np.asarray(merged_search["ids"])
+                                                                != np.asarray(vsbench_search["ids"]), axis=1))),
+            })
+            fill_seconds = sum(entry["fill_seconds"])
+            merged_rows.append([
+                codec, f"{fill_seconds:.1f}", f"{entry['merge_seconds']:.1f}",
+                f"{entry['merge_seconds'] / fill_seconds:.2f}x", f"{entry['merge_peak_mb']:.0f}",
+                f"{entry['vsbench_search_qps']:.0f}", f"{entry['merged_search_qps']:.0f}",
+                f"{entry['merged_speedup']:.2f}x",
+                f"{entry['vsbench_search_peak_mb']:.0f}/{entry['merged_search_peak_mb']:.0f}",
+                f"{entry['vsbench_recall_at_k']:.4f}/{entry['merged_recall_at_k']:.4f}",
+                f"{entry['merged_same_ids']} ({entry['merged_rows_with_other_ids']} rows differ)",
+                f"{entry['merged_mb']:.0f}"])
         if searches["faiss"]:
             faiss_search = searches["faiss"][-1]
             faiss_seconds = _median([s["seconds"] for s in searches["faiss"]])
@@ -322,7 +378,8 @@ def main() -> None:
                           "rows_with_other_ids": int(np.sum(np.any(np.asarray(faiss_search["ids"])
                                                                    != np.asarray(vsbench_search["ids"]), axis=1)))})
             (folder / "faiss.index").unlink(missing_ok=True)
-        index_bytes = sum(p.stat().st_size for p in (folder / "index").rglob("*.faiss"))
+        index_bytes = sum(p.stat().st_size for p in (folder / "index").rglob("*.faiss")
+                          if not p.name.startswith("merged-"))  # the shards and the trained codec, as before
         entry["index_mb"] = index_bytes / 2**20
         entry["load_average_1m"] = machine_info().get("load_average_1m")
         figures["codecs"][codec] = entry
@@ -342,6 +399,13 @@ def main() -> None:
     print(format_table(["codec", "faiss build s", "vsbench build s", "build x", "reuse s", "faiss q/s", "vsbench q/s",
                         "search x", "build peak MB one-pod/fill", "search peak MB f/v", f"recall@{args.k} f/v",
                         "same ids", "index MB"], rows))
+    if merged_rows:
+        print(f"\nmerged on disk (--merge-ondisk) beside the {args.reference_shards}-shard search, "
+              f"{args.search_shards} query shard(s): search tasks {args.search_shards} vs "
+              f"{args.search_shards * args.reference_shards}")
+        print(format_table(["codec", "fills s (sum)", "merge s", "merge/fills", "merge peak MB", "sharded q/s",
+                            "merged q/s", "merged speed-up", "search peak MB s/m", f"recall@{args.k} s/m", "same ids",
+                            "merged MB"], merged_rows))
     if args.json:
         write_json(args.json, figures)
 

@@ -40,29 +40,31 @@ def embed_shard(
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
-def search_tasks(search_shards: int, reference_shards: int) -> list[int]:
+def search_tasks(search_shards: int, reference_shards: int, merge_ondisk: bool = False) -> list[int]:
     """``[0, ..., search_shards x reference_shards - 1]``: task t searches query shard t // reference_shards
-    in reference shard t % reference_shards."""
+    in reference shard t % reference_shards; with ``merge_ondisk``, ``[0, ..., search_shards - 1]``, each
+    query shard searched once in the merged on-disk index."""
     from vsbench.steps.similarity import search_tasks as tasks
 
-    return tasks(search_shards, reference_shards)
+    return tasks(search_shards, reference_shards, merge_ondisk)
 
 
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
 def index(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
-    stage: str = "all",
+    stage: str = "all", merge_ondisk: bool = False,
 ):
     """The index step under ``out/index``: ``train`` trains each codec once (faiss-gpu when present)
     and writes it trained and empty, for the fill tasks; ``all`` trains, fills every one of
-    ``reference_shards`` shards and finishes in this one task. Everything is reused when built
-    before for the same inputs."""
+    ``reference_shards`` shards and finishes in this one task (``merge_ondisk``: IVF shards merged
+    into one on-disk index). Everything is reused when built before for the same inputs."""
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
-                       reference_shards=reference_shards, benchmark_options=benchmark_options)
+                       reference_shards=reference_shards, benchmark_options=benchmark_options,
+                       merge_ondisk=merge_ondisk)
     result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
                                    stage=stage)
     for name, value in result.metrics.items():
@@ -73,15 +75,19 @@ def index(
 def index_finish(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
+    merge_ondisk: bool = False,
 ):
     """The index step's last task: check that every reference shard was filled from this trained
     codec and these features, then write ``index.json`` (what the searches read). Reads only the
-    shards' records and the training rows: a small task."""
+    shards' records and the training rows: a small task. With ``merge_ondisk`` (IVF codecs) it
+    first merges the shards' inverted lists into one on-disk index, reading each shard mapped, list
+    by list: its memory stays small, its disk writes are the gallery's codes once."""
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
-                       reference_shards=reference_shards, benchmark_options=benchmark_options)
+                       reference_shards=reference_shards, benchmark_options=benchmark_options,
+                       merge_ondisk=merge_ondisk)
     result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
                                    stage="finish")
     for name, value in result.metrics.items():
@@ -115,9 +121,10 @@ def index_fill(
 def search(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, search_params: str,
     task: int, search_shards: int, reference_shards: int, benchmark_options: str, experiment: str, kfp_run_id: str,
-    manifest: Output[Artifact], metrics: Output[Metrics],
+    manifest: Output[Artifact], metrics: Output[Metrics], merge_ondisk: bool = False,
 ):
-    """Search task ``task``: one query shard in one reference shard of every index (resumable).
+    """Search task ``task``: one query shard in one reference shard of every index, or with
+    ``merge_ondisk`` in the merged on-disk index (resumable).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
     from vsbench.runspec.run import BenchmarkRun
@@ -126,7 +133,7 @@ def search(
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        search_params=search_params, search_shards=search_shards, reference_shards=reference_shards,
-                       benchmark_options=benchmark_options)
+                       benchmark_options=benchmark_options, merge_ondisk=merge_ondisk)
     result = similarity_search_step(run, out, task=task, model=model,
                                     parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
     for name, value in result.metrics.items():
@@ -137,7 +144,7 @@ def search(
 def score(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, global_cap: int, score_norm: str,
     search_params: str, search_shards: int, benchmark_options: str, parent_run_id: str, manifest: Output[Artifact],
-    metrics: Output[Metrics],
+    metrics: Output[Metrics], merge_ondisk: bool = False,
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
     from vsbench.runspec.run import BenchmarkRun
@@ -145,7 +152,7 @@ def score(
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, global_cap=global_cap,
                        score_norm=score_norm, search_params=search_params, search_shards=search_shards,
-                       benchmark_options=benchmark_options)
+                       benchmark_options=benchmark_options, merge_ondisk=merge_ondisk)
     result = similarity_score_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

@@ -137,6 +137,8 @@ PARAMETERS: dict[str, str] = {
                   "(empty: unnormalized only). Example: 1.00[0,2].",
     "search_shards": "Query shards: search tasks run over query shards x reference shards. Example: 1.",
     "reference_shards": "Gallery shards, each searched by its own task and merged exactly. Example: 1.",
+    "merge_ondisk": "IVF codecs only: merge the gallery shards into one on-disk index after filling them, so each "
+                    "query shard is searched once (not once per gallery shard). Example: false.",
     "search_params": "FAISS search parameters, e.g. nprobe=16 (empty: the codec's defaults). Example: nprobe=16.",
     "batch_size": "Images per embedding batch. Example: 64.",
     "report_last": "How many recent runs the nightly comparison report covers. Example: 30.",

@@ -33,10 +33,11 @@ DESCRIPTION = ("One benchmark x one model: embed the images (sharded), index wit
 
 def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_params, search_shards,
                      reference_shards, benchmark_options, experiment, parent_run_id, after,
-                     cluster: ClusterSettings | None, label: str = ""):
+                     cluster: ClusterSettings | None, label: str = "", merge_ondisk=False):
     """index-train -> ParallelFor(index-fill) -> index-finish -> search-tasks -> ParallelFor(search) -> score
     after ``after``, inside a pipeline function (the similarity and the nightly pipelines both use it);
-    returns the score task."""
+    returns the score task. ``merge_ondisk`` (IVF codecs): index-finish merges the reference shards into
+    one on-disk index and each query shard is searched once in it (search_shards tasks, not x reference_shards)."""
     suffix = f" {label}" if label else ""
     common = dict(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, score_norm=score_norm,
                   reference_shards=reference_shards, benchmark_options=benchmark_options)
@@ -45,17 +46,18 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
     with dsl.ParallelFor(fills.output) as shard:
         filled = index_fill(**common, shard=shard, experiment=experiment,
                             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-    indexed = index_finish(**common, parent_run_id=parent_run_id).after(filled)
-    tasks = search_tasks(search_shards=search_shards, reference_shards=reference_shards).after(indexed)
+    indexed = index_finish(**common, parent_run_id=parent_run_id, merge_ondisk=merge_ondisk).after(filled)
+    tasks = search_tasks(search_shards=search_shards, reference_shards=reference_shards,
+                         merge_ondisk=merge_ondisk).after(indexed)
     with dsl.ParallelFor(tasks.output) as task:
         searched = search(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
                           score_norm=score_norm, search_params=search_params, task=task, search_shards=search_shards,
                           reference_shards=reference_shards, benchmark_options=benchmark_options,
-                          experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+                          experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, merge_ondisk=merge_ondisk)
         searched.set_caching_options(False)  # keeps finished results on its own
     scored = score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, global_cap=global_cap,
                    score_norm=score_norm, search_params=search_params, search_shards=search_shards,
-                   benchmark_options=benchmark_options,
+                   benchmark_options=benchmark_options, merge_ondisk=merge_ondisk,
                    parent_run_id=parent_run_id).after(searched)
     # Caching off: each step reuses what it built before for the same inputs on its own.
     for task_, name, role, retries in ((trained, "index-train", "gpu", RETRIES["index"]),
@@ -85,6 +87,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         num_shards: int = 1,
         search_shards: int = 1,
         reference_shards: int = 1,
+        merge_ondisk: bool = False,
         search_params: str = "",
         batch_size: int = 64,
         device: str = "auto",
@@ -108,7 +111,8 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                              global_cap=global_cap, score_norm=score_norm, search_params=search_params,
                              search_shards=search_shards,
                              reference_shards=reference_shards, benchmark_options=benchmark_options,
-                             experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster)
+                             experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster,
+                             merge_ondisk=merge_ondisk)
             apply(shards, "light", cluster)
 
     describe(DESCRIPTION, similarity_pipeline,

@@ -36,6 +36,10 @@ SearchParamsOpt = Annotated[str, typer.Option(
 SearchShardsOpt = Annotated[int, typer.Option(min=1, help="Split the queries into this many search shards.")]
 ReferenceShardsOpt = Annotated[int, typer.Option(
     min=1, help="Split the gallery into this many indexes (one search task per query shard x reference shard).")]
+MergeOndiskOpt = Annotated[bool, typer.Option(
+    "--merge-ondisk", help="IVF codecs only: merge the reference shards' inverted lists into one on-disk index "
+    "(index --finish), searched once per query shard instead of once per reference shard. Give it to index, "
+    "search and score alike.")]
 
 
 def _json_option(text: str, name: str) -> dict:
@@ -62,6 +66,7 @@ def similarity_run(
     num_shards: Annotated[int, typer.Option(min=1, help="Embed in this many shards (run here one after another).")] = 1,
     search_shards: SearchShardsOpt = 1,
     reference_shards: ReferenceShardsOpt = 1,
+    merge_ondisk: MergeOndiskOpt = False,
     search_params: SearchParamsOpt = "",
     batch_size: int = 64,
     device: str = "auto",
@@ -91,7 +96,8 @@ def similarity_run(
         run = SimilarityRun.parse(benchmark=benchmark, root=str(root), benchmark_options=bench_opts, model=model,
                                   model_options=model_opts, codecs=codecs, k=k, global_cap=global_cap,
                                   score_norm=score_norm, search_params=search_params, num_shards=num_shards,
-                                  search_shards=search_shards, reference_shards=reference_shards, seed=seed)
+                                  search_shards=search_shards, reference_shards=reference_shards, seed=seed,
+                                  merge_ondisk=merge_ondisk)
     from vsbench.tracking.provenance import data_tags
 
     tags = {**data_tags(root.resolve()), **_baseline_tag(run)}
@@ -184,6 +190,7 @@ def similarity_index(
     fill: Annotated[bool, typer.Option("--fill", help="Only fill reference shard --shard from the embed shards' files.")] = False,
     shard: Annotated[int | None, typer.Option(min=0, help="The reference shard --fill fills.")] = None,
     finish: Annotated[bool, typer.Option("--finish", help="Only check the filled shards and write index.json.")] = False,
+    merge_ondisk: MergeOndiskOpt = False,
 ) -> None:
     """Build each FAISS index the benchmark searches from the embedding shards under OUT (OUT/index/;
     reused shard by shard when built before for the same features): train each codec once, fill
@@ -197,7 +204,7 @@ def similarity_index(
              "with --fill")
     stage = stages[0] if stages else "all"
     run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
-                         k=k, score_norm=score_norm, reference_shards=reference_shards)
+                         k=k, score_norm=score_norm, reference_shards=reference_shards, merge_ondisk=merge_ondisk)
     with user_errors():
         result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard)
     for trained in result.manifest.get("trained", []):
@@ -206,8 +213,9 @@ def similarity_index(
         typer.echo(f"{filled['search']}/{filled['codec']}: shard {filled['shard']}, {filled['count']} vectors, "
                    f"{'kept' if filled['kept'] else 'filled'}")
     for built in result.manifest.get("indexes", []):
+        merged = ", merged on disk" if built.get("merged") else ""
         typer.echo(f"{built['search']}/{built['codec']}: {built['count']} vectors in {len(built['reference_shards'])} "
-                   f"shard(s), {'reused' if built['reused'] else 'built'} ({built['folder']})")
+                   f"shard(s){merged}, {'reused' if built['reused'] else 'built'} ({built['folder']})")
     if "note" in result.manifest:
         typer.echo(result.manifest["note"])
 
@@ -217,8 +225,10 @@ def similarity_search(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
     search_shards: SearchShardsOpt = 1, reference_shards: ReferenceShardsOpt = 1, search_params: SearchParamsOpt = "",
+    merge_ondisk: MergeOndiskOpt = False,
     task: Annotated[list[int] | None, typer.Option(
-        help="Search task(s) to run (query shard = task // reference shards); default: every task.")] = None,
+        help="Search task(s) to run (query shard = task // reference shards, or = task with --merge-ondisk); "
+             "default: every task.")] = None,
     model: Annotated[str, typer.Option(help="Recorded only.")] = "",
 ) -> None:
     """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept)."""
@@ -227,20 +237,22 @@ def similarity_search(
 
     run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
-                         search_params=search_params)
+                         search_params=search_params, merge_ondisk=merge_ondisk)
     engine = Engine(run, out)  # one read of the benchmark and the features for every task
-    for number in task if task else search_tasks(search_shards, reference_shards):
+    for number in task if task else search_tasks(search_shards, reference_shards, merge_ondisk):
         with user_errors():
             result = similarity_search_step(run, str(out), task=number, model=model, engine=engine)
-        typer.echo(f"task {number}: query shard {result.manifest['query_shard']} x reference shard "
-                   f"{result.manifest['reference_shard']}: {len(result.manifest['results'])} result file(s)")
+        part = result.manifest["reference_shard"]
+        typer.echo(f"task {number}: query shard {result.manifest['query_shard']} x "
+                   f"{'the merged index' if part == 'merged' else f'reference shard {part}'}: "
+                   f"{len(result.manifest['results'])} result file(s)")
 
 
 @similarity_app.command("score")
 def similarity_score(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]", global_cap: GlobalCapOpt = 0,
-    search_shards: SearchShardsOpt = 1, search_params: SearchParamsOpt = "",
+    search_shards: SearchShardsOpt = 1, search_params: SearchParamsOpt = "", merge_ondisk: MergeOndiskOpt = False,
     model: Annotated[str, typer.Option(help="Recorded only.")] = "",
 ) -> None:
     """Merge the search results under OUT/search/ and print the benchmark's own table."""
@@ -248,7 +260,7 @@ def similarity_score(
 
     run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, global_cap=global_cap, search_shards=search_shards,
-                         search_params=search_params)
+                         search_params=search_params, merge_ondisk=merge_ondisk)
     with user_errors():
         result = similarity_score_step(run, str(out), model=model)
     _print_similarity_table(out, result.manifest)

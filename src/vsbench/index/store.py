@@ -13,6 +13,10 @@ Layout, one folder per (request, codec) under the index folder::
                                          holding references [start_j, stop_j)
         reference-<j>-of-<M>.json        what shard j was filled from (trained codec, bounds, ids,
                                          rows' source) and its file's digest; written after it
+        merged-of-<M>.faiss              (IVF codecs, ``merge_ondisk``) the shards merged into one
+        merged-of-<M>.ivfdata            index, its inverted lists on disk (vsbench.index.ondisk)
+        merged-of-<M>.json               what it was merged from (each shard file's sha256) and both
+                                         files' digests; written after them
         index.json                       what searches read (key, shards, every file's digest);
                                          written last, by :func:`finish_index`
 
@@ -23,6 +27,9 @@ The index step is three tasks so that no process holds the gallery: :func:`train
 and under the search folder, one file per (query shard i, reference shard j)::
 
     <search>/<request>/<codec-slug>/q<i>-of-<N>.r<j>-of-<M>.npz
+
+or, searched in the merged index (:func:`search_merged`), one per query shard:
+``q<i>-of-<N>.merged-of-<M>.npz``, in global ids already.
 
 holding each variant's ``(n_queries_i, k)`` similarities and global reference ids. The merge
 (:func:`collect`) keeps each query's global top ``k`` (:func:`vsbench.index.codec.merge_found`).
@@ -77,6 +84,7 @@ from vsbench.index.codec import (
     train_codec,
     tune,
 )
+from vsbench.index.ondisk import merge_shards, not_mergeable, read_merged
 from vsbench.index.plan import SearchRequest, SearchResults, array_digest, ids_digest
 from vsbench.index.search import use_gpu_now, validated
 from vsbench.io.features import MappedRows, row_block
@@ -160,6 +168,21 @@ class IndexInfo:
     def file_digest(self, name: str) -> str:
         return self.meta["files"][name]["sha256"]
 
+    @property
+    def merged_names(self) -> tuple[str, str] | None:
+        """The merged on-disk index's ``.faiss`` and ``.ivfdata`` names, when ``index.json`` records one."""
+        return merged_names(len(self.reference_shards)) if self.meta.get("merged") else None
+
+    def read_merged(self) -> faiss.Index:
+        """The merged on-disk index, refused unless both of its files have their recorded size and
+        sha256 (a data file that is not the one its ``.faiss`` file was written with is never mapped)."""
+        names = self.merged_names
+        if names is None:
+            raise SearchError(f"{self.folder / INDEX_JSON}: records no merged index; run vsbench similarity index "
+                              "--finish --merge-ondisk (IVF codecs), or search without --merge-ondisk")
+        faiss_path, data_path = (self._verified(name) for name in names)
+        return read_merged(faiss_path, data_path)
+
     def read(self, name: str, *, mmap: bool, record: str = INDEX_JSON) -> faiss.Index:
         """Index file ``name`` of this folder, refused unless its size and sha256 are those
         ``index.json`` (or ``record``) records: a shard swapped, replaced or damaged after the index
@@ -238,18 +261,19 @@ def index_key(request: SearchRequest, codec: str, reference_shards: int, *, cont
 
 
 def build_index(request: SearchRequest, folder: Path, *, reference_shards: int = 1,
-                use_gpu: bool | None = None) -> list[IndexInfo]:
+                use_gpu: bool | None = None, merge_ondisk: bool = False) -> list[IndexInfo]:
     """Train each codec of ``request`` once and persist it, its references split into
     ``reference_shards`` indexes: :func:`train_index`, :func:`fill_shard` for every shard, then
-    :func:`finish_index`, in this process (a pipeline runs them as separate tasks). What is already
-    there for the same inputs is reused, shard by shard."""
+    :func:`finish_index` (``merge_ondisk``: with the shards merged into one on-disk IVF index), in
+    this process (a pipeline runs them as separate tasks). What is already there for the same
+    inputs is reused, shard by shard."""
     infos = []
     for codec in request.codec_list:
         trained = train_index(request, folder, codec, reference_shards=reference_shards, use_gpu=use_gpu)
         kept = [fill_shard(request, folder, codec, shard, reference_shards=reference_shards,
                            use_gpu=use_gpu)["kept"] for shard in range(reference_shards)]
         infos.append(finish_index(request, folder, codec, reference_shards=reference_shards,
-                                  reused=trained["reused"] and all(kept)))
+                                  reused=trained["reused"] and all(kept), merge_ondisk=merge_ondisk))
     return infos
 
 
@@ -331,6 +355,12 @@ def _shard_name(shard: int, shards: int) -> str:
     return f"reference-{shard}-of-{shards}"
 
 
+def merged_names(shards: int) -> tuple[str, str]:
+    """The files of the on-disk index merged from ``shards`` reference shards: its ``.faiss`` file
+    (the trained index and where each list lies) and its ``.ivfdata`` file (the lists)."""
+    return f"merged-of-{shards}.faiss", f"merged-of-{shards}.ivfdata"
+
+
 def fill_shard(request: SearchRequest, folder: Path, codec: str, shard: int, *, reference_shards: int = 1,
                use_gpu: bool | None = None) -> dict[str, Any]:
     """The index step's fill task for reference shard ``shard``: a copy of the trained codec holding
@@ -383,12 +413,16 @@ def fill_shard(request: SearchRequest, folder: Path, codec: str, shard: int, *, 
 
 
 def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_shards: int = 1,
-                 reused: bool = False) -> IndexInfo:
+                 reused: bool = False, merge_ondisk: bool = False) -> IndexInfo:
     """The index step's last task: check that every shard was filled from this trained codec and
     these references, then write ``index.json`` (what searches read: the key, the shard bounds,
     every file's size and sha256). A shard that is missing, or filled from other features or another
     trained codec, is refused naming its record and the differing field; nothing is read but the
-    records and the training rows (their digest is part of the key)."""
+    records and the training rows (their digest is part of the key).
+
+    ``merge_ondisk`` (IVF codecs only) also merges the shards' inverted lists into one on-disk
+    index (:func:`merge_ondisk_shards`), which ``index.json`` then records beside the shards, so that one
+    search task probes the whole gallery (:func:`search_merged`)."""
     target = folder / request.name / codec_slug(codec)
     bounds = reference_bounds(len(request.references), reference_shards)
     key = index_key(request, codec, reference_shards)
@@ -396,6 +430,11 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
     if trained_meta is None or trained_meta.get("key") != train_key(request, codec):
         raise SearchError(f"{target / TRAIN_JSON}: missing or trained for other inputs; re-run the index step's "
                           "training (vsbench similarity index --train), then its fills")
+    if merge_ondisk:
+        reason = not_mergeable(_trained_view(target, trained_meta).read(TRAINED_FAISS, mmap=False, record=TRAIN_JSON))
+        if reason:
+            raise SearchError(f"--merge-ondisk applies to IVF codecs only: codec {codec!r} is not one ({reason}); "
+                              "drop --merge-ondisk, or index with an IVF codec (e.g. IVF1024,Flat)")
     problems = _file_damage(target, trained_meta, _train_file_names(trained_meta), verify=False)
     files = dict(trained_meta["files"])
     shard_ids = [_shard_ids_digest(request, start, stop) for start, stop in bounds]
@@ -423,18 +462,85 @@ def finish_index(request: SearchRequest, folder: Path, codec: str, *, reference_
         files[f"{name}.faiss"] = record["file"]
     if problems:
         raise SearchError(f"index {target}: " + "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else ""))
+    layout = {"transforms": trained_meta["transforms"], "reference_shards": bounds,
+              "keeps_train": trained_meta["keeps_train"]}
+    if merge_ondisk:
+        record = merge_ondisk_shards(target, trained_meta, bounds, files)
+        files.update(record["files"])
+        layout["merged"] = {"count": record["count"], "record": f"{_merged_stem(reference_shards)}.json"}
     meta = {"key": key, **{k: v for k, v in key.items() if k != "shard_rows"},
             "projected_dim": trained_meta["projected_dim"], "transforms": trained_meta["transforms"],
             "final_index": trained_meta["final_index"], "reference_shards": [list(b) for b in bounds],
             "faiss_version": faiss.__version__, "vsbench_version": _vsbench_version(),
             "shard_ids_digests": shard_ids,
-            "trained_on": trained_meta["trained_on"], "files": {name: files[name] for name in _file_names(
-                {"transforms": trained_meta["transforms"], "reference_shards": bounds,
-                 "keeps_train": trained_meta["keeps_train"]})}}
+            "trained_on": trained_meta["trained_on"], "files": {name: files[name] for name in _file_names(layout)}}
+    if merge_ondisk:
+        meta["merged"] = layout["merged"]
     existing = _read_meta(target)
     if existing != meta:
         atomic_write_json(target / INDEX_JSON, meta)
     return IndexInfo(target, {**meta, "reused": reused})
+
+
+def _merged_stem(shards: int) -> str:
+    return merged_names(shards)[0].removesuffix(".faiss")
+
+
+def _trained_view(target: Path, trained_meta: dict[str, Any], files: dict[str, Any] | None = None) -> IndexInfo:
+    """An :class:`IndexInfo` over ``target`` whose recorded files are the trained codec's (and ``files``):
+    what reads them before ``index.json`` exists checks them against their own records."""
+    return IndexInfo(target, {**trained_meta, "files": {**trained_meta["files"], **(files or {})}})
+
+
+def merge_ondisk_shards(target: Path, trained_meta: dict[str, Any], bounds: Sequence[tuple[int, int]],
+                        files: dict[str, Any]) -> dict[str, Any]:
+    """Merge the filled reference shards of ``target`` into one on-disk IVF index
+    (``merged-of-<M>.faiss`` and ``merged-of-<M>.ivfdata``, :func:`vsbench.index.ondisk.merge_shards`)
+    and write its record ``merged-of-<M>.json`` after them: the trained codec's digest, the shard
+    bounds, the sha256 of each shard file it was merged from, and both files' size and sha256.
+
+    Kept when its record says it was merged from these very shard files and both files have their
+    recorded digests; merged again otherwise, with one line saying why (``index.json`` is removed
+    first: no search reads the index while its merged files are rewritten). Memory is the merged
+    index's quantizer and one list at a time: the shards are read memory-mapped."""
+    shards = len(bounds)
+    stem = _merged_stem(shards)
+    faiss_name, data_name = merged_names(shards)
+    shard_names = [f"{_shard_name(shard, shards)}.faiss" for shard in range(shards)]
+    expected = {"trained_digest": trained_meta["trained_digest"], "bounds": [list(b) for b in bounds],
+                "shards": {name: files[name]["sha256"] for name in shard_names}}
+    existing = _read_meta(target, f"{stem}.json")
+    if existing is not None:
+        differing = [field for field in expected if existing.get(field) != expected[field]]
+        recorded = existing.get("files") if isinstance(existing.get("files"), dict) else {}
+        problem = (f"merged from other shards ({', '.join(differing)} differ)" if differing else
+                   next((f"{name}: {why}" for name in (faiss_name, data_name)
+                         if (why := _file_problem(target / name, recorded.get(name), record=f"{stem}.json"))), None))
+        if problem is None:
+            logger.info("index %s: %s kept (merged from the same shards)", target, faiss_name)
+            return existing
+        logger.warning("index %s: %s merged again: %s", target, faiss_name, problem)
+    (target / INDEX_JSON).unlink(missing_ok=True)
+    (target / f"{stem}.json").unlink(missing_ok=True)
+    view = _trained_view(target, trained_meta, files)
+    trained = view.read(TRAINED_FAISS, mmap=False, record=TRAIN_JSON)
+    opened = []
+    for name, (start, stop) in zip(shard_names, bounds):
+        path = view._verified(name, f"{name.removesuffix('.faiss')}.json")
+        try:  # mapped whatever its size: the merge reads each list once, and no pod holds the gallery
+            shard = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        except RuntimeError as exc:
+            raise SearchError(f"{path}: not a readable FAISS index ({str(exc).strip().splitlines()[-1]}); re-run "
+                              "its fill") from None
+        if shard.ntotal != stop - start:
+            raise SearchError(f"{path}: holds {shard.ntotal} vectors, its bounds say {stop - start}; re-run its fill")
+        opened.append((shard, start))
+    count = merge_shards(trained, opened, target / faiss_name, target / data_name)
+    del opened
+    record = {**expected, "count": count, "files": _record_files(target, [faiss_name, data_name]),
+              "faiss_version": faiss.__version__, "vsbench_version": _vsbench_version()}
+    atomic_write_json(target / f"{stem}.json", record)
+    return record
 
 
 def _shard_ids_digest(request: SearchRequest, start: int, stop: int) -> str:
@@ -526,6 +632,23 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
                  query_shards: int, reference_shard: int, use_gpu: bool | None = None) -> list[Path]:
     """Search queries ``query_shard`` of ``query_shards`` in reference shard ``reference_shard`` of
     every codec; writes one result file per codec (kept when already there for the same inputs)."""
+    return _search(request, index_folder, out_folder, query_shard=query_shard, query_shards=query_shards,
+                   reference_shard=reference_shard, use_gpu=use_gpu)
+
+
+def search_merged(request: SearchRequest, index_folder: Path, out_folder: Path, *, query_shard: int,
+                  query_shards: int, use_gpu: bool | None = None) -> list[Path]:
+    """Search queries ``query_shard`` of ``query_shards`` in the merged on-disk index of every codec
+    (``finish_index(merge_ondisk=True)``): one probe of the whole gallery, its lists mapped from disk,
+    instead of one per reference shard; writes ``q<i>-of-<N>.merged-of-<M>.npz`` per codec, in global
+    reference ids (kept when already there for the same inputs)."""
+    return _search(request, index_folder, out_folder, query_shard=query_shard, query_shards=query_shards,
+                   reference_shard=None, use_gpu=use_gpu)
+
+
+def _search(request: SearchRequest, index_folder: Path, out_folder: Path, *, query_shard: int, query_shards: int,
+            reference_shard: int | None, use_gpu: bool | None) -> list[Path]:
+    """One search task: reference shard ``reference_shard``, or the merged index (``None``)."""
     queries = np.ascontiguousarray(request.queries, dtype=np.float32)
     start, stop = query_bounds(len(queries), query_shards)[query_shard]
     q = queries[start:stop]
@@ -535,22 +658,29 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
     for codec in request.codec_list:
         info = load_index_info(request, index_folder, codec, reference_shard=reference_shard)
         shards = info.reference_shards
-        if not 0 <= reference_shard < len(shards):
+        if reference_shard is not None and not 0 <= reference_shard < len(shards):
             raise SearchError(f"reference shard {reference_shard} does not exist: the index of codec {codec!r} "
                               f"has {len(shards)} reference shard(s)")
+        if reference_shard is None and info.merged_names is None:
+            info.read_merged()  # refused, naming index.json and the fix
+        bounds = (0, info.meta["count"]) if reference_shard is None else shards[reference_shard]
         target = _result_path(out_folder, request, codec, query_shard, query_shards, reference_shard, len(shards))
         key = _search_key(request, info, codec, start, stop, reference_shard, array_digest(q))
-        _, problem = _checked_result(target, key, len(q), shards[reference_shard], request)
+        _, problem = _checked_result(target, key, len(q), bounds, request)
         if problem is None:
             logger.info("search %s: kept (same inputs)", target)
             written.append(target)
             continue
         if target.exists():
             logger.warning("search %s: searched again: %s", target, problem)
-        cpu_index = info.read(info.shard_path(reference_shard).name, mmap=not on_gpu)
-        shard_start, shard_stop = shards[reference_shard]
+        if reference_shard is None:
+            cpu_index, path = info.read_merged(), info.folder / info.merged_names[0]
+        else:
+            cpu_index, path = info.read(info.shard_path(reference_shard).name, mmap=not on_gpu), \
+                info.shard_path(reference_shard)
+        shard_start, shard_stop = bounds
         if cpu_index.ntotal != shard_stop - shard_start or cpu_index.d != info.meta["projected_dim"]:
-            raise SearchError(f"{info.shard_path(reference_shard)}: holds {cpu_index.ntotal} vectors of "
+            raise SearchError(f"{path}: holds {cpu_index.ntotal} vectors of "
                               f"{cpu_index.d} dimensions, {INDEX_JSON} says {shard_stop - shard_start} of "
                               f"{info.meta['projected_dim']}; re-run the index step (vsbench similarity index)")
         trained = _load_trained(info, request, cpu_index)
@@ -576,10 +706,12 @@ def search_shard(request: SearchRequest, index_folder: Path, out_folder: Path, *
     return written
 
 
-def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, query_shards: int) -> SearchResults:
+def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, query_shards: int,
+            merged: bool = False) -> SearchResults:
     """Merge every (query shard, reference shard) result into the request's results: for each query
     the global top ``k`` over the reference shards, the query shards one after another. Missing or
-    stale shard results are an error naming each of them."""
+    stale shard results are an error naming each of them. ``merged``: the results are
+    :func:`search_merged`'s, one per query shard, already over the whole gallery."""
     per_codec: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]] = {}
     problems = []
     for codec in request.codec_list:
@@ -591,12 +723,14 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
         for query_shard, (start, stop) in enumerate(query_bounds(len(request.queries), query_shards)):
             parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in variants]
             queries_digest = array_digest(queries[start:stop])
-            for reference_shard in range(reference_shards):
+            for reference_shard in [None] if merged else range(reference_shards):
                 path = _result_path(search_folder, request, codec, query_shard, query_shards, reference_shard,
                                     reference_shards)
+                if merged and info.merged_names is None:
+                    info.read_merged()  # refused, naming index.json and the fix
                 expected = _search_key(request, info, codec, start, stop, reference_shard, queries_digest)
-                arrays, problem = _checked_result(path, expected, stop - start,
-                                                  info.reference_shards[reference_shard], request)
+                bounds = (0, info.meta["count"]) if reference_shard is None else info.reference_shards[reference_shard]
+                arrays, problem = _checked_result(path, expected, stop - start, bounds, request)
                 if arrays is None:
                     problems.append(f"{path} of codec {codec!r}: {problem}")
                     continue
@@ -618,13 +752,13 @@ def collect(request: SearchRequest, index_folder: Path, search_folder: Path, *, 
     return results
 
 
-def _search_key(request: SearchRequest, info: IndexInfo, codec: str, start: int, stop: int, reference_shard: int,
-                queries_digest: str) -> dict[str, Any]:
+def _search_key(request: SearchRequest, info: IndexInfo, codec: str, start: int, stop: int,
+                reference_shard: int | None, queries_digest: str) -> dict[str, Any]:
     """What a search result is for: the index, the sha256 of every index file the search read (the
-    transforms, its reference shard, the training rows), the query rows and their digest, k, the
-    variants and the search-time settings (JSON-normalized, as it is read back)."""
+    transforms, its reference shard or both merged files, the training rows), the query rows and their
+    digest, k, the variants and the search-time settings (JSON-normalized, as it is read back)."""
     names = [f"transform-{n}.faiss" for n in range(info.meta["transforms"])]
-    names.append(info.shard_path(reference_shard).name)
+    names += info.merged_names if reference_shard is None else [info.shard_path(reference_shard).name]
     if request.norms:
         names.append("train.faiss")
     key = {"index": info.meta["key"], "index_files": {name: info.file_digest(name) for name in names},
@@ -737,6 +871,8 @@ def _file_names(meta: dict[str, Any]) -> list[str]:
     names += [f"reference-{j}-of-{shards}.faiss" for j in range(shards)]
     if meta.get("keeps_train"):
         names.append("train.faiss")
+    if meta.get("merged"):
+        names += merged_names(shards)
     return names
 
 
@@ -795,9 +931,9 @@ def _read_meta(folder: Path, name: str = INDEX_JSON) -> dict[str, Any] | None:
 
 
 def _result_path(folder: Path, request: SearchRequest, codec: str, query_shard: int, query_shards: int,
-                 reference_shard: int, reference_shards: int) -> Path:
-    return (folder / request.name / codec_slug(codec)
-            / f"q{query_shard}-of-{query_shards}.r{reference_shard}-of-{reference_shards}.npz")
+                 reference_shard: int | None, reference_shards: int) -> Path:
+    part = f"merged-of-{reference_shards}" if reference_shard is None else f"r{reference_shard}-of-{reference_shards}"
+    return folder / request.name / codec_slug(codec) / f"q{query_shard}-of-{query_shards}.{part}.npz"
 
 
 def _content_digest(key_json: str, arrays: dict[str, np.ndarray]) -> str:
@@ -846,5 +982,5 @@ def shard_tasks(query_shards: int, reference_shards: int) -> list[tuple[int, int
     return [divmod(task, reference_shards) for task in range(query_shards * reference_shards)]
 
 
-__all__: Sequence[str] = ["IndexInfo", "build_index", "codec_slug", "collect", "load_index_info", "search_shard",
-                          "shard_bounds", "shard_tasks"]
+__all__: Sequence[str] = ["IndexInfo", "build_index", "codec_slug", "collect", "load_index_info", "merge_ondisk_shards",
+                          "search_merged", "search_shard", "shard_bounds", "shard_tasks"]

@@ -11,8 +11,10 @@ run. The steps are separable so that a pipeline can fan each out over shards and
   indexes (reused shard by shard when built before for the same inputs), in three stages that a
   pipeline runs as separate tasks: ``train`` (each codec trained once), ``fill`` (one task per
   reference shard, reading its rows in place from the embed step's files) and ``finish``
-  (``index.json``); ``all`` runs the three here;
-* :meth:`Engine.search`: one (query shard, reference shard) task of ``search_shards x reference_shards``;
+  (``index.json``; with ``merge_ondisk``, IVF shards merged into one on-disk index first); ``all``
+  runs the three here;
+* :meth:`Engine.search`: one (query shard, reference shard) task of ``search_shards x reference_shards``,
+  or with ``merge_ondisk`` one query shard in the merged index (``search_shards`` tasks);
 * :meth:`Engine.score`: merge the tasks' results into each query's global top k and score them with
   the benchmark's own metrics.
 
@@ -34,7 +36,15 @@ from typing import Any
 from vsbench.benchmarks.base import Benchmark, EvalResult
 from vsbench.benchmarks.registry import load_benchmark
 from vsbench.index.plan import SearchRequest
-from vsbench.index.store import build_index, collect, fill_shard, finish_index, search_shard, train_index
+from vsbench.index.store import (
+    build_index,
+    collect,
+    fill_shard,
+    finish_index,
+    search_merged,
+    search_shard,
+    train_index,
+)
 from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
@@ -128,13 +138,17 @@ class Engine:
             return {"benchmark": self.run.benchmark, "stage": "fill", "shard": shard, "reference_shards": shards,
                     "filled": filled}
         indexes = []
+        merge = self.run.merge_ondisk
         for request in self.requests:
-            infos = (build_index(request, folder, reference_shards=shards, use_gpu=self.settings.use_gpu)
+            infos = (build_index(request, folder, reference_shards=shards, use_gpu=self.settings.use_gpu,
+                                 merge_ondisk=merge)
                      if stage == "all" else
-                     [finish_index(request, folder, codec, reference_shards=shards) for codec in request.codec_list])
+                     [finish_index(request, folder, codec, reference_shards=shards, merge_ondisk=merge)
+                      for codec in request.codec_list])
             for info in infos:
                 indexes.append({"search": request.name, "folder": str(info.folder), **info.meta})
-        manifest: dict[str, Any] = {"benchmark": self.run.benchmark, "reference_shards": shards, "indexes": indexes}
+        manifest: dict[str, Any] = {"benchmark": self.run.benchmark, "reference_shards": shards,
+                                    "merge_ondisk": merge, "indexes": indexes}
         if not self.requests:
             manifest["note"] = f"{self.run.benchmark} ranks without a FAISS index (see its module); nothing to build"
         atomic_write_json(self.out / INDEX_DIR / INDEX_MANIFEST, manifest)
@@ -142,20 +156,29 @@ class Engine:
 
     def search(self, task: int = 0) -> dict[str, Any]:
         """Search task ``task`` of ``search_shards x reference_shards``: query shard ``task // reference_shards``
-        in reference shard ``task % reference_shards`` of every index; finished results are kept."""
+        in reference shard ``task % reference_shards`` of every index; with ``merge_ondisk``, query shard
+        ``task`` in the merged on-disk index. Finished results are kept."""
         search_shards, reference_shards = self.run.search_shards, self.run.reference_shards
+        merge = self.run.merge_ondisk
         if not 0 <= task < self.run.search_tasks:
             raise ValueError(f"search task {task} does not exist: there are {search_shards} query shard(s) x "
-                             f"{reference_shards} reference shard(s) = {self.run.search_tasks} tasks")
-        query_shard, reference_shard = divmod(task, reference_shards)
+                             f"{1 if merge else reference_shards} "
+                             f"{'merged index' if merge else 'reference shard(s)'} = {self.run.search_tasks} tasks")
+        query_shard, reference_shard = (task, None) if merge else divmod(task, reference_shards)
         requests = self.requests  # the benchmark's own files first: a wrong --root is named before the index
         self._check_reference_shards()
         written = []
         for request in requests:
-            written += search_shard(request, self.out / INDEX_DIR, self.out / SEARCH_DIR, query_shard=query_shard,
-                                    query_shards=search_shards, reference_shard=reference_shard,
-                                    use_gpu=self.settings.use_gpu)
-        return {"task": task, "query_shard": query_shard, "reference_shard": reference_shard,
+            if reference_shard is None:
+                written += search_merged(request, self.out / INDEX_DIR, self.out / SEARCH_DIR,
+                                         query_shard=query_shard, query_shards=search_shards,
+                                         use_gpu=self.settings.use_gpu)
+            else:
+                written += search_shard(request, self.out / INDEX_DIR, self.out / SEARCH_DIR,
+                                        query_shard=query_shard, query_shards=search_shards,
+                                        reference_shard=reference_shard, use_gpu=self.settings.use_gpu)
+        return {"task": task, "query_shard": query_shard,
+                "reference_shard": "merged" if reference_shard is None else reference_shard,
                 "search_shards": search_shards, "reference_shards": reference_shards,
                 "results": [str(path) for path in written]}
 
@@ -165,19 +188,23 @@ class Engine:
         if not self.requests:
             return self._write(self.bench.evaluate(self.features, self.settings))
         results = {request.name: collect(request, self.out / INDEX_DIR, self.out / SEARCH_DIR,
-                                         query_shards=self.run.search_shards)
+                                         query_shards=self.run.search_shards, merged=self.run.merge_ondisk)
                    for request in self.requests}
         return self._write(self.bench.score(self.features, self.settings, results))
 
     def _check_reference_shards(self) -> None:
         path = self.out / INDEX_DIR / INDEX_MANIFEST
         try:
-            built = read_json(path).get("reference_shards")
+            manifest = read_json(path)
+            built = manifest.get("reference_shards")
         except (OSError, ValueError, AttributeError):
             raise ValueError(f"{path}: no index manifest; run the index step first") from None
         if built != self.run.reference_shards:
             raise ValueError(f"{path}: the index was built with {built} reference shard(s), the search asks for "
                              f"{self.run.reference_shards}; use the same number in both steps")
+        if self.run.merge_ondisk and not manifest.get("merge_ondisk"):
+            raise ValueError(f"{path}: the index was built without --merge-ondisk, the search asks for the merged "
+                             "index; run vsbench similarity index --finish --merge-ondisk, or search without it")
 
     def _write(self, result: EvalResult) -> EvalResult:
         atomic_write_json(self.out / "metrics.json", {"benchmark": self.run.benchmark, "records": result.records})

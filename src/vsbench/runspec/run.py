@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.registry import canonical
@@ -49,6 +49,8 @@ class BenchmarkRun(BaseModel):
     num_shards: int = Field(default=1, ge=1, description="embedding shards (a ParallelFor)")
     search_shards: int = Field(default=1, ge=1, description="query shards of the search fan-out")
     reference_shards: int = Field(default=1, ge=1, description="gallery shards: one index each")
+    merge_ondisk: bool = Field(default=False, description="IVF codecs: merge the reference shards into one on-disk "
+                               "index, searched once per query shard")
 
     @field_validator("benchmark")
     @classmethod
@@ -59,6 +61,20 @@ class BenchmarkRun(BaseModel):
     @classmethod
     def _benchmark_options(cls, value: Any) -> dict[str, Any]:
         return json_object(value, "benchmark_options")
+
+    @field_validator("merge_ondisk")
+    @classmethod
+    def _merge_ondisk_needs_ivf(cls, merge: bool, info: ValidationInfo) -> bool:
+        """Refused here, before any step runs: only IVF codecs have inverted lists to merge (the
+        index step checks the trained index itself too)."""
+        codecs = info.data.get("codecs")
+        if merge and isinstance(codecs, str):
+            others = [codec for codec in codecs.split(";")
+                      if not any(part.strip().startswith("IVF") for part in codec.split(","))]
+            if others:
+                raise ValueError(f"applies to IVF codecs only: {', '.join(map(repr, others))} is not one; drop "
+                                 "--merge-ondisk, or index with IVF codecs (e.g. IVF1024,Flat)")
+        return merge
 
     @classmethod
     def parse(cls, **fields: Any) -> Self:
@@ -72,8 +88,9 @@ class BenchmarkRun(BaseModel):
 
     @property
     def search_tasks(self) -> int:
-        """Search task t takes query shard t // reference_shards and reference shard t % reference_shards."""
-        return self.search_shards * self.reference_shards
+        """Search task t takes query shard t // reference_shards and reference shard t % reference_shards;
+        with ``merge_ondisk``, query shard t in the merged index (one task per query shard)."""
+        return self.search_shards * (1 if self.merge_ondisk else self.reference_shards)
 
     def settings(self) -> EvalSettings:
         return EvalSettings(codecs=self.codecs, k=self.k, global_cap=self.global_cap or None,

@@ -29,13 +29,14 @@ def embed_shards(num_shards: int) -> list[int]:
     return list(range(num_shards))
 
 
-def search_tasks(search_shards: int, reference_shards: int) -> list[int]:
+def search_tasks(search_shards: int, reference_shards: int, merge_ondisk: bool = False) -> list[int]:
     """The search tasks: task t searches query shard t // reference_shards in reference shard
-    t % reference_shards."""
+    t % reference_shards; with ``merge_ondisk``, query shard t in the merged on-disk index (the
+    whole gallery in one probe: one task per query shard)."""
     if search_shards < 1 or reference_shards < 1:
         raise ValueError(f"search_shards and reference_shards must be at least 1, got {search_shards} and "
                          f"{reference_shards}")
-    return list(range(search_shards * reference_shards))
+    return list(range(search_shards * (1 if merge_ondisk else reference_shards)))
 
 
 def _search_params(run: BenchmarkRun, model: str) -> dict[str, Any]:
@@ -99,7 +100,8 @@ def similarity_index_step(
     """Build (or reuse) each FAISS index, its references in ``run.reference_shards``; ``stage``
     ``train``, ``fill`` (with ``shard``) or ``finish`` runs one of its tasks, ``all`` the three."""
     engine = engine or Engine(run, Path(out))
-    params = {**_search_params(run, model), "reference_shards": run.reference_shards, "stage": stage}
+    params = {**_search_params(run, model), "reference_shards": run.reference_shards, "stage": stage,
+              "merge_ondisk": run.merge_ondisk}
     name = f"index-{run.benchmark}" + ("" if stage == "all" else f"-{stage}") + ("" if shard is None else f"-{shard}")
     started = time.perf_counter()
     with child_run(parent_run_id, name, params) as tracker:
@@ -129,7 +131,8 @@ def similarity_search_step(
     """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
     engine = engine or Engine(run, Path(out))
     params = {**_search_params(run, model), "task": task, "search_shards": run.search_shards,
-              "reference_shards": run.reference_shards, "search_params": run.search_params or "-"}
+              "reference_shards": run.reference_shards, "search_params": run.search_params or "-",
+              "merge_ondisk": run.merge_ondisk}
     started = time.perf_counter()
     with child_run(parent_run_id, f"search-{run.benchmark}-task-{task}-of-{run.search_tasks}", params) as tracker:
         manifest = engine.search(task)
@@ -175,6 +178,6 @@ def run_inline(run: SimilarityRun, out: Path, *, batch_size: int = 64, device: s
         similarity_embed_step(run, str(out), shard=shard, batch_size=batch_size, device=device, progress=progress,
                               engine=engine)
     similarity_index_step(run, str(out), model=run.model, engine=engine)
-    for task in search_tasks(run.search_shards, run.reference_shards):
+    for task in search_tasks(run.search_shards, run.reference_shards, run.merge_ondisk):
         similarity_search_step(run, str(out), task=task, model=run.model, engine=engine)
     return similarity_score_step(run, str(out), model=run.model, engine=engine)
