@@ -35,7 +35,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from vsbench.index.settings import SearchError
+from vsbench.index.settings import SearchError, env_count
 
 
 def not_mergeable(index: faiss.Index) -> str | None:
@@ -169,11 +169,4 @@ def prefetch_threads() -> int:
     file in the page cache that is the scan's memory traffic twice, on the search's own cores (1 M x
     128-d IVF1024,Flat, nprobe 16, 2 cores: the merged search at 0.83x the 4-shard one with it, see
     docs/scale.md). Set it on a volume where a list's first read waits for the network or a disk."""
-    raw = os.environ.get("VSBENCH_ONDISK_PREFETCH_THREADS", "0")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SearchError(f"VSBENCH_ONDISK_PREFETCH_THREADS={raw!r}: expected a whole number of threads") from None
-    if value < 0:
-        raise SearchError(f"VSBENCH_ONDISK_PREFETCH_THREADS={raw!r}: expected 0 or more threads")
-    return value
+    return env_count("VSBENCH_ONDISK_PREFETCH_THREADS", 0, "threads")

@@ -5,6 +5,7 @@ error every bad input or setting raises."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 
@@ -119,3 +120,16 @@ def parse_codecs(text: str) -> list[str]:
     if repeated:
         raise SearchError(f"codecs {text!r}: {repeated} listed more than once")
     return codecs
+
+
+def env_count(name: str, default: int, unit: str) -> int:
+    """A whole number >= 0 from the environment variable ``name`` (``default`` when unset); any
+    other value is a SearchError naming the variable and what it expects."""
+    raw = os.environ.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SearchError(f"{name}={raw!r}: expected a whole number of {unit}") from None
+    if value < 0:
+        raise SearchError(f"{name}={raw!r}: expected 0 or more {unit}")
+    return value

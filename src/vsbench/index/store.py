@@ -87,6 +87,7 @@ from vsbench.index.codec import (
 from vsbench.index.ondisk import merge_shards, not_mergeable, read_merged
 from vsbench.index.plan import SearchRequest, SearchResults, array_digest, ids_digest
 from vsbench.index.search import use_gpu_now, validated
+from vsbench.index.settings import env_count
 from vsbench.io.features import MappedRows, row_block
 from vsbench.io.inputs import load_arrays, parse_json, read_json
 from vsbench.io.storage import atomic_write_bytes, atomic_write_json, file_sha256, remember_verified, sha256_matches
@@ -823,14 +824,7 @@ def _on_device(index: faiss.Index, on_gpu: bool, trained: TrainedCodec, k: int) 
 
 def mmap_min_bytes() -> int:
     """Index files at least this large are memory-mapped (``VSBENCH_MMAP_MIN_BYTES``, default 1 GiB)."""
-    raw = os.environ.get("VSBENCH_MMAP_MIN_BYTES", str(1 << 30))
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SearchError(f"VSBENCH_MMAP_MIN_BYTES={raw!r}: expected a whole number of bytes") from None
-    if value < 0:
-        raise SearchError(f"VSBENCH_MMAP_MIN_BYTES={raw!r}: expected 0 or more bytes")
-    return value
+    return env_count("VSBENCH_MMAP_MIN_BYTES", 1 << 30, "bytes")
 
 
 def _read_index(path: Path, *, mmap: bool, inverted_lists: bool) -> faiss.Index:
