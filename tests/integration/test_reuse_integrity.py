@@ -32,6 +32,7 @@ from vsbench.cli.app import app
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")]
 
 OUTPUTS = ("metrics.json", "disc_metrics.csv", ".png")  # what a run writes for the user, never reads back
+LOCKS = ".vsbench-lock"  # one-writer locks: their content only names the holder in a message
 DAMAGES = ("flip", "truncate", "random", "swap", "empty", "foreign")
 STAGES = ("cache", "features", "index", "search")  # each made from the one before
 
@@ -91,7 +92,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list
     rows = _finish(work, model)
     assert _finish(other, _model(parent / "other.torchscript.pt", 1)) != rows
     reused = sorted(str(path.relative_to(work)) for folder in ("out", "cache") for path in (work / folder).rglob("*")
-                    if path.is_file() and not path.name.endswith(OUTPUTS))
+                    if path.is_file() and not path.name.endswith(OUTPUTS) and not path.name.startswith(LOCKS))
     assert any(name.endswith(".faiss") for name in reused) and any("chunk-" in name for name in reused)
     return work, model, rows, reused
 

@@ -185,7 +185,8 @@ def _benchmark_run(**fields):
 def similarity_index(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
-    reference_shards: ReferenceShardsOpt = 1, model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+    reference_shards: ReferenceShardsOpt = 1,
+    model: Annotated[str, typer.Option(help="The model the features must come from (checked), and recorded.")] = "",
     train: Annotated[bool, typer.Option("--train", help="Only train each codec once (the pipeline's first index task).")] = False,
     fill: Annotated[bool, typer.Option("--fill", help="Only fill reference shard --shard from the embed shards' files.")] = False,
     shard: Annotated[int | None, typer.Option(min=0, help="The reference shard --fill fills.")] = None,
@@ -229,7 +230,7 @@ def similarity_search(
     task: Annotated[list[int] | None, typer.Option(
         help="Search task(s) to run (query shard = task // reference shards, or = task with --merge-ondisk); "
              "default: every task.")] = None,
-    model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+    model: Annotated[str, typer.Option(help="The model the features must come from (checked), and recorded.")] = "",
 ) -> None:
     """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept)."""
     from vsbench.retrieval.engine import Engine
@@ -238,7 +239,7 @@ def similarity_search(
     run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
-    engine = Engine(run, out)  # one read of the benchmark and the features for every task
+    engine = Engine(run, out, model=model)  # one read of the benchmark and the features for every task
     for number in task if task else search_tasks(search_shards, reference_shards, merge_ondisk):
         with user_errors():
             result = similarity_search_step(run, str(out), task=number, model=model, engine=engine)
@@ -253,7 +254,7 @@ def similarity_score(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]", global_cap: GlobalCapOpt = 0,
     search_shards: SearchShardsOpt = 1, search_params: SearchParamsOpt = "", merge_ondisk: MergeOndiskOpt = False,
-    model: Annotated[str, typer.Option(help="Recorded only.")] = "",
+    model: Annotated[str, typer.Option(help="The model the features must come from (checked), and recorded.")] = "",
 ) -> None:
     """Merge the search results under OUT/search/ and print the benchmark's own table."""
     from vsbench.steps.similarity import similarity_score_step

@@ -99,14 +99,40 @@ def output_lock(folder: str | os.PathLike[str], *, name: str = "", what: str = "
 
     ``what`` words the output for the message (default: the folder). Raises :class:`OutputBusy`
     when another process holds it after ``wait_s`` seconds (default :func:`wait_seconds`). The lock
-    is re-entrant across nothing: a process that takes the same lock twice would wait on itself, so
-    each output has one place that locks it. ``shared`` takes it in shared mode: the steps of one
+    is held by this process until the block ends. Within one process the lock is re-entrant: a run
+    holding its folder exclusively (``similarity run``) calls the steps, whose own locks are then
+    already its own. ``shared`` takes it in shared mode: the steps of one
     pipeline, running in parallel, share their folder and each holds its own output exclusively
     (:func:`step_lock`), while a whole run (``similarity run``) holds the folder exclusively.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputBusy(f"{folder}: cannot be an output folder ({exc.strerror or exc}): choose a folder path") from None
     path = lock_path(folder, name)
+    held = _HELD.get(os.path.realpath(path))
+    if held is not None and held[0] == os.getpid() and (held[1] == "exclusive" or shared):
+        yield path  # this process holds it already (the outer holder releases it)
+        return
+    with _holding(path, shared):
+        yield from _locked(folder, path, what=what, wait_s=wait_s, shared=shared)
+
+
+_HELD: dict[str, tuple[int, str]] = {}  # lock file (real path) -> (pid, mode) of the locks this process holds
+
+
+@contextlib.contextmanager
+def _holding(path: Path, shared: bool) -> Iterator[None]:
+    key = os.path.realpath(path)
+    _HELD[key] = (os.getpid(), "shared" if shared else "exclusive")
+    try:
+        yield
+    finally:
+        _HELD.pop(key, None)
+
+
+def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared: bool) -> Iterator[Path]:
     deadline = time.monotonic() + wait_seconds(wait_s)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:

@@ -4,7 +4,13 @@ Shard ``i`` of ``n`` (a contiguous, balanced slice of the ids) writes
 ``<set_name>.shard-<i>-of-<n>.npz`` (a :class:`~vsbench.io.features.FeatureSet`) and a manifest
 ``<set_name>.shard-<i>-of-<n>.json`` beside it, so a pipeline can fan one set out over nodes and
 :func:`merge_shards` puts the pieces back in order. A shard whose manifest says it is complete
-for the same model, options and ids is not recomputed: a retried step redoes only what is missing.
+for the same work is not recomputed: a retried step redoes only what is missing. "The same work"
+is keyed on content (:func:`input_key`): the bytes of every image of the shard (another ``--root``
+with the same ids, or a photo replaced in place, is other work), the bytes of every file a model
+option names (a ``precomputed`` ``.npz``, a TorchScript file), the model, its options, the seed,
+AMP and the library versions. The image digests are remembered by their stat record in
+``<stem>.inputs.json`` (:class:`~vsbench.io.digests.DigestMemo`), so an unchanged re-run only
+calls ``stat``; the same digests key the embedding cache, so each image is read once per run.
 
 Loading is built for the GPU: DataLoader workers decode and resize with Pillow (or, for JPEGs
 that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
@@ -51,9 +57,10 @@ from vsbench.io.features import (
     map_npz_member,
     save_features,
 )
+from vsbench.io.digests import DigestMemo, combine, path_digest
 from vsbench.io.inputs import InputError, load_arrays, read_json
 from vsbench.io.storage import atomic_write_json, file_sha256, sha256_matches
-from vsbench.models.cache import EmbeddingCache, cache_root, image_digests, model_key
+from vsbench.models.cache import WEIGHTS_OPTIONS, EmbeddingCache, cache_root, image_digests, library_versions, model_key
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.runtime.device import DeviceSetup, setup_device
@@ -288,12 +295,13 @@ def _precision(setup: DeviceSetup, use_amp: bool) -> str:
 def embed_with_cache(
     model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
     setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int, progress: bool, desc: str,
-    seed: int = RANDOM_SEED,
+    seed: int = RANDOM_SEED, digests: Sequence[str | None] | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
-    Returns the descriptors in input order, the failures and what the manifest records about the
-    cache (its key in full, the key's digest, hits and images embedded).
+    ``digests`` are the images' sha256 when the caller has them (the shard's input key): each
+    image is then read once per run. Returns the descriptors in input order, the failures and what
+    the manifest records about the cache (its key in full, the key's digest, hits and images embedded).
     """
 
     root = cache_root()
@@ -302,7 +310,8 @@ def embed_with_cache(
                                         workers=workers, progress=progress, desc=desc)
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
     cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp), seed=seed))
-    digests = image_digests(paths, threads=max(1, workers))
+    if digests is None:
+        digests = image_digests(paths, threads=max(1, workers))
     hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
     if todo:
@@ -334,14 +343,51 @@ def _ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
 
 
+def inputs_path(features_path: Path) -> Path:
+    """Where a shard's :class:`~vsbench.io.digests.DigestMemo` lives: beside its manifest."""
+    return features_path.with_suffix(".inputs.json")
+
+
+def option_file_digests(options: dict[str, Any], memo: DigestMemo) -> dict[str, str | None]:
+    """sha256 of every file a model option names, and of every folder a ``weights``/``path``/
+    ``checkpoint``/``config`` option names: a ``precomputed`` ``.npz`` or a TorchScript file
+    replaced in place is other work. A plugin's option naming a file is covered whatever its name
+    (any string option that is an existing file); folders only under the weights options, so an
+    option that happens to name a large folder is not read whole."""
+    found: dict[str, str | None] = {}
+    for name, value in sorted(options.items()):
+        if not isinstance(value, (str, Path)) or not str(value).strip():
+            continue
+        path = Path(value)
+        try:
+            if path.is_file() or (name in WEIGHTS_OPTIONS and path.is_dir()):
+                found[name] = path_digest(path, memo)
+        except OSError:
+            continue
+    return found
+
+
+def input_key(images: Sequence[Path], ids: Sequence[str], options: dict[str, Any], memo: DigestMemo,
+              threads: int = 4) -> tuple[dict[str, Any], list[str | None]]:
+    """The content part of a shard's key and the images' digests (in order; None where unreadable).
+
+    ``images_sha256`` is one sha256 over (id, image sha256) in shard order: an image replaced by
+    other bytes (whatever its mtime), another ``--root`` with the same ids, two images swapped, a
+    truncated one, all change it. ``option_files`` holds the digest of each file an option names.
+    ``libraries`` the versions that compute a descriptor (a torch upgrade may move the last bits)."""
+    digests = memo.digests(images, threads=threads)
+    return {"images_sha256": combine(zip(ids, digests)), "option_files": option_file_digests(options, memo),
+            "libraries": library_versions()}, digests
+
+
 def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bool,
-                seed: int = RANDOM_SEED) -> dict[str, Any]:
+                seed: int = RANDOM_SEED, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a finished shard must match to be reused (JSON-normalized: tuples become lists,
     paths strings, so a key read back from a manifest compares equal). The seed is in it whatever
     the weights: a plugin may draw more than its weights from it, and a changed seed costs only
-    cache look-ups where it decides nothing."""
+    cache look-ups where it decides nothing. ``inputs`` is :func:`input_key`'s content part."""
     key = {"model": model, "options": options, "ids_sha256": _ids_digest(ids), "count": len(ids), "amp": amp,
-           "seed": seed}
+           "seed": seed, "inputs": inputs or {}}
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
@@ -351,6 +397,18 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) else None
+
+
+def _key_change(old: Any, new: dict[str, Any]) -> str:
+    """Which part of a shard's key changed, in words, for the one line that says why it is redone."""
+    if not isinstance(old, dict):
+        return "no key"
+    changed = [name for name in ("model", "options", "ids_sha256", "count", "amp", "seed") if old.get(name) != new[name]]
+    old_inputs, new_inputs = old.get("inputs") if isinstance(old.get("inputs"), dict) else {}, new["inputs"]
+    words = {"images_sha256": "the images' bytes", "option_files": "a file a model option names",
+             "libraries": "library versions"}
+    changed += [words[name] for name in words if old_inputs.get(name) != new_inputs.get(name)]
+    return ", ".join(changed).replace("ids_sha256", "ids") + " changed" if changed else "its key differs"
 
 
 def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], ids: Sequence[str]) -> str | None:
@@ -366,7 +424,7 @@ def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], 
     if not manifest or manifest.get("complete") is not True:
         return ""
     if manifest.get("key") != key:
-        return "its manifest is for other work (model, options, ids, amp or seed changed)"
+        return f"its manifest is for other work ({_key_change(manifest.get('key'), key)})"
     try:
         size = features_path.stat().st_size
     except OSError as exc:
@@ -429,8 +487,11 @@ def embed_image_set(
         raise WeightsError(f"model option 'seed' ({options['seed']!r}): the seed of random weights is the run's "
                            f"own setting (--seed, or the pipeline's seed parameter), not a model option")
     seed = check_seed(seed)
-    key = _resume_key(model, options, ids, amp, seed)
+    memo = DigestMemo(inputs_path(features_path))
+    inputs, digests = input_key(paths, ids, options, memo, threads=max(2, workers))
+    key = _resume_key(model, options, ids, amp, seed, inputs)
     rejected = _is_complete(features_path, manifest_path, key, ids)
+    memo.save()
     if rejected is None:
         if progress:
             print(f"[vsbench] {stem}: already complete, kept", file=sys.stderr, flush=True)
@@ -454,7 +515,7 @@ def embed_image_set(
         use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
         result, failed, cache_info = embed_with_cache(
             model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size, workers=workers,
-            progress=progress, desc=f"embed {stem}")
+            progress=progress, desc=f"embed {stem}", digests=digests)
         run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
                     "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
                     "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
@@ -465,7 +526,8 @@ def embed_image_set(
     manifest.update({
         "dim": built.dim, "requested": len(ids), "count": len(result), "failed": failed,
         "features": features_path.name, "features_bytes": features_path.stat().st_size,
-        "features_sha256": file_sha256(features_path),
+        "features_sha256": file_sha256(features_path), "inputs_hashed": memo.hashed,
+        "inputs_hashed_bytes": memo.hashed_bytes,
         "seconds": round(seconds, 3), "model_build_seconds": round(build_seconds, 3),
         "images_per_second": round(len(ids) / seconds, 2) if seconds > 0 else None,
         "torch": torch.__version__, "vsbench": __version__, "complete": True,
@@ -523,6 +585,52 @@ def _shard_changed(shard_file: Path, manifest: dict[str, Any]) -> FeatureError:
 
 
 def open_shards(out_dir: Path, set_name: str) -> FeatureSet:
+    """The features of ``set_name`` read in place from the embed step's shard files (see
+    :func:`open_embeddings`, which also checks that several sets come from one model)."""
+    return _open_shards(Path(out_dir), set_name)[0]
+
+
+def _embedding_identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What makes two sets' descriptors comparable: one model, options, seed, AMP and libraries."""
+    key = manifest.get("key") if isinstance(manifest.get("key"), dict) else {}
+    inputs = key.get("inputs") if isinstance(key.get("inputs"), dict) else {}
+    return {"model": manifest.get("model"), "options": manifest.get("options"), "dim": manifest.get("dim"),
+            "seed": manifest.get("seed", RANDOM_SEED), "amp": key.get("amp"),
+            "option_files": inputs.get("option_files"), "libraries": inputs.get("libraries")}
+
+
+def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
+                    model_options: dict[str, Any] | None = None) -> dict[str, FeatureSet]:
+    """Every set's features (:func:`open_shards`), refused in one line unless all of them, shard by
+    shard, were embedded by one model (name, options, seed, AMP, the files its options name,
+    library versions) and, when given, by ``model`` with ``model_options``: queries of one model
+    searched among references of another (two runs writing one folder) would score a number no
+    run computed (issue 37)."""
+    out_dir = Path(out_dir)
+    opened = {name: _open_shards(out_dir, name) for name in set_names}
+    identities = [(f"{name} shard {i}", _embedding_identity(manifest))
+                  for name, (_, manifests) in opened.items() for i, manifest in enumerate(manifests)]
+    first_name, first = identities[0] if identities else ("", {})
+    for name, identity in identities:
+        if identity != first:
+            differ = sorted(k for k in identity if identity[k] != first[k])
+            raise FeatureError(
+                f"{out_dir}: the features of {name} and {first_name} come from different embeddings ("
+                f"{', '.join(differ)} differ: {identity['model']} {json.dumps(identity['options'])} vs "
+                f"{first['model']} {json.dumps(first['options'])}); two runs wrote this folder: re-run the embed "
+                "step for this run, or use a folder of its own")
+    if identities:
+        identity = first
+        wanted = json.loads(json.dumps(model_options, sort_keys=True, default=str)) if model_options is not None else None
+        if (model and identity["model"] != model) or (wanted is not None and identity["options"] != wanted):
+            raise FeatureError(
+                f"{out_dir}: the features were embedded with {identity['model']} {json.dumps(identity['options'])}, "
+                f"this run asks for {model or identity['model']} "
+                f"{json.dumps(wanted) if wanted is not None else ''}: re-run the embed step into this folder")
+    return {name: features for name, (features, _) in opened.items()}
+
+
+def _open_shards(out_dir: Path, set_name: str) -> tuple[FeatureSet, list[dict[str, Any]]]:
     """The features of ``set_name`` read in place from the embed step's shard files, memory-mapped
     (:class:`~vsbench.io.features.MappedRows`): nothing is merged or copied.
 
@@ -555,7 +663,7 @@ def open_shards(out_dir: Path, set_name: str) -> FeatureSet:
         ids.append(shard_ids.astype(str))
         parts.append(rows)
         sources.append(RowSource(shard_file.name, recorded, verify))
-    return FeatureSet(np.concatenate(ids), MappedRows(parts, sources))
+    return FeatureSet(np.concatenate(ids), MappedRows(parts, sources)), manifests
 
 
 def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:

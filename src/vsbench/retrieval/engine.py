@@ -48,7 +48,7 @@ from vsbench.index.store import (
 from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
-from vsbench.retrieval.embed import embed_image_set, open_shards
+from vsbench.retrieval.embed import embed_image_set, open_embeddings
 from vsbench.runspec.run import BenchmarkRun
 
 FEATURES_DIR = "features"
@@ -61,9 +61,13 @@ INDEX_STAGES = ("all", "train", "fill", "finish")
 class Engine:
     """One run's benchmark, features and searches, each loaded once in this process."""
 
-    def __init__(self, run: BenchmarkRun, out: Path) -> None:
+    def __init__(self, run: BenchmarkRun, out: Path, *, model: str = "") -> None:
         self.run = run
         self.out = Path(out)
+        # The model the features must come from: the run's own (a SimilarityRun), or the one a
+        # pipeline step names (index, search and score take a BenchmarkRun and the model's name).
+        self.model = getattr(run, "model", "") or model
+        self.model_options: dict[str, Any] | None = getattr(run, "model_options", None)
         self.settings = run.settings()
         self._features: dict[str, FeatureSet] | None = None
 
@@ -79,7 +83,8 @@ class Engine:
         read), opened once. No step merges them into one file: a fill task reads its reference
         shard's rows, a search task its queries, and the gallery passes whole through none."""
         if self._features is None:
-            self._features = {name: open_shards(self.out / FEATURES_DIR, name) for name in self.bench.image_sets()}
+            self._features = open_embeddings(self.out / FEATURES_DIR, list(self.bench.image_sets()), model=self.model,
+                                             model_options=self.model_options)
         return self._features
 
     @cached_property

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.io.inputs import read_json
+from vsbench.io.locks import output_lock, step_lock
 from vsbench.retrieval.engine import Engine
 from vsbench.runspec.run import BenchmarkRun, SimilarityRun
 from vsbench.steps.base import StepResult, finish, save_figure
@@ -55,7 +56,8 @@ def similarity_embed_step(
               "batch_size": batch_size, "device": device, "model_options": json.dumps(run.model_options),
               "seed": run.seed}
     started = time.perf_counter()
-    with child_run(parent_run_id, f"embed-shard-{shard}-of-{run.num_shards}", params) as tracker:
+    with step_lock(out, f"embed-shard-{shard}-of-{run.num_shards}"), \
+            child_run(parent_run_id, f"embed-shard-{shard}-of-{run.num_shards}", params) as tracker:
         written = engine.embed_shard(run.model, shard=shard, num_shards=run.num_shards,
                                      model_options=run.model_options, batch_size=batch_size, device=device,
                                      progress=progress, seed=run.seed)
@@ -99,12 +101,12 @@ def similarity_index_step(
 ) -> StepResult:
     """Build (or reuse) each FAISS index, its references in ``run.reference_shards``; ``stage``
     ``train``, ``fill`` (with ``shard``) or ``finish`` runs one of its tasks, ``all`` the three."""
-    engine = engine or Engine(run, Path(out))
+    engine = engine or Engine(run, Path(out), model=model)
     params = {**_search_params(run, model), "reference_shards": run.reference_shards, "stage": stage,
               "merge_ondisk": run.merge_ondisk}
     name = f"index-{run.benchmark}" + ("" if stage == "all" else f"-{stage}") + ("" if shard is None else f"-{shard}")
     started = time.perf_counter()
-    with child_run(parent_run_id, name, params) as tracker:
+    with step_lock(out, name), child_run(parent_run_id, name, params) as tracker:
         manifest = engine.index(stage, shard)
         if stage == "train":
             trained = manifest["trained"]
@@ -129,12 +131,13 @@ def similarity_search_step(
     manifest_path: str | None = None, engine: Engine | None = None,
 ) -> StepResult:
     """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
-    engine = engine or Engine(run, Path(out))
+    engine = engine or Engine(run, Path(out), model=model)
     params = {**_search_params(run, model), "task": task, "search_shards": run.search_shards,
               "reference_shards": run.reference_shards, "search_params": run.search_params or "-",
               "merge_ondisk": run.merge_ondisk}
     started = time.perf_counter()
-    with child_run(parent_run_id, f"search-{run.benchmark}-task-{task}-of-{run.search_tasks}", params) as tracker:
+    with step_lock(out, f"search-task-{task}-of-{run.search_tasks}"), \
+            child_run(parent_run_id, f"search-{run.benchmark}-task-{task}-of-{run.search_tasks}", params) as tracker:
         manifest = engine.search(task)
         metrics = {"result_files": float(len(manifest["results"]))}
         return finish(tracker, StepResult(out, metrics, manifest), manifest_path, f"search_{task}.json", started)
@@ -147,11 +150,11 @@ def similarity_score_step(
     """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts."""
     from vsbench.reporting import plots
 
-    engine = engine or Engine(run, Path(out))
+    engine = engine or Engine(run, Path(out), model=model)
     params = {**_search_params(run, model), "global_cap": run.global_cap or "none",
               "search_shards": run.search_shards, "search_params": run.search_params or "-"}
     started = time.perf_counter()
-    with child_run(parent_run_id, f"score-{run.benchmark}", params) as tracker:
+    with step_lock(out, "score"), child_run(parent_run_id, f"score-{run.benchmark}", params) as tracker:
         result = engine.score()
         metrics = flat_metrics(result.records)
         if result.csv_name:
@@ -172,7 +175,14 @@ def run_inline(run: SimilarityRun, out: Path, *, batch_size: int = 64, device: s
                progress: bool = True) -> StepResult:
     """Every step of the similarity pipeline in this process, in the pipeline's order and fan-out,
     with one engine: the benchmark's files, the merged features and the search requests are read
-    once. Returns the score step's result."""
+    once. Returns the score step's result. The run holds ``out`` exclusively (one writer per
+    folder): a second run into it stops with one line naming this one; each step's own lock is then
+    this process's (locks are re-entrant within a process)."""
+    with output_lock(out, what=str(out)):
+        return _run_steps(run, Path(out), batch_size=batch_size, device=device, progress=progress)
+
+
+def _run_steps(run: SimilarityRun, out: Path, *, batch_size: int, device: str, progress: bool) -> StepResult:
     engine = Engine(run, Path(out))
     for shard in embed_shards(run.num_shards):
         similarity_embed_step(run, str(out), shard=shard, batch_size=batch_size, device=device, progress=progress,
