@@ -28,6 +28,7 @@ import gc
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +63,7 @@ class DigestMemo:
         self._used: dict[str, tuple[StatRecord, str]] = {}
         self.hashed = 0  # files whose bytes were read this run (the rest answered from their stat)
         self.hashed_bytes = 0
+        self._count = threading.Lock()  # the counters are added to from the hashing threads
 
     def _load(self) -> dict[str, tuple[StatRecord, str]]:
         if self.path is None:
@@ -87,8 +89,9 @@ class DigestMemo:
     def _hash(self, name: str, before: os.stat_result) -> str:
         hashed_at = time.time_ns()
         digest = file_sha256(name)
-        self.hashed += 1
-        self.hashed_bytes += before.st_size
+        with self._count:
+            self.hashed += 1
+            self.hashed_bytes += before.st_size
         record = stat_record(before)
         racy = hashed_at - max(before.st_mtime_ns, before.st_ctime_ns) < RACY_NS
         if stat_record(os.stat(name)) == record and not racy:  # changed while read, or too fresh: not remembered
@@ -134,18 +137,19 @@ class DigestMemo:
             else:
                 misses.append((i, name, before))
 
-        def one(miss: tuple[int, str, os.stat_result]) -> None:
-            try:
-                found[miss[0]] = self._hash(miss[1], miss[2])
-            except OSError:
-                pass
+        def hash_all(part: list[tuple[int, str, os.stat_result]]) -> None:
+            for index, name, before in part:
+                try:
+                    found[index] = self._hash(name, before)
+                except OSError:
+                    pass
 
         if threads <= 1 or len(misses) < 16:
-            for miss in misses:
-                one(miss)
-        else:
+            hash_all(misses)
+        else:  # chunks, not one task a file: a thread pool's map takes no chunksize (a task costs ~20 us)
+            size = max(1, min(256, -(-len(misses) // (4 * threads))))
             with ThreadPoolExecutor(max_workers=threads) as pool:
-                list(pool.map(one, misses, chunksize=64))
+                list(pool.map(hash_all, [misses[i:i + size] for i in range(0, len(misses), size)]))
         return found
 
     def save(self) -> None:
