@@ -13,6 +13,7 @@ from vsbench.abid.counting import train_counting
 from vsbench.abid.profiles import get_profile
 from vsbench.abid.siamese import train_siamese
 from vsbench.abid.trainer import LAST, load_state
+from vsbench.io.storage import file_sha256
 from vsbench.runtime.device import setup_device
 
 pytestmark = pytest.mark.slow
@@ -192,5 +193,6 @@ def test_counting_summary_carries_both_rates_and_the_old_key(tiny, tmp_path):
     calibration = json.loads((tmp_path / "counting_calibration.json").read_text())
     train_ids = {idx for idx, _ in json.loads((tasks / "counting_train.json").read_text())}
     assert calibration["trained_on"] is True and calibration["bins"]
+    assert calibration["counting_result_sha256"] == file_sha256(tmp_path / "counting_result.txt")  # its key
     assert {idx for idx, _ in calibration["bins"]} <= train_ids
     assert all(0 <= predicted <= 5 for _, predicted in calibration["bins"])
