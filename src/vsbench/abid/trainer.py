@@ -231,4 +231,5 @@ def fit(
         model.load_state_dict(check_best(checkpoint_dir / BEST, identity)["model"])
     return FitResult(history, best_score, best_epoch, resumed_from, checkpoint_dir, seconds,
                      images_seen / seconds if seconds > 0 and images_seen else 0.0, world_size=context.world_size,
-                     selection=profile.epoch_selection)
+                     selection=profile.epoch_selection,
+                     extra={"identity_sha256": identity.digest, "inputs_hashed": identity.hashed})

@@ -183,7 +183,6 @@ def abid_train(
         if nproc > 1:
             raise typer.BadParameter("a TrainJob's processes are --nodes x --gpus-per-node: leave --nproc at 1",
                                      param_hint="--nproc")
-        _refuse_busy(out, task)
         with user_errors(TrainJobError, ContainerRunError):
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,

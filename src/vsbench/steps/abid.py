@@ -146,6 +146,7 @@ def _abid_train_step(
             manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
                         "epoch_choice": run.fit.describe_choice(),
+                        "checkpoint_identity": run.fit.extra.get("identity_sha256"),
                         "world_size": context.world_size}
             if os.environ.get(JOB_ENV):  # a node of a TrainJob: its submitter checks the manifest is this job's
                 manifest["trainjob"] = os.environ[JOB_ENV]
@@ -191,6 +192,10 @@ def abid_train_step(task: str, tasks: str, images: str, out: str, *, backend: st
                               profile=options["profile"], overrides=json.dumps(options["overrides"] or {}),
                               seed=options["seed"], device=options["device"], parent_run_id=options["parent_run_id"],
                               nodes=nodes, gpus_per_node=gpus_per_node)
+    # Stop now, in one line, when another run writes ``out``; released at once: the job's rank 0
+    # holds the lock while it trains (a submitter holding it would block a job run on this machine).
+    with output_lock(out, what=f"{out} (abid train {task})"):
+        pass
     outcome = run_trainjob(request, engine, echo)
     manifest = {**outcome.manifest, "trainjob": outcome.name, "trainjob_engine": outcome.engine,
                 "trainjob_nodes": outcome.nodes, "trainjob_startup_seconds": round(outcome.startup_seconds, 3),
