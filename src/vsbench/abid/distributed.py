@@ -13,8 +13,9 @@ docs/scale.md). The design goal is that N processes compute what one process wou
   see what they see in one process.
 * DDP averages the gradients; train loss and accuracy are summed over ranks; validation is split
   over ranks and gathered, so every rank sees the same score and takes the same decisions.
-* Only rank 0 writes checkpoints and result files (atomically); every rank loads the same
-  ``last.pt`` on resume. Randomness that is per rank (dropout on ranks > 0) is reseeded from
+* Only rank 0 writes checkpoints and result files (atomically), and it alone holds the output
+  folder's lock for the job (:func:`writer_lock`, its outcome shared with the others); every rank
+  loads the same ``last.pt`` on resume, when rank 0 found it to be this run's. Randomness that is per rank (dropout on ranks > 0) is reseeded from
   (seed, rank, epoch) at each epoch start, so a resumed run repeats an uninterrupted one.
 
 What still differs from one process is the order of floating-point sums (gradient all-reduce,

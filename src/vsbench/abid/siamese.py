@@ -156,7 +156,8 @@ def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
                                 "(train the counting baseline first, into this --out or its sibling counting/, "
                                 "or set siamese_trunk_init='scratch')")
     saved = load_state(checkpoint)
-    task = saved.get("identity", {}).get("task", "counting") if isinstance(saved.get("identity"), dict) else "counting"
+    identity = saved.get("identity")  # absent from checkpoints written before they were keyed
+    task = identity.get("task", "counting") if isinstance(identity, dict) else "counting"
     if task != "counting":
         raise ValueError(f"{checkpoint}: a {task} checkpoint, not a counting one, cannot start the siamese trunk")
     state = {k: v for k, v in saved["model"].items() if not k.startswith("fc.")}
