@@ -85,7 +85,7 @@ def test_a_two_node_trainjob_computes_what_torchrun_computes(uninterrupted, tiny
     assert manifest["ran_in"]["image"], "rank 0 ran in the image"
     code, output = _finish(_train(tiny, tmp_path / "torchrun", _env(tmp_path), "--nproc", "2"))
     assert code == 0, output[-4000:]
-    job, local = load_state(uninterrupted / "checkpoints" / LAST), load_state(tmp_path / "torchrun" / "checkpoints" / LAST)
+    job, local = load_state(uninterrupted / "checkpoints" / "counting" / LAST), load_state(tmp_path / "torchrun" / "checkpoints" / "counting" / LAST)
     assert [h["train_loss"] for h in job["history"]] == pytest.approx([h["train_loss"] for h in local["history"]],
                                                                        rel=LOSS_RTOL)
     worst = max(float((job["model"][k] - local["model"][k]).abs().max()) for k in local["model"]
@@ -103,7 +103,7 @@ def test_a_killed_node_fails_the_job_naming_it_and_a_rerun_resumes_to_the_same_w
     deadline = time.monotonic() + TIMEOUT_S
     killed = ""
     while time.monotonic() < deadline and job.poll() is None:  # kill node 1 once epoch 1 is on disk
-        last = out / "checkpoints" / LAST
+        last = out / "checkpoints" / "counting" / LAST
         if last.exists() and load_state(last)["epoch"] >= 1:
             names = [n for n in _job_containers() if n.endswith("-node-1")]
             if names:
@@ -116,14 +116,14 @@ def test_a_killed_node_fails_the_job_naming_it_and_a_rerun_resumes_to_the_same_w
     assert killed and code == 2, output[-4000:]
     line = output.strip().splitlines()[-1]
     assert "failed: node-1 (exit code 137, killed)" in line and "resumes from the last finished epoch" in line, line
-    stopped_at = load_state(out / "checkpoints" / LAST)["epoch"]
+    stopped_at = load_state(out / "checkpoints" / "counting" / LAST)["epoch"]
     assert 1 <= stopped_at < OVERRIDES["epochs"], "killed mid-run, after epoch 1"
     assert not _job_containers(), "a failed job's containers are removed too"
 
     code, output = _finish(_train(tiny, out, env, "--backend", "trainjob", "--engine", "podman", "--nodes", "2"))
     assert code == 0, output[-4000:]
     assert json.loads((out / "train_counting.json").read_text())["resumed_from_epoch"] == stopped_at
-    straight, again = load_state(uninterrupted / "checkpoints" / LAST), load_state(out / "checkpoints" / LAST)
+    straight, again = load_state(uninterrupted / "checkpoints" / "counting" / LAST), load_state(out / "checkpoints" / "counting" / LAST)
     for key, tensor in straight["model"].items():  # the same image on both runs: bit for bit
         assert torch.equal(again["model"][key], tensor), key
     assert (out / "counting_result.txt").read_text() == (uninterrupted / "counting_result.txt").read_text()

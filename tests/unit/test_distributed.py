@@ -119,9 +119,9 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny, t
     finally:
         torch.set_num_threads(threads)
     one = runs[2]
-    single = load_state(tmp_path / "threads-2" / "checkpoints" / LAST)
-    other = load_state(tmp_path / "threads-1" / "checkpoints" / LAST)
-    double = load_state(tmp_path / "two-one-step" / "checkpoints" / LAST)
+    single = load_state(tmp_path / "threads-2" / "checkpoints" / "counting" / LAST)
+    other = load_state(tmp_path / "threads-1" / "checkpoints" / "counting" / LAST)
+    double = load_state(tmp_path / "two-one-step" / "checkpoints" / "counting" / LAST)
 
     assert single["model"].keys() == double["model"].keys(), "the checkpoint holds the plain model either way"
     assert single["epoch"] == double["epoch"] == 1
@@ -156,13 +156,13 @@ def test_a_rank_that_dies_stops_the_job_and_the_next_run_resumes_from_the_last_c
                  str(SEED), "1"])
     assert died.returncode != 0, "the job must fail when a rank dies"
     assert "SIGKILL" in died.stderr or "Signal 9" in died.stderr, died.stderr[-3000:]
-    assert load_state(out / "checkpoints" / LAST)["epoch"] == 1, "epoch 1 finished before rank 1 died"
+    assert load_state(out / "checkpoints" / "counting" / LAST)["epoch"] == 1, "epoch 1 finished before rank 1 died"
     assert not (out / "counting_result.txt").exists()
 
     resumed = _cli_train(tasks, images, out, nproc=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((out / "train_counting.json").read_text())["resumed_from_epoch"] == 1
-    straight, again = load_state(two_processes / "checkpoints" / LAST), load_state(out / "checkpoints" / LAST)
+    straight, again = load_state(two_processes / "checkpoints" / "counting" / LAST), load_state(out / "checkpoints" / "counting" / LAST)
     for key, tensor in straight["model"].items():
         assert torch.equal(again["model"][key], tensor), key  # two gloo runs add in the same order: bit for bit
     assert _history(again) == _history(straight)

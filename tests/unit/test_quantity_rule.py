@@ -14,6 +14,7 @@ from vsbench.abid.quantity import (
     choose_rule,
     run_quantity_baseline,
 )
+from vsbench.io.storage import file_sha256
 
 
 def _bin(quantity: int) -> dict:
@@ -63,7 +64,8 @@ def test_the_chosen_rule_answers_and_the_prior_alone_stays_beside_it():
     assert plain.baseline == [0] == plain.prior_only
 
 
-def test_without_calibration_the_cap_answers_and_the_line_says_why(tmp_path: Path):
+def _quantity_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    """(tasks folder, counting result) of one quantity question about bin 15."""
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "metadata.json").write_text(json.dumps(METADATA))
@@ -73,9 +75,34 @@ def test_without_calibration_the_cap_answers_and_the_line_says_why(tmp_path: Pat
     counting = tmp_path / "counting"
     counting.mkdir()
     (counting / "counting_result.txt").write_text("1\n")
-    answers = run_quantity_baseline(tasks, counting / "counting_result.txt", tmp_path / "out")
+    return tasks, counting / "counting_result.txt"
+
+
+def test_without_calibration_the_cap_answers_and_the_line_says_why(tmp_path: Path):
+    tasks, result = _quantity_inputs(tmp_path)
+    counting = result.parent
+    answers = run_quantity_baseline(tasks, result, tmp_path / "out")
     assert answers.choice.rule == CAPPED and f"no {CALIBRATION_NAME}" in answers.choice.line()
-    (counting / CALIBRATION_NAME).write_text(json.dumps({"trained_on": True, "bins": [[i, 1] for i in CALIBRATION_BINS]}))
-    answers = run_quantity_baseline(tasks, counting / "counting_result.txt", tmp_path / "out")
+    (counting / CALIBRATION_NAME).write_text(json.dumps({"trained_on": True, "bins": [[i, 1] for i in CALIBRATION_BINS],
+                                                         "counting_result_sha256": file_sha256(result)}))
+    answers = run_quantity_baseline(tasks, result, tmp_path / "out")
     assert answers.choice.rule == PRIOR_ONLY
     assert (tmp_path / "out" / "obj_num_verification_result.txt").read_text() == f"{answers.baseline[0]}\n"
+
+
+def test_a_calibration_of_another_counting_result_decides_nothing(tmp_path: Path):
+    """The calibration is keyed on the result it was written with: one left beside another result
+    (a counting run killed between its two writes, a result copied in) or from before the key is
+    not used, and the line names it."""
+    tasks, result = _quantity_inputs(tmp_path)
+    calibration = {"trained_on": True, "bins": [[i, 1] for i in CALIBRATION_BINS]}  # would choose the prior alone
+    (result.parent / CALIBRATION_NAME).write_text(json.dumps(calibration))
+    answers = run_quantity_baseline(tasks, result, tmp_path / "out")
+    assert answers.choice.rule == CAPPED and answers.choice.cap_accuracy is None
+    assert f"{result.parent / CALIBRATION_NAME} names no counting result" in answers.choice.line()
+    (result.parent / CALIBRATION_NAME).write_text(json.dumps({**calibration, "counting_result_sha256": "0" * 64}))
+    answers = run_quantity_baseline(tasks, result, tmp_path / "out")
+    assert answers.choice.rule == CAPPED and "was written with another counting_result.txt" in answers.choice.line()
+    (result.parent / CALIBRATION_NAME).write_text(json.dumps({**calibration,
+                                                              "counting_result_sha256": file_sha256(result)}))
+    assert run_quantity_baseline(tasks, result, tmp_path / "out").choice.rule == PRIOR_ONLY

@@ -13,6 +13,7 @@ from vsbench.abid.counting import train_counting
 from vsbench.abid.profiles import get_profile
 from vsbench.abid.siamese import train_siamese
 from vsbench.abid.trainer import LAST, load_state
+from vsbench.io.storage import file_sha256
 from vsbench.runtime.device import setup_device
 
 pytestmark = pytest.mark.slow
@@ -40,8 +41,8 @@ def _interrupt_after(epochs: int):
     return callback
 
 
-def _same_state(a: Path, b: Path) -> None:
-    first, second = load_state(a / "checkpoints" / LAST), load_state(b / "checkpoints" / LAST)
+def _same_state(a: Path, b: Path, task: str) -> None:
+    first, second = load_state(a / "checkpoints" / task / LAST), load_state(b / "checkpoints" / task / LAST)
     assert first["epoch"] == second["epoch"] == 2
     for key, tensor in first["model"].items():
         assert torch.equal(tensor, second["model"][key]), key
@@ -62,7 +63,7 @@ def test_counting_interrupted_and_resumed_ends_in_the_same_state(tiny, tmp_path)
                        on_epoch_end=_interrupt_after(1))
     resumed = train_counting(tasks, images, tmp_path / "b", _profile(), device, seed=5, progress=False)
     assert resumed.fit.resumed_from == 1 and straight.fit.resumed_from == 0
-    _same_state(tmp_path / "a", tmp_path / "b")
+    _same_state(tmp_path / "a", tmp_path / "b", "counting")
     assert resumed.predictions == straight.predictions
 
     lines = (tmp_path / "b" / "counting_result.txt").read_text().splitlines()
@@ -80,7 +81,7 @@ def test_siamese_interrupted_and_resumed_ends_in_the_same_state(tiny, tmp_path):
                       on_epoch_end=_interrupt_after(1))
     resumed = train_siamese(tasks, images, tmp_path / "b", profile, device, seed=2, progress=False)
     assert profile.siamese_lr is not None and straight.fit.history[0]["lr"] == profile.siamese_lr
-    _same_state(tmp_path / "a", tmp_path / "b")
+    _same_state(tmp_path / "a", tmp_path / "b", "siamese")
     assert resumed.predictions == straight.predictions
     lines = (tmp_path / "b" / "obj_verification_result.txt").read_text().splitlines()
     assert len(lines) == len(json.loads((tasks / "obj_verification_val.json").read_text()))
@@ -192,5 +193,6 @@ def test_counting_summary_carries_both_rates_and_the_old_key(tiny, tmp_path):
     calibration = json.loads((tmp_path / "counting_calibration.json").read_text())
     train_ids = {idx for idx, _ in json.loads((tasks / "counting_train.json").read_text())}
     assert calibration["trained_on"] is True and calibration["bins"]
+    assert calibration["counting_result_sha256"] == file_sha256(tmp_path / "counting_result.txt")  # its key
     assert {idx for idx, _ in calibration["bins"]} <= train_ids
     assert all(0 <= predicted <= 5 for _, predicted in calibration["bins"])

@@ -371,6 +371,7 @@ def test_the_process_engine_trains_two_nodes_as_torchrun_does(tmp_path, monkeypa
                                str(tmp_path / "torchrun"), "--device", "cpu", "--nproc", "2", "--overrides", overrides],
                               capture_output=True, text=True, timeout=300, check=False, env=dict(os.environ))
     assert torchrun.returncode == 0, torchrun.stderr[-2000:]
-    job, local = load_state(request.out / "checkpoints" / LAST), load_state(tmp_path / "torchrun" / "checkpoints" / LAST)
+    job = load_state(request.out / "checkpoints" / "counting" / LAST)
+    local = load_state(tmp_path / "torchrun" / "checkpoints" / "counting" / LAST)
     for key, tensor in local["model"].items():  # the same processes and rendezvous, one machine: bit for bit
         assert torch.equal(job["model"][key], tensor), key

@@ -18,12 +18,14 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from vsbench.abid.checkpoints import MEMO_NAME, TrainingIdentity, checkpoint_dir, training_identity
 from vsbench.abid.data import (
     BatchTransform,
     Images,
     LabelledImages,
     check_unreadable,
     flip_generator,
+    image_path,
     split_available,
 )
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
@@ -31,7 +33,7 @@ from vsbench.abid.models import counting_network
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit, hold_out
 from vsbench.io.inputs import read_json
-from vsbench.io.storage import atomic_write_json, atomic_write_text
+from vsbench.io.storage import atomic_write_json, atomic_write_text, file_sha256
 from vsbench.runtime.device import DeviceSetup
 
 RESULT_NAME = "counting_result.txt"
@@ -121,17 +123,23 @@ def train_counting(
     seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True, context: Distributed = SINGLE,
     max_failure_rate: float | None = None,
 ) -> CountingRun:
-    """Train (resuming from ``out_dir/checkpoints``) and write the result file and summary.
+    """Train (resuming from ``out_dir/checkpoints/counting`` when it holds this run's checkpoint)
+    and write the result file, the calibration and the summary.
 
     ``context``: this process's place in a torchrun job (every rank calls this with the same
     arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch. Images that
     do not decode are left out like missing ones and listed in ``unreadable_images.json``; the run
     fails when their share passes ``max_failure_rate`` (:mod:`vsbench.imaging.limits`)."""
     suffix = "_hard" if hard else ""
-    train_rows = read_json(tasks_dir / f"counting_train{suffix}.json")
-    val_rows = read_json(tasks_dir / f"counting_val{suffix}.json")
+    task_files = [tasks_dir / f"counting_train{suffix}.json", tasks_dir / f"counting_val{suffix}.json"]
+    train_rows, val_rows = (read_json(path) for path in task_files)
     if not train_rows or not val_rows:
         raise ValueError(f"{tasks_dir}: counting_train{suffix}.json or counting_val{suffix}.json is empty")
+    checkpoints = checkpoint_dir(out_dir, "counting")
+    identity: TrainingIdentity = context.share(training_identity(
+        "counting", profile, seed=seed, hard=hard, task_files=task_files,
+        images=[image_path(images_dir, int(i)) for i in sorted({row[0] for row in train_rows + val_rows})],
+        memo_path=checkpoints / MEMO_NAME) if context.is_main else None)
     num_classes = 6 if not hard else max(q for _, q in train_rows + val_rows) + 1
     unreadable: list[dict[str, Any]] = []  # corrupt, truncated or oversized: left out, listed, counted
     train_present, _ = split_available(images_dir, [i for i, _ in train_rows], unreadable)
@@ -173,7 +181,7 @@ def train_counting(
         return metrics
 
     result = fit(model=model, make_batches=batches, step=step, evaluate=evaluate, profile=profile, device=device,
-                 checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: len(b[1]),
+                 checkpoint_dir=checkpoints, seed=seed, identity=identity, images_per_batch=lambda b: len(b[1]),
                  on_epoch_end=on_epoch_end, progress=progress, context=context)
 
     model.eval()
@@ -187,6 +195,8 @@ def train_counting(
                       rates.val_own_majority_rate)
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
+        # Keyed on the result it goes with: the quantity step uses it only beside that very result.
+        calibration.update(counting_result_sha256=file_sha256(result_path), checkpoint_identity=identity.digest)
         atomic_write_json(out_dir / CALIBRATION_NAME, calibration)
         _write_summary(out_dir, run, rates.train_majority_class, rates.train_majority_rate)
     context.barrier()  # every rank returns once the files exist

@@ -13,8 +13,9 @@ docs/scale.md). The design goal is that N processes compute what one process wou
   see what they see in one process.
 * DDP averages the gradients; train loss and accuracy are summed over ranks; validation is split
   over ranks and gathered, so every rank sees the same score and takes the same decisions.
-* Only rank 0 writes checkpoints and result files (atomically); every rank loads the same
-  ``last.pt`` on resume. Randomness that is per rank (dropout on ranks > 0) is reseeded from
+* Only rank 0 writes checkpoints and result files (atomically), and it alone holds the output
+  folder's lock for the job (:func:`writer_lock`, its outcome shared with the others); every rank
+  loads the same ``last.pt`` on resume, when rank 0 found it to be this run's. Randomness that is per rank (dropout on ranks > 0) is reseeded from
   (seed, rank, epoch) at each epoch start, so a resumed run repeats an uninterrupted one.
 
 What still differs from one process is the order of floating-point sums (gradient all-reduce,
@@ -37,6 +38,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vsbench.io.locks import OutputBusy, output_lock
 from vsbench.runtime.device import DeviceSetup, setup_device
 
 T = TypeVar("T")
@@ -96,6 +98,15 @@ class Distributed:
         tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._collective_device())
         torch.distributed.all_reduce(tensor)
         return tensor.cpu().tolist()
+
+    def share(self, value: T) -> T:
+        """Rank 0's ``value`` on every rank (pickled; small things only): one decision, taken on
+        the rank that writes, for all (whether to resume, whether the output folder is free)."""
+        if not self.enabled:
+            return value
+        box = [value if self.is_main else None]
+        torch.distributed.broadcast_object_list(box, src=0, device=self._collective_device())
+        return box[0]  # type: ignore[return-value]
 
     def barrier(self) -> None:
         if self.enabled:
@@ -182,6 +193,28 @@ def session(device_name: str = "auto", amp: bool = True) -> Iterator[tuple[Distr
         yield context, device
     finally:
         torch.distributed.destroy_process_group()
+
+
+@contextlib.contextmanager
+def writer_lock(folder: str | os.PathLike[str], context: Distributed, *, what: str = "") -> Iterator[None]:
+    """One writer per output folder, for a job of any size: rank 0 (the one rank that writes)
+    holds :func:`vsbench.io.locks.output_lock` on ``folder`` for the block; the other ranks share
+    its outcome, so a busy folder stops every rank at once with the same line instead of leaving
+    them waiting on a collective. Launchers (``--nproc``, a TrainJob's submitter) do not hold it:
+    a lock held by a parent would block its own rank 0 (flock is per open file)."""
+    with contextlib.ExitStack() as stack:
+        failure: BaseException | None = None
+        if context.is_main:
+            try:
+                stack.enter_context(output_lock(folder, what=what))
+            except Exception as exc:  # noqa: BLE001 - told to the other ranks, then raised here
+                failure = exc
+        refusal = context.share("" if failure is None else (str(failure) or type(failure).__name__))
+        if failure is not None:
+            raise failure
+        if refusal:
+            raise OutputBusy(refusal)
+        yield
 
 
 class RankBatches(Sampler[list[int]]):

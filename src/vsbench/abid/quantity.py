@@ -18,13 +18,15 @@ validation questions: the counting step predicts counts on a slice of training b
 tenth of them), the prior is refitted without those bins, questions are asked of them as prepare
 asks the validation ones (the true quantity, and a wrong one), and the cap is kept only when it
 answers more of them correctly than the prior alone. Which rule answered, and both accuracies, are
-in the result.
+in the result. The calibration is used only beside the counting result it was written with (it
+records that file's sha256): one left by another counting run, or from before it was keyed, is not
+evidence about this result, and the line says so.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ import numpy as np
 
 from vsbench.abid.coverage import MODERATE_MAX_QUANTITY
 from vsbench.io.inputs import read_index_list, read_json, read_lines
-from vsbench.io.storage import atomic_write_text
+from vsbench.io.storage import atomic_write_text, file_sha256
 
 RESULT_NAME = "obj_num_verification_result.txt"
 CALIBRATION_NAME = "counting_calibration.json"  # written by the counting step beside its result
@@ -48,11 +50,12 @@ class RuleChoice:
     prior_accuracy: float | None = None
     questions: int = 0
     trained_on: bool = True  # the counting network trained on the calibration bins
+    note: str = ""  # why there was no calibration to decide on, when there was one beside the result
 
     def line(self) -> str:
         if self.cap_accuracy is None:
-            return (f"quantity rule: {self.rule} (no {CALIBRATION_NAME} beside the counting result to decide on; "
-                    "re-run the counting step to write it)")
+            why = self.note or f"no {CALIBRATION_NAME} beside the counting result to decide on"
+            return f"quantity rule: {self.rule} ({why}; re-run the counting step to write it)"
         seen = "bins the counting network trained on" if self.trained_on else "bins held out of counting's training"
         return (f"quantity rule: {self.rule} (on {self.questions} questions about training {seen}: cap "
                 f"{self.cap_accuracy:.4f}, prior alone {self.prior_accuracy:.4f})")
@@ -147,9 +150,28 @@ def run_quantity_baseline(tasks_dir: Path, counting_result: Path, out_dir: Path)
     if len(lines) != len(counting_val):
         raise ValueError(f"{counting_result}: {len(lines)} lines, but counting_val.json has {len(counting_val)} rows")
     totals = {int(idx): int(p) for (idx, _), p in zip(counting_val, lines)}
-    calibration_path = counting_result.parent / CALIBRATION_NAME
-    calibration = read_json(calibration_path) if calibration_path.is_file() else None
+    calibration, note = read_calibration(counting_result)
     choice = choose_rule(metadata, train, calibration)
+    if note:
+        choice = replace(choice, note=note)
     answers = answer_quantity_questions(questions, asin_quantity_prior(metadata, train), totals, choice)
     atomic_write_text(out_dir / RESULT_NAME, "".join(f"{a}\n" for a in answers.baseline))
     return answers
+
+
+def read_calibration(counting_result: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the calibration written with ``counting_result``, or None; why one beside it is not used).
+
+    Keyed on the result's content: the counting step records the sha256 of the result file it
+    wrote beside it, so a calibration left by another counting run (or killed between the two
+    writes) never decides this result's rule."""
+    path = counting_result.parent / CALIBRATION_NAME
+    if not path.is_file():
+        return None, ""
+    data = read_json(path)
+    recorded = data.get("counting_result_sha256") if isinstance(data, dict) else None
+    if recorded is None:
+        return None, f"{path} names no counting result (written before calibrations were keyed): not used"
+    if recorded != file_sha256(counting_result):
+        return None, f"{path} was written with another {counting_result.name}: not used"
+    return data, ""

@@ -22,6 +22,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from vsbench.abid.checkpoints import MEMO_NAME, TrainingIdentity, checkpoint_dir, training_identity
 from vsbench.abid.coverage import MODERATE_MAX_QUANTITY
 from vsbench.abid.data import (
     BatchTransform,
@@ -29,6 +30,7 @@ from vsbench.abid.data import (
     SiameseRowPairs,
     check_unreadable,
     flip_generator,
+    image_path,
     split_available,
 )
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
@@ -151,8 +153,14 @@ def load_counting_trunk(model: SiameseNetwork, checkpoint: Path) -> None:
 
     if not checkpoint.exists():
         raise FileNotFoundError(f"{checkpoint}: no counting checkpoint to start the siamese trunk from "
-                                "(train the counting baseline first, or set siamese_trunk_init='scratch')")
-    state = {k: v for k, v in load_state(checkpoint)["model"].items() if not k.startswith("fc.")}
+                                "(train the counting baseline first, into this --out or its sibling counting/, "
+                                "or set siamese_trunk_init='scratch')")
+    saved = load_state(checkpoint)
+    identity = saved.get("identity")  # absent from checkpoints written before they were keyed
+    task = identity.get("task", "counting") if isinstance(identity, dict) else "counting"
+    if task != "counting":
+        raise ValueError(f"{checkpoint}: a {task} checkpoint, not a counting one, cannot start the siamese trunk")
+    state = {k: v for k, v in saved["model"].items() if not k.startswith("fc.")}
     missing, unexpected = model.trunk.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.startswith("fc.")]:
         trunk = arch_of_trunk(model.trunk.state_dict())
@@ -165,17 +173,18 @@ def train_siamese(
     seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True,
     trunk_checkpoint: Path | None = None, context: Distributed = SINGLE, max_failure_rate: float | None = None,
 ) -> SiameseRun:
-    """Train (resuming from ``out_dir/checkpoints``) and write the result file and summary.
+    """Train (resuming from ``out_dir/checkpoints/siamese`` when it holds this run's checkpoint)
+    and write the result file and summary.
 
     ``context``: this process's place in a torchrun job (every rank calls this with the same
     arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch of pairs."""
     suffix = "_hard" if hard else ""
     if profile.siamese_lr is not None:  # the 4096-wide head from scratch wants a gentler lr than counting
         profile = profile.model_copy(update={"lr": profile.siamese_lr})
-    train_rows = read_json(tasks_dir / f"obj_verification_train{suffix}.json")
-    questions = read_json(tasks_dir / f"obj_verification_val{suffix}.json")
-    metadata = read_json(tasks_dir / "metadata.json")
-    train_ids = read_index_list(tasks_dir / "random_train.txt")
+    task_files = [tasks_dir / f"obj_verification_train{suffix}.json", tasks_dir / f"obj_verification_val{suffix}.json",
+                  tasks_dir / "metadata.json", tasks_dir / "random_train.txt"]
+    train_rows, questions, metadata = (read_json(path) for path in task_files[:3])
+    train_ids = read_index_list(task_files[3])
     if not train_rows or not questions:
         raise ValueError(f"{tasks_dir}: obj_verification_train{suffix}.json or _val{suffix}.json is empty")
 
@@ -185,6 +194,12 @@ def train_siamese(
 
     unreadable: list[dict[str, Any]] = []  # corrupt, truncated or oversized: left out, listed, counted
     wanted = [i for i in train_ids if metadata[i] and holds_items(i)]
+    checkpoints = checkpoint_dir(out_dir, "siamese")
+    read = sorted(set(wanted) | {q[0] for q in questions} | {t for q in questions for t in q[3]})
+    identity: TrainingIdentity = context.share(training_identity(
+        "siamese", profile, seed=seed, hard=hard, task_files=task_files,
+        images=[image_path(images_dir, int(i)) for i in read], memo_path=checkpoints / MEMO_NAME,
+        trunk=trunk_checkpoint) if context.is_main else None)
     candidates, _ = split_available(images_dir, wanted, unreadable)
     check_unreadable("train siamese", out_dir, unreadable, len(candidates) + len(unreadable), max_failure_rate,
                      context.is_main)
@@ -234,7 +249,7 @@ def train_siamese(
         return metrics
 
     result = fit(model=model, make_batches=batches, step=step, evaluate=evaluate, profile=profile, device=device,
-                 checkpoint_dir=out_dir / "checkpoints", seed=seed, images_per_batch=lambda b: len(b[0]) + b[1].shape[0] * b[1].shape[1],
+                 checkpoint_dir=checkpoints, seed=seed, identity=identity, images_per_batch=lambda b: len(b[0]) + b[1].shape[0] * b[1].shape[1],
                  on_epoch_end=on_epoch_end, progress=progress, context=context)
     model.eval()
     with torch.no_grad(), device.autocast():

@@ -4,7 +4,9 @@ After every epoch the whole state (model, optimizer, scheduler, grad scaler, tor
 best score) is checkpointed atomically. Everything random in an epoch is seeded by
 (seed, epoch, ...), so a run interrupted after epoch k and resumed ends in exactly the state of
 an uninterrupted run. The best model by validation score is kept apart (``best.pt``).
-Checkpoints are loaded with ``weights_only=True``: no pickle code runs.
+Checkpoints are loaded with ``weights_only=True``: no pickle code runs. Each carries the run's
+identity (task, profile, seed, digests of what it reads: vsbench.abid.checkpoints), and only a
+checkpoint of this very run is resumed; any other is moved aside, with one line saying why.
 
 Under torchrun (``context``, see vsbench.abid.distributed) the same loop runs data-parallel: the
 steps call the DDP-wrapped model, the epoch's counts are summed over ranks, only rank 0 writes
@@ -28,14 +30,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from vsbench.abid.checkpoints import BEST, LAST, TrainingIdentity, check_best, load_state, resume_state
 from vsbench.abid.distributed import SINGLE, Distributed
 from vsbench.abid.profiles import TrainProfile
 from vsbench.io.storage import atomic_write_bytes
 from vsbench.runtime.device import DeviceSetup
 
 T = TypeVar("T")
-LAST = "last.pt"
-BEST = "best.pt"
+__all__ = ["BEST", "LAST", "FitResult", "fit", "hold_out", "load_state", "save_state"]
 
 # (model, batch, device) -> (loss, correct, count): one optimisation step's forward pass.
 StepFn = Callable[[nn.Module, Any, DeviceSetup, int, int], tuple[torch.Tensor, int, int]]
@@ -91,10 +93,6 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def load_state(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def make_optimizer(model: nn.Module, profile: TrainProfile) -> torch.optim.Optimizer:
     """SGD with momentum is the challenge's; AdamW converges in far fewer epochs from scratch on
     small data, which is what a CPU demo can afford.
@@ -121,12 +119,14 @@ def fit(
     device: DeviceSetup,
     checkpoint_dir: Path,
     seed: int,
+    identity: TrainingIdentity,
     images_per_batch: Callable[[Any], int],
     on_epoch_end: Callable[[dict[str, float]], None] | None = None,
     progress: bool = True,
     context: Distributed = SINGLE,
 ) -> FitResult:
-    """Train for ``profile.epochs`` epochs, resuming from ``checkpoint_dir/last.pt`` if present.
+    """Train for ``profile.epochs`` epochs, resuming from ``checkpoint_dir/last.pt`` when it is
+    this run's (its ``identity``; another is moved aside: vsbench.abid.checkpoints.resume_state).
 
     ``step`` receives the module to train (DDP-wrapped under torchrun); ``evaluate`` receives
     the plain model and must return the same metrics on every rank. ``make_batches`` yields this
@@ -147,8 +147,9 @@ def fit(
     best_selection = -math.inf  # the chosen epoch's selection score (its validation score under "val")
 
     last = checkpoint_dir / LAST
-    if last.exists():
-        state = load_state(last)
+    keyed = {"identity": identity.fields, "identity_sha256": identity.digest}
+    state = resume_state(checkpoint_dir, identity, profile.epochs, context)
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -208,12 +209,14 @@ def fit(
             best_selection = float(epoch + 1) if selection_key is None else float(metrics[selection_key])
             best_score, best_epoch = float(metrics["score"]), epoch + 1
             if context.is_main:
-                save_state(checkpoint_dir / BEST, {"model": model.state_dict(), "epoch": epoch + 1, "score": best_score})
+                save_state(checkpoint_dir / BEST, {"model": model.state_dict(), "epoch": epoch + 1, "score": best_score,
+                                                   **keyed})
         if context.is_main:
             save_state(last, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                               "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                               "torch_rng": torch.get_rng_state(), "history": history, "best_score": best_score,
-                              "best_selection": best_selection, "best_epoch": best_epoch, "epoch": epoch + 1})
+                              "best_selection": best_selection, "best_epoch": best_epoch, "epoch": epoch + 1,
+                              **keyed})
         context.barrier()  # no rank starts the next epoch (or finishes) before last.pt is written
         if context.is_main:  # one line an epoch, bars or not: a pipeline step's log shows it too
             held_out = f" held-out {metrics['holdout_score']:.4f}" if "holdout_score" in metrics else ""
@@ -225,7 +228,8 @@ def fit(
 
     seconds = time.perf_counter() - started
     if (checkpoint_dir / BEST).exists():
-        model.load_state_dict(load_state(checkpoint_dir / BEST)["model"])
+        model.load_state_dict(check_best(checkpoint_dir / BEST, identity)["model"])
     return FitResult(history, best_score, best_epoch, resumed_from, checkpoint_dir, seconds,
                      images_seen / seconds if seconds > 0 and images_seen else 0.0, world_size=context.world_size,
-                     selection=profile.epoch_selection)
+                     selection=profile.epoch_selection,
+                     extra={"identity_sha256": identity.digest, "inputs_hashed": identity.hashed})

@@ -197,6 +197,7 @@ def abid_train(
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
                                      param_hint="--nproc")
+        _refuse_busy(out, task)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                    "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images),
                    "--out", str(out), "--profile", profile, "--overrides", overrides, "--seed", str(seed),
@@ -212,6 +213,16 @@ def abid_train(
     if int(os.environ.get("RANK", "0") or 0) == 0:
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}")
+
+
+def _refuse_busy(out: Path, task: str) -> None:
+    """Stop in one line, before starting any process, when another run writes ``out``. The lock
+    is released at once: rank 0 of the job takes it (a launcher holding it would block its own
+    rank 0, flock being per open file), so this is a courtesy check, not the lock itself."""
+    from vsbench.io.locks import output_lock
+
+    with user_errors(), output_lock(out, what=f"{out} (abid train {task})"):
+        pass
 
 
 @abid_app.command("run-local")

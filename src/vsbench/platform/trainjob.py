@@ -370,7 +370,7 @@ def _wait(client: Any, name: str, request: TrainJobRequest, started: float,
         if job.status == "Failed":
             nodes = _node_failures(client, name) or ["a node"]
             raise TrainJobError(
-                f"TrainJob {name} failed: {', '.join(nodes)}; its checkpoints stay in {request.out / 'checkpoints'} "
+                f"TrainJob {name} failed: {', '.join(nodes)}; its checkpoints stay in {request.out / 'checkpoints' / request.task} "
                 "and running the step again resumes from the last finished epoch")
         if not all_running_at and now - started > request.schedule_timeout_s:
             raise TrainJobError(f"TrainJob {name} did not start within {request.schedule_timeout_s} s: "
@@ -513,7 +513,7 @@ def _run_processes(request: TrainJobRequest, name: str, echo: Callable[[str], No
     failed = [f"node-{rank} (exit code {code})" for rank, code in enumerate(codes) if code]
     if failed:
         raise TrainJobError(f"TrainJob {name} failed: {', '.join(failed)}; its checkpoints stay in "
-                            f"{request.out / 'checkpoints'} and running the step again resumes from the last finished epoch")
+                            f"{request.out / 'checkpoints' / request.task} and running the step again resumes from the last finished epoch")
     return 0.0
 
 

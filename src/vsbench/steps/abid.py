@@ -12,6 +12,7 @@ from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_na
 from vsbench.abid.metrics import counting_metrics, verification_metrics
 from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid, tasks_dataset
 from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
+from vsbench.io.locks import output_lock
 from vsbench.io.storage import atomic_write_json
 from vsbench.platform.trainjob import JOB_ENV, TrainJobRequest, run_trainjob
 from vsbench.steps.base import StepResult, finish, numbers, sharded
@@ -104,10 +105,12 @@ def _abid_train_step(
     training curves, the best model and the result file in MLflow.
 
     Under torchrun every rank runs this: all train (vsbench.abid.distributed), rank 0 alone opens
-    the MLflow child run, exports the model and writes the manifest."""
+    the MLflow child run, exports the model and writes the manifest. Rank 0 holds ``out``'s lock
+    for the whole step (one writer per folder; a second run into it stops with one line)."""
     import contextlib
 
     from vsbench.abid import distributed
+    from vsbench.abid.checkpoints import counting_trunk_for
     from vsbench.abid.counting import train_counting
     from vsbench.abid.profiles import get_profile
     from vsbench.abid.siamese import train_siamese
@@ -115,7 +118,8 @@ def _abid_train_step(
     train, title = {"counting": (train_counting, "counting"), "siamese": (train_siamese, "siamese verification")}[task]
     settings = get_profile(profile, **(overrides or {}))
     architecture = settings.arch if task == "counting" else f"siamese-{settings.arch}"
-    with distributed.session(device, settings.amp) as (context, setup):
+    with distributed.session(device, settings.amp) as (context, setup), \
+            distributed.writer_lock(out, context, what=f"{out} (abid train {task})"):
         params = {"profile": profile, "seed": seed, "device": str(setup.device), "amp_dtype": str(setup.amp_dtype),
                   "architecture": architecture, "task": f"{task}-moderate", "world_size": context.world_size,
                   **settings.model_dump()}
@@ -128,8 +132,8 @@ def _abid_train_step(
 
             extra = {}
             if task == "siamese" and settings.siamese_trunk_init == "counting":
-                # runs/<task> side by side: the siamese trunk starts from runs/counting's best epoch.
-                extra["trunk_checkpoint"] = Path(out).parent / "counting" / "checkpoints" / "best.pt"
+                # counting's best epoch: trained into this --out, or into runs/counting beside runs/siamese.
+                extra["trunk_checkpoint"] = counting_trunk_for(Path(out))
             run = train(Path(tasks), Path(images), Path(out), settings, setup, seed=seed, on_epoch_end=log_epoch,
                         progress=progress and context.is_main, context=context, **extra)
             # The validation score of the chosen epoch, and how it was chosen (param epoch_selection,
@@ -142,6 +146,7 @@ def _abid_train_step(
             manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
                         "epoch_choice": run.fit.describe_choice(),
+                        "checkpoint_identity": run.fit.extra.get("identity_sha256"),
                         "world_size": context.world_size}
             if os.environ.get(JOB_ENV):  # a node of a TrainJob: its submitter checks the manifest is this job's
                 manifest["trainjob"] = os.environ[JOB_ENV]
@@ -158,7 +163,8 @@ def _abid_train_step(
 
 
 def abid_train_counting_step(tasks: str, images: str, out: str, **kwargs: Any) -> StepResult:
-    """Train the counting network (resumes from ``out/checkpoints``) and write counting_result.txt.
+    """Train the counting network (resumes from ``out/checkpoints/counting`` when it holds this
+    run's checkpoint) and write counting_result.txt.
 
     Keyword arguments: profile ("demo"/"full"), seed, device, overrides, parent_run_id, manifest_path,
     progress."""
@@ -186,6 +192,10 @@ def abid_train_step(task: str, tasks: str, images: str, out: str, *, backend: st
                               profile=options["profile"], overrides=json.dumps(options["overrides"] or {}),
                               seed=options["seed"], device=options["device"], parent_run_id=options["parent_run_id"],
                               nodes=nodes, gpus_per_node=gpus_per_node)
+    # Stop now, in one line, when another run writes ``out``; released at once: the job's rank 0
+    # holds the lock while it trains (a submitter holding it would block a job run on this machine).
+    with output_lock(out, what=f"{out} (abid train {task})"):
+        pass
     outcome = run_trainjob(request, engine, echo)
     manifest = {**outcome.manifest, "trainjob": outcome.name, "trainjob_engine": outcome.engine,
                 "trainjob_nodes": outcome.nodes, "trainjob_startup_seconds": round(outcome.startup_seconds, 3),
@@ -259,7 +269,8 @@ def abid_quantity_step(
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior, capped by the predicted count when "
                                                               "that helps on training bins"}) as tracker:
-        answers = run_quantity_baseline(Path(tasks), Path(counting_result), Path(out))
+        with output_lock(out, what=f"{out} (abid quantity)"):
+            answers = run_quantity_baseline(Path(tasks), Path(counting_result), Path(out))
         print(answers.choice.line(), flush=True)
         tracker.log_params({"rule": answers.choice.rule})
         truth = read_quantity_ground_truth(Path(tasks) / "obj_num_verification_val.json")
