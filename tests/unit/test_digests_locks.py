@@ -230,3 +230,13 @@ def test_an_output_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputBusy, match="cannot be an output folder"), output_lock(tmp_path / "file"):
         pass
+
+
+def test_misses_hashed_in_threads_equal_a_serial_hash_missing_files_included(tmp_path: Path) -> None:
+    files = [tmp_path / f"{i}.bin" for i in range(300)]
+    for i, path in enumerate(files):
+        path.write_bytes(bytes([i % 256]) * (i + 1))
+    files.insert(17, tmp_path / "missing.bin")
+    threaded = DigestMemo()
+    assert threaded.digests(files, threads=3) == DigestMemo().digests(files, threads=1)
+    assert threaded.hashed == 300 and threaded.hashed_bytes == sum(range(1, 301))

@@ -214,15 +214,3 @@ def test_every_rank_of_a_job_into_a_busy_out_stops_without_waiting(tiny, tmp_pat
     refusals = [line for line in job.stderr.splitlines() if "being written by another vsbench run" in line]
     assert len(refusals) == 2, job.stderr[-3000:]  # one line from each rank
     assert not (out / "checkpoints").exists()
-
-
-def test_images_are_hashed_in_chunks_to_the_same_digests(tmp_path):
-    """The identity hashes images a chunk of files per task (a thread pool's map ignores chunksize)."""
-    from vsbench.abid.checkpoints import _digests_in_chunks
-    from vsbench.io.digests import DigestMemo
-
-    files = [tmp_path / f"{i}.bin" for i in range(7)]
-    for i, path in enumerate(files):
-        path.write_bytes(bytes([i]) * (i + 1))
-    files.append(tmp_path / "missing.bin")
-    assert _digests_in_chunks(DigestMemo(), files, threads=3, chunk=2) == DigestMemo().digests(files, threads=1)

@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,7 +128,7 @@ def training_identity(task: str, profile: TrainProfile, *, seed: int, hard: bool
     are part of it as such, so one appearing later changes it."""
     memo = DigestMemo(memo_path)
     file_digests = memo.digests(task_files, threads=1)
-    image_digests = _digests_in_chunks(memo, images, min(8, os.cpu_count() or 1))
+    image_digests = memo.digests(images, threads=min(8, os.cpu_count() or 1))
     fields: dict[str, Any] = {
         "format": IDENTITY_FORMAT, "task": task, "hard": hard, "seed": seed, "profile": profile_fields(task, profile),
         "task_files": combine((p.name, d) for p, d in zip(task_files, file_digests)),
@@ -138,17 +137,6 @@ def training_identity(task: str, profile: TrainProfile, *, seed: int, hard: bool
     }
     memo.save()
     return TrainingIdentity(fields, _digest(fields), memo.hashed, memo.hashed_bytes)
-
-
-def _digests_in_chunks(memo: DigestMemo, files: list[Path], threads: int, chunk: int = 512) -> list[str | None]:
-    """``memo.digests`` with one task per ``chunk`` files instead of one per file: a thread
-    pool's ``map`` ignores ``chunksize``, and on a re-run (a ``stat`` a file) the future, lock and
-    queue per file were three quarters of the time (20,000 images, 2 cores: 1.0 s, 0.25 s in chunks)."""
-    if threads <= 1 or len(files) <= chunk:
-        return [memo.digest_or_none(f) for f in files]
-    parts = [files[i:i + chunk] for i in range(0, len(files), chunk)]
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return [d for part in pool.map(lambda names: [memo.digest_or_none(f) for f in names], parts) for d in part]
 
 
 def load_state(path: Path) -> dict[str, Any]:

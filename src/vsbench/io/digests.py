@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
 from vsbench.io.storage import atomic_write_text, file_sha256
 
 MEMO_VERSION = 2  # 2: names, stats and digests as three parallel lists (a quarter of the load time)

@@ -46,6 +46,7 @@ from tqdm import tqdm
 from vsbench import __version__
 from vsbench.imaging import jpeg, limits
 from vsbench.imaging.limits import open_image
+from vsbench.io.digests import DigestMemo, combine, path_digest
 from vsbench.io.features import (
     FeatureError,
     FeatureSet,
@@ -57,7 +58,6 @@ from vsbench.io.features import (
     map_npz_member,
     save_features,
 )
-from vsbench.io.digests import DigestMemo, combine, path_digest
 from vsbench.io.inputs import InputError, load_arrays, read_json
 from vsbench.io.storage import atomic_write_json, file_sha256, sha256_matches
 from vsbench.models.cache import WEIGHTS_OPTIONS, EmbeddingCache, cache_root, image_digests, library_versions, model_key
