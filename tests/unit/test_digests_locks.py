@@ -240,3 +240,24 @@ def test_misses_hashed_in_threads_equal_a_serial_hash_missing_files_included(tmp
     threaded = DigestMemo()
     assert threaded.digests(files, threads=3) == DigestMemo().digests(files, threads=1)
     assert threaded.hashed == 300 and threaded.hashed_bytes == sum(range(1, 301))
+
+
+def test_a_lock_file_this_user_cannot_write_still_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock file made by another user (the host's, seen by a step in the image as user 10001):
+    flock needs no write access, so the lock holds; only the holder's record is not written."""
+    proc = _holder(tmp_path / "out")
+    real_open = os.open
+
+    def as_another_user(path: str, flags: int, *args: int) -> int:
+        if str(path).endswith(locks.LOCK_FILE) and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(locks.os, "open", as_another_user)
+    try:
+        with pytest.raises(OutputBusy, match=f"pid {proc.pid}"), output_lock(tmp_path / "out"):
+            pass
+    finally:
+        _stop(proc)
+    with output_lock(tmp_path / "out") as path:
+        assert json.loads(path.read_text())["pid"] == proc.pid  # the record stays the last writable holder's

@@ -134,7 +134,18 @@ def _holding(path: Path, shared: bool) -> Iterator[None]:
 
 def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared: bool) -> Iterator[Path]:
     deadline = time.monotonic() + wait_seconds(wait_s)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except PermissionError:
+        # A lock file another user made (the host's, for a step inside the image as user 10001):
+        # flock needs no write access, only the holder's record is left unwritten.
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            logger.warning("%s: cannot open the lock file (%s); going on without the one-writer lock", path,
+                           exc.strerror or exc)
+            yield path
+            return
     try:
         waited = False
         unsupported = ""
@@ -173,9 +184,9 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
         previous = _read_holder(fd)
         if previous.get("pid") and not previous.get("released"):
             logger.debug("%s: taking over the lock record of %s, which no longer holds it", path, _describe(previous))
-        record = json.dumps(_holder()).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record, 0)
+        with contextlib.suppress(OSError):  # a read-only lock file: locked, the record left as it is
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(_holder()).encode(), 0)
         try:
             yield path
         finally:

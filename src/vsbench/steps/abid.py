@@ -51,7 +51,8 @@ def abid_prepare_step(
 
     params = {"seed": seed, "val_fraction": val_fraction, "max_per_class": max_per_class}
     started = time.perf_counter()
-    with child_run(parent_run_id, "abid-prepare", params) as tracker:
+    with output_lock(out, what=f"the task files' folder {out}"), \
+            child_run(parent_run_id, "abid-prepare", params) as tracker:
         summary = prepare_abid(Path(data), Path(out), seed=seed, val_fraction=val_fraction,
                                max_per_class=max_per_class, progress=progress).as_dict()
         metrics = numbers(summary, list(PREPARE_COUNTS))
