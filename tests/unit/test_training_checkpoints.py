@@ -187,15 +187,30 @@ def test_siamese_trains_into_the_folder_counting_trained_in(tiny, trained, tmp_p
     assert _train(tiny, out).fit.resumed_from == 1, "counting's checkpoint is untouched"
 
 
+HOLD = """
+import sys, time
+from vsbench.io.locks import output_lock
+with output_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
 def test_a_second_train_into_a_busy_out_stops_naming_the_folder(tiny, tmp_path):
+    """Held by another process (within one process the lock is re-entrant)."""
     out = tmp_path / "out"
-    with output_lock(out, what="a test's hold"):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         for extra in ((), ("--nproc", "2")):
             result = _cli(tiny, out, "counting", *extra)
             assert result.exit_code == 2, result.output
             lines = result.output.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("error: ") and str(out) in lines[0], result.output
-            assert "being written by another vsbench run" in lines[0]
+            assert "being written by another vsbench run" in lines[0] and f"pid {holder.pid}" in lines[0]
+    finally:
+        holder.kill()
+        holder.wait()
     assert not (out / "checkpoints").exists()
 
 
