@@ -93,7 +93,6 @@ DEFAULT_DECODE: Decode = "full"  # the challenge's pixels; "fast" and "draft" ar
 Record = list[Any]
 RECORD_FIELDS = ("source", "source_sha256", "source_ino", "source_size", "source_mtime_ns", "source_ctime_ns",
                  "output_ino", "output_size", "output_mtime_ns", "output_ctime_ns")
-SOURCE_STAT = slice(2, 6)
 OUTPUT_STAT = slice(6, 10)
 UNVOUCHED = -1  # a source mtime recorded as this: read too soon after a change to vouch for by stat
 
@@ -109,6 +108,8 @@ class ResizeJob:
     quality: int
     decode: Decode
     expected: Record | None = None
+
+
 MAX_NOTES = 20  # lines about redone outputs kept in the summary; the count is always exact
 # A run writes its manifest as it goes, at most this often and at most ~2% of its time, so that a
 # pod killed part-way leaves records for what it did (outputs no manifest vouches for are redone).

@@ -123,7 +123,7 @@ def abid_resize(
         except TooManyFailures as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
-    print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "seconds", "images_per_second"])
+    print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "hashed", "seconds", "images_per_second"])
     _print_redone(summary)
     for failure in summary["failures"][:10]:
         typer.echo(f"  skipped {failure['file']}: {failure['reason']}", err=True)
