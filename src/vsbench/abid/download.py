@@ -820,8 +820,11 @@ def download_abid(
     created = folders_to_create(dest)
     # One writer per destination (issue 37): shards of one job share it, each holding its own shard.
     unit = "" if num_shards == 1 else f"download-shard-{shard}-of-{num_shards}"
-    locks = [lock_path(dest), *([lock_path(dest, unit)] if unit else [])]
-    created += [path for path in locks if not (path.exists() or path.is_symlink())]  # a run that fetches nothing removes them
+    # A run that fetches nothing removes the lock file it made; a shard only its own (the folder's is
+    # shared with the other shards, which may be holding it).
+    own_lock = lock_path(dest, unit)
+    if not (own_lock.exists() or own_lock.is_symlink()):
+        created.append(own_lock)
     with output_lock(dest) if not unit else step_lock(dest, unit):
         manifest = dest / manifest_name(shard, num_shards)
         had_manifest = manifest.exists()
