@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from vsbench.abid.download import MANIFEST_NAME, download_abid, plan_objects
+from vsbench.io.locks import LOCK_FILE
 from vsbench.io.storage import is_temporary
 from vsbench.platform.local_s3 import LocalS3
 
@@ -47,8 +48,10 @@ def _expected_files(objects: dict[str, bytes]) -> dict[str, bytes]:
 
 
 def _local_files(dest: Path) -> dict[str, bytes]:
+    """The data files under ``dest`` (not the manifests, nor the one-writer lock files)."""
     return {p.relative_to(dest).as_posix(): p.read_bytes() for p in dest.rglob("*")
-            if p.is_file() and not p.relative_to(dest).as_posix().startswith("_manifests")}
+            if p.is_file() and not p.relative_to(dest).as_posix().startswith("_manifests")
+            and not p.name.startswith(LOCK_FILE)}
 
 
 def test_unsigned_download_of_padded_and_unpadded_keys(local_s3, public_bucket, no_aws_credentials, tmp_path):

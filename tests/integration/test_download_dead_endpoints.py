@@ -59,7 +59,8 @@ def _error_lines(stderr: str) -> list[str]:
 
 
 def _local(dest: Path) -> set[str]:
-    return {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    """The files under ``dest``, less the one-writer lock files (``.vsbench-lock``)."""
+    return {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() and not p.name.startswith(".vsbench-lock")}
 
 
 def test_every_get_reset_after_the_listing_stops_in_seconds_with_one_line(small_limits, tmp_path):

@@ -60,6 +60,15 @@ def _edit(bundle: Path, change, *, redigest: bool) -> None:
     bundle.write_text(json.dumps(data))
 
 
+def _entry(path: str, real: Path) -> dict:
+    """An artifact entry as a forger writes it: with the real file's size and sha256, so that the
+    check under test is the one that refuses it (since issue 37 a missing sha256 is refused first)."""
+    import hashlib
+
+    data = real.read_bytes()
+    return {"path": path, "folder": "", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def _upload(*args: str):
     return CliRunner().invoke(app, ["track", "upload", *args])
 
@@ -90,7 +99,7 @@ def test_an_artifact_path_outside_the_bundles_folder_is_refused_and_no_run_is_ma
     secret.parent.mkdir(parents=True)
     secret.write_text("[default]\naws_secret_access_key = hunter2\n")
     bundle = _bundle(tmp_path / "out")
-    _edit(bundle, lambda d: d["artifacts"].append({"path": str(secret), "folder": ""}), redigest=True)
+    _edit(bundle, lambda d: d["artifacts"].append(_entry(str(secret), secret)), redigest=True)
     line = _one_line_error(_upload(str(bundle)), "artifacts.1.path", str(secret), "outside the bundle's folder")
     assert "hunter2" not in line
     assert _runs(store) == []  # validated before the store is contacted: nothing RUNNING, nothing copied
@@ -101,12 +110,12 @@ def test_a_relative_path_climbing_out_and_a_symlink_pointing_out_are_refused(tmp
     outside = tmp_path / "secret.txt"
     outside.write_text("hunter2")
     bundle = _bundle(tmp_path / "out")
-    _edit(bundle, lambda d: d["artifacts"].append({"path": "../secret.txt", "folder": ""}), redigest=True)
+    _edit(bundle, lambda d: d["artifacts"].append(_entry("../secret.txt", outside)), redigest=True)
     _one_line_error(_upload(str(bundle)), "artifacts.1.path", "../secret.txt", "outside")
 
     bundle = _bundle(tmp_path / "out2")
     (tmp_path / "out2" / "link.txt").symlink_to(outside)
-    _edit(bundle, lambda d: d["artifacts"].append({"path": "link.txt", "folder": ""}), redigest=True)
+    _edit(bundle, lambda d: d["artifacts"].append(_entry("link.txt", outside)), redigest=True)
     _one_line_error(_upload(str(bundle)), "artifacts.1.path", "link.txt", str(outside.resolve()))
     assert _runs(store) == []
 
@@ -116,7 +125,8 @@ def test_a_hidden_file_in_the_bundles_folder_is_refused(tmp_path, store):
     bundle = _bundle(tmp_path / "home")
     (tmp_path / "home" / ".aws").mkdir()
     (tmp_path / "home" / ".aws" / "credentials").write_text("hunter2")
-    _edit(bundle, lambda d: d["artifacts"].append({"path": ".aws/credentials", "folder": ""}), redigest=True)
+    credentials = tmp_path / "home" / ".aws" / "credentials"
+    _edit(bundle, lambda d: d["artifacts"].append(_entry(".aws/credentials", credentials)), redigest=True)
     _one_line_error(_upload(str(bundle)), "artifacts.1.path", ".aws/credentials", "hidden")
     assert _runs(store) == []
 
@@ -267,8 +277,9 @@ def test_an_artifact_changed_after_the_bundle_was_written_is_refused(tmp_path, s
     assert _runs(store) == []
 
 
-def test_a_bundle_written_before_digests_still_uploads_once(tmp_path, store):
-    """The format as main wrote it: absolute artifact paths, no sizes, hashes or digest."""
+def test_a_bundle_written_before_digests_is_refused_saying_to_rerun_its_command(tmp_path, store):
+    """The format before issue 26: absolute artifact paths, no sizes, hashes or digest. Issue 37: a
+    bundle without a digest vouches for nothing (anyone can write one), so it is refused in one line."""
     folder = tmp_path / "out"
     folder.mkdir()
     (folder / "metrics.json").write_text("{}")
@@ -278,10 +289,9 @@ def test_a_bundle_written_before_digests_still_uploads_once(tmp_path, store):
               "tags": {"vsbench.run_key": "cli-20260101T000000-abcdef"},
               "artifacts": [{"path": str(folder / "metrics.json"), "folder": ""}], "uploaded": None}
     (folder / BUNDLE_NAME).write_text(json.dumps(legacy))
-    assert _upload(str(folder / BUNDLE_NAME)).exit_code == 0
-    assert _upload(str(folder / BUNDLE_NAME), "--force").exit_code == 0
-    (run,) = _runs(store)
-    assert run.data.metrics == {"uap": 0.5} and run.info.status == "FINISHED"
+    _one_line_error(_upload(str(folder / BUNDLE_NAME)), str(folder / BUNDLE_NAME), "field digest",
+                    "missing", "re-run the command that wrote it")
+    assert _runs(store) == []
 
 
 # --- malformed fields and sizes: one line each, before anything is read whole ------------------------
@@ -352,3 +362,86 @@ def test_a_pipeline_run_kept_for_later_uploads_its_step_manifests(tmp_path, stor
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "steps")) == [
         "steps/abid-resize", "steps/abid-score"]
     assert read_bundle(bundle)["uploaded"]["run_id"] == run.info.run_id
+
+
+# --- issue 37: the digests are required, and cover all that decides the run ---------------------------
+
+def _inflate(data: dict) -> None:
+    data["metrics"]["uap"] = 0.999  # what the hand edit was after
+
+
+def _blank_all(data: dict) -> None:
+    """The issue's reproduction: the digest and every artifact's sha256 blanked, uap edited."""
+    _inflate(data)
+    data["digest"] = ""
+    for artifact in data["artifacts"]:
+        artifact["sha256"] = ""
+
+
+@pytest.mark.parametrize(("change", "fragments"), [
+    (_blank_all, ("field digest", "blank", "re-run the command that wrote it")),
+    (lambda d: (_inflate(d), d.update(digest="")), ("field digest", "blank")),
+    (lambda d: (_inflate(d), d.pop("digest")), ("field digest", "missing")),
+    (lambda d: (_inflate(d), d.update(digest=None)), ("field digest", "null")),
+    (lambda d: (_inflate(d), d.update(digest="z" * 64)), ("field digest", "not a sha256")),
+    (lambda d: (_inflate(d), d.update(digest=d["digest"].upper())), ("field digest", "not a sha256")),
+    (lambda d: (_inflate(d), d.update(digest=d["digest"][:40])), ("field digest", "not a sha256")),
+    (lambda d: (_inflate(d), d.update(digest=7)), ("field digest", "not a sha256")),
+    (lambda d: d["artifacts"][0].update(sha256=""), ("field artifacts.0.sha256", "blank")),
+    (lambda d: d["artifacts"][0].pop("sha256"), ("field artifacts.0.sha256", "missing")),
+    (lambda d: d["artifacts"][0].update(sha256=None), ("field artifacts.0.sha256", "null")),
+    (lambda d: d["artifacts"][0].update(sha256="not hex"), ("field artifacts.0.sha256", "not a sha256")),
+    (lambda d: d["artifacts"][0].update(sha256="0" * 64), ("field artifacts.0.path", "sha256 differs")),
+    (lambda d: d["artifacts"][0].pop("size"), ("field artifacts.0.size", "Field required")),
+], ids=["issue-37", "digest-blank", "digest-deleted", "digest-null", "digest-not-hex", "digest-uppercase",
+        "digest-short", "digest-a-number", "sha256-blank", "sha256-deleted", "sha256-null", "sha256-not-hex",
+        "sha256-wrong", "size-deleted"])
+def test_a_bundle_without_a_valid_digest_or_artifact_sha256_is_refused_and_nothing_recorded(
+        tmp_path, store, change, fragments):
+    """On main a blanked digest and blanked artifact hashes switched the checks off: a hand-edited
+    uap of 0.999 was uploaded, exit 0."""
+    bundle = _bundle(tmp_path / "out")
+    (tmp_path / "out" / "metrics.json").write_text('{"uap": 0.9}\n')  # the artifact edited too (same size)
+    _edit(bundle, change, redigest=False)
+    _one_line_error(_upload(str(bundle)), str(bundle), *fragments)
+    assert _runs(store) == []
+    assert not (tmp_path / "artifacts").exists() or not list((tmp_path / "artifacts").rglob("metrics.json"))
+
+
+def test_every_reader_of_a_bundle_refuses_one_without_its_digest(tmp_path):
+    from vsbench.io.inputs import InputError
+
+    bundle = _bundle(tmp_path / "out")
+    _edit(bundle, lambda d: d.pop("digest"), redigest=False)
+    with pytest.raises(InputError, match="field digest: the bundle's content digest is missing"):
+        read_bundle(bundle)
+    with pytest.raises(InputError, match="field digest"):
+        upload_bundle(bundle, f"sqlite:///{tmp_path / 'never.db'}")
+    assert not (tmp_path / "never.db").exists()  # refused before the store was touched
+
+
+def _point_at_the_copy(data: dict) -> None:
+    data["artifacts"][0]["path"] = "copy.json"  # another file beside it, with the same bytes
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["metrics"].update(uap=0.999),
+    lambda d: d["metrics"].update(extra=1.0),
+    lambda d: d["params"].update(model="other"),
+    lambda d: d["tags"].update({"vsbench.profile": "forged"}),
+    lambda d: d.update(experiment="other"),
+    lambda d: d.update(run_name="other"),
+    lambda d: d.update(pipeline="other"),
+    lambda d: d.update(start_ms=d["start_ms"] - 1),
+    lambda d: d.update(end_ms=d["end_ms"] + 1),
+    lambda d: d["artifacts"][0].update(folder="elsewhere"),
+    _point_at_the_copy,
+    lambda d: d["artifacts"].clear(),
+], ids=["metric", "metric-added", "param", "tag", "experiment", "run-name", "pipeline", "start", "end",
+        "artifact-folder", "artifact-path", "artifacts-dropped"])
+def test_the_digest_covers_metrics_params_tags_and_every_artifact(tmp_path, store, change):
+    bundle = _bundle(tmp_path / "out")
+    (tmp_path / "out" / "copy.json").write_text('{"uap": 1.0}\n')
+    _edit(bundle, change, redigest=False)
+    _one_line_error(_upload(str(bundle)), str(bundle), "field digest", "edited")
+    assert _runs(store) == []

@@ -372,7 +372,8 @@ def test_what_a_rerun_keeps_is_verified_against_its_inputs(tmp_path):
     assert (again.resized, again.kept, again.failed) == (4, 94, 2)
     assert len(again.redone) == 4
     reasons = " | ".join(again.redone)
-    assert "00003.jpg: its source changed" in reasons and "00004.jpg: the output changed" in reasons
+    # 00003: its output was touched too (os.utime moves the ctime), which is said first (issue 37)
+    assert "00003.jpg: the output changed" in reasons and "00004.jpg: the output changed" in reasons
     assert "00005.jpg: the output is missing" in reasons and "00006.jpg: its source changed" in reasons
     with Image.open(out / "00003.jpg") as image:
         assert image.size == (224, 224)

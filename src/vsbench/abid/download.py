@@ -35,6 +35,7 @@ from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
+from vsbench.io.locks import LOCK_FILE, lock_path, output_lock, step_lock
 from vsbench.io.storage import (
     TMP_MARKER,
     S3AccessError,
@@ -750,6 +751,21 @@ def _is_own_temporary(name: str) -> bool:
     return is_temporary(name) and re.search(rf"{re.escape(TMP_MARKER)}{os.getpid()}(-\d+)?$", name) is not None
 
 
+def _remove_all_created(created: list[Path]) -> None:
+    """Remove what a run that fetched nothing created: its lock files first (it still holds them; a
+    run waiting on one sees it unlinked and locks the new file: :func:`~vsbench.io.locks.output_lock`),
+    then the folders it made."""
+    for path in created:
+        if path.name.startswith(LOCK_FILE):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+    for path in created:
+        if not path.name.startswith(LOCK_FILE):
+            _remove_created(path)
+
+
 def _remove_created(root: Path) -> None:
     """Remove what a run that fetched nothing created under ``root`` (a folder it made): empty folders and
     its own temporary files only, deepest first; anything else is left where it is."""
@@ -802,33 +818,40 @@ def download_abid(
     # Every write goes through the resolved path: writing through "new/../x" would create "new" as well.
     dest = dest.resolve()
     created = folders_to_create(dest)
-    manifest = dest / manifest_name(shard, num_shards)
-    had_manifest = manifest.exists()
-    log = KeyLog(dest / keys_log_name(shard, num_shards))
-    previous = _catch_signals()
-    summary: DownloadSummary | None = None
-    try:
+    # One writer per destination (issue 37): shards of one job share it, each holding its own shard.
+    unit = "" if num_shards == 1 else f"download-shard-{shard}-of-{num_shards}"
+    # A run that fetches nothing removes the lock file it made; a shard only its own (the folder's is
+    # shared with the other shards, which may be holding it).
+    own_lock = lock_path(dest, unit)
+    if not (own_lock.exists() or own_lock.is_symlink()):
+        created.append(own_lock)
+    with output_lock(dest) if not unit else step_lock(dest, unit):
+        manifest = dest / manifest_name(shard, num_shards)
+        had_manifest = manifest.exists()
+        log = KeyLog(dest / keys_log_name(shard, num_shards))
+        previous = _catch_signals()
+        summary: DownloadSummary | None = None
         try:
-            summary = _download(source, location, dest, limit=limit, endpoint_url=endpoint_url,
-                                concurrency=concurrency, retries=retries, backoff=backoff, progress=progress,
-                                client=client, on_result=on_result, shard=shard, num_shards=num_shards,
-                                limit_failures=limit_failures, stall=stall, started=started, log=log)
-            _finish(summary, dest, manifest, had_manifest, created, started, log)
-            return summary
-        except _Signalled as signalled:
-            for signum in previous:  # a second signal must not cut the manifest short
-                signal.signal(signum, signal.SIG_IGN)
-            summary = getattr(signalled, "summary", None) or summary
-            kept = _finish(summary, dest, manifest, had_manifest, created, started, log)
-            raise DownloadInterrupted(signalled.signum, summary, kept) from None
-        except Exception:  # e.g. a job-wide cause while listing: leave nothing
-            log.discard()
-            for folder in created:
-                _remove_created(folder)
-            raise
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            try:
+                summary = _download(source, location, dest, limit=limit, endpoint_url=endpoint_url,
+                                    concurrency=concurrency, retries=retries, backoff=backoff, progress=progress,
+                                    client=client, on_result=on_result, shard=shard, num_shards=num_shards,
+                                    limit_failures=limit_failures, stall=stall, started=started, log=log)
+                _finish(summary, dest, manifest, had_manifest, created, started, log)
+                return summary
+            except _Signalled as signalled:
+                for signum in previous:  # a second signal must not cut the manifest short
+                    signal.signal(signum, signal.SIG_IGN)
+                summary = getattr(signalled, "summary", None) or summary
+                kept = _finish(summary, dest, manifest, had_manifest, created, started, log)
+                raise DownloadInterrupted(signalled.signum, summary, kept) from None
+            except Exception:  # e.g. a job-wide cause while listing: leave nothing
+                log.discard()
+                _remove_all_created(created)
+                raise
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_manifest: bool, created: list[Path],
@@ -844,8 +867,7 @@ def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_man
             atomic_write_json(manifest, summary.as_dict())
             return manifest
     log.discard()
-    for folder in created:
-        _remove_created(folder)
+    _remove_all_created(created)
     return None
 
 

@@ -26,27 +26,39 @@ and add:
   a JPEG, over the pixel cap of :mod:`vsbench.imaging.limits`, unreadable): such inputs never
   stop the step, unless their share passes ``max_failure_rate`` (then the step fails after
   writing the manifest, and says so);
-* resumable, verified re-runs: the manifest records, for every output it vouches for, the source
-  it came from (name, size, modification time in ns) and the output as written (size, time); a
-  re-run keeps an output only when both ``stat`` results still match its record and the size,
-  quality and decode are the manifest's, and redoes anything else with one line saying why (a
-  changed source, a missing or changed output, an output no manifest vouches for). No file is
-  read to decide: two ``stat`` calls per input, as the older "output newer than input" rule took.
-  The manifest of a run is the merge of what earlier runs left valid and what this run did, and
-  the failure rate is over every input (kept, resized or failed), so a run stopped by the rate
-  resumes with a higher threshold instead of meeting "2 of 2 (100%)" again.
+* resumable, verified re-runs keyed on content (issue 37): the manifest records, for every output
+  it vouches for, the sha256 of the source bytes it was made from, the source's stat record (inode,
+  size, mtime and ctime in ns) when they were read, and the output's stat record as written. A
+  re-run keeps an output when the size, quality and decode are the manifest's and both stat records
+  still match: two ``stat`` calls per input and no read, as before. The ctime cannot be set back
+  (``touch -r``, ``os.utime`` restore only the mtime), so a source replaced by other bytes of the
+  same size with its mtime restored, truncated, or swapped with another by ``rename``, shows a
+  changed record; such a source is read once, in the worker that would resize it, and hashed from
+  the bytes read for decoding: the same bytes keep the output (only the record is refreshed), other
+  bytes resize it again, with one line saying why. An output whose own record changed (rewritten,
+  touched, replaced, missing) or that no manifest vouches for is redone. A source read within
+  :data:`~vsbench.io.digests.RACY_NS` of its last change is recorded as not vouched for by its stat
+  (a write in the same timestamp tick could leave the record unchanged), so the next run reads it
+  again. The manifest of a run is the merge of what earlier runs left valid and what this run did,
+  and the failure rate is over every input (kept, resized or failed), so a run stopped by the rate
+  resumes with a higher threshold instead of meeting "2 of 2 (100%)" again;
+* one writer per output folder: a run holds :func:`~vsbench.io.locks.output_lock` on ``out`` (a
+  shard: the folder shared and its own shard exclusively, :func:`~vsbench.io.locks.step_lock`), so
+  a second run into the same folder stops with one line naming it instead of interleaving
+  manifests.
 
 bench/resize.py measures all three modes beside the challenge's loop.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from multiprocessing import get_context
 from pathlib import Path
@@ -60,7 +72,9 @@ from vsbench.abid.prepare import scan_ids
 from vsbench.imaging import jpeg, limits
 from vsbench.imaging.limits import open_image
 from vsbench.imaging.resample import one_thread, resize_bilinear
+from vsbench.io.digests import RACY_NS
 from vsbench.io.inputs import read_json
+from vsbench.io.locks import output_lock, step_lock
 from vsbench.io.storage import atomic_write_bytes, atomic_write_text
 
 MANIFEST_NAME = "_manifests/resize.json"
@@ -72,18 +86,30 @@ DECODES: tuple[str, ...] = ("fast", "draft", "full")
 DEFAULT_DECODE: Decode = "full"  # the challenge's pixels; "fast" and "draft" are opt-in
 
 
+# One output as the manifest records it (a list, not an object: full ABID has 536k of them):
+# [source name, source sha256, source inode, size, mtime ns, ctime ns,
+#  output inode, size, mtime ns, ctime ns]: the source's content, and the two stat records that let
+# an unchanged re-run vouch for both files without reading either.
+Record = list[Any]
+RECORD_FIELDS = ("source", "source_sha256", "source_ino", "source_size", "source_mtime_ns", "source_ctime_ns",
+                 "output_ino", "output_size", "output_mtime_ns", "output_ctime_ns")
+OUTPUT_STAT = slice(6, 10)
+UNVOUCHED = -1  # a source mtime recorded as this: read too soon after a change to vouch for by stat
+
+
 @dataclass(frozen=True)
 class ResizeJob:
+    """One source to read; ``expected`` is the record of an output whose source's stat changed:
+    the worker keeps that output when the bytes it reads still have the recorded sha256."""
+
     source: str
     target: str
     size: int
     quality: int
     decode: Decode
+    expected: Record | None = None
 
 
-# One output as the manifest records it: [source name, source bytes, source mtime ns, output bytes,
-# output mtime ns]. A list, not an object: full ABID has 536k of them.
-Record = list[Any]
 MAX_NOTES = 20  # lines about redone outputs kept in the summary; the count is always exact
 # A run writes its manifest as it goes, at most this often and at most ~2% of its time, so that a
 # pod killed part-way leaves records for what it did (outputs no manifest vouches for are redone).
@@ -103,6 +129,7 @@ class ResizeSummary:
     resized: int = 0
     kept: int = 0
     failed: int = 0
+    hashed: int = 0  # sources read (and hashed) this run: none on an unchanged re-run
     seconds: float = 0.0
     failures: list[dict[str, str]] = field(default_factory=list)
     redone: list[str] = field(default_factory=list)  # first MAX_NOTES outputs redone, and why
@@ -121,11 +148,13 @@ class ResizeSummary:
     def manifest_text(self) -> str:
         """What ``out/_manifests/resize*.json`` holds: the summary (indented, for people) and every
         output's record, one a line (full ABID's 536k records indented would triple the file)."""
-        head = json.dumps(self.as_dict(), indent=2, ensure_ascii=False)[:-2]
-        # Keys are local_name()s and a record's numbers are ints (_is_record): only the source name
-        # needs escaping. Formatting by hand halves the time of 536k json.dumps calls (~2.4 s).
+        head = json.dumps({**self.as_dict(), "record_fields": list(RECORD_FIELDS)}, indent=2, ensure_ascii=False)[:-2]
+        # Keys are local_name()s, a digest is 64 ASCII letters and digits and a record's numbers are
+        # ints (_is_record): only the source name needs escaping. Formatting by hand halves the
+        # time of 536k json.dumps calls (~2.4 s).
         dumps = json.dumps
-        records = ",\n".join(f'    "{name}": [{dumps(r[0], ensure_ascii=False)}, {r[1]}, {r[2]}, {r[3]}, {r[4]}]'
+        records = ",\n".join(f'    "{name}": [{dumps(r[0], ensure_ascii=False)}, "{r[1]}", {r[2]}, {r[3]}, {r[4]}, '
+                              f'{r[5]}, {r[6]}, {r[7]}, {r[8]}, {r[9]}]'
                               for name, r in sorted(self.outputs.items()))
         return f'{head},\n  "outputs": {{\n{records}\n  }}\n}}\n' if records else f'{head},\n  "outputs": {{}}\n}}\n'
 
@@ -190,49 +219,72 @@ def _init_worker() -> None:
 
     torch.set_num_threads(1)
 
+# What a worker did with one job (the fourth item of its result).
+RESIZED = "resized"  # read, hashed, resized and written
+SAME = "same"  # read and hashed: the recorded bytes, so the output stands (only its record is refreshed)
+FAILED = "failed"  # read and hashed, not resized (the reason says why)
+UNREAD = "unread"  # the source could not be opened or read
+Result = tuple[ResizeJob, str, Record | None, str]
 
-def _run_job(job: ResizeJob) -> tuple[ResizeJob, str, Record | None]:
-    """Worker entry point: (the job, "" or the reason it failed, the output's record or None).
 
-    The source's size and time come from the open file (``fstat``: what was read), the output's
-    from a ``stat`` after the rename: a microsecond or two beside the milliseconds of the resize."""
+def _source_fields(source: str, digest: str, info: os.stat_result, read_at: int) -> Record:
+    """The source's half of a record. Its mtime is :data:`UNVOUCHED` when the file changed less than
+    :data:`~vsbench.io.digests.RACY_NS` before it was read: a write in the same timestamp tick could
+    leave the whole stat record as it is, so the next run must read it again (git's "racily clean")."""
+    recent = read_at - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_NS
+    return [os.path.basename(source), digest, info.st_ino, info.st_size,
+            UNVOUCHED if recent else info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _run_job(job: ResizeJob) -> Result:
+    """Worker entry point: (the job, "" or the reason it failed, the output's record or None, and
+    :data:`RESIZED`, :data:`SAME`, :data:`FAILED` or :data:`UNREAD`).
+
+    The source is read once (unbuffered: a quarter of ``read_bytes``' cost) and its sha256 taken
+    from the bytes read for decoding (~0.1 ms for a 50 kB photo with the CPU's SHA extensions,
+    beside milliseconds of decoding); its stat record comes from the open file (``fstat``: what was
+    read), the output's from a ``stat`` after the rename. A source that fails leaves no output under
+    its name: one from an earlier run (of other bytes) would otherwise be used downstream although
+    no manifest vouches for it."""
     try:
-        with open(job.source, "rb", buffering=0) as source:  # unbuffered: one read, a quarter of read_bytes' cost
+        with open(job.source, "rb", buffering=0) as source:
+            read_at = time.time_ns()
             info = os.fstat(source.fileno())
             data = source.readall()
+    except OSError as exc:
+        _remove_stale(job.target)
+        return job, str(exc), None, UNREAD
+    try:
+        record = _source_fields(job.source, hashlib.sha256(data).hexdigest(), info, read_at)
+        if job.expected is not None and job.expected[1] == record[1]:
+            return job, "", record + job.expected[OUTPUT_STAT], SAME
         atomic_write_bytes(job.target, resize_image_bytes(data, job.size, job.quality, job.decode))
         written = os.stat(job.target)
-        return job, "", [os.path.basename(job.source), info.st_size, info.st_mtime_ns,
-                         written.st_size, written.st_mtime_ns]
+        return job, "", record + [written.st_ino, written.st_size, written.st_mtime_ns, written.st_ctime_ns], RESIZED
     except (ValueError, OSError) as exc:
-        return job, str(exc), None
+        reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - any other decoder fault is this image's, never the step's
-        return job, f"{type(exc).__name__}: {exc}", None
+        reason = f"{type(exc).__name__}: {exc}"
+    _remove_stale(job.target)
+    return job, reason, None, FAILED
 
 
-def _why_redo(source: Path, target: Path, record: Record | None) -> str:
-    """"" when ``target`` is the output ``record`` vouches for and ``source`` is the file it was made
-    from (names, sizes and times as recorded: two ``stat`` calls, no read); otherwise why not."""
+def _remove_stale(target: str) -> None:
     try:
-        made = os.stat(target)
-    except FileNotFoundError:
-        return "the output is missing" if record is not None else ""
-    if record is None:
-        return "no manifest vouches for this output"
-    try:
-        read = os.stat(source)
-    except FileNotFoundError:
-        return "its source is gone"
-    if record[0] != source.name or record[1] != read.st_size or record[2] != read.st_mtime_ns:
-        return "its source changed since it was resized"
-    if record[3] != made.st_size or record[4] != made.st_mtime_ns:
-        return "the output changed since it was written"
-    return ""
+        os.unlink(target)
+    except OSError:
+        pass
 
 
 def _is_record(value: Any) -> bool:
-    return (isinstance(value, list) and len(value) == 5 and isinstance(value[0], str)
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value[1:]))
+    """A record as :meth:`ResizeSummary.manifest_text` writes it (anything else vouches for nothing;
+    a digest is checked to be plain ASCII letters and digits, which is all the text writer assumes)."""
+    return (type(value) is list and len(value) == len(RECORD_FIELDS) and type(value[0]) is str
+            and type(value[1]) is str and len(value[1]) == 64 and value[1].isascii() and value[1].isalnum()
+            and list(map(type, value[2:])) == _INTS)  # not bool (a subclass), not float
+
+
+_INTS = [int] * (len(RECORD_FIELDS) - 2)
 
 
 def resize_abid(
@@ -253,40 +305,77 @@ def resize_abid(
     With ``num_shards`` > 1 only ids with ``id % num_shards == shard`` (and their own manifest).
     When the share of inputs that failed passes ``max_failure_rate`` (default
     :func:`vsbench.imaging.limits.max_failure_rate`: 1%), :class:`~vsbench.imaging.limits.TooManyFailures`
-    is raised after the manifest is written.
+    is raised after the manifest is written. Another run writing ``out`` (the whole folder, or this
+    shard) raises :class:`~vsbench.io.locks.OutputBusy` before anything is read or written there.
     """
     rate = limits.max_failure_rate(max_failure_rate)  # a bad value fails before any work
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in 0..{num_shards - 1}")
-    from tqdm.auto import tqdm
-
     if size < 8:
         raise ValueError(f"size must be at least 8 pixels, got {size}")
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
-    workers = workers or os.cpu_count() or 1
     started = time.perf_counter()
     sources = {i: p for i, p in scan_ids(data / IMAGES_DIR, "image").items() if i % num_shards == shard}
-    manifest = MANIFEST_NAME if num_shards == 1 else f"_manifests/resize.shard-{shard}-of-{num_shards}.json"
     if not sources and not (data / IMAGES_DIR).is_dir():
         raise FileNotFoundError(f"no {IMAGES_DIR}/ folder under {data}")
+    # Shards of one run write one folder side by side, each its own outputs and manifest.
+    lock = output_lock(out) if num_shards == 1 else step_lock(out, f"resize-shard-{shard}-of-{num_shards}")
+    with lock:
+        return _resize(sources, data, out, size=size, quality=quality, decode=decode,
+                       workers=workers or os.cpu_count() or 1, progress=progress, rate=rate, started=started,
+                       manifest=MANIFEST_NAME if num_shards == 1 else
+                       f"_manifests/resize.shard-{shard}-of-{num_shards}.json")
+
+
+LEGACY_WHY = "the manifest's record of it has no source digest (written by an older vsbench)"
+
+
+def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quality: int, decode: Decode,
+            workers: int, progress: bool, rate: float, started: float, manifest: str) -> ResizeSummary:
+    """:func:`resize_abid` once ``out`` is this run's: decide what to keep (stat records only), then
+    read, hash and resize the rest in a pool."""
+    from tqdm.auto import tqdm
+
     summary = ResizeSummary(str(data), str(out), size, quality, decode, workers, inputs=len(sources))
-    settings, records = _previous(out / manifest)
+    settings, records, legacy = _previous(out / manifest)
     settings_changed = settings is not None and settings != (size, quality, decode)
+    if settings_changed:
+        records = {}
 
     jobs: list[ResizeJob] = []
+    stat = os.stat
+    folder = os.path.join(out, "")  # targets as plain strings: a Path per input was ~10% of a re-run
     for bin_id, source in sorted(sources.items()):
         name = local_name(bin_id, "image")
-        target = out / name
-        why = "the size, quality or decode changed" if settings_changed else _why_redo(source, target,
-                                                                                          records.get(name))
-        if not why and name in records:
-            summary.kept += 1
-            summary.outputs[name] = records[name]
+        target = folder + name
+        record = records.get(name)
+        expected = None
+        try:
+            made = stat(target)
+        except FileNotFoundError:
+            why = "the output is missing" if record is not None else ""
         else:
-            if why and not settings_changed:  # a change of settings is said once, by the counts
-                summary.note_redone(name, why)
-            jobs.append(ResizeJob(str(source), str(target), size, quality, decode))
+            if record is None:  # a change of settings is said once, by the counts
+                why = "" if settings_changed else LEGACY_WHY if legacy else "no manifest vouches for this output"
+            elif (made.st_ctime_ns != record[9] or made.st_mtime_ns != record[8] or made.st_size != record[7]
+                  or made.st_ino != record[6]):
+                why = "the output changed since it was written"
+            else:
+                try:
+                    read = stat(source)
+                except FileNotFoundError:
+                    why = "its source is gone"
+                else:
+                    if (read.st_ctime_ns == record[5] and read.st_mtime_ns == record[4] and read.st_size == record[3]
+                            and read.st_ino == record[2] and record[0] == source.name):
+                        summary.kept += 1
+                        summary.outputs[name] = record
+                        continue
+                    why, expected = "", record  # its stat changed: the worker reads it, same bytes keep the output
+        if why:
+            summary.note_redone(name, why)
+        jobs.append(ResizeJob(str(source), target, size, quality, decode, expected))
     out.mkdir(parents=True, exist_ok=True)
 
     fast = decode == "fast" and jpeg.available()
@@ -300,6 +389,7 @@ def resize_abid(
         # torch (seconds). No torch operation runs in this process before the pool forks: an
         # OpenMP thread pool started in a parent does not survive fork().
         import torch  # noqa: F401
+
     def checkpoint() -> None:
         atomic_write_text(out / manifest, summary.manifest_text())
 
@@ -329,19 +419,27 @@ def _one_torch_thread(fast: bool):
     return one_thread()
 
 
-def _collect(results, summary: ResizeSummary, bar, checkpoint: Callable[[], None]) -> None:
+def _collect(results: Iterable[Result], summary: ResizeSummary, bar, checkpoint: Callable[[], None]) -> None:
     """Count each result into the summary (and its record), writing the manifest as it goes
     every :data:`CHECKPOINT_SECONDS`, or less often when a write takes more than
     :data:`CHECKPOINT_SHARE` of the time between writes (536k records: ~0.5 s a write)."""
     interval = CHECKPOINT_SECONDS
     last = time.monotonic()
-    for job, reason, record in results:
+    for job, reason, record, done in results:
+        if done != UNREAD:
+            summary.hashed += 1
+        name = os.path.basename(job.target)
         if reason:
             summary.failed += 1
             summary.failures.append({"file": f"{IMAGES_DIR}/{os.path.basename(job.source)}", "reason": reason})
+        elif done == SAME:
+            summary.kept += 1
+            summary.outputs[name] = record
         else:
             summary.resized += 1
-            summary.outputs[os.path.basename(job.target)] = record
+            summary.outputs[name] = record
+            if job.expected is not None:
+                summary.note_redone(name, "its source changed since it was resized (other bytes)")
         bar.update(1)
         now = time.monotonic()
         if now - last >= interval:
@@ -350,16 +448,20 @@ def _collect(results, summary: ResizeSummary, bar, checkpoint: Callable[[], None
             interval = max(CHECKPOINT_SECONDS, (last - now) / CHECKPOINT_SHARE)
 
 
-def _previous(manifest: Path) -> tuple[tuple[int, int, str] | None, dict[str, Record]]:
-    """The settings and the per-output records of an earlier run's manifest; (None, {}) when there
-    is none, or it cannot be read (then every existing output is redone, each said once)."""
+def _previous(manifest: Path) -> tuple[tuple[int, int, str] | None, dict[str, Record], bool]:
+    """The settings, the per-output records of an earlier run's manifest, and whether its records
+    are of an older vsbench (keyed on names and times, not content: they vouch for nothing);
+    (None, {}, False) when there is none, or it cannot be read (then every existing output is
+    redone, each said once)."""
 
     try:
         previous = read_json(manifest)
         settings = int(previous["size"]), int(previous["quality"]), str(previous["decode"])
     except (FileNotFoundError, KeyError, ValueError, TypeError):
-        return None, {}
+        return None, {}, False
     outputs = previous.get("outputs")
     if not isinstance(outputs, dict):
-        return settings, {}
-    return settings, {name: record for name, record in outputs.items() if _is_record(record)}
+        return settings, {}, False
+    if previous.get("record_fields") != list(RECORD_FIELDS):
+        return settings, {}, bool(outputs)
+    return settings, {name: record for name, record in outputs.items() if _is_record(record)}, False

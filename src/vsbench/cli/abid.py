@@ -36,11 +36,15 @@ def abid_download(
 ) -> None:
     """Mirror ABID from S3: anonymous by default, resumable, verified, atomic."""
     from vsbench.abid.download import MANIFEST_NAME, DownloadInterrupted, download_abid
+    from vsbench.io.locks import OutputBusy
     from vsbench.io.storage import S3AccessError
 
     try:
         summary = download_abid(source, dest, limit=limit, endpoint_url=endpoint_url, concurrency=concurrency,
                                 retries=retries)
+    except OutputBusy as exc:  # another run is writing --dest: a user's mistake, like every other one-writer stop
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except (S3AccessError, ValueError) as exc:  # one job-wide cause (denied, no bucket, wrong endpoint, a bad setting)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -119,7 +123,7 @@ def abid_resize(
         except TooManyFailures as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
-    print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "seconds", "images_per_second"])
+    print_summary("resize", summary, ["inputs", "resized", "kept", "failed", "hashed", "seconds", "images_per_second"])
     _print_redone(summary)
     for failure in summary["failures"][:10]:
         typer.echo(f"  skipped {failure['file']}: {failure['reason']}", err=True)

@@ -14,7 +14,9 @@ in parallel into one folder, such as the embed step's shards), held with ``flock
   lock is the server's POSIX lock, released when the client's lease ends;
 * the file holds the holder's host, pid, command and start time, for the message; a file whose
   lock is free is a stale record and is simply taken over (and named in the debug log);
-* the file is never deleted, so two runs never lock two different files under one name.
+* the file is not deleted while it may matter, so two runs never lock two different files under one
+  name; a run that removes what it made (a download that fetched nothing) unlinks it while holding
+  it, and a run that was waiting on it sees it unlinked (no links left) and locks the new file.
 
 A filesystem that cannot lock at all (some FUSE mounts) gets one warning and no lock: the run goes
 on, as before locks existed.
@@ -152,7 +154,15 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
         while True:
             try:
                 fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-                break
+                if os.fstat(fd).st_nlink:
+                    break
+                # Its holder removed the file as it let go (a download that fetched nothing removes
+                # what it made): a lock on it no longer excludes anyone, so lock the file there now.
+                os.close(fd)
+                fd = -1
+                folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+                continue
             except OSError as exc:
                 if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                     unsupported = exc.strerror
@@ -195,7 +205,8 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(done).encode(), 0)
     finally:
-        os.close(fd)  # closing releases the flock
+        if fd >= 0:
+            os.close(fd)  # closing releases the flock
 
 
 @contextlib.contextmanager

@@ -15,8 +15,12 @@ instructions:
   ``artifacts[].folder`` (where it goes in the run) must be a plain relative path.
 * **Keyed and verified by a digest.** When vsbench writes a bundle it records the sha256 of its
   content (:func:`content_digest`: everything but ``uploaded``, ``digest`` and the informational
-  ``tracking_uri``), artifacts included by their own sha256 and size. Reading recomputes it: a
-  bundle or an artifact changed since it was written is refused. The run created from a bundle
+  ``tracking_uri``: metrics, params, tags and every artifact's path, folder, size and sha256
+  included). Reading recomputes it: a bundle or an artifact changed since it was written is
+  refused. The digest and each artifact's sha256 are required (issue 37): blanking one (``""``,
+  ``null``, the key deleted) used to switch its check off, so a hand-edited metric uploaded as if
+  vsbench had written it. A bundle without them (written before issue 26, or edited) is refused in
+  one line saying to re-run the command that wrote it. The run created from a bundle
   carries the digest as the tag :data:`DIGEST_TAG`; an upload whose run key names an existing run
   only goes on when that tag equals the bundle's digest (the same bundle uploaded again), so a
   forged bundle cannot add to, or overwrite the latest value of, someone else's run.
@@ -90,13 +94,13 @@ class _Strict(BaseModel):
 
 
 class BundleArtifact(_Strict):
-    """A file of the run: ``path`` relative to the bundle's folder (absolute in bundles written
-    before digests, then it must still lie in that folder), ``folder`` its place in the run."""
+    """A file of the run: ``path`` relative to the bundle's folder (an absolute one must still lie in
+    that folder), ``folder`` its place in the run, and its size and sha256 when the bundle was written."""
 
     path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
     folder: Annotated[str, StringConstraints(max_length=_KEY_CHARS)] = ""
-    size: int = Field(default=-1, ge=-1)  # -1: a bundle written before digests
-    sha256: Digest | Literal[""] = ""
+    size: int = Field(ge=0)
+    sha256: Digest
 
 
 class Uploaded(_Strict):
@@ -123,7 +127,7 @@ class Bundle(_Strict):
     tags: dict[Key, Annotated[str, StringConstraints(max_length=_TAG_CHARS)]]
     artifacts: list[BundleArtifact]
     uploaded: Uploaded | None = None
-    digest: Digest | Literal[""] = ""  # "": a bundle written before digests (its digest is computed when read)
+    digest: Digest  # required: a bundle without one vouches for nothing (see the module doc)
 
     @field_validator("tags")
     @classmethod
@@ -138,6 +142,13 @@ class Bundle(_Strict):
     def content(self) -> dict[str, Any]:
         """What the digest covers: all that decides the run's content."""
         return self.model_dump(exclude={"uploaded", "digest", "tracking_uri"})
+
+
+def sealed_bundle(**fields: Any) -> Bundle:
+    """A bundle from its fields (validated by the model) with its content digest recorded: how vsbench
+    writes one. The draft's placeholder digest is not part of what :meth:`Bundle.content` covers."""
+    draft = Bundle(**fields, digest="0" * 64)
+    return draft.model_copy(update={"digest": content_digest(draft.content())})
 
 
 def content_digest(content: dict[str, Any]) -> str:
@@ -206,9 +217,32 @@ def _validation_line(exc: ValidationError) -> str:
     return f"field {field}: {first['msg']}{shown}{more}; {_FIX}"
 
 
+_NO_DIGEST = ("re-run the command that wrote it (bundles written before vsbench recorded digests, or edited "
+              "since, are not uploaded)")
+
+
+def _missing_digests(raw: dict[str, Any]) -> str:
+    """The first digest a bundle lacks or holds in another form than vsbench writes (a blank, a
+    null, the key deleted, not 64 lowercase hex digits), worded for one line; "" when none."""
+    checks = [("field digest", raw, "digest", "the bundle's content digest")]
+    artifacts = raw.get("artifacts")
+    if isinstance(artifacts, list):
+        checks += [(f"field artifacts.{i}.sha256", entry, "sha256", "the artifact's sha256")
+                   for i, entry in enumerate(artifacts) if isinstance(entry, dict)]
+    for field, holder, key, what in checks:
+        value = holder.get(key)
+        if key not in holder or value is None or value == "":
+            state = "missing" if key not in holder else "null" if value is None else "blank"
+            return f"{field}: {what} is {state}, so nothing vouches for the bundle; {_NO_DIGEST}"
+        if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{64}", value):
+            return f"{field}: {quote(value)} is not a sha256 (64 lowercase hex digits); {_NO_DIGEST}"
+    return ""
+
+
 def parse_bundle(path: Path) -> Bundle:
-    """Read and type-check a bundle: size cap before reading, counts, strict model. InputError naming
-    the file and the field otherwise. Nothing outside the file is looked at (see :func:`verify_bundle`)."""
+    """Read and type-check a bundle: size cap before reading, counts, its digests present, strict
+    model. InputError naming the file and the field otherwise. Nothing outside the file is looked at
+    (see :func:`verify_bundle`)."""
     text = read_text(path, max_bytes=max_bundle_bytes(), variable="VSBENCH_MAX_BUNDLE_BYTES")
     raw = parse_json(path, text)
     del text
@@ -219,6 +253,9 @@ def parse_bundle(path: Path) -> Bundle:
         if isinstance(entries, (dict, list)) and len(entries) > cap:
             raise InputError(path, f"field {name}: {len(entries):,} entries, over the limit of {cap:,} "
                                    f"(set {variable} to raise it)")
+    missing = _missing_digests(raw)
+    if missing:
+        raise InputError(path, missing)
     try:
         return Bundle.model_validate(raw)
     except ValidationError as exc:
@@ -233,7 +270,6 @@ def verify_bundle(path: Path, bundle: Bundle) -> tuple[str, list[tuple[Path, str
     bundle_dir = path.resolve().parent
     limit, total_limit, total = max_artifact_bytes(), MAX_ARTIFACTS_TOTAL_BYTES, 0
     files: list[tuple[Path, str]] = []
-    hashed: list[dict[str, Any]] = []
     for index, artifact in enumerate(bundle.artifacts):
         field = f"field artifacts.{index}"
         problem = artifact_folder_problem(artifact.folder)
@@ -253,24 +289,18 @@ def verify_bundle(path: Path, bundle: Bundle) -> tuple[str, list[tuple[Path, str
         total += info.st_size
         if total > total_limit:
             raise InputError(path, f"field artifacts: over {human_bytes(total_limit)} of files together; refused")
-        if artifact.size >= 0 and artifact.size != info.st_size:
+        if artifact.size != info.st_size:
             raise InputError(path, f"{field}.path: {quote(artifact.path)} is {info.st_size:,} bytes, not the "
                                    f"{artifact.size:,} recorded when the bundle was written: the file changed since; "
                                    "re-run the command that wrote the bundle")
-        sha256 = file_sha256(real)
-        if artifact.sha256 and artifact.sha256 != sha256:
+        if file_sha256(real) != artifact.sha256:
             raise InputError(path, f"{field}.path: {quote(artifact.path)} changed since the bundle was written "
                                    "(sha256 differs); re-run the command that wrote the bundle")
-        hashed.append({**artifact.model_dump(), "size": info.st_size, "sha256": sha256})
         files.append((real, artifact.folder))
-    content = bundle.content()
-    if bundle.digest:
-        digest = content_digest(content)
-        if digest != bundle.digest:
-            raise InputError(path, "field digest: the content does not match the digest recorded when vsbench "
-                                   "wrote the bundle (it was edited); re-run the command that wrote it")
-    else:  # a bundle from before digests: its digest is that of its content with the artifacts as found now
-        digest = content_digest({**content, "artifacts": hashed})
+    digest = content_digest(bundle.content())
+    if digest != bundle.digest:
+        raise InputError(path, "field digest: the content does not match the digest recorded when vsbench "
+                               "wrote the bundle (it was edited); re-run the command that wrote it")
     return digest, files
 
 

@@ -119,7 +119,7 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
     caught. ``started`` is the run's start (``time.time()``). The digest
     (:func:`vsbench.tracking.bundles.content_digest`) is what lets a later upload tell this bundle
     from a forged one for the same run key (:mod:`vsbench.tracking.bundles`)."""
-    from vsbench.tracking.bundles import DIGEST_TAG, Bundle, content_digest, file_sha256, redact_uri
+    from vsbench.tracking.bundles import DIGEST_TAG, file_sha256, redact_uri, sealed_bundle
 
     key = run_key or new_run_key()
     now = time.time()
@@ -140,13 +140,12 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
     tags.setdefault(IMAGE_TAG, "host venv")
     tags[RUN_KEY_TAG] = key  # the run is found by this tag: never another value
     tags.pop(DIGEST_TAG, None)  # set by the upload from the digest below
-    bundle = Bundle(
+    bundle = sealed_bundle(
         format=1, experiment=experiment, pipeline=pipeline, run_key=key, run_name=f"{pipeline}-{key}",
         start_ms=int((started or now) * 1000), end_ms=int(now * 1000),
         tracking_uri=redact_uri(os.environ.get("MLFLOW_TRACKING_URI", "")),
         params={str(k): str(v)[:6000] for k, v in params.items()}, metrics=_finite(metrics), tags=tags,
         artifacts=files, uploaded=None)
-    bundle = bundle.model_copy(update={"digest": content_digest(bundle.content())})
     atomic_write_json(path, bundle.model_dump())
     return path
 
