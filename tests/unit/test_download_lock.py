@@ -11,6 +11,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from tests.locking import held_elsewhere
 from vsbench.abid.download import download_abid
 from vsbench.cli.app import app
 from vsbench.io.locks import OutputBusy, lock_path, output_lock, step_lock
@@ -21,7 +22,7 @@ NOWHERE = "http://127.0.0.1:9"  # discard port: nothing answers
 def test_a_second_download_into_a_held_dest_stops_with_one_line_naming_it(tmp_path, monkeypatch):
     monkeypatch.delenv("VSBENCH_LOCK_WAIT_S", raising=False)
     dest = tmp_path / "abid"
-    with output_lock(dest):
+    with held_elsewhere(output_lock(dest)):
         result = CliRunner().invoke(app, ["abid", "download", "--dest", str(dest), "--source", "s3://bucket",
                                           "--endpoint-url", NOWHERE])
     assert result.exit_code == 2, result.output
@@ -34,7 +35,7 @@ def test_a_second_download_into_a_held_dest_stops_with_one_line_naming_it(tmp_pa
 def test_download_shards_share_their_dest_and_exclude_the_same_shard_and_a_whole_run(tmp_path, monkeypatch):
     monkeypatch.delenv("VSBENCH_LOCK_WAIT_S", raising=False)
     dest = tmp_path / "abid"
-    with step_lock(dest, "download-shard-0-of-2"):
+    with held_elsewhere(step_lock(dest, "download-shard-0-of-2")):
         with pytest.raises(OutputBusy, match="download-shard-0-of-2"):
             download_abid("s3://bucket", dest, endpoint_url=NOWHERE, shard=0, num_shards=2, progress=False)
         with pytest.raises(OutputBusy):

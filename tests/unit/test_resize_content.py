@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.locking import held_elsewhere
 from vsbench.abid import resize
 from vsbench.abid.resize import MANIFEST_NAME, resize_abid
 from vsbench.io.locks import OutputBusy, output_lock, step_lock
@@ -206,12 +207,12 @@ def test_a_second_resize_into_a_held_folder_stops_with_one_line_naming_it(data, 
 
 def test_shards_share_their_folder_and_an_unsharded_run_waits_for_none(data, tmp_path):
     out = tmp_path / "out"
-    with step_lock(out, "resize-shard-0-of-2"):  # shard 0 running
+    with held_elsewhere(step_lock(out, "resize-shard-0-of-2")):  # shard 0 running
         shard = resize_abid(data, out, size=SIZE, workers=1, progress=False, shard=1, num_shards=2)
         assert (shard.inputs, shard.resized) == (3, 3)
         with pytest.raises(OutputBusy, match="resize-shard-0-of-2"):
             resize_abid(data, out, size=SIZE, workers=1, progress=False, shard=0, num_shards=2)
         with pytest.raises(OutputBusy, match=str(out)):
             _run(data, out)
-    with output_lock(out), pytest.raises(OutputBusy):  # a whole run holds it: no shard goes in
+    with held_elsewhere(output_lock(out)), pytest.raises(OutputBusy):  # a whole run holds it: no shard goes in
         resize_abid(data, out, size=SIZE, workers=1, progress=False, shard=1, num_shards=2)

@@ -32,6 +32,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,7 +102,7 @@ def output_lock(folder: str | os.PathLike[str], *, name: str = "", what: str = "
 
     ``what`` words the output for the message (default: the folder). Raises :class:`OutputBusy`
     when another process holds it after ``wait_s`` seconds (default :func:`wait_seconds`). The lock
-    is held by this process until the block ends. Within one process the lock is re-entrant: a run
+    is held by this process until the block ends. Within one thread the lock is re-entrant: a run
     holding its folder exclusively (``similarity run``) calls the steps, whose own locks are then
     already its own. ``shared`` takes it in shared mode: the steps of one
     pipeline, running in parallel, share their folder and each holds its own output exclusively
@@ -114,20 +115,26 @@ def output_lock(folder: str | os.PathLike[str], *, name: str = "", what: str = "
         raise OutputBusy(f"{folder}: cannot be an output folder ({exc.strerror or exc}): choose a folder path") from None
     path = lock_path(folder, name)
     held = _HELD.get(os.path.realpath(path))
-    if held is not None and held[0] == os.getpid() and (held[1] == "exclusive" or shared):
+    if held is not None and held[0] == _me() and (held[1] == "exclusive" or shared):
         yield path  # this process holds it already (the outer holder releases it)
         return
     with _holding(path, shared):
         yield from _locked(folder, path, what=what, wait_s=wait_s, shared=shared)
 
 
-_HELD: dict[str, tuple[int, str]] = {}  # lock file (real path) -> (pid, mode) of the locks this process holds
+_HELD: dict[str, tuple[tuple[int, int], str]] = {}  # lock file (real path) -> ((pid, thread), mode) held here
+
+
+def _me() -> tuple[int, int]:
+    """Who holds a lock re-entrantly: this thread of this process (a forked child is not its parent,
+    and another thread is excluded as another process is: flock locks open files, not threads)."""
+    return (os.getpid(), threading.get_ident())
 
 
 @contextlib.contextmanager
 def _holding(path: Path, shared: bool) -> Iterator[None]:
     key = os.path.realpath(path)
-    _HELD[key] = (os.getpid(), "shared" if shared else "exclusive")
+    _HELD[key] = (_me(), "shared" if shared else "exclusive")
     try:
         yield
     finally:
