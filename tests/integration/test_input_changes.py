@@ -25,33 +25,16 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from PIL import Image, ImageOps
-from torch import nn
 from typer.testing import CliRunner
 
+from tests.integration.tiny_model import scripted_model
 from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.cli.app import app
 from vsbench.io import digests
 from vsbench.io.features import concatenate, load_features, save_features
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")]
-
-
-class Tiny(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, stride=2)
-        self.fc = nn.Linear(8, 6)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
-
-
-def _model(path: Path, seed: int) -> Path:
-    torch.manual_seed(seed)
-    torch.jit.script(Tiny().eval()).save(str(path))
-    return path
 
 
 def _run(root: Path, out: Path, model: str, options: str, cache: Path | None) -> tuple[int, str, list[str]]:
@@ -99,8 +82,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("inputs")
     generate_disc(base / "disc", references=12, queries=8, train=12, seed=3)
     generate_disc(base / "disc-other", references=12, queries=8, train=12, seed=11)
-    _model(base / "model.pt", 0)
-    _model(base / "model-other.pt", 1)
+    scripted_model(base / "model.pt", 0)
+    scripted_model(base / "model-other.pt", 1)
     for name, model in (("features.npz", "model.pt"), ("features-other.npz", "model-other.pt")):
         out = base / f"embedded-{name}"
         code, output, _ = _run(base / "disc", out, "torchscript", f'{{"path": "{base / model}"}}', None)

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch import nn
 from typer.testing import CliRunner
 
+from tests.integration.tiny_model import scripted_model
 from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.cli.app import app
 
@@ -37,16 +36,6 @@ DAMAGES = ("flip", "truncate", "random", "swap", "empty", "foreign")
 STAGES = ("cache", "features", "index", "search")  # each made from the one before
 
 
-class Tiny(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, stride=2)
-        self.fc = nn.Linear(8, 6)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
-
-
 def _run(root: Path, out: Path, model: Path) -> tuple[int, str, list[str]]:
     """(exit code, output, the table's rows)."""
     result = CliRunner().invoke(app, [
@@ -55,12 +44,6 @@ def _run(root: Path, out: Path, model: Path) -> tuple[int, str, list[str]]:
         "--batch-size", "8", "--reference-shards", "2", "--search-shards", "2", "--no-track", "--device", "cpu"])
     rows = [line for line in result.output.splitlines() if line.startswith("Flat,")]
     return result.exit_code, result.output, rows
-
-
-def _model(path: Path, seed: int) -> Path:
-    torch.manual_seed(seed)
-    torch.jit.script(Tiny().eval()).save(str(path))
-    return path
 
 
 def _finish(work: Path, model: Path) -> list[str]:
@@ -88,9 +71,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list
     work, other = parent / "run", parent / "other"
     work.mkdir()
     other.mkdir()
-    model = _model(parent / "tiny.torchscript.pt", 0)
+    model = scripted_model(parent / "tiny.torchscript.pt", 0)
     rows = _finish(work, model)
-    assert _finish(other, _model(parent / "other.torchscript.pt", 1)) != rows
+    assert _finish(other, scripted_model(parent / "other.torchscript.pt", 1)) != rows
     reused = sorted(str(path.relative_to(work)) for folder in ("out", "cache") for path in (work / folder).rglob("*")
                     if path.is_file() and not path.name.endswith(OUTPUTS) and not path.name.startswith(LOCKS))
     assert any(name.endswith(".faiss") for name in reused) and any("chunk-" in name for name in reused)
