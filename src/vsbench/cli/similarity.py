@@ -105,21 +105,25 @@ def similarity_run(
         _run_pipeline(run, root, out, runner=runner, image=image, verbose=verbose, batch_size=batch_size,
                       device=device, experiment=experiment, track=track, tags=tags)
         return
+    import contextlib
     import time
 
+    from vsbench.io.locks import output_lock
     from vsbench.steps.similarity import run_inline
 
     started = time.time()
-    with user_errors():  # a bad input or a damaged reused file: one line naming it, as every other command
-        result = run_inline(run, out, batch_size=batch_size, device=device)
-    _print_similarity_table(out, result.manifest)
-    if track:
-        from vsbench.tracking.command import BUNDLE_NAME, record_command_run
+    with contextlib.ExitStack() as held:  # OUT's one writer until its bundle is written too
+        with user_errors():  # a bad input, a damaged reused file, a busy OUT: one line naming it
+            held.enter_context(output_lock(out, what=str(out)))
+            result = run_inline(run, out, batch_size=batch_size, device=device)
+        _print_similarity_table(out, result.manifest)
+        if track:
+            from vsbench.tracking.command import BUNDLE_NAME, record_command_run
 
-        record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity", params=run.params(),
-                           metrics=_similarity_metrics(run, result.manifest), tags=tags,
-                           artifacts=_similarity_artifacts(out, result.manifest), started=started,
-                           kept=out / "metrics.json", announce=typer.echo)
+            record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity",
+                               params=run.params(), metrics=_similarity_metrics(run, result.manifest), tags=tags,
+                               artifacts=_similarity_artifacts(out, result.manifest), started=started,
+                               kept=out / "metrics.json", announce=typer.echo)
 
 
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
