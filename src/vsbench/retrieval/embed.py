@@ -9,7 +9,7 @@ is keyed on content (:func:`input_key`): the bytes of every image of the shard (
 with the same ids, or a photo replaced in place, is other work), the bytes of every file a model
 option names (a ``precomputed`` ``.npz``, a TorchScript file), the model, its options, the seed,
 AMP and the library versions. The image digests are remembered by their stat record in
-``.<stem>.inputs.json`` (:class:`~vsbench.io.digests.DigestMemo`), so an unchanged re-run only
+``.inputs/<stem>.json`` (:class:`~vsbench.io.digests.DigestMemo`), so an unchanged re-run only
 calls ``stat``; the same digests key the embedding cache, so each image is read once per run.
 
 Loading is built for the GPU: DataLoader workers decode and resize with Pillow (or, for JPEGs
@@ -343,10 +343,13 @@ def _ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
 
 
+INPUTS_DIR = ".inputs"  # the shards' digest memos: a folder of their own, so no glob of shard files meets them
+
+
 def inputs_path(features_path: Path) -> Path:
-    """Where a shard's :class:`~vsbench.io.digests.DigestMemo` lives: beside its manifest, hidden
-    (``.<stem>.inputs.json``), so that globbing a folder's shard manifests never reads it as one."""
-    return features_path.with_name(f".{features_path.stem}.inputs.json")
+    """Where a shard's :class:`~vsbench.io.digests.DigestMemo` lives: ``.inputs/<stem>.json`` beside
+    its manifest (a folder of its own: globbing the shards' manifests never reads a memo as one)."""
+    return features_path.parent / INPUTS_DIR / f"{features_path.stem}.json"
 
 
 def option_file_digests(options: dict[str, Any], memo: DigestMemo) -> dict[str, str | None]:
