@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vsbench.tracking.names import SEPARATOR, split_run_metric
+from vsbench.tracking.names import LOWER_IS_BETTER_WORDS, lower_is_better, split_run_metric
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
     DATA_DIGEST_TAG,
@@ -60,7 +60,7 @@ ABID_PIPELINE = "vsbench-abid"
 BOOKKEEPING_METRICS = frozenset({"regression_drops"})
 
 
-LOWER_IS_BETTER = ("rmse", "loss", "error", "seconds")
+LOWER_IS_BETTER = LOWER_IS_BETTER_WORDS
 
 
 # score -> its trivial baselines (metric name -> label), as the ABID pipeline logs them on its parent run.
@@ -89,8 +89,7 @@ LowerIsBetter = Mapping[str, Collection[str]]
 def higher_is_better(metric: str, lower: Collection[str] = ()) -> bool:
     """Accuracies, mAPs, recalls: higher is better; errors, losses and timings: lower, and so is a
     metric its benchmark declares lower-is-better (``lower``: ``mean_rank`` names ``l2__mean_rank`` too)."""
-    name = metric.lower()
-    return not (name in lower or name.rsplit(SEPARATOR, 1)[-1] in lower or any(word in name for word in LOWER_IS_BETTER))
+    return not lower_is_better(metric, lower)
 
 
 @dataclass(frozen=True)
