@@ -7,7 +7,7 @@ import base64
 import html
 import io
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ from vsbench.reporting.runs import (
     RANDOM_FEATURES,
     LowerIsBetter,
     RunRecord,
-    higher_is_better,
     provenance,
     ran_in,
     runs_by_id,
@@ -112,7 +111,7 @@ def time_limits(times: list[datetime]) -> tuple[datetime, datetime]:
 
 
 def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[str, Any],
-                  lower: Collection[str] = ()) -> Any:
+                  higher: Mapping[str, bool]) -> Any:
     """One panel per metric, one line per model over the runs' start times; a score's trivial
     baselines and random-features runs as dashed grey lines."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
@@ -137,7 +136,7 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
         locator = AutoDateLocator(minticks=2, maxticks=5)
         axis.xaxis.set_major_locator(locator)
         axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric, lower) else "\n(lower is better)"), fontsize=9)
+        axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(labelsize=8)
         axis.grid(alpha=0.3)
     figure.legend(handles=_legend_handles(colors), loc="outside upper center", ncols=min(len(colors), 5),
@@ -152,7 +151,7 @@ def _legend_handles(colors: Mapping[str, Any]) -> list[Any]:
 
 
 def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, Any],
-                 lower: Collection[str] = ()) -> Any:
+                 higher: Mapping[str, bool]) -> Any:
     """One panel per metric: each model's latest value, the best bar outlined in black."""
     figure, axes = _grid(len(metrics))
     for axis, metric in zip(axes, metrics):
@@ -171,7 +170,7 @@ def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, A
                           xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=7, color="0.25")
         axis.set_xticks(range(len(rows)), rows["model"], rotation=20, ha="right", fontsize=8)
         axis.margins(y=0.15)
-        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric, lower) else "\n(lower is better)"), fontsize=9)
+        axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(axis="y", labelsize=8)
     return figure
 
@@ -231,12 +230,13 @@ def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
 
 
 def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataFrame,
-                       colors: Mapping[str, Any], lower: Collection[str] = ()) -> str:
+                       colors: Mapping[str, Any]) -> str:
     metrics = plotted_metrics(frame)
     models = sorted(frame["model"].unique())
     used = {model: colors[model] for model in models}
-    trend = _png(_trend_figure(records, metrics, used, lower))
-    bars = _png(_bars_figure(frame, metrics, used, lower))
+    higher = {str(metric): bool(value) for metric, value in frame.groupby("metric")["higher_is_better"].first().items()}
+    trend = _png(_trend_figure(records, metrics, used, higher))
+    bars = _png(_bars_figure(frame, metrics, used, higher))
     name = html.escape(benchmark)
     return (f'<section class="benchmark" id="benchmark-{name}"><h2>{name}</h2>'
             f"{_html_table(frame, benchmark)}"
@@ -268,9 +268,7 @@ def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_bett
     frame = leaderboard(runs, lower_is_better)
     colors = _colors(sorted(frame["model"].unique()) if not frame.empty else [])
     generated = datetime.now(UTC)
-    lower = lower_is_better or {}
-    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors,
-                                   lower.get(str(benchmark), ()))
+    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors)
                 for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [
         '<p class="note">No finished pipeline runs with metrics yet.</p>']
     run_count = len({r.run_id for r in runs})

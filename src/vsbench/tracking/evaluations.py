@@ -104,7 +104,7 @@ class Embedder(BaseModel):
     """What the features were made with, read from the embed step's manifests (the score step of a
     pipeline knows only the model's name; the manifests know its options, seed, weights and preprocessing)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     model: Short
     options: dict[str, Any] = Field(default_factory=dict)
@@ -167,7 +167,7 @@ class Evaluation(BaseModel):
 
     Built by :func:`evaluations_of`; kept in a run bundle as data (checked whole when read back)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     benchmark: Short
     data_digest: Annotated[str, StringConstraints(max_length=64)] = ""
