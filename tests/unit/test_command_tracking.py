@@ -69,12 +69,12 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert run.info.status == "FINISHED"
     # Benchmark and model first, then the command's run key.
     assert run.info.run_name.startswith('patch_pairs · efficientnet_lite0 {"weights":"random"} · vsbench-similarity-cli-')
-    assert {k: run.data.params[k] for k in ("benchmark", "model", "codecs", "seed")} == {
-        "benchmark": "patch_pairs", "model": "efficientnet_lite0", "codecs": "Flat", "seed": "7"}
+    assert {k: run.data.params[k] for k in ("benchmark", "codecs", "seed")} == {
+        "benchmark": "patch_pairs", "codecs": "Flat", "seed": "7"}
+    assert "model" not in run.data.params  # in its name and its evaluations' params: a search finds those
     # the seed recorded is the one the random weights were drawn with (it was always "0" before --seed)
     shard = json.loads(next((out / "features").glob("*.shard-0-of-1.json")).read_text())
     assert shard["seed"] == 7 and shard["weights_source"] == "random initialization (seed 7)"
-    assert json.loads(run.data.params["model_options"]) == {"weights": "random"}
     # The parent keeps no per-model number: each record is an evaluation run under it, plain names.
     assert run.data.metrics == {}
     children = MlflowClient(uri).search_runs([run.info.experiment_id],
@@ -85,6 +85,7 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert mean.data.metrics["mean_pr_ap"] == json.loads((out / "metrics.json").read_text())["records"][-1]["mean_pr_ap"]
     assert mean.info.run_name == 'patch_pairs · efficientnet_lite0 {"weights":"random"} · mean · l2'
     assert (mean.data.params["seed"], mean.data.tags["vsbench.baseline"]) == ("7", "random-features")
+    assert json.loads(mean.data.params["model_options"]) == {"weights": "random"}
     assert run.data.tags["vsbench.evaluations"] == str(len(children))
     tags = run.data.tags
     assert tags["vsbench.step"] == "pipeline" and tags["vsbench.pipeline"] == "vsbench-similarity"
