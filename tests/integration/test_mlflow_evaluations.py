@@ -12,6 +12,10 @@ the layout before (long metric names on the parent, as ``main`` wrote them).
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +201,72 @@ def test_a_week_of_nights_is_one_series_and_the_regression_reads_it(mlflow_track
         day_of(first_day + night * DAY_MS) for night in range(3)]
     [model] = client.search_logged_models(experiment_ids=[experiment_id])
     assert len(model.metrics) == 6  # three nights x two metrics, on one model
+
+
+# --- MLflow's own UI in a real browser ---------------------------------------------------------------------
+
+COMPARE_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "mlflow-compare.png"
+MODELS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "mlflow-models.png"
+_KEY_CELL = re.compile(r'top: (\d+)px;[^"]*"><a title="Plot chart"[^>]*>([^<]+)<')
+_VALUE_CELL = re.compile(r'left: (\d+)px; position: absolute; top: (\d+)px;[^"]*"><span[^>]*>([^<]+)</span>')
+
+
+def _browse(url: str, profile: Path, *args: str) -> str:
+    """A page of the MLflow UI in headless Chromium after its requests settled (virtual time), as a DOM
+    or a screenshot (``--screenshot=...`` in ``args``)."""
+    from .test_report_browser import _chromium
+
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--hide-scrollbars", f"--user-data-dir={profile}", "--virtual-time-budget=30000",
+               "--window-size=1400,2400", *args, url]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def _metric_rows(dom: str) -> dict[str, list[tuple[int, float]]]:
+    """The compare page's Metrics table: metric -> [(column offset, value shown)], a row being the
+    cells at one height of its two virtualized grids (names; values)."""
+    section = dom[dom.index(">Metrics<"):dom.index(">Artifacts<")]
+    names = {int(top): name for top, name in _KEY_CELL.findall(section)}
+    rows: dict[str, list[tuple[int, float]]] = {name: [] for name in names.values()}
+    for left, top, text in _VALUE_CELL.findall(section):
+        if int(top) in names:
+            rows[names[int(top)]].append((int(left), float(text)))
+    return rows
+
+
+def test_mlflow_compare_page_shows_both_models_in_one_row(two_runs, tmp_path):
+    """The done-when of issue 38 in MLflow's own UI: two commands' evaluations of one variant side by
+    side, every metric one row holding both values (before, each value sat alone beside a NaN)."""
+    client = MlflowClient(two_runs["uri"])
+    runs = [_children(client, two_runs, model)["Flat · none"] for model in MODELS]
+    ids = json.dumps([run.info.run_id for run in runs])
+    url = (f"{two_runs['uri']}/#/compare-runs?runs={urllib.parse.quote(ids)}"
+           f"&experiments={urllib.parse.quote(json.dumps([two_runs['experiment_id']]))}")
+    rows = _metric_rows(_browse(url, tmp_path / "profile", "--dump-dom"))
+
+    assert set(rows) == set(runs[0].data.metrics)
+    for metric, cells in rows.items():
+        shown = [value for _, value in sorted(cells)]
+        assert len(shown) == 2, (metric, cells)  # both models, one row
+        for value, run in zip(shown, runs):
+            assert abs(value - run.data.metrics[metric]) <= 5e-4 + 1e-9, (metric, value, run.data.metrics[metric])
+    if os.environ.get("VSBENCH_UPDATE_SCREENSHOT") == "1":  # docs/tracking.md's pictures, from this very run
+        _browse(url, tmp_path / "profile-shot", f"--screenshot={COMPARE_SCREENSHOT}")
+        models = f"{two_runs['uri']}/#/experiments/{two_runs['experiment_id']}/models?workflowType=machine_learning"
+        _browse(models, tmp_path / "profile-models", f"--screenshot={MODELS_SCREENSHOT}")
+
+
+def test_report_links_open_mlflow_in_the_view_whose_labels_agree(two_runs, tmp_path, mlflow_tracking):
+    """The report's run links open MLflow's model-training view: the run page says "Runs" (its
+    breadcrumb) and the experiment has a Models tab; the default GenAI view would say "Evaluations"
+    for the same run and "Training runs" for the list."""
+    from vsbench.reporting.html_report import run_url
+
+    run = _children(MlflowClient(), two_runs, "resnet34")["Flat · none"]
+    page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", _browse(run_url(run.info.run_id, two_runs["experiment_id"]),
+                                                                tmp_path / "profile", "--dump-dom")))
+    assert " Runs " in page and " Models " in page and run.info.run_name in page
+    assert "Evaluations" not in page and "Training runs" not in page

@@ -35,6 +35,12 @@ UI_ENV = "VSBENCH_MLFLOW_UI"  # where the report's run links point when the stor
 
 DEFAULT_UI = "http://127.0.0.1:5000"  # what `mlflow ui` serves
 
+# MLflow 3.17's UI picks its view from the sidebar's GenAI | Model training switch (default GenAI,
+# remembered by the browser), not from the experiment's mlflow.experimentKind tag. In GenAI the runs
+# list says "Training runs" and a run without model outputs "Evaluations"; in Model training both say
+# "Runs" and the Models tab ranks the LoggedModels. Links open that view (docs/tracking.md).
+ML_VIEW = "workflowType=machine_learning"
+
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -196,12 +202,12 @@ def plotted_metrics(frame: pd.DataFrame) -> list[str]:
 
 def run_url(run_id: str, experiment_id: str) -> str:
     """The run's page in the MLflow UI: the tracking server itself, or (a local store) VSBENCH_MLFLOW_UI,
-    default what ``mlflow ui`` serves on 127.0.0.1:5000."""
+    default what ``mlflow ui`` serves on 127.0.0.1:5000; in the UI's model-training view (:data:`ML_VIEW`)."""
     import os
 
     uri = tracking_uri()
     base = os.environ.get(UI_ENV) or (uri if uri.startswith(("http://", "https://")) else DEFAULT_UI)
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id or '0'}/runs/{run_id}"
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id or '0'}/runs/{run_id}?{ML_VIEW}"
 
 
 def _link(text: str, run_id: str, experiment_id: str) -> str:
