@@ -270,3 +270,22 @@ def test_report_links_open_mlflow_in_the_view_whose_labels_agree(two_runs, tmp_p
                                                                 tmp_path / "profile", "--dump-dom")))
     assert " Runs " in page and " Models " in page and run.info.run_name in page
     assert "Evaluations" not in page and "Training runs" not in page
+
+
+def test_a_model_file_the_user_named_is_the_logged_models_artifact(mlflow_tracking, fresh_experiment, tmp_path):
+    """Live (the command uploading its own run): the file goes up with the model; a later upload of a
+    bundle (``upload_files=False``) records its digest only, never reading a file outside its folder."""
+    client = MlflowClient()
+    weights = tmp_path / "model.pt"
+    weights.write_bytes(b"scripted network")
+    parent = open_parent_run(fresh_experiment, "kfp-file", "vsbench-similarity", {})
+    for upload, codec in ((True, "Flat"), (False, "PCA8,Flat")):
+        embedder = Embedder(model="torchscript", options={"path": str(weights)}, weights_sha256="path:" + "f" * 64,
+                            files={"path": str(weights)})
+        [evaluation] = evaluations_of("disc", [{"codec": codec, "uap": 0.5}], embedder, run_params={})
+        [run_id] = log_evaluations(client, parent, [evaluation], upload_files=upload)
+        [model_input] = client.get_run(run_id).inputs.model_inputs
+        listed = {a.path for a in client.list_logged_model_artifacts(model_input.model_id)}
+        listed |= {a.path for a in client.list_logged_model_artifacts(model_input.model_id, "files/path")}
+        assert ("files/path/model.pt" in listed) == upload and "MLmodel" in listed, listed
+        assert client.get_logged_model(model_input.model_id).params["weights_sha256"] == "path:" + "f" * 64

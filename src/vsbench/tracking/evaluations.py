@@ -52,7 +52,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from vsbench.tracking.names import SEPARATOR, lower_is_better, safe_part
-from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, SOURCE_TAG, STEP_TAG
+from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
 
 EVALUATION_STEP = "evaluation"  # the value of vsbench.step on an evaluation run
 BENCHMARK_TAG = "vsbench.benchmark"
@@ -74,6 +74,9 @@ MAX_MODEL_FILE_ENV = "VSBENCH_MODEL_ARTIFACT_MAX_MB"
 DEFAULT_MAX_MODEL_FILE_MB = 2048
 _BAD_MODEL_NAME = str.maketrans({c: "_" for c in "/:.%\"'"})  # MLflow refuses these in a LoggedModel's name
 _DAY_MS = 86_400_000
+# A parent's tags its children must not copy: the run key finds the command's run (a child with it
+# would make a second upload see "several runs"), the bundle digest vouches for that run only.
+_PARENT_ONLY = frozenset({RUN_KEY_TAG, "vsbench.bundle.digest"})
 
 Text = Annotated[str, StringConstraints(max_length=6000)]
 Short = Annotated[str, StringConstraints(min_length=1, max_length=250)]
@@ -374,7 +377,8 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
         run = existing.get(key)
         if run is None:
             run = client.create_run(experiment_id, start_time=now, run_name=evaluation.run_name, tags={
-                **{k: v for k, v in (tags or {}).items() if k.startswith("vsbench.") or k.startswith("mlflow.source.")},
+                **{k: v for k, v in (tags or {}).items()
+                   if (k.startswith("vsbench.") or k.startswith("mlflow.source.")) and k not in _PARENT_ONLY},
                 **inherited, **evaluation.tags(), PARENT_TAG: parent_run_id, EVALUATION_KEY_TAG: key})
             have_params: set[str] = set()
             have_metrics: set[str] = set()
