@@ -289,3 +289,39 @@ def test_a_model_file_the_user_named_is_the_logged_models_artifact(mlflow_tracki
         listed |= {a.path for a in client.list_logged_model_artifacts(model_input.model_id, "files/path")}
         assert ("files/path/model.pt" in listed) == upload and "MLmodel" in listed, listed
         assert client.get_logged_model(model_input.model_id).params["weights_sha256"] == "path:" + "f" * 64
+
+
+def test_a_store_written_by_main_before_the_layout_is_read_beside_new_runs(tmp_path, monkeypatch):
+    """tests/integration/stores/main-fb103dd.mlflow.db.gz: a command's run and a nightly parent as main
+    wrote them (every number on the parent, long names). compare reads them, options kept apart; a
+    night in the new layout is checked against the old night, metric for metric."""
+    import gzip
+    import shutil
+    import sys
+
+    db = tmp_path / "mlflow.db"
+    with gzip.open(Path(__file__).parent / "stores" / "main-fb103dd.mlflow.db.gz") as packed, open(db, "wb") as out:
+        shutil.copyfileobj(packed, out)
+    uri = f"sqlite:///{db}"
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    subprocess.run([str(mlflow_cli), "db", "upgrade", uri], check=True, capture_output=True, timeout=120)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv(ARTIFACT_LOCATION_ENV, str(tmp_path / "artifacts"))
+
+    old = collect_runs("legacy")
+    command = [r for r in old if r.benchmark == "patch_pairs"]
+    assert {r.model for r in command} == {'efficientnet_lite0 {"weights":"random"} (random features)'}
+    assert "mean__l2__mean_pr_ap" in command[0].metrics and command[0].lower_is_better is None
+    assert {(r.model, r.benchmark) for r in old if r.pipeline == "vsbench-nightly"} == {
+        ("efficientnet_lite0", "disc"), ("baselines", "abid")}
+
+    client = MlflowClient()
+    parent = open_parent_run("legacy", "kfp-new-night", "vsbench-nightly", {})
+    _evaluate(client, parent, "disc", "efficientnet_lite0",
+              [{"codec": "Flat", "score_norm": "none", "uap": 0.40, "accuracy_at_1": 0.61}])
+    report = check_regression("legacy", parent, threshold=0.02)
+    assert report.compared == 2 and report.missing == ["abid__baselines__counting_rmse"]
+    assert [d["metric"] for d in report.drops] == ["disc__efficientnet_lite0__Flat__none__uap"]
+    client.set_terminated(parent, "FINISHED")  # (a failed night is no baseline, and compare skips it)
+    both = collect_runs("legacy", pipeline="vsbench-nightly")
+    assert {r.model for r in both if r.benchmark == "disc"} == {"efficientnet_lite0", "efficientnet_lite0 · Flat · none"}

@@ -13,7 +13,9 @@ is checked whole before the store is contacted, names artifacts only in its own 
 chooses the store (``MLFLOW_TRACKING_URI`` or the default does), and carries the digest of its
 content, which the run it creates keeps as a tag: a bundle may complete only the run it made.
 
-Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<run key>``, tags
+Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<run key>`` (after
+``<benchmark> · <model>`` for a similarity command, whose evaluations are runs of their own under
+it: :mod:`vsbench.tracking.evaluations`), tags
 ``vsbench.step`` = ``pipeline`` and ``vsbench.pipeline`` = ``vsbench-similarity``, ``vsbench-abid``,
 ``vsbench-score``..., so ``vsbench compare`` lists them side by side; ``vsbench.source`` says
 ``cli`` or ``kfp``. With no ``MLFLOW_TRACKING_URI`` the store is a local sqlite file under
