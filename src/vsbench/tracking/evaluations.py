@@ -397,7 +397,10 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
                 client.log_batch(run_id, params=params, metrics=metrics)
             client.set_terminated(run_id, "FINISHED", end_time=now)
         except BaseException:
-            client.set_terminated(run_id, "FAILED")
+            try:
+                client.set_terminated(run_id, "FAILED")
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
             raise
         run_ids.append(run_id)
         model_ids.append(model_id)
