@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 BINS   ?=
 OUT    ?= demo-output
 
-.PHONY: install demo demo-container test test-fast test-containers compile bench lint clean mlflow-ui images image-cpu images-push
+.PHONY: install demo demo-container test test-fast test-containers compile bench lint clean mlflow-ui images image-cpu images-push screenshots
 
 # The pins of the images (images/constraints.txt) hold here too, so a step computes the same
 # numbers in the development environment and in the image.
@@ -40,6 +40,12 @@ $(CHROMIUM):
 # and are skipped otherwise; VSBENCH_REQUIRE_CONTAINERS=1 (CI) makes that skip a failure.
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest -q
+
+# The pictures in README.md and docs/tracking.md, taken by the browser tests from real runs in a
+# real mlflow server (so a picture cannot show what the code no longer does).
+screenshots: $(STAMP) $(CHROMIUM)
+	VSBENCH_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q tests/integration/test_report_browser.py \
+		tests/integration/test_mlflow_evaluations.py -k "chromium or compare_page"
 
 test-containers: image-cpu
 	VSBENCH_REQUIRE_CONTAINERS=1 $(BIN)/python -m pytest -q tests/containers

@@ -188,7 +188,8 @@ def test_report_renders_in_headless_chromium(mlflow_tracking, fresh_experiment, 
     assert sorted(dom.run_rows) == sorted(run_ids) and len(run_ids) == 9
     server = os.environ["MLFLOW_TRACKING_URI"]
     assert all(link.startswith(f"{server}/#/experiments/") for link in dom.links), dom.links[:3]
-    assert {link.rsplit("/", 1)[-1] for link in dom.links} == run_ids
+    assert all(link.endswith("?workflowType=machine_learning") for link in dom.links)  # MLflow's model-training view
+    assert {link.split("?")[0].rsplit("/", 1)[-1] for link in dom.links} == run_ids
     # A line per run says what data and profile it used (and which code ran).
     assert len(dom.provenance) == 9
     assert sum("profile: demo" in line for line in dom.provenance) == 7

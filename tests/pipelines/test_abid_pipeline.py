@@ -85,6 +85,16 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
 
     for task in ("counting", "siamese"):
         assert aliases(client, f"vsbench-abid-{task}") == {"newest": "1", "best": "1"}, task
+    # Each baseline's scores are linked to its logged model and the task files' dataset (issue 38):
+    # the Models tab ranks them per dataset, as it ranks the similarity evaluations.
+    [data] = children["abid-score"].inputs.dataset_inputs
+    dataset = {"dataset_name": data.dataset.name, "dataset_digest": data.dataset.digest}
+    linked = {m.name: {x.key: x.value for x in m.metrics} for m in client.search_logged_models(
+        experiment_ids=[experiment.experiment_id], datasets=[dataset])}
+    assert linked["counting_model"]["counting_accuracy"] == scores["counting_accuracy"]
+    assert linked["counting_model"]["quantity_accuracy"] == scores["quantity_accuracy"]
+    assert linked["siamese_model"]["verification_accuracy"] == scores["verification_accuracy"]
+    assert "verification_always_yes_accuracy" not in linked["siamese_model"]  # a baseline of no model
     for shard in (0, 1):
         downloaded = json.loads((tmp_path / "data" / "raw" / "_manifests" / f"download.shard-{shard}-of-2.json")
                                 .read_text())

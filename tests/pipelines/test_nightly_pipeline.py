@@ -10,6 +10,7 @@ import yaml
 from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.platform.local_run import run_pipeline_locally
 from vsbench.tracking.config import ARTIFACT_LOCATION_ENV
+from vsbench.tracking.evaluations import evaluation_children
 from vsbench.tracking.provenance import STEP_TAG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,9 +38,15 @@ def test_second_night_with_a_planted_drop_fails_and_is_recorded(tmp_path, monkey
     good, _, first_dir, error = run_pipeline_locally("nightly", tmp_path / "kfp", arguments,
                                                      ("score",), _suite(tmp_path, {}))
     assert good, error
-    # The planted drop: the same entry with random weights scores far lower on the same metric names.
+    # The planted drop: the same entry (same model and options: the same evaluation, issue 38) scored
+    # against ground truth that pairs every query with the wrong reference.
+    truth = tmp_path / "disc" / "val_groundtruth_matches.csv"
+    header, *rows = truth.read_text().splitlines()
+    references = [row.split(",")[1] for row in rows]
+    truth.write_text("\n".join([header, *(f"{row.split(',')[0]},{references[(i + 1) % len(rows)]}"
+                                         for i, row in enumerate(rows))]) + "\n")
     bad, _, second_dir, _ = run_pipeline_locally("nightly", tmp_path / "kfp", arguments, ("score",),
-                                                 _suite(tmp_path, {"weights": "random"}))
+                                                 _suite(tmp_path, {}))
     assert not bad
 
     client = MlflowClient()
@@ -59,12 +66,19 @@ def test_second_night_with_a_planted_drop_fails_and_is_recorded(tmp_path, monkey
         assert "<table" in html and "disc" in html
         assert "report.html" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     drops = json.loads(open(client.download_artifacts(second.info.run_id, "regression.json", str(tmp_path))).read())
-    # Which metrics a random network loses on 10 queries depends on the draw (its seed): every drop
-    # recorded is a real one, on the run's own metrics, past the threshold.
-    assert len(drops["drops"]) == second.data.metrics["regression_drops"]
+    # Every drop recorded is a real one, past the threshold, between the two nights' evaluation runs of
+    # the one evaluation (its series), named as a parent held it before issue 38.
+    evaluations = [{run.data.tags["vsbench.variant"]: run for run in evaluation_children(client, parent.info.run_id,
+                                                                                            experiment.experiment_id)}
+                   for parent in (first, second)]
+    assert set(evaluations[0]) == set(evaluations[1]) == {"Flat · none"}
+    before, after = evaluations[0]["Flat · none"], evaluations[1]["Flat · none"]
+    assert before.data.tags["vsbench.series"] == after.data.tags["vsbench.series"]
+    assert before.info.run_name == "disc · efficientnet_lite0 · Flat · none"
+    assert len(drops["drops"]) == second.data.metrics["regression_drops"] >= 1
     for drop in drops["drops"]:
-        metric = drop["metric"]
-        assert metric.startswith("disc__efficientnet_lite0__Flat__none__")
-        previous, current = first.data.metrics[metric], second.data.metrics[metric]
+        metric = drop["metric"].removeprefix("disc__efficientnet_lite0__Flat__none__")
+        previous, current = before.data.metrics[metric], after.data.metrics[metric]
         assert (drop["previous"], drop["current"]) == (pytest.approx(previous), pytest.approx(current))
         assert (previous - current if drop["higher_is_better"] else current - previous) > 0.02
+    assert "disc__efficientnet_lite0__Flat__none__uap" in {drop["metric"] for drop in drops["drops"]}

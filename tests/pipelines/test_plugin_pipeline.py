@@ -40,8 +40,9 @@ def test_the_plugin_runs_in_the_pipeline_is_tracked_compared_and_compiled(tmp_pa
     compared = vsbench(env, "compare", "--experiment", EXPERIMENT, "--report", str(tmp_path / "report.html"))
     assert compared.returncode == 0, compared.stderr[-3000:]
     board = compared.stdout.split("== colour_match ==\n")[1].split("\n\n")[0].splitlines()
-    assert board[0].split() == ["metric", "better", "efficientnet_lite0", "mean_colour"]
-    rank_row = next(line.split() for line in board if line.startswith("l2__mean_rank"))
+    # A column per model and variant (the record's distance), rows under the benchmark's plain names.
+    assert board[0].split() == ["metric", "better", "efficientnet_lite0", "·", "l2", "mean_colour", "·", "l2"]
+    rank_row = next(line.split() for line in board if line.startswith("mean_rank"))
     assert rank_row[1] == "lower" and rank_row[3] == f"{expected['mean_rank']:.4g}*"  # the lower rank is best
     assert "colour_match" in (tmp_path / "report.html").read_text()
 

@@ -51,10 +51,19 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     runs = client.search_runs([experiment.experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get(STEP_TAG) == "pipeline"]
     assert parent.info.status == "FINISHED"
-    assert parent.data.metrics["disc__efficientnet_lite0__Flat__none__uap"] == pytest.approx(float(rows[0]["uAP"]))
+    # One evaluation run per record, plain metric names; the parent keeps the best, not the numbers.
+    evaluations = {r.info.run_name: r for r in runs if r.data.tags.get(STEP_TAG) == "evaluation"}
+    assert set(evaluations) == {f"disc · efficientnet_lite0 · {codec} · {norm}"
+                                for codec in ("Flat", "PCAW8,L2norm,Flat") for norm in ("none", "1.00[0,2]")}
+    flat = evaluations["disc · efficientnet_lite0 · Flat · none"]
+    assert flat.data.metrics["uap"] == pytest.approx(float(rows[0]["uAP"]))
+    assert {r.data.tags[PARENT_TAG] for r in evaluations.values()} == {parent.info.run_id}
+    assert not any("__" in name for name in parent.data.metrics)
+    assert parent.data.tags["vsbench.evaluations"] == "4" and parent.data.tags["vsbench.best.disc.run"] in {
+        r.info.run_id for r in evaluations.values()}
     children = {r.data.tags[STEP_TAG] for r in runs if r.data.tags.get(PARENT_TAG) == parent.info.run_id}
     assert children == {"embed-shard-0-of-2", "embed-shard-1-of-2", "index-disc-train", "index-disc-fill-0",
-                        "index-disc-fill-1", "index-disc-finish", "score-disc",
+                        "index-disc-fill-1", "index-disc-finish", "score-disc", "evaluation",
                         *(f"search-disc-task-{task}-of-4" for task in range(4))}
     embedded = [r for r in runs if r.data.tags.get(STEP_TAG) == "embed-shard-0-of-2"][0]
     assert len(embedded.data.params["embedding_cache_key"]) == 64  # the key's sha256, also in each shard manifest
@@ -62,6 +71,7 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     scored = [r for r in runs if r.data.tags.get(STEP_TAG) == "score-disc"][0]
     artifacts = {a.path for a in client.list_artifacts(scored.info.run_id)}
     assert "disc_metrics.csv" in artifacts
+    assert set(scored.data.metrics) == {"step_seconds"}  # its numbers are the evaluations', not a second copy
 
 
 def test_similarity_run_command_with_the_subprocess_runner_prints_the_table(tmp_path, monkeypatch):

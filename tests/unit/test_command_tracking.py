@@ -67,14 +67,26 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert f"MLflow run {run_id} in {uri}" in result.output
     run = MlflowClient(uri).get_run(run_id)
     assert run.info.status == "FINISHED"
-    assert run.info.run_name.startswith("vsbench-similarity-cli-")
-    assert {k: run.data.params[k] for k in ("benchmark", "model", "codecs", "seed")} == {
-        "benchmark": "patch_pairs", "model": "efficientnet_lite0", "codecs": "Flat", "seed": "7"}
+    # Benchmark and model first, then the command's run key.
+    assert run.info.run_name.startswith('patch_pairs · efficientnet_lite0 {"weights":"random"} · vsbench-similarity-cli-')
+    assert {k: run.data.params[k] for k in ("benchmark", "codecs", "seed")} == {
+        "benchmark": "patch_pairs", "codecs": "Flat", "seed": "7"}
+    assert "model" not in run.data.params  # in its name and its evaluations' params: a search finds those
     # the seed recorded is the one the random weights were drawn with (it was always "0" before --seed)
     shard = json.loads(next((out / "features").glob("*.shard-0-of-1.json")).read_text())
     assert shard["seed"] == 7 and shard["weights_source"] == "random initialization (seed 7)"
-    assert json.loads(run.data.params["model_options"]) == {"weights": "random"}
-    assert run.data.metrics["patch_pairs__efficientnet_lite0__mean__l2__mean_pr_ap"] > 0
+    # The parent keeps no per-model number: each record is an evaluation run under it, plain names.
+    assert run.data.metrics == {}
+    children = MlflowClient(uri).search_runs([run.info.experiment_id],
+                                             f"tags.`mlflow.parentRunId` = '{run_id}' and tags.`vsbench.step` = 'evaluation'")
+    by_variant = {child.data.tags["vsbench.variant"]: child for child in children}
+    assert len(children) == len(by_variant) > 1 and "mean · l2" in by_variant
+    mean = by_variant["mean · l2"]
+    assert mean.data.metrics["mean_pr_ap"] == json.loads((out / "metrics.json").read_text())["records"][-1]["mean_pr_ap"]
+    assert mean.info.run_name == 'patch_pairs · efficientnet_lite0 {"weights":"random"} · mean · l2'
+    assert (mean.data.params["seed"], mean.data.tags["vsbench.baseline"]) == ("7", "random-features")
+    assert json.loads(mean.data.params["model_options"]) == {"weights": "random"}
+    assert run.data.tags["vsbench.evaluations"] == str(len(children))
     tags = run.data.tags
     assert tags["vsbench.step"] == "pipeline" and tags["vsbench.pipeline"] == "vsbench-similarity"
     assert tags["vsbench.source"] == "cli" and tags["vsbench.baseline"] == "random-features"
@@ -87,16 +99,18 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert {t.key: t.value for t in data.tags} == {"mlflow.data.context": "evaluation"}
     experiment = MlflowClient(uri).get_experiment(run.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    assert [r.info.run_id for r in MlflowClient(uri).search_runs(
-        [run.info.experiment_id], filter_string=f"dataset.digest = '{data.dataset.digest}'")] == [run_id]
+    assert {r.info.run_id for r in MlflowClient(uri).search_runs(  # the command's run and its evaluations
+        [run.info.experiment_id], filter_string=f"dataset.digest = '{data.dataset.digest}'")} == {
+        run_id, *(child.info.run_id for child in children)}
     artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run_id)}
     assert {"metrics.json", "patch_pairs_pr.png", "patch_pairs_roc.png"} <= artifacts
 
     # `vsbench compare` lists it beside pipeline runs, under its model (marked as a random-features baseline).
     from vsbench.reporting.runs import collect_runs
 
-    (record,) = collect_runs("vsbench-similarity")
-    assert (record.model, record.benchmark) == ("efficientnet_lite0 (random features)", "patch_pairs")
+    records = collect_runs("vsbench-similarity")
+    assert {r.benchmark for r in records} == {"patch_pairs"} and len(records) == len(children)
+    assert 'efficientnet_lite0 {"weights":"random"} · mean · l2 (random features)' in {r.model for r in records}
 
 
 def test_default_store_is_printed_and_no_track_writes_nothing(tmp_path, monkeypatch):

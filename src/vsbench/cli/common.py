@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -26,12 +26,12 @@ VerboseOpt = Annotated[bool, typer.Option(
 
 
 def kept_bundle(folder: Path, experiment: str, pipeline: str, params: dict, metrics: dict, *, tags: dict,
-                 artifacts: dict[str, str]) -> None:
+                 artifacts: dict[str, str], **run: Any) -> None:
     """A pipeline that ran untracked because the store was down: its run kept for `vsbench track upload`."""
     from vsbench.tracking.command import BUNDLE_NAME, keep_for_later
 
     keep_for_later(folder / BUNDLE_NAME, typer.echo, experiment=experiment, pipeline=pipeline, params=params,
-                   metrics=metrics, tags=tags, artifacts=artifacts)
+                   metrics=metrics, tags=tags, artifacts=artifacts, **run)
 
 
 def check_runner(runner: str, choices: tuple[str, ...] = ("subprocess", "container")) -> None:

@@ -121,9 +121,10 @@ def similarity_run(
             from vsbench.tracking.command import BUNDLE_NAME, record_command_run
 
             record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity",
-                               params=run.params(), metrics=_similarity_metrics(run, result.manifest), tags=tags,
+                               params=_parent_params(run), metrics={}, tags=tags,
                                artifacts=_similarity_artifacts(out, result.manifest), started=started,
-                               kept=out / "metrics.json", announce=typer.echo)
+                               kept=out / "metrics.json", announce=typer.echo,
+                               evaluations=_evaluations(run, out, result.manifest, tags), title=_title(run))
 
 
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
@@ -138,7 +139,7 @@ def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None,
     pipeline_run = run_similarity_pipeline_locally(
         root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
         arguments={**fields, "batch_size": batch_size, "device": device, "experiment": experiment,
-                   "params_json": json.dumps({**run.params(), "data_tags": tags})})
+                   "params_json": json.dumps({**_parent_params(run), "data_tags": tags})})
     if not pipeline_run.succeeded:
         typer.echo(f"similarity pipeline failed: {pipeline_run.error}", err=True)
         typer.echo(failure_tail(pipeline_run.failed_step, list(pipeline_run.log_tail), pipeline_run.log_path), err=True)
@@ -148,8 +149,9 @@ def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None,
     _print_similarity_table(out, manifest)
     typer.echo(f"ran in: {pipeline_run.ran_in}")
     if track and not tracked:
-        kept_bundle(out, experiment, "vsbench-similarity", run.params(), _similarity_metrics(run, manifest),
-                    tags=tags, artifacts=_similarity_artifacts(out, manifest))
+        kept_bundle(out, experiment, "vsbench-similarity", _parent_params(run), {}, tags=tags,
+                    artifacts=_similarity_artifacts(out, manifest), evaluations=_evaluations(run, out, manifest, tags),
+                    title=_title(run))
 
 
 def _baseline_tag(run) -> dict[str, str]:
@@ -159,11 +161,27 @@ def _baseline_tag(run) -> dict[str, str]:
     return {BASELINE_TAG: "random-features"} if run.is_random_baseline() else {}
 
 
-def _similarity_metrics(run, manifest: dict) -> dict[str, float]:
-    """The score step's records as the pipeline's parent run holds them: ``<benchmark>__<model>__<metric>``."""
-    from vsbench.tracking.names import flat_metrics, run_metric_names
+def _evaluations(run, out: Path, manifest: dict, tags: dict[str, str]) -> list:
+    """The score's records as evaluation runs under the command's run (plain metric names, the model
+    as a LoggedModel: vsbench.tracking.evaluations); the command's run itself keeps no per-model number."""
+    from vsbench.steps.evaluate import evaluations_for
 
-    return run_metric_names(run.benchmark, run.model, flat_metrics(manifest.get("records", [])))
+    return evaluations_for(run, run.model, manifest.get("records", []), out, model_options=run.model_options,
+                           seed=run.seed, data=tags)
+
+
+def _parent_params(run) -> dict:
+    """The command's run's params: the run's settings but the model, which is in its name and each
+    evaluation's params, so that ``params.model = 'x' and params.benchmark = 'disc'`` finds one row
+    per evaluation in MLflow, not the command's run besides."""
+    return {k: v for k, v in run.params().items() if k not in ("model", "model_options")}
+
+
+def _title(run) -> str:
+    """The start of the command run's name: benchmark and model (with its options) first."""
+    from vsbench.tracking.evaluations import NAME_JOIN, model_label
+
+    return f"{run.benchmark}{NAME_JOIN}{model_label(run.model, run.model_options)}"
 
 
 def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:

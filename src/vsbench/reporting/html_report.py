@@ -7,7 +7,7 @@ import base64
 import html
 import io
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ from vsbench.reporting.runs import (
     RANDOM_FEATURES,
     LowerIsBetter,
     RunRecord,
-    higher_is_better,
     provenance,
     ran_in,
     runs_by_id,
@@ -35,6 +34,12 @@ UI_ENV = "VSBENCH_MLFLOW_UI"  # where the report's run links point when the stor
 
 
 DEFAULT_UI = "http://127.0.0.1:5000"  # what `mlflow ui` serves
+
+# MLflow 3.17's UI picks its view from the sidebar's GenAI | Model training switch (default GenAI,
+# remembered by the browser), not from the experiment's mlflow.experimentKind tag. In GenAI the runs
+# list says "Training runs" and a run without model outputs "Evaluations"; in Model training both say
+# "Runs" and the Models tab ranks the LoggedModels. Links open that view (docs/tracking.md).
+ML_VIEW = "workflowType=machine_learning"
 
 
 _CSS = """
@@ -112,7 +117,7 @@ def time_limits(times: list[datetime]) -> tuple[datetime, datetime]:
 
 
 def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[str, Any],
-                  lower: Collection[str] = ()) -> Any:
+                  higher: Mapping[str, bool]) -> Any:
     """One panel per metric, one line per model over the runs' start times; a score's trivial
     baselines and random-features runs as dashed grey lines."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
@@ -137,7 +142,7 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
         locator = AutoDateLocator(minticks=2, maxticks=5)
         axis.xaxis.set_major_locator(locator)
         axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric, lower) else "\n(lower is better)"), fontsize=9)
+        axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(labelsize=8)
         axis.grid(alpha=0.3)
     figure.legend(handles=_legend_handles(colors), loc="outside upper center", ncols=min(len(colors), 5),
@@ -152,7 +157,7 @@ def _legend_handles(colors: Mapping[str, Any]) -> list[Any]:
 
 
 def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, Any],
-                 lower: Collection[str] = ()) -> Any:
+                 higher: Mapping[str, bool]) -> Any:
     """One panel per metric: each model's latest value, the best bar outlined in black."""
     figure, axes = _grid(len(metrics))
     for axis, metric in zip(axes, metrics):
@@ -171,7 +176,7 @@ def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, A
                           xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=7, color="0.25")
         axis.set_xticks(range(len(rows)), rows["model"], rotation=20, ha="right", fontsize=8)
         axis.margins(y=0.15)
-        axis.set_title(_wrap(metric) + ("" if higher_is_better(metric, lower) else "\n(lower is better)"), fontsize=9)
+        axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(axis="y", labelsize=8)
     return figure
 
@@ -197,12 +202,12 @@ def plotted_metrics(frame: pd.DataFrame) -> list[str]:
 
 def run_url(run_id: str, experiment_id: str) -> str:
     """The run's page in the MLflow UI: the tracking server itself, or (a local store) VSBENCH_MLFLOW_UI,
-    default what ``mlflow ui`` serves on 127.0.0.1:5000."""
+    default what ``mlflow ui`` serves on 127.0.0.1:5000; in the UI's model-training view (:data:`ML_VIEW`)."""
     import os
 
     uri = tracking_uri()
     base = os.environ.get(UI_ENV) or (uri if uri.startswith(("http://", "https://")) else DEFAULT_UI)
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id or '0'}/runs/{run_id}"
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id or '0'}/runs/{run_id}?{ML_VIEW}"
 
 
 def _link(text: str, run_id: str, experiment_id: str) -> str:
@@ -231,12 +236,13 @@ def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
 
 
 def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataFrame,
-                       colors: Mapping[str, Any], lower: Collection[str] = ()) -> str:
+                       colors: Mapping[str, Any]) -> str:
     metrics = plotted_metrics(frame)
     models = sorted(frame["model"].unique())
     used = {model: colors[model] for model in models}
-    trend = _png(_trend_figure(records, metrics, used, lower))
-    bars = _png(_bars_figure(frame, metrics, used, lower))
+    higher = {str(metric): bool(value) for metric, value in frame.groupby("metric")["higher_is_better"].first().items()}
+    trend = _png(_trend_figure(records, metrics, used, higher))
+    bars = _png(_bars_figure(frame, metrics, used, higher))
     name = html.escape(benchmark)
     return (f'<section class="benchmark" id="benchmark-{name}"><h2>{name}</h2>'
             f"{_html_table(frame, benchmark)}"
@@ -268,9 +274,7 @@ def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_bett
     frame = leaderboard(runs, lower_is_better)
     colors = _colors(sorted(frame["model"].unique()) if not frame.empty else [])
     generated = datetime.now(UTC)
-    lower = lower_is_better or {}
-    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors,
-                                   lower.get(str(benchmark), ()))
+    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors)
                 for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [
         '<p class="note">No finished pipeline runs with metrics yet.</p>']
     run_count = len({r.run_id for r in runs})

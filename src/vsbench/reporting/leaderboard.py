@@ -14,7 +14,6 @@ from vsbench.reporting.runs import (
     LEADERBOARD_COLUMNS,
     LowerIsBetter,
     RunRecord,
-    higher_is_better,
     ran_in,
     runs_by_id,
 )
@@ -24,8 +23,9 @@ def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None
     """One row per (benchmark, metric, model): the model's latest value and whether it is the best.
 
     "Best" compares the models' latest values for the same benchmark and metric (the highest, or the
-    lowest for errors, losses, timings and the metrics ``lower_is_better`` names for the benchmark;
-    ties are all best). ``runs`` counts the runs with a value.
+    lowest where the newest run's ``vsbench.lower_is_better`` tag says so; for runs without it, errors,
+    losses, timings and the metrics ``lower_is_better`` names for the benchmark; ties are all best).
+    ``runs`` counts the runs with a value.
     """
     lower = lower_is_better or {}
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -39,7 +39,7 @@ def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None
             else:
                 latest[key] = {"benchmark": record.benchmark, "metric": metric, "model": record.model,
                                "value": float(value), "best": False,
-                               "higher_is_better": higher_is_better(metric, lower.get(record.benchmark, ())),
+                               "higher_is_better": record.higher_is_better(metric, lower),
                                "runs": 1, "run_id": record.run_id, "start_time": record.start_time,
                                "experiment_id": record.experiment_id}
     frame = pd.DataFrame(list(latest.values()), columns=LEADERBOARD_COLUMNS)

@@ -1,5 +1,12 @@
 """The nightly regression check: tonight's parent run against the previous good night, in MLflow.
 
+A night's numbers are read from its evaluation runs (one per evaluation, nested under the night's
+parent, issue 38) and, for nights logged before, from the parent itself (:func:`night_metrics`);
+each evaluation is named as the parent held it before (``disc__<model>__<variant>__<metric>``), so
+one evaluation is compared with itself the night before (the same ``vsbench.series``), and rules
+written as patterns of those names keep working. A metric's direction is its run's own
+``vsbench.lower_is_better`` tag where it has one.
+
 The baseline is the newest FINISHED parent run of the same pipeline in the experiment that started
 before tonight's run. A night that failed (a regression included) is never a baseline, so a drop
 cannot become tomorrow's normal by failing once. The outcome is recorded on tonight's run, where
@@ -26,11 +33,13 @@ from typing import Any
 from vsbench.reporting.runs import (
     BOOKKEEPING_METRICS,
     LowerIsBetter,
+    evaluation_record,
     experiment_id,
     higher_is_better,
     parent_run_filter,
 )
-from vsbench.tracking.names import split_run_metric
+from vsbench.tracking.evaluations import MODEL_OPTIONS_TAG, MODEL_TAG, NAME_JOIN, VARIANT_TAG
+from vsbench.tracking.names import SEPARATOR, split_run_metric
 
 REGRESSION_TAG = "vsbench.regression"
 BASELINE_TAG = "vsbench.regression.baseline"
@@ -88,23 +97,27 @@ def _beyond(worse: float, threshold: float) -> bool:
     return worse > threshold and not math.isclose(worse, threshold, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _higher_is_better(name: str, lower_is_better: LowerIsBetter) -> bool:
-    """A parent-run metric's direction: ``<benchmark>__<model>__<metric>`` with its benchmark's
-    lower-is-better metrics (a plugin's ``mean_rank``), any other name by its words."""
+def _higher_is_better(name: str, lower_is_better: LowerIsBetter, directions: Mapping[str, bool]) -> bool:
+    """A night's metric's direction: what its evaluation run's tag says (``directions``); else, for a
+    run logged before issue 38, ``<benchmark>__<model>__<metric>`` with its benchmark's lower-is-better
+    metrics (a plugin's ``mean_rank``), any other name by its words."""
+    if name in directions:
+        return directions[name]
     split = split_run_metric(name)
     return higher_is_better(split[2], lower_is_better.get(split[0], ())) if split else higher_is_better(name)
 
 
 def compare_metrics(previous: Mapping[str, float], current: Mapping[str, float], *, threshold: float,
                     relative: bool = False, metrics: Sequence[str] | None = None,
-                    lower_is_better: LowerIsBetter | None = None,
+                    lower_is_better: LowerIsBetter | None = None, directions: Mapping[str, bool] | None = None,
                     ) -> tuple[list[dict[str, Any]], list[str], int]:
     """The pure core of the check: (drops, missing, how many metrics were compared).
 
     ``metrics`` are names or shell-style patterns (``disc__*__uap``); None means every metric the
     baseline has (bookkeeping metrics aside). A named pattern that matches no metric of either run
     is reported missing, so a typo in the rule cannot turn the check into a silent pass.
-    ``lower_is_better``: benchmark -> the metrics its spec declares lower-is-better.
+    ``lower_is_better``: benchmark -> the metrics its spec declares lower-is-better; ``directions``:
+    name -> higher is better, as the runs' own tags say (they win).
     """
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
@@ -119,7 +132,7 @@ def compare_metrics(previous: Mapping[str, float], current: Mapping[str, float],
     drops: list[dict[str, Any]] = []
     compared = 0
     for name in sorted(selected):
-        before, higher = float(previous[name]), _higher_is_better(name, lower_is_better or {})
+        before, higher = float(previous[name]), _higher_is_better(name, lower_is_better or {}, directions or {})
         if name not in current:
             if metrics is not None:
                 drops.append({"metric": name, "previous": before, "current": None, "change": None,
@@ -139,6 +152,29 @@ def _client():
     from mlflow.tracking import MlflowClient
 
     return MlflowClient()
+
+
+def night_metrics(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bool]]:
+    """A night's metrics and their directions, read from its evaluation runs (issue 38) under the
+    names a parent run held before (``disc__efficientnet_lite0__Flat__none__uap``: rules written for
+    them keep matching, and a night logged before compares with one logged after), plus the parent's
+    own (the ABID scores, and every number of a night logged before)."""
+    from vsbench.tracking.evaluations import evaluation_children
+    from vsbench.tracking.names import safe_part
+
+    metrics = {name: value for name, value in run.data.metrics.items()}
+    directions: dict[str, bool] = {}
+    for child in evaluation_children(client, run.info.run_id, run.info.experiment_id):
+        record = evaluation_record(child)
+        tags = child.data.tags
+        options = tags.get(MODEL_OPTIONS_TAG, "{}")
+        label = tags.get(MODEL_TAG, "-") + ("" if options in ("", "{}") else f" {options}")
+        variant = [safe_part(part) for part in tags.get(VARIANT_TAG, "-").split(NAME_JOIN) if part != "-"]
+        prefix = SEPARATOR.join([record.benchmark, safe_part(label), *variant])
+        for metric, value in record.metrics.items():
+            metrics[f"{prefix}{SEPARATOR}{metric}"] = value
+            directions[f"{prefix}{SEPARATOR}{metric}"] = record.higher_is_better(metric)
+    return metrics, directions
 
 
 def find_baseline(client: Any, experiment: str, current: Any, pipeline: str) -> Any | None:
@@ -167,9 +203,11 @@ def check_regression(experiment: str, current_run_id: str, *, threshold: float =
     if baseline is None:
         report = RegressionReport(current_run_id, None, threshold, [], True, relative)
     else:
-        drops, missing, compared = compare_metrics(baseline.data.metrics, current.data.metrics,
-                                                   threshold=threshold, relative=relative, metrics=metrics,
-                                                   lower_is_better=lower_is_better)
+        (before, before_directions), (now, now_directions) = (night_metrics(client, baseline),
+                                                              night_metrics(client, current))
+        drops, missing, compared = compare_metrics(before, now, threshold=threshold, relative=relative,
+                                                   metrics=metrics, lower_is_better=lower_is_better,
+                                                   directions={**before_directions, **now_directions})
         failed_named = bool(metrics is not None and missing)
         report = RegressionReport(current_run_id, baseline.info.run_id, threshold, drops,
                                   not drops and not failed_named, relative, compared, missing)

@@ -1,9 +1,18 @@
-"""Pipeline runs from MLflow as one shape: every parent run (tag ``vsbench.step`` = ``pipeline``) split
-into one :class:`RunRecord` per (model, benchmark) pair, and what each record says of where it ran.
+"""Pipeline runs from MLflow as one shape: every parent run (tag ``vsbench.step`` = ``pipeline``) and
+its evaluation runs as :class:`RunRecord` s, one per (model, benchmark), and what each says of where it ran.
 
-Only parent runs count (tag ``vsbench.step`` = ``pipeline``): they carry each pipeline run's
-headline metrics, so one search per experiment finds everything to compare, and step-level noise
-(throughput, per-epoch curves) stays out of the leaderboard.
+Parent runs (tag ``vsbench.step`` = ``pipeline``) pick what counts: ``last`` and ``pipeline`` select
+them, and step-level noise (throughput, per-epoch curves) stays out of the leaderboard.
+
+Two layouts are read
+--------------------
+* Since issue 38 a similarity score is an *evaluation run* nested under its parent (tag
+  ``vsbench.step`` = ``evaluation``, :mod:`vsbench.tracking.evaluations`): plain metric names, the
+  model, its options and the variant in tags. Its record's model is ``<model> [<options>] · <variant>``
+  (``efficientnet_lite0 {"bins":4} · Flat · none``): options and variants never share a column, and
+  a metric's direction is the run's own ``vsbench.lower_is_better`` tag, not the installed registry.
+* Runs logged before keep every number on the parent under a long name, split as below; their
+  directions come from the registry the caller hands over and the words (rmse, loss, ...).
 
 Which (model, benchmark) a parent-run metric belongs to
 -------------------------------------------------------
@@ -35,7 +44,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vsbench.tracking.names import SEPARATOR, split_run_metric
+from vsbench.tracking.evaluations import (
+    BENCHMARK_TAG,
+    EVALUATION_STEP,
+    LOWER_TAG,
+    MODEL_OPTIONS_TAG,
+    MODEL_TAG,
+    NAME_JOIN,
+    VARIANT_TAG,
+    model_label,
+)
+from vsbench.tracking.names import LOWER_IS_BETTER_WORDS, lower_is_better, split_run_metric
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
     DATA_DIGEST_TAG,
@@ -46,6 +65,7 @@ from vsbench.tracking.provenance import (
     IMAGE_ID_TAG,
     IMAGE_TAG,
     KFP_RUN_TAG,
+    PARENT_TAG,
     PIPELINE_TAG,
     PROFILE_TAG,
     SOURCE_TAG,
@@ -60,7 +80,7 @@ ABID_PIPELINE = "vsbench-abid"
 BOOKKEEPING_METRICS = frozenset({"regression_drops"})
 
 
-LOWER_IS_BETTER = ("rmse", "loss", "error", "seconds")
+LOWER_IS_BETTER = LOWER_IS_BETTER_WORDS
 
 
 # score -> its trivial baselines (metric name -> label), as the ABID pipeline logs them on its parent run.
@@ -89,8 +109,7 @@ LowerIsBetter = Mapping[str, Collection[str]]
 def higher_is_better(metric: str, lower: Collection[str] = ()) -> bool:
     """Accuracies, mAPs, recalls: higher is better; errors, losses and timings: lower, and so is a
     metric its benchmark declares lower-is-better (``lower``: ``mean_rank`` names ``l2__mean_rank`` too)."""
-    name = metric.lower()
-    return not (name in lower or name.rsplit(SEPARATOR, 1)[-1] in lower or any(word in name for word in LOWER_IS_BETTER))
+    return not lower_is_better(metric, lower)
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,17 @@ class RunRecord:
     tags: dict[str, str]
     params: dict[str, str] = field(default_factory=dict)
     experiment_id: str = ""
+    # An evaluation run's (issue 38): the metrics its tag says are lower-is-better (None: an older run,
+    # its directions come from the benchmark registry and the words), and the run it is nested under.
+    lower_is_better: frozenset[str] | None = None
+    parent_run_id: str = ""
+
+    def higher_is_better(self, metric: str, lower: LowerIsBetter | None = None) -> bool:
+        """The metric's direction: the run's own tag when it has one, else its benchmark's declaration
+        (``lower``) and the words."""
+        if self.lower_is_better is not None:
+            return metric not in self.lower_is_better
+        return higher_is_better(metric, (lower or {}).get(self.benchmark, ()))
 
 
 def split_metrics(metrics: Mapping[str, float], params: Mapping[str, str],
@@ -156,14 +186,61 @@ def parent_run_filter(pipeline: str | None = None, *, finished: bool = True) -> 
 
 
 def _records(run: Any) -> list[RunRecord]:
+    """A parent run's own metrics as records: all of a run logged before issue 38, the ABID
+    pipeline's headline scores, nothing of a similarity run's since (its evaluations hold them)."""
     start = datetime.fromtimestamp(run.info.start_time / 1000, tz=UTC)
     tags = dict(run.data.tags)
     pipeline = tags.get(PIPELINE_TAG, "")
-    pairs = split_metrics(run.data.metrics, run.data.params, pipeline)
+    params = dict(run.data.params)
+    pairs = split_metrics(run.data.metrics, params, pipeline)
     suffix = RANDOM_FEATURES if tags.get(BASELINE_TAG) == "random-features" else ""
-    return [RunRecord(run.info.run_id, start, pipeline, model + suffix, benchmark, metrics, tags,
-                      dict(run.data.params), str(run.info.experiment_id))
+    return [RunRecord(run.info.run_id, start, pipeline, _with_options(model, params) + suffix, benchmark, metrics,
+                      tags, params, str(run.info.experiment_id))
             for (model, benchmark), metrics in sorted(pairs.items())]
+
+
+def _with_options(model: str, params: Mapping[str, str]) -> str:
+    """A run's own model with the options its params name (an older run's ``model_options``), so two
+    option sets of one model stay two columns."""
+    import json
+
+    if model != params.get("model") or params.get("model_options", "{}") in ("", "{}"):
+        return model
+    try:
+        options = json.loads(params["model_options"])
+    except ValueError:
+        return f"{model} {params['model_options']}"
+    return model_label(model, options) if isinstance(options, dict) else model
+
+
+def evaluation_record(run: Any, parent: Any | None = None) -> RunRecord:
+    """An evaluation run (issue 38) as a record: its plain metrics under its model, options and
+    variant (``efficientnet_lite0 · Flat · none``), its directions from its own tag."""
+    tags = {**(dict(parent.data.tags) if parent is not None else {}), **dict(run.data.tags)}
+    options = tags.get(MODEL_OPTIONS_TAG, "{}")
+    label = tags.get(MODEL_TAG, "-") + ("" if options in ("", "{}") else f" {options}")
+    variant = tags.get(VARIANT_TAG, "-")
+    suffix = RANDOM_FEATURES if tags.get(BASELINE_TAG) == "random-features" else ""
+    return RunRecord(run.info.run_id, datetime.fromtimestamp(run.info.start_time / 1000, tz=UTC),
+                     tags.get(PIPELINE_TAG, ""), f"{label}{NAME_JOIN}{variant}{suffix}" if variant != "-" else label + suffix,
+                     tags.get(BENCHMARK_TAG, "-"), dict(run.data.metrics), tags, dict(run.data.params),
+                     str(run.info.experiment_id),
+                     frozenset(filter(None, tags.get(LOWER_TAG, "").split(","))),
+                     tags.get(PARENT_TAG, ""))
+
+
+def evaluation_runs(client: Any, experiment_ids: list[str]) -> dict[str, list[Any]]:
+    """parent run id -> its FINISHED evaluation runs, in ``experiment_ids``."""
+    found: dict[str, list[Any]] = {}
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string=f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and "
+                                  "attributes.status = 'FINISHED'", max_results=1000, page_token=token)
+        for run in page:
+            found.setdefault(run.data.tags.get(PARENT_TAG, ""), []).append(run)
+        token = page.token
+        if not token:
+            return found
 
 
 def collect_runs(experiment: str, *, last: int | None = None, pipeline: str | None = None,
@@ -192,7 +269,9 @@ def collect_runs(experiment: str, *, last: int | None = None, pipeline: str | No
         runs.append(client.get_run(include_run_id))
         runs.sort(key=lambda run: run.info.start_time, reverse=True)
         runs = runs[:last] if last else runs
-    return [record for run in runs for record in _records(run)]
+    children = evaluation_runs(client, ids)
+    return [record for run in runs
+            for record in [*_records(run), *(evaluation_record(child, run) for child in children.get(run.info.run_id, []))]]
 
 
 def ran_in(record: RunRecord) -> str:
@@ -203,9 +282,10 @@ def ran_in(record: RunRecord) -> str:
 
 
 def runs_by_id(records: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    """The records grouped by the pipeline or command run they belong to (an evaluation's parent)."""
     runs: dict[str, list[RunRecord]] = {}
     for record in sorted(records, key=lambda r: r.start_time, reverse=True):
-        runs.setdefault(record.run_id, []).append(record)
+        runs.setdefault(record.parent_run_id or record.run_id, []).append(record)
     return runs
 
 

@@ -328,9 +328,32 @@ def abid_score_step(
         log_to_parent(parent_run_id, {k: v for k, v in metrics.items()
                                       if k in ("counting_accuracy", "counting_rmse", "verification_accuracy",
                                                "verification_always_yes_accuracy", "quantity_accuracy")})
+        linked = _link_scores_to_models(tracker, parent_run_id, root, metrics)
         manifest = {"counting_confusion_matrix": counting.confusion_matrix.tolist(),
                     "verification_confusion_matrix": _binary_confusion(verification_result, verify_truth)}
-        return finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started)
+        return finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started,
+                      tracked=[*(k for k in metrics if k not in linked), "step_seconds"])
+
+
+# Which trained baseline each ABID score is of (the quantity answers are the counting network's counts).
+_SCORED_MODEL = {"counting": "counting_model", "quantity": "counting_model", "verification": "siamese_model"}
+
+
+def _link_scores_to_models(tracker: Tracker, parent_run_id: str, tasks: Path, metrics: dict[str, float]) -> set[str]:
+    """The scores of each baseline logged with its LoggedModel (the one its training step logged under
+    this pipeline run) and the task files' dataset, as the similarity evaluations are: the Models tab
+    ranks the baselines per dataset. Returns the metrics so logged (the rest are logged plainly)."""
+    found = tasks_dataset(tasks)
+    models = parent_tracker(parent_run_id).linked_models() if found is not None else {}
+    linked: set[str] = set()
+    for prefix, model_name in _SCORED_MODEL.items():
+        if model_name not in models:
+            continue
+        scores = {k: v for k, v in metrics.items() if k.startswith(f"{prefix}_") and "always" not in k
+                  and "prior_only" not in k}
+        tracker.log_model_metrics(scores, models[model_name], (found[0], found[1]))
+        linked.update(scores)
+    return linked
 
 
 def _binary_confusion(result: str, truth) -> list[list[int]]:

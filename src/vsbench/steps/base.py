@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +31,17 @@ def numbers(data: dict[str, Any], keys: list[str]) -> dict[str, float]:
     return {key: float(data[key]) for key in keys if isinstance(data.get(key), (int, float))}
 
 
-def finish(tracker, result: StepResult, manifest_path: str | None, artifact_name: str, started: float) -> StepResult:
+def finish(tracker, result: StepResult, manifest_path: str | None, artifact_name: str, started: float,
+           tracked: Collection[str] | None = None) -> StepResult:
+    """Time the step, write its manifest, log its metrics and manifest on its MLflow run. ``tracked``
+    limits the metrics its run gets (the score step's numbers go to evaluation runs of their own, not
+    a second time under long names); the manifest and the KFP output keep them all."""
     result.metrics["step_seconds"] = round(time.perf_counter() - started, 3)
     result.manifest["metrics"] = result.metrics
     result.manifest["ran_in"] = running_image()
     if manifest_path:
         atomic_write_json(Path(manifest_path), result.manifest)
-    tracker.log_metrics(result.metrics)
+    tracker.log_metrics(result.metrics if tracked is None else {k: v for k, v in result.metrics.items() if k in tracked})
     tracker.log_dict(result.manifest, artifact_name)
     return result
 

@@ -19,8 +19,9 @@ from vsbench.io.locks import output_lock, step_lock
 from vsbench.retrieval.engine import Engine
 from vsbench.runspec.run import BenchmarkRun, SimilarityRun
 from vsbench.steps.base import StepResult, finish, save_figure
-from vsbench.tracking.names import flat_metrics, run_metric_names
-from vsbench.tracking.runs import child_run, log_to_parent
+from vsbench.steps.evaluate import log_step_evaluations
+from vsbench.tracking.names import flat_metrics
+from vsbench.tracking.runs import child_run
 
 
 def embed_shards(num_shards: int) -> list[int]:
@@ -166,9 +167,12 @@ def similarity_score_step(
             save_figure(figure, Path(out) / artifact)  # beside the CSV: a command run attaches it later
             saved.append(artifact)
             plots.close(figure)
-        log_to_parent(parent_run_id, run_metric_names(run.benchmark, model, metrics))
+        # One MLflow run per record under the parent, plain metric names (issue 38); this step's own
+        # run keeps the files and its timing, the KFP Metrics output the flat names.
+        log_step_evaluations(parent_run_id, run, model or engine.model, result.records, Path(out))
         manifest = {"records": result.records, "csv": result.csv_name, "plots": saved}
-        return finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started)
+        return finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started,
+                      tracked=("step_seconds",))
 
 
 def run_inline(run: SimilarityRun, out: Path, *, batch_size: int = 64, device: str = "auto",

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from vsbench.io.inputs import InputError, _env_int, human_bytes, parse_json, quote, read_text
+from vsbench.tracking.evaluations import Evaluation
 from vsbench.tracking.provenance import MLFLOW_GIT_COMMIT_TAG
 
 DIGEST_TAG = "vsbench.bundle.digest"  # on the MLflow run made from a bundle: the bundle's content digest
@@ -55,6 +56,7 @@ MAX_PARAMS = 1_000
 MAX_METRICS = 10_000
 MAX_TAGS = 1_000
 MAX_ARTIFACTS = 1_000
+MAX_EVALUATIONS = 1_000
 MAX_ARTIFACT_BYTES = 1 << 30  # 1 GiB a file: metrics, CSVs, plots, step manifests
 MAX_ARTIFACTS_TOTAL_BYTES = 4 << 30  # 4 GiB for all of a bundle's artifacts together
 
@@ -86,7 +88,8 @@ def _counts() -> dict[str, tuple[int, str]]:
     """Field -> (cap, variable) for the entries of a bundle."""
     return {name: (_env_int(variable, default), variable) for name, default, variable in (
         ("params", MAX_PARAMS, "VSBENCH_MAX_BUNDLE_PARAMS"), ("metrics", MAX_METRICS, "VSBENCH_MAX_BUNDLE_METRICS"),
-        ("tags", MAX_TAGS, "VSBENCH_MAX_BUNDLE_TAGS"), ("artifacts", MAX_ARTIFACTS, "VSBENCH_MAX_BUNDLE_ARTIFACTS"))}
+        ("tags", MAX_TAGS, "VSBENCH_MAX_BUNDLE_TAGS"), ("artifacts", MAX_ARTIFACTS, "VSBENCH_MAX_BUNDLE_ARTIFACTS"),
+        ("evaluations", MAX_EVALUATIONS, "VSBENCH_MAX_BUNDLE_EVALUATIONS"))}
 
 
 class _Strict(BaseModel):
@@ -128,6 +131,9 @@ class Bundle(_Strict):
     artifacts: list[BundleArtifact]
     uploaded: Uploaded | None = None
     digest: Digest  # required: a bundle without one vouches for nothing (see the module doc)
+    # Since issue 38: the command's evaluations, each an MLflow run of its own under this one (absent
+    # in bundles written before, which therefore keep their digest).
+    evaluations: list[Evaluation] = Field(default_factory=list)
 
     @field_validator("tags")
     @classmethod
@@ -139,9 +145,15 @@ class Bundle(_Strict):
                 raise ValueError(f"tag {quote(key)} is not one vsbench writes (vsbench.* or {MLFLOW_GIT_COMMIT_TAG})")
         return tags
 
+    def as_file(self) -> dict[str, Any]:
+        """What the file holds: no ``evaluations`` key when there are none, so a bundle without them is
+        written as before issue 38 (and a reader from before reads it)."""
+        return self.model_dump(exclude=set() if self.evaluations else {"evaluations"})
+
     def content(self) -> dict[str, Any]:
         """What the digest covers: all that decides the run's content."""
-        return self.model_dump(exclude={"uploaded", "digest", "tracking_uri"})
+        return self.model_dump(exclude={"uploaded", "digest", "tracking_uri",
+                                        *(() if self.evaluations else ("evaluations",))})
 
 
 def sealed_bundle(**fields: Any) -> Bundle:

@@ -13,7 +13,9 @@ is checked whole before the store is contacted, names artifacts only in its own 
 chooses the store (``MLFLOW_TRACKING_URI`` or the default does), and carries the digest of its
 content, which the run it creates keeps as a tag: a bundle may complete only the run it made.
 
-Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<run key>``, tags
+Command runs and pipeline runs share one naming scheme: run name ``<pipeline>-<run key>`` (after
+``<benchmark> · <model>`` for a similarity command, whose evaluations are runs of their own under
+it: :mod:`vsbench.tracking.evaluations`), tags
 ``vsbench.step`` = ``pipeline`` and ``vsbench.pipeline`` = ``vsbench-similarity``, ``vsbench-abid``,
 ``vsbench-score``..., so ``vsbench compare`` lists them side by side; ``vsbench.source`` says
 ``cli`` or ``kfp``. With no ``MLFLOW_TRACKING_URI`` the store is a local sqlite file under
@@ -28,7 +30,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +42,7 @@ from vsbench.tracking.config import (
     disable_tracking,
     tracking_disabled,
 )
+from vsbench.tracking.evaluations import Evaluation, log_evaluations
 from vsbench.tracking.provenance import IMAGE_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG, code_tags
 from vsbench.tracking.runs import _image_tags, data_of_tags, dataset_input, ensure_experiment
 
@@ -109,7 +112,7 @@ def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:
 def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[str, Any],
                  metrics: Mapping[str, Any], tags: Mapping[str, str] | None = None,
                  artifacts: Mapping[str, str] | None = None, started: float | None = None,
-                 run_key: str | None = None) -> Path:
+                 run_key: str | None = None, evaluations: Sequence[Evaluation] = (), title: str = "") -> Path:
     """Write a run bundle (atomically): everything the MLflow run will hold, and its content digest.
 
     ``artifacts`` maps a file to the artifact folder it goes in ("" for the run's root); each must
@@ -118,7 +121,9 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
     relative to it, with its size and sha256, so the folder can move and a file changed later is
     caught. ``started`` is the run's start (``time.time()``). The digest
     (:func:`vsbench.tracking.bundles.content_digest`) is what lets a later upload tell this bundle
-    from a forged one for the same run key (:mod:`vsbench.tracking.bundles`)."""
+    from a forged one for the same run key (:mod:`vsbench.tracking.bundles`). ``evaluations`` become
+    runs of their own under this one (:mod:`vsbench.tracking.evaluations`); ``title`` starts the run's
+    name (``disc · efficientnet_lite0``), so the runs list says what ran before when."""
     from vsbench.tracking.bundles import DIGEST_TAG, file_sha256, redact_uri, sealed_bundle
 
     key = run_key or new_run_key()
@@ -141,12 +146,13 @@ def write_bundle(path: Path, *, experiment: str, pipeline: str, params: Mapping[
     tags[RUN_KEY_TAG] = key  # the run is found by this tag: never another value
     tags.pop(DIGEST_TAG, None)  # set by the upload from the digest below
     bundle = sealed_bundle(
-        format=1, experiment=experiment, pipeline=pipeline, run_key=key, run_name=f"{pipeline}-{key}",
+        format=1, experiment=experiment, pipeline=pipeline, run_key=key,
+        run_name=f"{title}{' · ' if title else ''}{pipeline}-{key}"[:250],
         start_ms=int((started or now) * 1000), end_ms=int(now * 1000),
         tracking_uri=redact_uri(os.environ.get("MLFLOW_TRACKING_URI", "")),
         params={str(k): str(v)[:6000] for k, v in params.items()}, metrics=_finite(metrics), tags=tags,
-        artifacts=files, uploaded=None)
-    atomic_write_json(path, bundle.model_dump())
+        artifacts=files, uploaded=None, evaluations=list(evaluations))
+    atomic_write_json(path, bundle.as_file())
     return path
 
 
@@ -177,7 +183,7 @@ class BundleRefused(ValueError):
     """A bundle whose run key names an MLflow run it did not make (see :mod:`vsbench.tracking.bundles`)."""
 
 
-def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
+def upload_bundle(path: Path, tracking_uri: str | None = None, model_files: bool = False) -> str:
     """Create (or complete) the bundle's MLflow run; returns its id. Raises on any tracking error.
 
     The store is ``tracking_uri`` (the caller's choice: ``--tracking-uri``), else
@@ -187,7 +193,10 @@ def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
     looked up by its key first: a run made from this same bundle (its digest tag equal) is completed
     (what it already holds is not logged again, so uploading twice leaves one run and one value per
     metric); a run with that key and another digest, or none, is refused (:class:`BundleRefused`). A
-    run this call created or completed and could not finish is ended FAILED, never left RUNNING."""
+    run this call created or completed and could not finish is ended FAILED, never left RUNNING.
+    The bundle's evaluations become child runs (completed the same way); ``model_files``: upload the
+    model files their options name as the LoggedModels' artifacts (only when the command that just
+    wrote the bundle uploads it: a later upload never reads files outside the bundle's folder)."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
@@ -226,6 +235,8 @@ def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
             client.log_batch(run_id, metrics=chunk)
         for real, folder in files:
             client.log_artifact(run_id, str(real), folder or None)
+        log_evaluations(client, run_id, bundle.evaluations, tags=bundle.tags, timestamp_ms=bundle.end_ms,
+                        upload_files=model_files)
         client.set_terminated(run_id, "FINISHED", end_time=bundle.end_ms)
     except BaseException:
         try:
@@ -235,17 +246,18 @@ def upload_bundle(path: Path, tracking_uri: str | None = None) -> str:
         raise
     done = bundle.model_copy(update={"uploaded": Uploaded(run_id=run_id, tracking_uri=redact_uri(uri),
                                                           at=datetime.now(UTC).isoformat())})
-    atomic_write_json(path, done.model_dump())
+    atomic_write_json(path, done.as_file())
     return run_id
 
 
-def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | None = None) -> Outcome:
+def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | None = None,
+                  model_files: bool = False) -> Outcome:
     """:func:`upload_bundle` in a daemon thread, waited for at most ``timeout`` seconds.
 
     A hung store leaves the thread blocked on its socket; the process does not wait for it (daemon),
     so the command ends on time and the bundle says it was not uploaded."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
-    run_id, error = _within(lambda: upload_bundle(path, uri or None), timeout, "vsbench-mlflow-upload")
+    run_id, error = _within(lambda: upload_bundle(path, uri or None, model_files), timeout, "vsbench-mlflow-upload")
     return Outcome(path, run_id or "", uri, error)
 
 
@@ -282,7 +294,8 @@ def describe(outcome: Outcome, kept: Path | None = None) -> str:
 def record_command_run(bundle: Path, *, experiment: str, pipeline: str, params: Mapping[str, Any],
                        metrics: Mapping[str, Any], tags: Mapping[str, str] | None = None,
                        artifacts: Mapping[str, str] | None = None, started: float | None = None,
-                       kept: Path | None = None, announce: Callable[[str], None] = print) -> Outcome | None:
+                       kept: Path | None = None, announce: Callable[[str], None] = print,
+                       evaluations: Sequence[Evaluation] = (), title: str = "") -> Outcome | None:
     """Write the bundle and upload it within the bound; ``None`` when tracking is off (``--no-track``).
 
     Never raises for tracking reasons; says what happened through ``announce``."""
@@ -290,8 +303,8 @@ def record_command_run(bundle: Path, *, experiment: str, pipeline: str, params: 
         return None
     resolve_store(announce)
     write_bundle(bundle, experiment=experiment, pipeline=pipeline, params=params, metrics=metrics, tags=tags,
-                 artifacts=artifacts, started=started)
-    outcome = upload_within(bundle)
+                 artifacts=artifacts, started=started, evaluations=evaluations, title=title)
+    outcome = upload_within(bundle, model_files=True)
     announce(describe(outcome, kept))
     return outcome
 

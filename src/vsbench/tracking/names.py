@@ -1,5 +1,9 @@
 """The one place metric names are made for MLflow and KFP, and read back by the reports.
 
+Since issue 38 an evaluation run holds a record's metrics under their plain names
+(:mod:`vsbench.tracking.evaluations`); the names below are what runs logged before it hold, and
+what the KFP ``Metrics`` output of a score step still holds (one output for all its records).
+
 A score step's records become flat metrics ``<variant>__<metric>`` (:func:`flat_metrics`); on a
 pipeline's parent run (and a command's run) they carry the pair they belong to,
 ``<benchmark>__<model>__<variant>__<metric>`` (:func:`run_metric_names`), since a nightly parent holds
@@ -9,9 +13,22 @@ many pairs; :func:`split_run_metric` reads such a name back. Every part goes thr
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 SEPARATOR = "__"
+
+# Words that make a metric lower-is-better whatever its benchmark says (errors, losses, timings).
+LOWER_IS_BETTER_WORDS = ("rmse", "loss", "error", "seconds")
+
+
+def lower_is_better(metric: str, declared: Collection[str] = ()) -> bool:
+    """Whether lower values of ``metric`` are better: its benchmark declares it so (``declared``:
+    ``mean_rank`` names ``l2__mean_rank`` too), or its name says error, loss, rmse or seconds.
+    Decided once, when a run is logged (the evaluation's ``vsbench.lower_is_better`` tag); readers of
+    older runs decide it here."""
+    name = metric.lower()
+    return name in declared or name.rsplit(SEPARATOR, 1)[-1] in declared or any(w in name for w in LOWER_IS_BETTER_WORDS)
 
 
 def safe_part(text: str) -> str:

@@ -149,6 +149,28 @@ class Tracker:
             self._call("log_outputs", lambda: self._client.log_outputs(
                 self.run_id, [LoggedModelOutput(model_id, 0) for model_id in model_ids]))
 
+    def log_model_metrics(self, metrics: Mapping[str, float], model_id: str, dataset: tuple[str, str]) -> None:
+        """Metrics of a logged model on the data it was scored on (``dataset``: name and digest), so the
+        experiment's Models tab and ``search_logged_models(datasets=...)`` rank the models per dataset."""
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, 0, model_id=model_id, dataset_name=dataset[0], dataset_digest=dataset[1][:36])
+                 for k, v in _flat(metrics).items() if math.isfinite(float(v))]
+        self._call("log_model_metrics", lambda: self._client.log_batch(self.run_id, metrics=items))
+
+    def linked_models(self) -> dict[str, str]:
+        """name -> id of the logged models this run shows as outputs (a pipeline's parent: its training
+        steps' models); {} offline."""
+        def read() -> dict[str, str]:
+            outputs = self._client.get_run(self.run_id).outputs
+            ids = [output.model_id for output in (outputs.model_outputs if outputs else [])]
+            return {self._client.get_logged_model(model_id).name: model_id for model_id in ids}
+
+        return self._call("linked models", read) or {}
+
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         self._call("log_figure", lambda: self._client.log_figure(self.run_id, figure, artifact_file))
 

@@ -1,0 +1,442 @@
+"""One MLflow run per evaluation, with plain metric names, and every evaluated embedder a LoggedModel.
+
+Why: MLflow's compare, chart and parallel-coordinates views line runs up by metric *key*. When the
+key carries the benchmark, the model and the variant (``disc__efficientnet_lite0__Flat__1.00_0_2__uap``,
+the layout before issue 38) two models share no key and every view pairs a value with NaN. So each
+record a benchmark scores (one per codec and score normalization, or per protocol) becomes its own
+run, an *evaluation*:
+
+* nested under the command's or the pipeline's parent run (``mlflow.parentRunId``), tag
+  ``vsbench.step`` = ``evaluation``;
+* metrics under the benchmark's own names (``uap``, ``accuracy_at_1``, ``recall_at_p90``, ...), the
+  same for every model; what varies is in params (``benchmark``, ``model``, ``model_options``,
+  ``codec``, ``score_norm``, ``k``, ``seed``, the search parameters) and tags (``vsbench.benchmark``,
+  ``vsbench.model``, ``vsbench.variant``, ``vsbench.series``, ``vsbench.lower_is_better``);
+* named for a person: ``disc · efficientnet_lite0 · PCAW64,L2norm,Flat · none``;
+* its metrics logged with the ``model_id`` of the embedder's LoggedModel and the benchmark's
+  dataset (name = benchmark, digest = the data's digest), so the experiment's Models tab and
+  ``search_logged_models(datasets=..., order_by=...)`` rank models per dataset;
+* each metric at step = the UTC day it was scored (days since 1970-01-01), so runs of one
+  ``vsbench.series`` grouped in MLflow's chart view draw one line over the nights.
+
+A LoggedModel is one (embedder, variant): model name, canonical options, seed, weights digest and
+the record's variant (codec and score normalization). The variant belongs to it because MLflow
+ranks a model by its *latest* value of a metric per dataset: two codecs logged on one model would
+overwrite each other. It is found again by the tag ``vsbench.model_key`` and reused, so a week of
+nightly runs updates one model's values rather than making seven. It is an external model (its
+weights live in a library or a file, not in MLflow): family, weights source, weights digest,
+preprocessing, dimension as params; a file the user named in the options is its artifact when
+uploaded live (a later ``vsbench track upload`` records its digest only).
+
+The parent summarizes (:func:`summarize_parent`): per benchmark the best evaluation under it
+(tags ``vsbench.best.<benchmark>`` and ``vsbench.best.<benchmark>.run``), the count, and the
+evaluated models as its inputs. It holds no per-model metric: the numbers live in the children.
+
+Errors propagate: callers (the score step, the bundle upload) turn them into "offline" or
+"not uploaded", never into a failed benchmark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from vsbench.tracking.names import SEPARATOR, lower_is_better, safe_part
+from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
+
+EVALUATION_STEP = "evaluation"  # the value of vsbench.step on an evaluation run
+BENCHMARK_TAG = "vsbench.benchmark"
+MODEL_TAG = "vsbench.model"
+MODEL_OPTIONS_TAG = "vsbench.model_options"
+VARIANT_TAG = "vsbench.variant"
+SERIES_TAG = "vsbench.series"
+LOWER_TAG = "vsbench.lower_is_better"
+HEADLINE_TAG = "vsbench.headline"
+EVALUATION_KEY_TAG = "vsbench.evaluation"  # this evaluation's key under its parent: an upload finds it again
+MODEL_KEY_TAG = "vsbench.model_key"  # on the LoggedModel: found again and reused
+BEST_TAG = "vsbench.best"  # on the parent: vsbench.best.<benchmark> and vsbench.best.<benchmark>.run
+COUNT_TAG = "vsbench.evaluations"
+EXTERNAL_MODEL_TAG = "mlflow.model.isExternal"
+NAME_JOIN = " · "
+MAX_RUN_NAME = 90  # MLflow's runs table shows about this much before it cuts
+MODEL_TYPE = "embedder"
+MAX_MODEL_FILE_ENV = "VSBENCH_MODEL_ARTIFACT_MAX_MB"
+DEFAULT_MAX_MODEL_FILE_MB = 2048
+_BAD_MODEL_NAME = str.maketrans({c: "_" for c in "/:.%\"'"})  # MLflow refuses these in a LoggedModel's name
+_DAY_MS = 86_400_000
+# A parent's tags its children must not copy: the run key finds the command's run (a child with it
+# would make a second upload see "several runs"), the bundle digest vouches for that run only.
+_PARENT_ONLY = frozenset({RUN_KEY_TAG, "vsbench.bundle.digest"})
+
+Text = Annotated[str, StringConstraints(max_length=6000)]
+Short = Annotated[str, StringConstraints(min_length=1, max_length=250)]
+
+
+def _digest(value: Any, length: int = 32) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def canonical_options(options: Mapping[str, Any]) -> str:
+    """Model options as one canonical JSON text: bins=4 and bins=8 are two models, {} and {} one."""
+    return json.dumps(dict(options), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def model_label(model: str, options: Mapping[str, Any]) -> str:
+    """The model as people read it: its name, then its options when it has any
+    (``efficientnet_lite0 {"bins":4}``): two option sets of one model never share a column."""
+    return model if not options else f"{model} {canonical_options(options)}"
+
+
+def day_of(timestamp_ms: int) -> int:
+    """The UTC day (days since 1970-01-01) an evaluation's metrics are logged at, as their step."""
+    return int(timestamp_ms // _DAY_MS)
+
+
+class Embedder(BaseModel):
+    """What the features were made with, read from the embed step's manifests (the score step of a
+    pipeline knows only the model's name; the manifests know its options, seed, weights and preprocessing)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    model: Short
+    options: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+    weights: Text = ""  # where the weights came from (a hub tag, a file, "random initialization (seed 7)")
+    weights_sha256: Text = ""  # digest of the file an option names, else of the loaded weights ("" unknown)
+    preprocessing: dict[str, Any] | None = None
+    dim: int = 0
+    output: Text = ""
+    files: dict[str, str] = Field(default_factory=dict)  # option -> a file the user named (the model's artifact)
+
+    @property
+    def family(self) -> str:
+        """``timm`` for ``timm:resnet50``; a registered model's own name otherwise."""
+        return self.model.partition(":")[0] if ":" in self.model else self.model
+
+    def params(self) -> dict[str, str]:
+        """The LoggedModel's params: all that says which network this is."""
+        return {"family": self.family, "model": self.model, "model_options": canonical_options(self.options),
+                "seed": str(self.seed), "weights": self.weights or "-", "weights_sha256": self.weights_sha256 or "-",
+                "preprocessing": json.dumps(self.preprocessing, sort_keys=True) if self.preprocessing else "-",
+                "dim": str(self.dim), "output": self.output or "-"}
+
+    @classmethod
+    def from_features(cls, features: Path, model: str, options: Mapping[str, Any] | None = None,
+                      seed: int = 0) -> Embedder:
+        """The embedder of the shard manifests under ``features`` (the first complete one: the embed and
+        index steps already refused mixed ones); ``model``, ``options`` and ``seed`` when none is there."""
+        for path in sorted(Path(features).glob("*.shard-*-of-*.json")):
+            try:
+                manifest = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(manifest, dict) and manifest.get("complete") is True:
+                return cls._of_manifest(manifest)
+        return cls(model=model or "model", options=dict(options or {}), seed=seed)
+
+    @classmethod
+    def _of_manifest(cls, manifest: Mapping[str, Any]) -> Embedder:
+        options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+        key = manifest.get("key") if isinstance(manifest.get("key"), dict) else {}
+        inputs = key.get("inputs") if isinstance(key.get("inputs"), dict) else {}
+        option_files = inputs.get("option_files") if isinstance(inputs.get("option_files"), dict) else {}
+        cache = manifest.get("cache") if isinstance(manifest.get("cache"), dict) else {}
+        cache_key = cache.get("key") if isinstance(cache.get("key"), dict) else {}
+        file_digests = {name: str(digest) for name, digest in sorted(option_files.items()) if digest}
+        weights_sha256 = (",".join(f"{name}:{digest}" for name, digest in file_digests.items())
+                          or str(cache_key.get("weights_sha256") or ""))
+        files = {name: str(options[name]) for name in file_digests
+                 if isinstance(options.get(name), str) and Path(options[name]).is_file()}
+        preprocessing = manifest.get("preprocessing") if isinstance(manifest.get("preprocessing"), dict) else None
+        return cls(model=str(manifest.get("model") or "model"), options=options, seed=int(manifest.get("seed") or 0),
+                   weights=str(manifest.get("weights_source") or "")[:6000], weights_sha256=weights_sha256[:6000],
+                   preprocessing=preprocessing, dim=int(manifest.get("dim") or 0),
+                   output=str(manifest.get("output") or "")[:6000], files=files)
+
+
+class Evaluation(BaseModel):
+    """One (benchmark, data, model, options, variant): what its MLflow run and LoggedModel hold.
+
+    Built by :func:`evaluations_of`; kept in a run bundle as data (checked whole when read back)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    benchmark: Short
+    data_digest: Annotated[str, StringConstraints(max_length=64)] = ""
+    data_root: Text = ""
+    embedder: Embedder
+    variant: dict[Short, Text] = Field(default_factory=dict)  # the record's text fields: codec, score_norm, ...
+    params: dict[Short, Text]
+    metrics: dict[Short, Annotated[float, Field(allow_inf_nan=False)]]
+    lower_is_better: list[Short] = Field(default_factory=list)
+    baseline: Annotated[str, StringConstraints(max_length=100)] = ""  # "random-features" for untrained weights
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model
+
+    @property
+    def variant_text(self) -> str:
+        return NAME_JOIN.join(self.variant.values())
+
+    @property
+    def label(self) -> str:
+        """The model with its options (see :func:`model_label`)."""
+        return model_label(self.embedder.model, self.embedder.options)
+
+    @property
+    def run_name(self) -> str:
+        """``disc · efficientnet_lite0 · PCAW64,L2norm,Flat · 1.00[0,2]``: benchmark and model first,
+        cut to what MLflow's runs table shows."""
+        name = NAME_JOIN.join(part for part in (self.benchmark, self.label, self.variant_text) if part)
+        return name if len(name) <= MAX_RUN_NAME else name[:MAX_RUN_NAME - 1] + "…"
+
+    @property
+    def series(self) -> str:
+        """Everything that decides the numbers but the date: nightly runs of one evaluation share it."""
+        identity = {"benchmark": self.benchmark, "data": self.data_digest, "model": self.embedder.model,
+                    "options": self.embedder.options, "seed": self.embedder.seed,
+                    "weights": self.embedder.weights_sha256, "variant": self.variant,
+                    "params": {k: v for k, v in self.params.items() if k not in ("model", "benchmark")}}
+        return _digest(identity, 24)
+
+    @property
+    def model_key(self) -> str:
+        """The LoggedModel's identity: the embedder and the variant (see the module docstring)."""
+        embedder = self.embedder
+        return _digest([embedder.model, embedder.options, embedder.seed, embedder.weights_sha256, self.variant,
+                        self.params.get("k"), self.params.get("search_params"), self.params.get("global_cap")])
+
+    @property
+    def model_name(self) -> str:
+        """The LoggedModel's name (MLflow refuses ``/ : . % " '``): ``efficientnet_lite0 · Flat · 1_00[0,2]``."""
+        name = NAME_JOIN.join(part for part in (self.label, self.variant_text) if part).translate(_BAD_MODEL_NAME)
+        return name[:200]
+
+    @property
+    def headline(self) -> str:
+        """The metric the parent's "best" compares: the benchmark's first (``uap`` for DISC)."""
+        return next(iter(self.metrics), "")
+
+    def tags(self) -> dict[str, str]:
+        return {STEP_TAG: EVALUATION_STEP, BENCHMARK_TAG: self.benchmark, MODEL_TAG: self.embedder.model,
+                MODEL_OPTIONS_TAG: canonical_options(self.embedder.options)[:5000],
+                VARIANT_TAG: self.variant_text or "-", SERIES_TAG: self.series,
+                LOWER_TAG: ",".join(self.lower_is_better), HEADLINE_TAG: self.headline,
+                **({"vsbench.baseline": self.baseline} if self.baseline else {})}
+
+    def key(self) -> str:
+        """Its key under one parent run (a re-upload completes the run it made, never a second one)."""
+        return _digest([self.series, self.model_key], 32)
+
+    def flat_names(self) -> dict[str, str]:
+        """metric -> the name it had on a parent run before issue 38 (``disc__dino__Flat__none__uap``):
+        the nightly regression check's rules (``disc__*__uap``) keep matching."""
+        prefix = SEPARATOR.join([self.benchmark, safe_part(self.label), *(safe_part(v) for v in self.variant.values())])
+        return {metric: f"{prefix}{SEPARATOR}{metric}" for metric in self.metrics}
+
+
+def _metric_name(name: str) -> str:
+    """A record's field as an MLflow metric key (they are MLflow-safe by design; anything else is made so)."""
+    return name if name and all(c.isalnum() or c in "_-./ " for c in name) else safe_part(name)
+
+
+def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedder: Embedder, *,
+                   run_params: Mapping[str, Any], data_digest: str = "", data_root: str = "",
+                   declared_lower: Collection[str] = (), baseline: str = "") -> list[Evaluation]:
+    """One evaluation per record: its text fields are the variant, its numbers the metrics (values as
+    scored: never changed, only named). ``run_params`` are the run's (``k``, ``codecs``, ``score_norm``,
+    ``search_params``, ``global_cap``, ``benchmark_options``); a record's own ``codec`` and
+    ``score_norm`` win (DISC scores each codec unnormalized and normalized). ``declared_lower``: the
+    metrics the benchmark declares lower-is-better (plus the usual words: rmse, loss, error, seconds)."""
+    evaluations = []
+    for record in records:
+        variant = {str(k): str(v) for k, v in record.items() if isinstance(v, str)}
+        metrics = {_metric_name(str(k)): float(v) for k, v in record.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+        if not metrics:
+            continue
+        codecs = str(run_params.get("codecs") or "")
+        params = {"benchmark": benchmark, "model": embedder.model, "model_options": canonical_options(embedder.options),
+                  "codec": variant.get("codec") or (codecs if codecs and ";" not in codecs else "-"),
+                  "score_norm": variant.get("score_norm") or str(run_params.get("score_norm") or "none"),
+                  "k": str(run_params.get("k", "-")), "seed": str(embedder.seed),
+                  "search_params": str(run_params.get("search_params") or "-"),
+                  "global_cap": str(run_params.get("global_cap") or 0),
+                  "benchmark_options": str(run_params.get("benchmark_options") or "{}")}
+        params.update({key: value for key, value in variant.items() if key not in params})
+        evaluations.append(Evaluation(
+            benchmark=benchmark, data_digest=data_digest[:64], data_root=data_root[:6000], embedder=embedder,
+            variant=variant, params={k: str(v)[:6000] for k, v in params.items()}, metrics=metrics,
+            lower_is_better=[m for m in metrics if lower_is_better(m, declared_lower)], baseline=baseline))
+    return evaluations
+
+
+# --- MLflow -------------------------------------------------------------------------------------------------
+
+
+def _dataset_input(evaluation: Evaluation) -> Any:
+    from vsbench.tracking.runs import dataset_input
+
+    return dataset_input(evaluation.benchmark, _dataset_digest(evaluation), evaluation.data_root or "-", "evaluation")
+
+
+def _dataset_digest(evaluation: Evaluation) -> str:
+    """The digest the metrics are linked under: the data's (as the run's dataset input), or one of its
+    location when the data was not digested (a path given as text)."""
+    return (evaluation.data_digest or _digest(evaluation.data_root or evaluation.benchmark, 64))[:36]
+
+
+def evaluation_children(client: Any, parent_run_id: str, experiment_id: str) -> list[Any]:
+    """The evaluation runs under ``parent_run_id``."""
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}' and "
+                                  f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}'", max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _model_file_limit() -> int:
+    try:
+        return int(float(os.environ.get(MAX_MODEL_FILE_ENV, DEFAULT_MAX_MODEL_FILE_MB)) * (1 << 20))
+    except ValueError:
+        return DEFAULT_MAX_MODEL_FILE_MB << 20
+
+
+def ensure_logged_model(client: Any, experiment_id: str, evaluation: Evaluation, source_run_id: str,
+                        upload_files: bool = True) -> str:
+    """The id of the LoggedModel of this (embedder, variant) in the experiment: found by its key, else
+    made as an external model (an ``MLmodel`` that says so, and the user's model file when named)."""
+    from mlflow.models.utils import get_external_mlflow_model_spec
+
+    key = evaluation.model_key
+    found = client.search_logged_models(experiment_ids=[experiment_id], filter_string=f"tags.`{MODEL_KEY_TAG}` = '{key}'",
+                                        max_results=1)
+    if found:
+        return found[0].model_id
+    model = client.create_logged_model(
+        experiment_id, name=evaluation.model_name, source_run_id=source_run_id, model_type=MODEL_TYPE,
+        tags={MODEL_KEY_TAG: key, EXTERNAL_MODEL_TAG: "true", MODEL_TAG: evaluation.model,
+              VARIANT_TAG: evaluation.variant_text or "-", BENCHMARK_TAG: evaluation.benchmark},
+        params={**evaluation.embedder.params(), **{f"variant.{k}": v for k, v in evaluation.variant.items()}})
+    with tempfile.TemporaryDirectory() as tmp:
+        get_external_mlflow_model_spec(model).save(str(Path(tmp) / "MLmodel"))
+        for option, file in (evaluation.embedder.files.items() if upload_files else ()):
+            path = Path(file)
+            if not path.is_file():
+                continue
+            if path.stat().st_size > _model_file_limit():
+                print(f"[vsbench] {path} is larger than {MAX_MODEL_FILE_ENV} MiB: recorded by its digest, not uploaded",
+                      file=sys.stderr)
+                continue
+            (Path(tmp) / "files" / option).mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / "files" / option / path.name).symlink_to(path.resolve())
+        client.log_model_artifacts(model.model_id, tmp)
+    client.finalize_logged_model(model.model_id, "READY")
+    return model.model_id
+
+
+def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evaluation], *,
+                    tags: Mapping[str, str] | None = None, timestamp_ms: int | None = None,
+                    upload_files: bool = True) -> list[str]:
+    """Each evaluation as a FINISHED child run of ``parent_run_id`` with its LoggedModel; returns the run ids.
+
+    Idempotent: a child with the same key under this parent is completed, not made again (only the
+    params and metrics it lacks are logged), so a retried step or a second upload leaves one run and
+    one value per metric. ``tags``: provenance every child carries (code, image, data). Then the
+    parent's summary (:func:`summarize_parent`)."""
+    from mlflow.entities import LoggedModelInput, Metric, Param
+
+    if not evaluations:
+        return []
+    parent = client.get_run(parent_run_id)
+    experiment_id = parent.info.experiment_id
+    existing = {run.data.tags.get(EVALUATION_KEY_TAG): run for run in
+                evaluation_children(client, parent_run_id, experiment_id)}
+    now = int(timestamp_ms if timestamp_ms is not None else time.time() * 1000)
+    inherited = {name: parent.data.tags[name] for name in (PIPELINE_TAG, SOURCE_TAG, KFP_RUN_TAG)
+                 if name in parent.data.tags}
+    run_ids, model_ids = [], []
+    for evaluation in evaluations:
+        key = evaluation.key()
+        run = existing.get(key)
+        if run is None:
+            run = client.create_run(experiment_id, start_time=now, run_name=evaluation.run_name, tags={
+                **{k: v for k, v in (tags or {}).items()
+                   if (k.startswith("vsbench.") or k.startswith("mlflow.source.")) and k not in _PARENT_ONLY},
+                **inherited, **evaluation.tags(), PARENT_TAG: parent_run_id, EVALUATION_KEY_TAG: key})
+            have_params: set[str] = set()
+            have_metrics: set[str] = set()
+        else:
+            have_params, have_metrics = set(run.data.params), set(run.data.metrics)
+        run_id = run.info.run_id
+        try:
+            model_id = ensure_logged_model(client, experiment_id, evaluation, run_id, upload_files)
+            if not have_params:  # a new run: the data and the model it evaluated, as MLflow's own inputs
+                client.log_inputs(run_id, datasets=[_dataset_input(evaluation)], models=[LoggedModelInput(model_id)])
+            params = [Param(k, v) for k, v in evaluation.params.items() if k not in have_params]
+            metrics = [Metric(name, value, now, day_of(now), model_id=model_id, dataset_name=evaluation.benchmark,
+                              dataset_digest=_dataset_digest(evaluation))
+                       for name, value in evaluation.metrics.items() if name not in have_metrics]
+            if params or metrics:
+                client.log_batch(run_id, params=params, metrics=metrics)
+            client.set_terminated(run_id, "FINISHED", end_time=now)
+        except BaseException:
+            try:
+                client.set_terminated(run_id, "FAILED")
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            raise
+        run_ids.append(run_id)
+        model_ids.append(model_id)
+    summarize_parent(client, parent_run_id, experiment_id, model_ids)
+    return run_ids
+
+
+def _higher(metric: str, tags: Mapping[str, str]) -> bool:
+    return metric not in set(filter(None, tags.get(LOWER_TAG, "").split(",")))
+
+
+def summarize_parent(client: Any, parent_run_id: str, experiment_id: str, model_ids: Sequence[str] = ()) -> None:
+    """What a parent keeps: per benchmark the best of its evaluations by their headline metric (in the
+    metric's own direction) as ``vsbench.best.<benchmark>`` (a line) and ``.run`` (the child's id),
+    how many evaluations it holds, and the models evaluated as its inputs (its Models column). Read
+    from the children each time, so the last of a nightly's parallel score steps sees them all."""
+    from mlflow.entities import LoggedModelInput
+
+    best: dict[str, tuple[float, Any]] = {}
+    children = evaluation_children(client, parent_run_id, experiment_id)
+    for child in children:
+        tags, metrics = child.data.tags, child.data.metrics
+        benchmark, headline = tags.get(BENCHMARK_TAG, ""), tags.get(HEADLINE_TAG, "")
+        if not benchmark or headline not in metrics:
+            continue
+        value = metrics[headline] if _higher(headline, tags) else -metrics[headline]
+        if benchmark not in best or value > best[benchmark][0]:
+            best[benchmark] = (value, child)
+    for benchmark, (_, child) in best.items():
+        tags = child.data.tags
+        line = (f"{child.info.run_name}: {tags[HEADLINE_TAG]} {child.data.metrics[tags[HEADLINE_TAG]]:.4g}"
+                + ("" if _higher(tags[HEADLINE_TAG], tags) else " (lower is better)"))
+        client.set_tag(parent_run_id, f"{BEST_TAG}.{benchmark}", line[:5000])
+        client.set_tag(parent_run_id, f"{BEST_TAG}.{benchmark}.run", child.info.run_id)
+    client.set_tag(parent_run_id, COUNT_TAG, str(len(children)))
+    linked = {m.model_id for m in (client.get_run(parent_run_id).inputs.model_inputs or [])} if model_ids else set()
+    new = [m for m in dict.fromkeys(model_ids) if m not in linked]
+    if new:
+        client.log_inputs(parent_run_id, models=[LoggedModelInput(m) for m in new])
