@@ -90,8 +90,9 @@ class StepLog(io.TextIOBase):
 
     def write(self, text: str) -> int:
         with self._lock:
-            if self._file.closed:  # a late writer (a handler kept past the run): straight to the terminal
-                self._terminal.write(text)
+            if self._file.closed:  # a late writer (a handler kept past the run): straight to the terminal,
+                if not getattr(self._terminal, "closed", False):  # unless that is gone too (an earlier
+                    self._terminal.write(text)  # CliRunner's stream): nothing to show it on, no logging error
                 return len(text)
             self._file.write(text)
             if self.verbose:
