@@ -133,3 +133,15 @@ def test_a_failed_step_is_one_failure_line_not_also_ok(tmp_path: Path):
     shown = terminal.getvalue().splitlines()
     assert len(shown) == 2 and shown[0].endswith("ok") and "index" in shown[0]
     assert "score" in shown[1] and shown[1].endswith("FAILURE") and sink.failed_task == "score"
+
+
+def test_a_late_line_after_the_run_and_its_terminal_closed_is_dropped_quietly(tmp_path: Path) -> None:
+    """kfp.local's logging handler outlives the run: a line it writes after the log file closed goes
+    to the terminal, and when that is closed too (an earlier CliRunner's stream), nowhere: never a
+    "--- Logging error ---" traceback in the next command's output."""
+    terminal = io.StringIO()
+    sink = StepLog(tmp_path / "logs" / "run.log", terminal=terminal)
+    sink.close()
+    assert sink.write("late\n") == 5 and terminal.getvalue().endswith("late\n")
+    terminal.close()
+    assert sink.write("later\n") == 6
