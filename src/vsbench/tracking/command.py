@@ -42,7 +42,7 @@ from vsbench.tracking.config import (
     disable_tracking,
     tracking_disabled,
 )
-from vsbench.tracking.evaluations import Evaluation, log_evaluations
+from vsbench.tracking.evaluations import Evaluation, failed_on_error, log_evaluations
 from vsbench.tracking.provenance import IMAGE_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG, code_tags
 from vsbench.tracking.runs import _image_tags, data_of_tags, dataset_input, ensure_experiment
 
@@ -226,7 +226,7 @@ def upload_bundle(path: Path, tracking_uri: str | None = None, model_files: bool
         data = data_of_tags(bundle.tags, bundle.params.get("benchmark", ""))
         if data is not None:  # the data it scored, in the run page's Datasets section
             client.log_inputs(run_id, datasets=[dataset_input(*data, context="evaluation")])
-    try:
+    with failed_on_error(client, run_id):
         params = [Param(k, v) for k, v in bundle.params.items() if k not in have_params]
         metrics = [Metric(k, v, bundle.end_ms, 0) for k, v in bundle.metrics.items() if k not in have_metrics]
         for chunk in _chunks(params, _BATCH):
@@ -238,12 +238,6 @@ def upload_bundle(path: Path, tracking_uri: str | None = None, model_files: bool
         log_evaluations(client, run_id, bundle.evaluations, tags=bundle.tags, timestamp_ms=bundle.end_ms,
                         upload_files=model_files)
         client.set_terminated(run_id, "FINISHED", end_time=bundle.end_ms)
-    except BaseException:
-        try:
-            client.set_terminated(run_id, "FAILED")
-        except Exception:  # noqa: BLE001 - the first error is the one to report
-            pass
-        raise
     done = bundle.model_copy(update={"uploaded": Uploaded(run_id=run_id, tracking_uri=redact_uri(uri),
                                                           at=datetime.now(UTC).isoformat())})
     atomic_write_json(path, done.as_file())

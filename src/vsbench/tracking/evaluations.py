@@ -38,6 +38,7 @@ Errors propagate: callers (the score step, the bundle upload) turn them into "of
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -45,7 +46,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -351,6 +352,19 @@ def ensure_logged_model(client: Any, experiment_id: str, evaluation: Evaluation,
     return model.model_id
 
 
+@contextlib.contextmanager
+def failed_on_error(client: Any, run_id: str) -> Iterator[None]:
+    """End ``run_id`` FAILED when the block raises (then re-raise): a run left RUNNING after an
+    upload broke reads as one still in progress. A failure to mark it is not reported over the
+    first error, which is the one that says what went wrong."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.set_terminated(run_id, "FAILED")
+        raise
+
+
 def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evaluation], *,
                     tags: Mapping[str, str] | None = None, timestamp_ms: int | None = None,
                     upload_files: bool = True) -> list[str]:
@@ -385,7 +399,7 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
         else:
             have_params, have_metrics = set(run.data.params), set(run.data.metrics)
         run_id = run.info.run_id
-        try:
+        with failed_on_error(client, run_id):
             model_id = ensure_logged_model(client, experiment_id, evaluation, run_id, upload_files)
             if not have_params:  # a new run: the data and the model it evaluated, as MLflow's own inputs
                 client.log_inputs(run_id, datasets=[_dataset_input(evaluation)], models=[LoggedModelInput(model_id)])
@@ -396,12 +410,6 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
             if params or metrics:
                 client.log_batch(run_id, params=params, metrics=metrics)
             client.set_terminated(run_id, "FINISHED", end_time=now)
-        except BaseException:
-            try:
-                client.set_terminated(run_id, "FAILED")
-            except Exception:  # noqa: BLE001 - the first error is the one to report
-                pass
-            raise
         run_ids.append(run_id)
         model_ids.append(model_id)
     summarize_parent(client, parent_run_id, experiment_id, model_ids)
