@@ -49,7 +49,6 @@ import os
 import uuid
 import zipfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from vsbench.io.digests import path_digest
 from vsbench.io.inputs import InputError, check_array_file
 from vsbench.io.locks import OutputBusy, output_lock, wait_seconds
 from vsbench.io.storage import file_sha256
@@ -97,29 +97,18 @@ def library_versions() -> dict[str, str]:
 
 def option_files(options: dict[str, Any]) -> dict[str, str]:
     """sha256 of each file (or folder) that a ``weights``/``path``/``checkpoint``/``config`` option
-    names: a weights file replaced in place, or an open_clip config edited, is another model."""
+    names: a weights file replaced in place, or an open_clip config edited, is another model. A
+    folder (a Hugging Face ``save_pretrained`` folder) is the digest of its files' relative paths
+    and bytes (:func:`vsbench.io.digests.path_digest`, the one the embed shards' keys use too)."""
     found = {}
     for name in WEIGHTS_OPTIONS:
         value = options.get(name)
         if not isinstance(value, (str, Path)) or str(value) in ("", "random", "pretrained", "imagenet"):
             continue
-        path = Path(value)
-        digest = tree_digest(path) if path.is_dir() else file_digest(path) if path.is_file() else None
+        digest = path_digest(value)
         if digest is not None:
             found[name] = digest
     return found
-
-
-def tree_digest(folder: Path) -> str | None:
-    """sha256 over a folder's regular files (relative path and bytes, in sorted order): a Hugging
-    Face ``save_pretrained`` folder given as weights. None when a file cannot be read."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        content = file_digest(path)
-        if content is None:
-            return None
-        digest.update(f"{path.relative_to(folder).as_posix()}\0{content}\n".encode())
-    return digest.hexdigest()
 
 
 def model_key(model: str, options: dict[str, Any], embedder: Embedder, precision: str, *,
@@ -162,12 +151,6 @@ def file_digest(path: Path) -> str | None:
         return file_sha256(path)
     except OSError:
         return None
-
-
-def image_digests(paths: Sequence[Path], threads: int = 4) -> list[str | None]:
-    """Digests of many files; hashlib releases the GIL, so threads overlap reading and hashing."""
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        return list(pool.map(file_digest, paths))
 
 
 def chunk_digest(key: str, digests: np.ndarray, features: np.ndarray) -> str:

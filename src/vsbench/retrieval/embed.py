@@ -60,7 +60,7 @@ from vsbench.io.features import (
 )
 from vsbench.io.inputs import InputError, load_arrays, read_json
 from vsbench.io.storage import atomic_write_json, file_sha256, sha256_matches
-from vsbench.models.cache import WEIGHTS_OPTIONS, EmbeddingCache, cache_root, image_digests, library_versions, model_key
+from vsbench.models.cache import WEIGHTS_OPTIONS, EmbeddingCache, cache_root, library_versions, model_key
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.runtime.device import DeviceSetup, setup_device
@@ -295,12 +295,12 @@ def _precision(setup: DeviceSetup, use_amp: bool) -> str:
 def embed_with_cache(
     model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
     setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int, progress: bool, desc: str,
-    seed: int = RANDOM_SEED, digests: Sequence[str | None] | None = None,
+    digests: Sequence[str | None], seed: int = RANDOM_SEED,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
-    ``digests`` are the images' sha256 when the caller has them (the shard's input key): each
-    image is then read once per run. Returns the descriptors in input order, the failures and what
+    ``digests`` are the images' sha256 (None where unreadable), as the shard's input key hashed
+    them: each image is read once per run. Returns the descriptors in input order, the failures and what
     the manifest records about the cache (its key in full, the key's digest, hits and images embedded).
     """
 
@@ -310,8 +310,6 @@ def embed_with_cache(
                                         workers=workers, progress=progress, desc=desc)
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
     cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp), seed=seed))
-    if digests is None:
-        digests = image_digests(paths, threads=max(1, workers))
     hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
     if todo:
