@@ -259,11 +259,83 @@ def test_mlflow_compare_page_shows_both_models_in_one_row(two_runs, tmp_path):
         _browse(models, tmp_path / "profile-models", f"--screenshot={MODELS_SCREENSHOT}")
 
 
+def _charted(url: str, profile: Path, timeout: float = 150.0) -> dict[str, list[dict]]:
+    """The plotted data of every chart on an MLflow UI page (metric -> Plotly traces), read from the
+    live page through Chromium's DevTools protocol once every chart has drawn: a chart is a canvas and
+    SVG that a DOM dump taken at one moment does not hold."""
+    import time
+    import urllib.request
+
+    import websocket
+
+    from .test_report_browser import _chromium
+
+    browser = subprocess.Popen([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                "--no-first-run", "--disable-background-networking", "--disable-sync",
+                                "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1400,1400",
+                                url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    script = ("JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => ({"
+              "text: (el.closest('[data-testid]') || el.parentElement.parentElement).textContent, traces: (el.data || []).map(t => ({x: t.x, y: t.y, mode: t.mode || ''}))})))")
+    try:
+        deadline = time.monotonic() + timeout
+        port_file = profile / "DevToolsActivePort"
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert time.monotonic() < deadline, "Chromium did not open its DevTools port"
+            time.sleep(0.2)
+        port = port_file.read_text().split()[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as answer:
+            [page] = [target for target in json.load(answer) if target["type"] == "page"]
+        socket = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60)
+        charts: list[dict] = []
+        for ask in range(10_000):
+            socket.send(json.dumps({"id": ask, "method": "Runtime.evaluate",
+                                    "params": {"expression": script, "returnByValue": True}}))
+            while (reply := json.loads(socket.recv())).get("id") != ask:
+                pass
+            charts = json.loads(reply["result"]["result"]["value"])
+            if charts and all(chart["traces"] for chart in charts) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        socket.close()
+    finally:
+        browser.terminate()
+        browser.wait(timeout=30)
+    # A chart's legend names its metric: "disc · resnet34 · Flat · none · 8e0e8143b3 (uap)".
+    return {metric: chart["traces"] for chart in charts for metric in set(re.findall(r"\((\w+)\)", chart["text"]))}
+
+
+def test_the_evaluations_view_draws_a_week_of_nights_as_a_line_per_evaluation(mlflow_tracking, fresh_experiment,
+                                                                               tmp_path):
+    """The done-when of issue 38 over time: seven nights of two models, opened at the link a command
+    prints (the experiment's evaluations view), are two lines in MLflow's own chart of each metric,
+    each through the seven nights at their days, with the values logged."""
+    from vsbench.tracking.views import evaluations_page
+
+    client = MlflowClient()
+    experiment_id = ensure_experiment(client, fresh_experiment)
+    first_day = 20_600 * DAY_MS
+    logged: dict[str, list[tuple[int, float]]] = {model: [] for model in MODELS}
+    for night in range(7):
+        parent = open_parent_run(fresh_experiment, f"kfp-night-{night}", "vsbench-nightly", {})
+        for model, base in zip(MODELS, (0.5, 0.3)):
+            uap = round(base + 0.01 * night * (1 if model == MODELS[0] else -1), 4)
+            _evaluate(client, parent, "disc", model, [{"codec": "Flat", "score_norm": "none", "uap": uap}],
+                      timestamp_ms=first_day + night * DAY_MS + 3_600_000)
+            logged[model].append((day_of(first_day + night * DAY_MS), uap))
+        client.set_terminated(parent, "FINISHED")
+
+    charts = _charted(evaluations_page(experiment_id, mlflow_tracking), tmp_path / "profile")
+    assert "uap" in charts, sorted(charts)
+    lines = {tuple(zip(trace["x"], (round(y, 4) for y in trace["y"])))
+             for trace in charts["uap"] if "lines" in trace["mode"] and None not in trace["x"]}
+    assert lines == {tuple(points) for points in logged.values()}  # one line per evaluation, a point a night
+
+
 def test_report_links_open_mlflow_in_the_view_whose_labels_agree(two_runs, tmp_path, mlflow_tracking):
     """The report's run links open MLflow's model-training view: the run page says "Runs" (its
     breadcrumb) and the experiment has a Models tab; the default GenAI view would say "Evaluations"
     for the same run and "Training runs" for the list."""
-    from vsbench.reporting.html_report import run_url
+    from vsbench.tracking.views import run_page as run_url
 
     run = _children(MlflowClient(), two_runs, "resnet34")["Flat · none"]
     page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", _browse(run_url(run.info.run_id, two_runs["experiment_id"]),

@@ -66,6 +66,14 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     run_id = bundle["uploaded"]["run_id"]
     assert f"MLflow run {run_id} in {uri}" in result.output
     run = MlflowClient(uri).get_run(run_id)
+    # Where to look: the run's page, the experiment's evaluations view, and how to serve a local store.
+    experiment = run.info.experiment_id
+    assert f"run page:    http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}?workflowType=" in result.output
+    assert (f"evaluations: http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey=vsbench-evaluations"
+            "&compareRunsMode=CHART&workflowType=machine_learning") in result.output
+    assert f"ui --backend-store-uri {uri})" in result.output
+    view = json.loads(MlflowClient(uri).get_experiment(experiment).tags["mlflow.sharedViewState.vsbench-evaluations"])
+    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "vsbench.series"}]
     assert run.info.status == "FINISHED"
     # Benchmark and model first, then the command's run key.
     assert run.info.run_name.startswith('patch_pairs · efficientnet_lite0 {"weights":"random"} · vsbench-similarity-cli-')

@@ -28,19 +28,7 @@ from vsbench.reporting.runs import (
     source,
 )
 from vsbench.tracking.names import SEPARATOR
-from vsbench.tracking.runs import tracking_uri
-
-UI_ENV = "VSBENCH_MLFLOW_UI"  # where the report's run links point when the store is not a server
-
-
-DEFAULT_UI = "http://127.0.0.1:5000"  # what `mlflow ui` serves
-
-# MLflow 3.17's UI picks its view from the sidebar's GenAI | Model training switch (default GenAI,
-# remembered by the browser), not from the experiment's mlflow.experimentKind tag. In GenAI the runs
-# list says "Training runs" and a run without model outputs "Evaluations"; in Model training both say
-# "Runs" and the Models tab ranks the LoggedModels. Links open that view (docs/tracking.md).
-ML_VIEW = "workflowType=machine_learning"
-
+from vsbench.tracking.views import run_page
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -200,20 +188,10 @@ def plotted_metrics(frame: pd.DataFrame) -> list[str]:
     return sorted(m for m in metrics if not (m in BASELINE_OF and BASELINE_OF[m] in metrics))
 
 
-def run_url(run_id: str, experiment_id: str) -> str:
-    """The run's page in the MLflow UI: the tracking server itself, or (a local store) VSBENCH_MLFLOW_UI,
-    default what ``mlflow ui`` serves on 127.0.0.1:5000; in the UI's model-training view (:data:`ML_VIEW`)."""
-    import os
-
-    uri = tracking_uri()
-    base = os.environ.get(UI_ENV) or (uri if uri.startswith(("http://", "https://")) else DEFAULT_UI)
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id or '0'}/runs/{run_id}?{ML_VIEW}"
-
-
 def _link(text: str, run_id: str, experiment_id: str) -> str:
     if not run_id:
         return text
-    return (f'<a class="run-link" href="{html.escape(run_url(run_id, experiment_id))}" '
+    return (f'<a class="run-link" href="{html.escape(run_page(run_id, experiment_id))}" '
             f'title="MLflow run {html.escape(run_id)}">{text}</a>')
 
 

@@ -98,6 +98,8 @@ class Outcome:
     run_id: str = ""
     tracking_uri: str = ""
     error: str = ""
+    experiment_id: str = ""
+    evaluations: int = 0  # evaluation runs under it: the evaluations view is worth a link
 
     @property
     def uploaded(self) -> bool:
@@ -184,7 +186,13 @@ class BundleRefused(ValueError):
 
 
 def upload_bundle(path: Path, tracking_uri: str | None = None, model_files: bool = False) -> str:
-    """Create (or complete) the bundle's MLflow run; returns its id. Raises on any tracking error.
+    """Create (or complete) the bundle's MLflow run; returns its id. Raises on any tracking error
+    (see :func:`_upload`)."""
+    return _upload(path, tracking_uri, model_files)[0]
+
+
+def _upload(path: Path, tracking_uri: str | None = None, model_files: bool = False) -> tuple[str, str, int]:
+    """:func:`upload_bundle`, returning (run id, experiment id, evaluation runs) for the links printed.
 
     The store is ``tracking_uri`` (the caller's choice: ``--tracking-uri``), else
     ``MLFLOW_TRACKING_URI``, else the local default store: never the URI the bundle names. Every
@@ -241,7 +249,7 @@ def upload_bundle(path: Path, tracking_uri: str | None = None, model_files: bool
     done = bundle.model_copy(update={"uploaded": Uploaded(run_id=run_id, tracking_uri=redact_uri(uri),
                                                           at=datetime.now(UTC).isoformat())})
     atomic_write_json(path, done.as_file())
-    return run_id
+    return run_id, experiment_id, len(bundle.evaluations)
 
 
 def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | None = None,
@@ -251,8 +259,9 @@ def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | 
     A hung store leaves the thread blocked on its socket; the process does not wait for it (daemon),
     so the command ends on time and the bundle says it was not uploaded."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
-    run_id, error = _within(lambda: upload_bundle(path, uri or None, model_files), timeout, "vsbench-mlflow-upload")
-    return Outcome(path, run_id or "", uri, error)
+    done, error = _within(lambda: _upload(path, uri or None, model_files), timeout, "vsbench-mlflow-upload")
+    run_id, experiment_id, evaluations = done or ("", "", 0)
+    return Outcome(path, run_id, uri, error, experiment_id, evaluations)
 
 
 def _within(work: Callable[[], Any], timeout: float | None, name: str) -> tuple[Any, str]:
@@ -276,10 +285,30 @@ def _within(work: Callable[[], Any], timeout: float | None, name: str) -> tuple[
     return result.get("value"), result.get("error", "")
 
 
+def ui_links(outcome: Outcome) -> list[str]:
+    """Where to see the run in MLflow's UI: its page and, when it holds evaluations, the experiment's
+    evaluations view (one line per evaluation over the nights, :mod:`vsbench.tracking.views`). A local
+    store needs ``mlflow ui`` first: the line says how."""
+    from vsbench.tracking.bundles import redact_uri
+    from vsbench.tracking.views import evaluations_page, run_page, served
+
+    if not outcome.experiment_id:
+        return []
+    uri = redact_uri(outcome.tracking_uri)
+    lines = [f"  run page:    {run_page(outcome.run_id, outcome.experiment_id, uri)}"]
+    if outcome.evaluations:
+        lines.append(f"  evaluations: {evaluations_page(outcome.experiment_id, uri)} (every night, a line per evaluation)")
+    if not served(uri):
+        lines.append(f"  (serve the store first: {Path(sys.executable).with_name('mlflow')} ui --backend-store-uri {uri})")
+    return lines
+
+
 def describe(outcome: Outcome, kept: Path | None = None) -> str:
     """One or two lines for the user: where the run is, or why not and how to upload it later."""
     if outcome.uploaded:
-        return f"MLflow run {outcome.run_id} in {outcome.tracking_uri}"
+        from vsbench.tracking.bundles import redact_uri
+
+        return "\n".join([f"MLflow run {outcome.run_id} in {redact_uri(outcome.tracking_uri)}", *ui_links(outcome)])
     where = f"{kept} and {outcome.bundle}" if kept else str(outcome.bundle)
     return (f"MLflow unavailable at {outcome.tracking_uri or '(default)'}: {outcome.error}\n"
             f"  the numbers are kept in {where}; upload them later with: {UPLOAD_HINT} {outcome.bundle}")

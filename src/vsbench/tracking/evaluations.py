@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from vsbench.tracking.names import SEPARATOR, lower_is_better, safe_part
 from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
+from vsbench.tracking.views import EVALUATIONS_VIEW, save_shared_view
 
 EVALUATION_STEP = "evaluation"  # the value of vsbench.step on an evaluation run
 BENCHMARK_TAG = "vsbench.benchmark"
@@ -205,7 +206,14 @@ class Evaluation(BaseModel):
 
     @property
     def series(self) -> str:
-        """Everything that decides the numbers but the date: nightly runs of one evaluation share it."""
+        """The ``vsbench.series`` tag: nightly runs of one evaluation share it, and MLflow's chart view,
+        grouped by it, draws them as one line labelled with it. So it reads as the run name does, and
+        ends with a short :attr:`series_digest` that keeps two evaluations whose names are cut alike apart."""
+        return f"{self.run_name}{NAME_JOIN}{self.series_digest[:10]}"
+
+    @property
+    def series_digest(self) -> str:
+        """Everything that decides the numbers but the date."""
         identity = {"benchmark": self.benchmark, "data": self.data_digest, "model": self.embedder.model,
                     "options": self.embedder.options, "seed": self.embedder.seed,
                     "weights": self.embedder.weights_sha256, "variant": self.variant,
@@ -239,7 +247,7 @@ class Evaluation(BaseModel):
 
     def key(self) -> str:
         """Its key under one parent run (a re-upload completes the run it made, never a second one)."""
-        return _digest([self.series, self.model_key], 32)
+        return _digest([self.series_digest, self.model_key], 32)
 
     def flat_names(self) -> dict[str, str]:
         """metric -> the name it had on a parent run before issue 38 (``disc__dino__Flat__none__uap``):
@@ -413,7 +421,24 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
         run_ids.append(run_id)
         model_ids.append(model_id)
     summarize_parent(client, parent_run_id, experiment_id, model_ids)
+    save_shared_view(client, experiment_id, EVALUATIONS_VIEW, evaluations_view_state())
     return run_ids
+
+
+def evaluations_view_state() -> dict[str, Any]:
+    """The experiment's shared view :data:`~vsbench.tracking.views.EVALUATIONS_VIEW`: the evaluation
+    runs only, one group per ``vsbench.series`` (which MLflow's chart view draws as one line through
+    the group's nights), every group shown. Field names and values are MLflow 3.17 UI's (its "Share"
+    button saves the same JSON); a UI that does not know a field ignores it."""
+    return {
+        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}'",
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": SERIES_TAG}]},
+        "runsHiddenMode": "SHOW_ALL",
+        "useGroupedValuesInCharts": True,
+        "hideEmptyCharts": True,
+    }
 
 
 def _higher(metric: str, tags: Mapping[str, str]) -> bool:
