@@ -250,8 +250,8 @@ def abid_run_local(
     train_nodes: Annotated[int, typer.Option(min=1, help="TrainJob nodes (--train-backend trainjob).")] = 2,
     train_gpus_per_node: Annotated[int, typer.Option(min=0, help="TrainJob GPUs per node; 0: CPU nodes.")] = 0,
     experiment: Annotated[str, typer.Option(rich_help_panel=MORE, help="MLflow experiment.")] = "vsbench-abid",
-    pipeline_root: Annotated[Path | None, typer.Option(rich_help_panel=MORE, help="Where kfp.local keeps step "
-                                                                               "outputs (default: DATA_ROOT/_kfp).")] = None,
+    pipeline_root: Annotated[Path | None, typer.Option(
+        rich_help_panel=MORE, help="Where kfp.local keeps step outputs (default: DATA_ROOT/_kfp).")] = None,
     runner: RunnerOpt = "subprocess",
     image: ImageOpt = None,
     track: TrackOpt = True,

@@ -20,12 +20,14 @@ RunnerOpt = Annotated[str, typer.Option(
     help="'subprocess': each step a process of this environment; 'container': each step in the vsbench image "
          "as a pod runs it (UID 10001, read-only root, tmpfs /tmp; docker or podman, started as needed).")]
 ImageOpt = Annotated[str | None, typer.Option(
-    rich_help_panel=MORE, help="Image every step runs in with --runner container (default: the CPU image that `make images` builds).")]
+    rich_help_panel=MORE,
+    help="Image every step runs in with --runner container (default: the CPU image that `make images` builds).")]
 TrackOpt = Annotated[bool, typer.Option(
     "--track/--no-track", help="Record an MLflow run (MLFLOW_TRACKING_URI, else a local store it prints); "
                                "a store down or hanging costs at most VSBENCH_TRACKING_TIMEOUT s (30).")]
 VerboseOpt = Annotated[bool, typer.Option(
-    "--verbose", rich_help_panel=MORE, help="Stream kfp.local's executor logs (otherwise one line per step; the logs go to a file).")]
+    "--verbose", rich_help_panel=MORE,
+    help="Stream kfp.local's executor logs (otherwise one line per step; the logs go to a file).")]
 
 
 def kept_bundle(folder: Path, experiment: str, pipeline: str, params: dict, metrics: dict, *, tags: dict,
