@@ -124,6 +124,15 @@ def test_similarity_run_help_is_one_screen_and_help_all_describes_the_rest():
         assert _described(option.opts[0], full), option.opts[0]
 
 
+def test_similarity_run_help_in_an_80_column_terminal():
+    """As the issue measured it: the command itself in a terminal of 80 columns, not the test runner."""
+    result = subprocess.run([sys.executable, "-m", "vsbench", "similarity", "run", "--help"], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "COLUMNS": str(WIDTH)})
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and result.stderr == ""
+    assert len(lines) <= RUN_HELP_LINES and max(map(len, lines)) <= WIDTH, result.stdout
+
+
 def test_help_all_is_offered_only_where_something_is_left_out():
     assert HELP_ALL in _help("similarity", "run", "--help")
     assert HELP_ALL not in _help("abid", "prepare", "--help")  # nothing marked: --help is all
