@@ -20,16 +20,18 @@ from vsbench.cli.common import (
     print_summary,
     user_errors,
 )
+from vsbench.cli.helpfmt import MORE, App
 from vsbench.platform.local_run import run_abid_pipeline_locally
 
-abid_app = typer.Typer(no_args_is_help=True, help="Amazon Bin Image Dataset: download, prepare, resize, run.")
+abid_app = App(no_args_is_help=True, help="Amazon Bin Image Dataset: download, prepare, resize, run.")
 
 
 @abid_app.command("download")
 def abid_download(
     dest: Annotated[Path, typer.Option(help="Local data root: bin-images/ and metadata/ are created here.")],
     source: Annotated[str, typer.Option(help="s3://bucket or s3://bucket/prefix holding bin-images/ and metadata/.")] = "s3://aft-vbi-pds",
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the N smallest bin ids (with their metadata).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the N smallest bin ids (with their metadata); "
+                                                       "default: all.")] = None,
     endpoint_url: EndpointOpt = None,
     concurrency: Annotated[int, typer.Option(min=1, max=512, help="Requests in flight.")] = 64,
     retries: Annotated[int, typer.Option(min=1, help="Attempts per object.")] = 5,
@@ -98,7 +100,7 @@ def abid_prepare(
 def abid_resize(
     data: Annotated[Path, typer.Option(help="Folder holding bin-images/.")],
     out: Annotated[Path, typer.Option(help="Folder for the resized '%05d.jpg' images.")],
-    size: Annotated[int, typer.Option(min=8, help="Side of the square output.")] = 224,
+    size: Annotated[int, typer.Option(min=8, help="Side of the square output, in pixels.")] = 224,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality of the output.")] = 75,
     decode: Annotated[str, typer.Option(help="'full' (the default: byte-equal to the challenge's Pillow loop), "
                                         "'fast' (libjpeg-turbo via simplejpeg + torch's antialiased bilinear, DCT-"
@@ -233,11 +235,13 @@ def _refuse_busy(out: Path, task: str) -> None:
 def abid_run_local(
     data_root: Annotated[Path, typer.Option(help="Data root for every step (raw/, tasks/, bin-images-resize/).")],
     source: Annotated[str, typer.Option(help="s3://bucket or s3://bucket/prefix to download from.")] = "s3://aft-vbi-pds",
-    endpoint_url: Annotated[str, typer.Option(help="S3 endpoint URL; empty for AWS.")] = "",
-    limit: Annotated[int, typer.Option(min=0, help="0 = everything.")] = 0,
-    seed: int = 0,
-    size: int = 224,
-    max_per_class: int = 20000,
+    endpoint_url: Annotated[str, typer.Option(rich_help_panel=MORE, help="S3 endpoint URL; empty for AWS.")] = "",
+    limit: Annotated[int, typer.Option(min=0, help="Only the N smallest bin ids; 0: all.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the split, the sampled questions and the training.")] = 0,
+    size: Annotated[int, typer.Option(min=8, rich_help_panel=MORE,
+                                      help="Side of the square resized images, in pixels.")] = 224,
+    max_per_class: Annotated[int, typer.Option(min=1, rich_help_panel=MORE,
+                                               help="Verification questions per answer (yes/no).")] = 20000,
     train_profile: Annotated[str, typer.Option(help="'demo' (CPU minutes) or 'full' (the challenge's settings).")] = "demo",
     train_overrides: Annotated[str, typer.Option(help='JSON of profile fields, e.g. \'{"epochs": 2}\'.')] = "{}",
     device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda'.")] = "auto",
@@ -245,8 +249,9 @@ def abid_run_local(
                                                     "train step runs a Trainer v2 TrainJob (here: podman containers).")] = "pod",
     train_nodes: Annotated[int, typer.Option(min=1, help="TrainJob nodes (--train-backend trainjob).")] = 2,
     train_gpus_per_node: Annotated[int, typer.Option(min=0, help="TrainJob GPUs per node; 0: CPU nodes.")] = 0,
-    experiment: Annotated[str, typer.Option(help="MLflow experiment.")] = "vsbench-abid",
-    pipeline_root: Annotated[Path | None, typer.Option(help="Where kfp.local keeps step outputs.")] = None,
+    experiment: Annotated[str, typer.Option(rich_help_panel=MORE, help="MLflow experiment.")] = "vsbench-abid",
+    pipeline_root: Annotated[Path | None, typer.Option(
+        rich_help_panel=MORE, help="Where kfp.local keeps step outputs (default: DATA_ROOT/_kfp).")] = None,
     runner: RunnerOpt = "subprocess",
     image: ImageOpt = None,
     track: TrackOpt = True,

@@ -8,9 +8,10 @@ import typer
 
 from vsbench.cli import abid, benchmarks, cluster, demo, report, score, similarity, synth, track
 from vsbench.cli.common import SafeGroup
+from vsbench.cli.helpfmt import App
 
-app = typer.Typer(cls=SafeGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Visual-similarity benchmarks as Kubeflow pipelines.")
+app = App(cls=SafeGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+          help="Visual-similarity benchmarks as Kubeflow pipelines.")
 
 
 @app.callback()

@@ -14,7 +14,8 @@ from vsbench.cli.common import (
 
 def compile_pipelines(
     out: Annotated[Path, typer.Option(help="Folder for the compiled pipeline YAML files.")],
-    cluster_config: Annotated[Path | None, typer.Option(help="YAML of vsbench.platform.cluster.ClusterSettings fields.")] = None,
+    cluster_config: Annotated[Path | None, typer.Option(help="YAML of vsbench.platform.cluster.ClusterSettings "
+                                                             "fields (default: the built-in settings).")] = None,
     suite: Annotated[Path | None, typer.Option(help="Nightly suite YAML (default: the one shipped).")] = None,
 ) -> None:
     """Compile every pipeline to YAML for upload to a Kubeflow cluster."""
@@ -26,7 +27,9 @@ def compile_pipelines(
 
 
 HostOpt = Annotated[str, typer.Option(help="Kubeflow Pipelines API URL (token from $KFP_TOKEN).")]
-ArgOpt = Annotated[list[str] | None, typer.Option("--arg", "-a", help="Pipeline parameter NAME=VALUE (repeatable).")]
+ArgOpt = Annotated[list[str] | None, typer.Option("--arg", "-a", metavar="NAME=VALUE",
+                                                  help="A pipeline parameter (repeatable; default: the pipeline's "
+                                                       "own values).")]
 
 
 def submit(
@@ -35,8 +38,10 @@ def submit(
     arg: ArgOpt = None,
     experiment: Annotated[str, typer.Option(help="KFP experiment.")] = "vsbench",
     run_name: Annotated[str | None, typer.Option(help="Run name (default: pipeline and UTC time).")] = None,
-    cluster_config: Annotated[Path | None, typer.Option(help="YAML of ClusterSettings fields.")] = None,
-    namespace: Annotated[str | None, typer.Option(help="Kubeflow profile namespace.")] = None,
+    cluster_config: Annotated[Path | None, typer.Option(help="YAML of ClusterSettings fields (default: the "
+                                                             "built-in settings).")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Kubeflow profile namespace (multi-user clusters; "
+                                                        "default: none).")] = None,
 ) -> None:
     """Compile a pipeline with the cluster settings and start one run of it."""
     from vsbench.platform.cluster import ClusterSettings
@@ -58,8 +63,10 @@ def schedule(
     experiment: Annotated[str, typer.Option(help="KFP experiment.")] = "vsbench-nightly",
     job_name: Annotated[str, typer.Option(help="Name of the recurring run.")] = "vsbench-nightly",
     replace: Annotated[bool, typer.Option(help="Replace a recurring run of the same name.")] = False,
-    cluster_config: Annotated[Path | None, typer.Option(help="YAML of ClusterSettings fields.")] = None,
-    namespace: Annotated[str | None, typer.Option(help="Kubeflow profile namespace.")] = None,
+    cluster_config: Annotated[Path | None, typer.Option(help="YAML of ClusterSettings fields (default: the "
+                                                             "built-in settings).")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Kubeflow profile namespace (multi-user clusters; "
+                                                        "default: none).")] = None,
 ) -> None:
     """Upload a pipeline (a new version if it exists) and create its recurring run."""
     from vsbench.platform.cluster import ClusterSettings

@@ -10,19 +10,24 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from vsbench.cli import pipes
+from vsbench.cli.helpfmt import MORE, HelpGroup
+
 BAD_INPUT_EXIT = 2
 
-EndpointOpt = Annotated[str | None, typer.Option(help="S3 endpoint URL (for a local or non-AWS S3).")]
+EndpointOpt = Annotated[str | None, typer.Option(help="S3 endpoint URL (for a local or non-AWS S3; default: AWS).")]
 RunnerOpt = Annotated[str, typer.Option(
     help="'subprocess': each step a process of this environment; 'container': each step in the vsbench image "
          "as a pod runs it (UID 10001, read-only root, tmpfs /tmp; docker or podman, started as needed).")]
 ImageOpt = Annotated[str | None, typer.Option(
+    rich_help_panel=MORE,
     help="Image every step runs in with --runner container (default: the CPU image that `make images` builds).")]
 TrackOpt = Annotated[bool, typer.Option(
     "--track/--no-track", help="Record an MLflow run (MLFLOW_TRACKING_URI, else a local store it prints); "
                                "a store down or hanging costs at most VSBENCH_TRACKING_TIMEOUT s (30).")]
 VerboseOpt = Annotated[bool, typer.Option(
-    "--verbose", help="Stream kfp.local's executor logs (otherwise one line per step; the logs go to a file).")]
+    "--verbose", rich_help_panel=MORE,
+    help="Stream kfp.local's executor logs (otherwise one line per step; the logs go to a file).")]
 
 
 def kept_bundle(folder: Path, experiment: str, pipeline: str, params: dict, metrics: dict, *, tags: dict,
@@ -120,11 +125,25 @@ def _cli_flow() -> tuple[type[BaseException], ...]:
 _CLI_FLOW = _cli_flow()
 
 
-class SafeGroup(typer.core.TyperGroup):
+class SafeGroup(HelpGroup):
     """The root command: an exception no command turned into a message ends as one line, never a
     traceback. A user's mistake (a ValueError, a file that cannot be opened) exits 2 naming it; any
     other error exits 1 and says where its traceback was written. ``--debug`` (or VSBENCH_DEBUG=1)
     lets the traceback through instead."""
+
+    def main(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return super().main(*args, **kwargs)
+        finally:  # what print() left buffered, while a closed pipe can still end quietly
+            pipes.flush_or_end_quietly()
+
+    def make_context(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:  # `vsbench --help | head`: the root's own help is written here
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError as exc:
+            if pipes.reader_gone(exc):
+                pipes.end_quietly()
+            raise
 
     def invoke(self, ctx):  # type: ignore[no-untyped-def]
         import os
@@ -134,6 +153,8 @@ class SafeGroup(typer.core.TyperGroup):
         except (*_CLI_FLOW, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:
+            if pipes.reader_gone(exc):  # `vsbench ... | head`: the reader has what it wanted, no error
+                pipes.end_quietly()
             if ctx.params.get("debug") or os.environ.get(DEBUG_ENV, "").strip() in ("1", "true", "yes"):
                 raise
             if getattr(exc, "one_line", False):  # an expected failure (a download incomplete, a denied bucket)

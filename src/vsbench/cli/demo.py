@@ -20,7 +20,7 @@ from vsbench.platform.demo import DEFAULT_BINS, run_demo
 def demo(
     out: Annotated[Path, typer.Option(help="Folder for everything the demo writes.")] = Path("demo-output"),
     bins: Annotated[int, typer.Option(min=20, help="Generated bins (scale the demo up with this).")] = DEFAULT_BINS,
-    seed: int = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the generated bins, the split and the training.")] = 0,
     profile: Annotated[str, typer.Option(help="Training profile: 'demo' (CPU minutes) or 'full' (the challenge's).")] = "demo",
     runner: RunnerOpt = "subprocess",
     image: ImageOpt = None,

@@ -14,7 +14,7 @@ from vsbench.cli.common import (
 
 def compare(
     experiment: Annotated[str, typer.Option(help="MLflow experiment (from MLFLOW_TRACKING_URI).")],
-    last: Annotated[int | None, typer.Option(min=1, help="Only the newest N pipeline runs.")] = None,
+    last: Annotated[int | None, typer.Option(min=1, help="Only the newest N pipeline runs (default: all).")] = None,
     report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
 ) -> None:
     """Leaderboard of pipeline runs (model x benchmark x metric, best marked) and an HTML report."""

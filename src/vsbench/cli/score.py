@@ -24,13 +24,14 @@ from vsbench.benchmarks.product_search.metrics import product_search_metrics
 from vsbench.benchmarks.registry import builtin_specs
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.cli.common import user_errors
+from vsbench.cli.helpfmt import App
 from vsbench.io import inputs
 from vsbench.io.storage import atomic_write_json
 from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
 from vsbench.tracking.provenance import data_tags
 
-score_app = typer.Typer(no_args_is_help=True, add_completion=False,
-                        help="Score result files against ground truth; write a metrics JSON.")
+score_app = App(no_args_is_help=True, add_completion=False,
+                help="Score result files against ground truth; write a metrics JSON.")
 
 HPATCHES_POSITIVES = {"easy": "test_pos_easy.results", "hard": "test_pos_hard.results"}
 HPATCHES_NEGATIVES = {"diffseq": "test_neg_diffseq.results", "sameseq": "test_neg_sameseq.results"}

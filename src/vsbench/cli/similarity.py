@@ -18,9 +18,10 @@ from vsbench.cli.common import (
     kept_bundle,
     user_errors,
 )
+from vsbench.cli.helpfmt import MORE, App
 from vsbench.platform.local_run import failure_tail, run_similarity_pipeline_locally, step_manifests
 
-similarity_app = typer.Typer(no_args_is_help=True, help="Embed, index and score any benchmark with any model.")
+similarity_app = App(no_args_is_help=True, help="Embed, index and score any benchmark with any model.")
 
 
 BenchmarkOpt = Annotated[str, typer.Option(help="A registered benchmark, any of its spellings (vsbench benchmarks lists them).")]
@@ -28,16 +29,22 @@ RootOpt = Annotated[Path, typer.Option(help="The benchmark's data, in its native
 OutOpt = Annotated[Path, typer.Option(help="Folder for features, index/, search/, metrics.json and the benchmark's CSV.")]
 BenchmarkOptionsOpt = Annotated[str, typer.Option(help="JSON of the benchmark loader's options.")]
 CodecsOpt = Annotated[str, typer.Option(help="FAISS index_factory strings separated by ';'.")]
-KOpt = Annotated[int, typer.Option(min=1, help="Neighbours per query.")]
-ScoreNormOpt = Annotated[str, typer.Option(help="beta\\[first,last], e.g. 1.00\\[0,2]; '' for none.")]
-GlobalCapOpt = Annotated[int, typer.Option(min=0, help="Keep at most this many predictions in total (0: off).")]
+KOpt = Annotated[int, typer.Option(min=1, help="Neighbours kept per query.")]
+ScoreNormOpt = Annotated[str, typer.Option(rich_help_panel=MORE, help="Score normalization beta[first,last], "
+                                                                        "e.g. 1.00[0,2]; '' for none.")]
+GlobalCapOpt = Annotated[int, typer.Option(min=0, rich_help_panel=MORE,
+                                           help="Keep at most this many predictions in total (0: off).")]
 SearchParamsOpt = Annotated[str, typer.Option(
-    help="FAISS search-time settings for every codec, e.g. 'nprobe=16' (IVF) or 'efSearch=64' (HNSW).")]
-SearchShardsOpt = Annotated[int, typer.Option(min=1, help="Split the queries into this many search shards.")]
+    rich_help_panel=MORE, help="FAISS search-time settings for every codec, e.g. 'nprobe=16' (IVF) or 'efSearch=64' "
+                               "(HNSW); default: the codec's own.")]
+SearchShardsOpt = Annotated[int, typer.Option(min=1, rich_help_panel=MORE,
+                                              help="Split the queries into this many search shards.")]
 ReferenceShardsOpt = Annotated[int, typer.Option(
-    min=1, help="Split the gallery into this many indexes (one search task per query shard x reference shard).")]
+    min=1, rich_help_panel=MORE,
+    help="Split the gallery into this many indexes (one search task per query shard x reference shard).")]
 MergeOndiskOpt = Annotated[bool, typer.Option(
-    "--merge-ondisk", help="IVF codecs only: merge the reference shards' inverted lists into one on-disk index "
+    "--merge-ondisk", rich_help_panel=MORE,
+    help="IVF codecs only: merge the reference shards' inverted lists into one on-disk index "
     "(index --finish), searched once per query shard instead of once per reference shard. Give it to index, "
     "search and score alike.")]
 
@@ -63,21 +70,23 @@ def similarity_run(
     k: KOpt = 10,
     global_cap: GlobalCapOpt = 0,
     score_norm: ScoreNormOpt = "1.00[0,2]",
-    num_shards: Annotated[int, typer.Option(min=1, help="Embed in this many shards (run here one after another).")] = 1,
+    num_shards: Annotated[int, typer.Option(min=1, rich_help_panel=MORE,
+                                            help="Embed in this many shards (run here one after another).")] = 1,
     search_shards: SearchShardsOpt = 1,
     reference_shards: ReferenceShardsOpt = 1,
     merge_ondisk: MergeOndiskOpt = False,
     search_params: SearchParamsOpt = "",
-    batch_size: int = 64,
-    device: str = "auto",
+    batch_size: Annotated[int, typer.Option(min=1, help="Images per forward pass of the model.")] = 64,
+    device: Annotated[str, typer.Option(help="'auto' (CUDA when visible, else the CPU), 'cpu', 'cuda' or "
+                                             "'cuda:N'.")] = "auto",
     seed: Annotated[int, typer.Option(
-        min=0, max=2**63 - 1,
+        min=0, max=2**63 - 1, rich_help_panel=MORE,
         help='Seed of {"weights": "random"}: the same seed draws the same network in every model family.')] = 0,
     runner: Annotated[str, typer.Option(
         help="'inline': every step in this process; 'subprocess' or 'container': the similarity pipeline with "
              "kfp.local, each step a process of this environment or a container of the vsbench image.")] = "inline",
     image: ImageOpt = None,
-    experiment: Annotated[str, typer.Option(help="MLflow experiment.")] = "vsbench-similarity",
+    experiment: Annotated[str, typer.Option(rich_help_panel=MORE, help="MLflow experiment.")] = "vsbench-similarity",
     track: TrackOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -211,7 +220,8 @@ def similarity_index(
     model: Annotated[str, typer.Option(help="The model the features must come from (checked), and recorded.")] = "",
     train: Annotated[bool, typer.Option("--train", help="Only train each codec once (the pipeline's first index task).")] = False,
     fill: Annotated[bool, typer.Option("--fill", help="Only fill reference shard --shard from the embed shards' files.")] = False,
-    shard: Annotated[int | None, typer.Option(min=0, help="The reference shard --fill fills.")] = None,
+    shard: Annotated[int | None, typer.Option(min=0, help="The reference shard --fill fills (default: none, needed "
+                                                         "with --fill).")] = None,
     finish: Annotated[bool, typer.Option("--finish", help="Only check the filled shards and write index.json.")] = False,
     merge_ondisk: MergeOndiskOpt = False,
 ) -> None:

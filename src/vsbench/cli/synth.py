@@ -14,8 +14,9 @@ from vsbench.cli.common import (
     EndpointOpt,
     user_errors,
 )
+from vsbench.cli.helpfmt import App
 
-synth_app = typer.Typer(no_args_is_help=True, help="Generate small datasets in the benchmarks' native layouts.")
+synth_app = App(no_args_is_help=True, help="Generate small datasets in the benchmarks' native layouts.")
 
 
 @synth_app.command("abid")
@@ -46,7 +47,7 @@ def synth_abid(
 def synth_similarity(
     benchmark: Annotated[str, typer.Argument(help="A benchmark (any spelling) or another dataset of its layout, e.g. disc, skimage-copydetect, patch-pairs (vsbench benchmarks lists them).")],
     out: Annotated[Path, typer.Option(help="Folder for the dataset (in the benchmark's native layout).")],
-    seed: int = 0,
+    seed: Annotated[int, typer.Option(help="Seed: same seed, byte-identical files.")] = 0,
 ) -> None:
     """A small dataset in a similarity benchmark's native layout (for tests and the demo)."""
 

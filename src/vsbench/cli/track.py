@@ -10,8 +10,9 @@ import typer
 from vsbench.cli.common import (
     user_errors,
 )
+from vsbench.cli.helpfmt import App
 
-track_app = typer.Typer(no_args_is_help=True, help="MLflow runs kept locally: upload them when the store is back.")
+track_app = App(no_args_is_help=True, help="MLflow runs kept locally: upload them when the store is back.")
 
 
 @track_app.command("upload")
