@@ -42,6 +42,18 @@ def environment(*paths: Path, **variables: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), *before]), **variables}
 
 
+def fake_plugin(site: Path, group: str, entry: str, module: str = "", source: str = "") -> Path:
+    """A distribution ``broken-plugin`` in ``site`` with one entry point in ``group`` and, optionally,
+    a module ``broken_plugin`` holding ``source``."""
+    info = site / "broken_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{entry} = {module}\n")
+    if source:
+        (site / "broken_plugin.py").write_text(source)
+    return site
+
+
 def vsbench(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """``python -m vsbench ARGS`` in a subprocess with ``env``."""
     return subprocess.run([sys.executable, "-m", "vsbench", *args], env=env, capture_output=True, text=True,

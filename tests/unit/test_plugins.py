@@ -18,6 +18,7 @@ from tests.example_plugin import (
     EXAMPLE,
     environment,
     expected_colour_match,
+    fake_plugin,
     install_example_plugin,
     vsbench,
 )
@@ -102,18 +103,6 @@ def test_the_registrys_own_tests_pass_for_the_plugin(plugin_site: Path) -> None:
 
 # --- broken plugins: one line naming the plugin, never a traceback ---------------------------------------
 
-def _fake_plugin(site: Path, group: str, entry: str, module: str = "", source: str = "") -> Path:
-    """A distribution ``broken-plugin`` in ``site`` with one entry point in ``group`` and, optionally,
-    a module ``broken_plugin`` holding ``source``."""
-    info = site / "broken_plugin-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[{group}]\n{entry} = {module}\n")
-    if source:
-        (site / "broken_plugin.py").write_text(source)
-    return site
-
-
 SPEC_SOURCE = ("from vsbench.benchmarks.registry import BenchmarkSpec\n"
                "SPEC = BenchmarkSpec(name={name!r}, title='x', loader='broken_plugin:load', aliases={aliases!r})\n")
 BROKEN_BENCHMARKS = {
@@ -131,7 +120,7 @@ BROKEN_BENCHMARKS = {
 @pytest.mark.parametrize("case", list(BROKEN_BENCHMARKS))
 def test_a_broken_benchmark_plugin_is_one_line_naming_it(tmp_path: Path, case: str) -> None:
     module, source, message = BROKEN_BENCHMARKS[case]
-    env = environment(_fake_plugin(tmp_path / "site", "vsbench.benchmarks", "mine", module, source))
+    env = environment(fake_plugin(tmp_path / "site", "vsbench.benchmarks", "mine", module, source))
     commands = [["benchmarks"]]
     if case == "missing-module":  # every command that looks a benchmark up says the same, a built-in's included
         commands += [["synth", "similarity", "disc", "--out", str(tmp_path / "data")],
@@ -147,7 +136,7 @@ def test_a_broken_benchmark_plugin_is_one_line_naming_it(tmp_path: Path, case: s
 def test_a_plugin_spec_naming_a_missing_loader_or_generator_is_one_line_naming_it(tmp_path: Path) -> None:
     """The spec loads (the references are imported only when used); the run and the generator do not."""
     source = SPEC_SOURCE.format(name="mine", aliases=()).replace("title='x',", "title='x', generator='gone:make',")
-    env = environment(_fake_plugin(tmp_path / "site", "vsbench.benchmarks", "mine", "broken_plugin:SPEC", source))
+    env = environment(fake_plugin(tmp_path / "site", "vsbench.benchmarks", "mine", "broken_plugin:SPEC", source))
     assert "mine  [plugin: broken-plugin]" in vsbench(env, "benchmarks").stdout
     for command, message in (
             (["similarity", "run", "--benchmark", "mine", "--root", str(tmp_path), "--out", str(tmp_path / "out")],
@@ -172,7 +161,7 @@ BROKEN_MODELS = {
 @pytest.mark.parametrize("case", list(BROKEN_MODELS))
 def test_a_broken_model_plugin_is_one_line_naming_it(tmp_path: Path, case: str) -> None:
     module, source, message = BROKEN_MODELS[case]
-    env = environment(_fake_plugin(tmp_path / "site", "vsbench.models", "mine", module, source))
+    env = environment(fake_plugin(tmp_path / "site", "vsbench.models", "mine", module, source))
     failed = vsbench(env, "similarity", "models")
     assert failed.returncode == 2, (failed.stdout, failed.stderr)
     assert "Traceback" not in failed.stderr and len(failed.stderr.strip().splitlines()) == 1, failed.stderr

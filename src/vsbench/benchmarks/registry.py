@@ -44,12 +44,9 @@ class BenchmarkSpec:
     source: str = "vsbench"  # the distribution that registered it (a plugin's name)
 
     def __post_init__(self) -> None:
-        if not NAME_PATTERN.match(self.name):
-            raise ValueError(f"benchmark name {self.name!r} must be lower case letters, digits and '_' "
-                             "(it names MLflow params, pipeline tasks and folders)")
-        for reference in (self.loader, self.generator, *self.datasets.values()):
-            if reference and ":" not in reference:
-                raise ValueError(f"benchmark {self.name!r}: {reference!r} is not a 'module:attribute' reference")
+        problems = field_problems(self)
+        if problems:  # refused when registered: a str `tasks` would be listed letter by letter
+            raise SpecError(f"benchmark {self.name!r}" if isinstance(self.name, str) else "benchmark", problems)
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -72,6 +69,54 @@ class BenchmarkSpec:
 
     def higher_is_better(self, metric: str) -> bool:
         return higher_is_better(metric, self.lower_is_better)
+
+
+class SpecError(ValueError):
+    """A BenchmarkSpec whose fields have the wrong types or forms: every problem, each with its fix.
+    Its message is one line (registration stops a command with it); ``vsbench benchmarks --check``
+    prints ``problems`` one a line."""
+
+    def __init__(self, owner: str, problems: list[str]) -> None:
+        super().__init__(f"{owner}: " + "; ".join(problems))
+        self.owner = owner
+        self.problems = problems
+
+
+_TEXT_FIELDS = ("name", "title", "loader", "generator", "score_command", "source")
+_TUPLE_FIELDS = ("aliases", "tasks", "metrics", "lower_is_better")
+
+
+def field_problems(spec: BenchmarkSpec) -> list[str]:
+    """What is wrong with a spec's fields, one sentence each naming the field and the fix: the types
+    the dataclass only annotates (a str where a tuple of str belongs is iterable, so nothing else
+    would notice), the name's form and the ``module:attribute`` references."""
+    problems: list[str] = []
+    for name in _TEXT_FIELDS:
+        value = getattr(spec, name)
+        if not isinstance(value, str):
+            problems.append(f"{name} is a {type(value).__name__}, not a str: write {name}={str(value)!r}")
+    for name in _TUPLE_FIELDS:
+        value = getattr(spec, name)
+        if isinstance(value, str):
+            problems.append(f"{name} is a str, not a tuple of str: write {name}=({value!r},) "
+                            "(the comma makes a one-item tuple)")
+        elif not isinstance(value, tuple):
+            problems.append(f"{name} is a {type(value).__name__}, not a tuple of str: write {name}=(...)")
+        elif not all(isinstance(item, str) and item for item in value):
+            problems.append(f"{name} must hold non-empty strs only, got {value!r}")
+    if not isinstance(spec.datasets, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in spec.datasets.items()):
+        problems.append(f"datasets must map names to 'module:function' strs, got {spec.datasets!r}")
+    if isinstance(spec.name, str) and not NAME_PATTERN.match(spec.name):
+        problems.append(f"name {spec.name!r} must be lower case letters, digits and '_' "
+                        "(it names MLflow params, pipeline tasks and folders)")
+    references = [spec.loader, spec.generator, *(spec.datasets.values() if isinstance(spec.datasets, Mapping) else ())]
+    for reference in references:
+        if isinstance(reference, str) and reference and ":" not in reference:
+            problems.append(f"{reference!r} is not a 'module:attribute' reference")
+    if isinstance(spec.loader, str) and not spec.loader:
+        problems.append("loader is empty: name the function that returns the adapter, 'module:function'")
+    return problems
 
 
 def higher_is_better(metric: str, lower: tuple[str, ...] = ()) -> bool:
@@ -148,6 +193,9 @@ def _plugin_spec(entry: EntryPoint) -> BenchmarkSpec:
     distribution = entry.dist.name if entry.dist else entry.module.partition(".")[0]
     try:
         spec = entry.load()
+    except SpecError as exc:  # a field of the wrong type: each one and its fix
+        raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}): {'; '.join(exc.problems)}; "
+                         f"fix it in {distribution} (vsbench benchmarks --check {entry.name} lists each)") from None
     except Exception as exc:  # whatever the plugin raised: one line that says which plugin to fix
         raise ValueError(f"benchmark plugin {entry.name!r} ({entry.value}) cannot be loaded: {exc}; "
                          f"fix or uninstall {distribution}") from None

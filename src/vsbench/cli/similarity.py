@@ -3,6 +3,7 @@ inline or as kfp.local tasks, and the list of models."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Annotated
@@ -299,12 +300,32 @@ def similarity_score(
     _print_similarity_table(out, result.manifest)
 
 
+TABLE_ROWS = 20  # the benchmark's CSV is printed when it has at most this many rows (docs/plugins.md)
+
+
 def _print_similarity_table(out: Path, manifest: dict) -> None:
+    """The benchmark's own CSV when it is a summary (at most :data:`TABLE_ROWS` rows, as every
+    built-in's: a row per codec and variant); a longer one (a row per query, say) is named, not
+    printed, and the records (the metrics, one per variant, as in metrics.json) are printed instead,
+    so a terminal never scrolls through a per-query table."""
+    from vsbench.retrieval.engine import records_to_csv
+
     csv_name = manifest.get("csv")
-    if csv_name and (out / csv_name).exists():
-        typer.echo((out / csv_name).read_text().rstrip())
-    else:
-        typer.echo(json.dumps(manifest.get("records", []), indent=2))
+    table = out / csv_name if csv_name else None
+    if table is not None and table.exists():
+        with table.open(newline="") as lines:
+            rows = sum(1 for _ in csv.reader(lines)) - 1  # streamed: a per-query CSV is never read whole
+        if rows <= TABLE_ROWS:
+            typer.echo(table.read_text().rstrip())
+            table = None
+    records = manifest.get("records", [])
+    if table is not None or not csv_name:
+        columns = tuple(dict.fromkeys(key for record in records for key in record))
+        typer.echo(records_to_csv(records[:TABLE_ROWS], columns).rstrip() if records else "(no records)")
+        if len(records) > TABLE_ROWS:
+            typer.echo(f"... {len(records) - TABLE_ROWS} more records in metrics.json")
+    if table is not None:
+        typer.echo(f"table: {table} ({rows} rows, not printed: more than {TABLE_ROWS})")
     typer.echo(f"metrics: {out / 'metrics.json'}")
 
 

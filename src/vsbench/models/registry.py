@@ -237,13 +237,48 @@ def _load_models() -> None:
 def _load_plugin(entry: EntryPoint) -> None:
     distribution = entry.dist.name if entry.dist else entry.module.partition(".")[0]
     try:
-        target = entry.load()
-        if callable(target) and not isinstance(target, ModuleType):
-            target()
+        _register_from(entry.load)
     except Exception as exc:  # whatever the plugin raised: one line that says which plugin to fix
         raise ValueError(f"model plugin {entry.name!r} ({entry.value}) cannot be loaded: {exc}; "
                          f"fix or uninstall {distribution}") from None
     _PLUGIN_PACKAGES[entry.module.partition(".")[0]] = distribution
+
+
+def _register_from(load: Callable[[], Any]) -> None:
+    """Run a plugin's registration: ``load`` imports the module an entry point names (registering
+    as it is imported) or returns the callable that registers when called."""
+    target = load()
+    if callable(target) and not isinstance(target, ModuleType):
+        target()
+
+
+def registered_by(load: Callable[[], Any]) -> tuple[list[str], list[str]]:
+    """(model names, family prefixes) that one plugin's registration (``load``, as for an entry
+    point) adds, after the built-ins, for ``vsbench benchmarks --check``: only that plugin is loaded,
+    so another broken one cannot hide its problems. A module imported before registers nothing new:
+    the builders it defines are named instead."""
+    for module in BUILTIN:
+        importlib.import_module(module)
+    before = (set(_REGISTRY), set(_FAMILIES))
+    _register_from(load)
+    names, prefixes = sorted(set(_REGISTRY) - before[0]), sorted(set(_FAMILIES) - before[1])
+    return names, prefixes
+
+
+def builders_of(module: str) -> tuple[list[str], list[str]]:
+    """(model names, family prefixes) whose builders ``module`` defines."""
+    return ([name for name, builder in _REGISTRY.items() if getattr(builder, "__module__", "") == module],
+            [prefix for prefix, family in _FAMILIES.items() if getattr(family.builder, "__module__", "") == module])
+
+
+def registered(name: str) -> Builder | None:
+    """The builder registered as ``name``, without loading any plugin (None when there is none)."""
+    return _REGISTRY.get(name)
+
+
+def family(prefix: str) -> Family | None:
+    """The family registered under ``prefix``, without loading any plugin."""
+    return _FAMILIES.get(prefix)
 
 
 def source_of(builder: Builder) -> str:

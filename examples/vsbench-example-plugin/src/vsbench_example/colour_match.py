@@ -76,8 +76,10 @@ class ColourMatchBenchmark:
 
     name = NAME
 
-    def __init__(self, root: Path, *, truth: str = "colours.csv", images: str = "images", ext: str = ".png") -> None:
+    def __init__(self, root: Path, *, truth: str = "colours.csv", images: str = "images", ext: str = ".png",
+                 per_query: bool = False) -> None:
         self.root = Path(root)
+        self.per_query = per_query
         self.ids, self.colours = read_colours(self.root / truth)
         folder = self.root / images
         self._images = ImageSet(self.ids, tuple(safe_join(folder, image + ext) for image in self.ids))
@@ -91,15 +93,21 @@ class ColourMatchBenchmark:
         chosen = features[IMAGE_SET].select(self.ids, IMAGE_SET)
         chosen.check_finite(IMAGE_SET)
         ranks = first_hit_ranks(chosen.features, self.colours)
-        record = {"distance": "l2",  # a string field names the record's variant: metrics l2__top1_accuracy, ...
+        record = {"distance": "l2",  # a string field names the record's variant (an MLflow param); numbers are metrics
                   "top1_accuracy": float(np.mean(ranks == 1)), "mean_rank": float(np.mean(ranks))}
-        return EvalResult(records=[record], csv_name="colour_match_metrics.csv",
-                          csv_columns=("distance", "top1_accuracy", "mean_rank"))
+        if not self.per_query:  # the CSV is the records: one row per variant
+            return EvalResult(records=[record], csv_name="colour_match_metrics.csv",
+                              csv_columns=("distance", "top1_accuracy", "mean_rank"))
+        rows = [{"image": image, "colour": colour, "first_hit_rank": int(rank)}
+                for image, colour, rank in zip(self.ids, self.colours, ranks, strict=True)]
+        return EvalResult(records=[record], csv_name="colour_match_ranks.csv",  # a row per query: long
+                          csv_columns=("image", "colour", "first_hit_rank"), csv_rows=rows)
 
 
 def load_colour_match(root: Path, **options: Any) -> ColourMatchBenchmark:
     """The loader the spec names. Options (``--benchmark-options``): ``truth`` ("colours.csv"),
-    ``images`` (folder, "images"), ``ext`` (".png")."""
+    ``images`` (folder, "images"), ``ext`` (".png"), ``per_query`` (false: the CSV holds the
+    metrics; true: each query's first-hit rank, a row per image)."""
     return ColourMatchBenchmark(Path(root), **options)
 
 
