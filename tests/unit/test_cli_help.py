@@ -165,3 +165,18 @@ def test_a_broken_pipe_of_the_command_itself_is_still_an_error(tmp_path):
                             env={**os.environ, "VSBENCH_ERROR_DIR": str(tmp_path)})
     assert result.returncode == 1, result.stderr
     assert "error: unexpected BrokenPipeError" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["similarity", "run", "--nosuch"], "No such option: --nosuch"),
+    (["similarity", "run"], "Missing option '--benchmark'"),
+    (["similarity", "run", "--benchmark", "disc", "--root", ".", "--out", "x", "--k", "0"], "'--k'"),
+    (["nosuch"], "No such command 'nosuch'"),
+])
+def test_a_usage_error_is_one_line_naming_the_option_and_where_help_is(args, says):
+    """click's four lines (usage, hint, blank, error) become the one line every other mistake gets."""
+    result = subprocess.run([sys.executable, "-m", "vsbench", *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and says in line and "--help`)" in line, line

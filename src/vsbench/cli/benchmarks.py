@@ -19,7 +19,7 @@ def list_benchmarks(
         "--check", metavar="PLUGIN",
         help="Check a benchmark or model plugin instead: an entry-point name (vsbench.benchmarks or "
              "vsbench.models), a 'module:attribute' or module, or a registered name. One line per problem, "
-             "exit 2; an OK line per benchmark and model otherwise.")] = None,
+             "exit 2; an OK line per benchmark and model otherwise. Default: no check, list the benchmarks.")] = None,
 ) -> None:
     """Every registered benchmark: its name, the other spellings commands accept, tasks and metrics."""
     if check is not None:

@@ -125,6 +125,23 @@ def _cli_flow() -> tuple[type[BaseException], ...]:
 _CLI_FLOW = _cli_flow()
 
 
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """A wrong option or value, as typer (its own copy of click, ``typer._click``) and click raise it."""
+    import click
+
+    kinds: list[type[Exception]] = [click.UsageError]
+    try:
+        from typer._click.exceptions import UsageError
+    except ImportError:  # a typer that uses click itself
+        pass
+    else:
+        kinds.append(UsageError)
+    return tuple(kinds)
+
+
+_USAGE_ERRORS = _usage_errors()
+
+
 class SafeGroup(HelpGroup):
     """The root command: an exception no command turned into a message ends as one line, never a
     traceback. A user's mistake (a ValueError, a file that cannot be opened) exits 2 naming it; any
@@ -150,6 +167,10 @@ class SafeGroup(HelpGroup):
 
         try:
             return super().invoke(ctx)
+        except _USAGE_ERRORS as exc:  # a wrong option or value: one line, and where the options are listed
+            where = (exc.ctx or ctx).command_path
+            typer.echo(f"error: {exc.format_message()} (see `{where} --help`)", err=True)
+            raise typer.Exit(BAD_INPUT_EXIT) from None
         except (*_CLI_FLOW, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:
