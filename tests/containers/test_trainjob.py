@@ -103,7 +103,7 @@ def test_a_two_node_trainjob_from_relative_paths_logs_under_its_own_parent_and_l
 
     out, before, after, output = uninterrupted
     assert {path: after[path] for path in before} == before, "no host folder or file changed mode, owner or group"
-    made = {path: owner for path, (_mode, *owner) in after.items() if path not in before}
+    made = {path: (uid, gid) for path, (_mode, uid, gid) in after.items() if path not in before}
     assert set(made.values()) == {(os.getuid(), os.getgid())}, "the nodes wrote as this machine's user"
     client = MlflowClient(_env(out.parents[1])["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("vsbench-abid").experiment_id])

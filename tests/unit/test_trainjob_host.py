@@ -100,7 +100,8 @@ def test_every_bad_path_is_one_line_and_nothing_is_submitted_or_tracked(data, mo
         f"error: --images {data / 'tasks' / 'counting_train.json'}: not a folder; it is what `vsbench abid resize` writes",
         f"error: --out {data / 'runs' / 'counting'}: {data / 'runs'} is a file, not a folder: choose a folder path",
     ]
-    assert client.submitted == {} and _runs(uri) == []
+    assert client.submitted == {} and uri.endswith("store/mlflow.db")
+    assert not (data / "store" / "mlflow.db").exists(), "the store was not even opened: no run"
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="the mode bits of a root-owned folder are what root-without-capabilities has")
@@ -117,6 +118,18 @@ def test_a_run_folder_the_podman_nodes_cannot_write_is_refused_before_the_engine
     assert result.output.strip() == (f"error: --out {out}: {out / 'checkpoints'} is not writable by the nodes (uid 0 "
                                      f"gid 0, no capabilities); an earlier run may have made it another user's: "
                                      f"`chown -R 0:0 {out}` or choose a new --out")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs to give a file to another user")
+def test_a_task_file_the_podman_nodes_cannot_read_is_named_though_you_can(data, monkeypatch) -> None:
+    secret = data / "tasks" / "counting_train.json"
+    os.chown(secret, 12345, 12345)
+    secret.chmod(0o600)
+    monkeypatch.setattr(trainjob, "existing_docker_api", lambda: pytest.fail("the engine was asked before the check"))
+    result = _train("--engine", "podman")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (f"error: --tasks {secret}: the nodes (uid 0 gid 0, no capabilities) cannot read "
+                                     f"it: make it readable (chmod -R a+rX {data / 'tasks'})")
 
 
 def test_podman_mounts_that_would_hide_the_images_folders_are_refused(data, monkeypatch) -> None:

@@ -191,9 +191,9 @@ def abid_train(
         if nproc > 1:
             raise typer.BadParameter("a TrainJob's processes are --nodes x --gpus-per-node: leave --nproc at 1",
                                      param_hint="--nproc")
-        with user_errors(TrainJobError, ContainerRunError), _trainjob_parent(
-                track, {"task": task, "profile": profile, "overrides": overrides, "seed": seed,
-                                             "nodes": nodes, "gpus_per_node": gpus_per_node, "engine": engine}) as parent:
+        params = {"task": task, "profile": profile, "overrides": overrides, "seed": seed, "nodes": nodes,
+                  "gpus_per_node": gpus_per_node, "engine": engine, "data": str(tasks.resolve())}
+        with user_errors(TrainJobError, ContainerRunError), _trainjob_parent(track, params) as parent:
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
                                      seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,

@@ -260,8 +260,10 @@ def check_request(request: TrainJobRequest, engine: str, environ: dict[str, str]
             problems.append(f"{option} {folder}: {'not a folder' if folder.exists() else 'no such folder'}; "
                             f"it is what `{made_by}` writes")
             continue
+        if user is None:  # a cluster's volume: its pods' rights are the cluster's to give
+            continue
         unreadable = [p for p in (folder, *(sorted(folder.iterdir()) if option == "--tasks" else ()))
-                      if user is not None and not user.may(p, _READ | (_SEARCH if p.is_dir() else 0))]
+                      if not user.may(p, _READ | (_SEARCH if p.is_dir() else 0))]
         if unreadable:
             problems.append(f"{option} {unreadable[0]}: the nodes ({user}) cannot read it"
                             f"{f' (nor {len(unreadable) - 1} more in it)' if len(unreadable) > 1 else ''}: "
