@@ -1,5 +1,7 @@
 """TrainJobs for real, through the Kubeflow SDK's container backend: 2 podman containers of the CPU
-image as nodes on a private network, gloo, nothing pulled. The job computes what `--nproc 2`
+image as nodes on a private network, gloo, nothing pulled. A job given relative paths and no parent
+run trains, logs under a parent run of its own, and leaves the host's folders' modes, owners and
+groups as they were (the nodes write as this machine's user). The job computes what `--nproc 2`
 computes (within the rounding spread tests/unit/test_distributed.py measures: the image's torch is
 another build than the development venv's), a node killed mid-run fails the job naming it and the
 next submission resumes to the uninterrupted job's very weights, and the kfp.local ABID pipeline
@@ -60,14 +62,29 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "tasks", root / "images"
 
 
+def _modes(*folders: Path) -> dict[str, tuple[int, int, int]]:
+    """Mode, owner and group of each folder and everything in it."""
+    return {str(path): (path.stat().st_mode, path.stat().st_uid, path.stat().st_gid)
+            for folder in folders for path in (folder, *folder.rglob("*"))}
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(cpu_image, tiny, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-node TrainJob that nobody disturbs."""
+def uninterrupted(cpu_image, tiny, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict, str]:
+    """A 2-node TrainJob that nobody disturbs, given relative paths (from the data's folder) and no
+    --parent-run-id: (its run folder, the modes before and after, its output)."""
     tmp = tmp_path_factory.mktemp("job")
-    code, output = _finish(_train(tiny, tmp / "counting", _env(tmp), "--backend", "trainjob", "--engine", "podman",
-                                  "--nodes", "2"))
+    tasks, images = tiny
+    env = _env(tmp)
+    (tmp / "runs").mkdir()
+    before = _modes(tasks, images, tmp / "runs")
+    job = subprocess.Popen([sys.executable, "-m", "vsbench", "abid", "train", "counting", "--tasks",
+                            os.path.relpath(tasks, tmp), "--images", os.path.relpath(images, tmp), "--out", "runs/counting",
+                            "--device", "cpu", "--overrides", json.dumps(OVERRIDES), "--backend", "trainjob", "--engine",
+                            "podman", "--nodes", "2"], env=env, cwd=tmp, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    code, output = _finish(job)
     assert code == 0, output[-4000:]
-    return tmp / "counting"
+    return tmp / "runs" / "counting", before, _modes(tasks, images, tmp / "runs"), output
 
 
 def _job_containers() -> list[str]:
@@ -78,7 +95,26 @@ def _job_containers() -> list[str]:
     return listed.stdout.split()
 
 
+def test_a_two_node_trainjob_from_relative_paths_logs_under_its_own_parent_and_leaves_the_hosts_modes(
+        uninterrupted) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking.provenance import PARENT_TAG, STEP_TAG
+
+    out, before, after, output = uninterrupted
+    assert {path: after[path] for path in before} == before, "no host folder or file changed mode, owner or group"
+    made = {path: (uid, gid) for path, (_mode, uid, gid) in after.items() if path not in before}
+    assert set(made.values()) == {(os.getuid(), os.getgid())}, "the nodes wrote as this machine's user"
+    client = MlflowClient(_env(out.parents[1])["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("vsbench-abid").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get(STEP_TAG) == "pipeline"]
+    (child,) = [r for r in runs if r.data.tags.get(PARENT_TAG) == parent.info.run_id]
+    assert parent.info.status == child.info.status == "FINISHED" and child.data.params["world_size"] == "2"
+    assert f"MLflow: parent run {parent.info.run_id}" in output
+
+
 def test_a_two_node_trainjob_computes_what_torchrun_computes(uninterrupted, tiny, tmp_path) -> None:
+    uninterrupted = uninterrupted[0]
     manifest = json.loads((uninterrupted / "train_counting.json").read_text())
     assert manifest["world_size"] == 2 and manifest["trainjob_engine"] == "podman" and manifest["trainjob_nodes"] == 2
     assert manifest["trainjob"].startswith("vsbench-counting-") and manifest["trainjob_startup_seconds"] > 0
@@ -97,6 +133,7 @@ def test_a_two_node_trainjob_computes_what_torchrun_computes(uninterrupted, tiny
 
 def test_a_killed_node_fails_the_job_naming_it_and_a_rerun_resumes_to_the_same_weights(
         uninterrupted, tiny, tmp_path) -> None:
+    uninterrupted = uninterrupted[0]
     out = tmp_path / "counting"
     env = _env(tmp_path)
     job = _train(tiny, out, env, "--backend", "trainjob", "--engine", "podman", "--nodes", "2")
@@ -115,7 +152,8 @@ def test_a_killed_node_fails_the_job_naming_it_and_a_rerun_resumes_to_the_same_w
     code, output = _finish(job)
     assert killed and code == 2, output[-4000:]
     line = output.strip().splitlines()[-1]
-    assert "failed: node-1 (exit code 137, killed)" in line and "resumes from the last finished epoch" in line, line
+    assert "failed: node-1 (exit code 137, killed) failed first" in line and "resumes from the last finished epoch" in line, line
+    assert f"each node's log is in {out / 'logs'}/vsbench-counting-" in line, line
     stopped_at = load_state(out / "checkpoints" / "counting" / LAST)["epoch"]
     assert 1 <= stopped_at < OVERRIDES["epochs"], "killed mid-run, after epoch 1"
     assert not _job_containers(), "a failed job's containers are removed too"

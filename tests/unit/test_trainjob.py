@@ -285,8 +285,14 @@ def test_a_completed_job_returns_rank_0s_manifest_and_streams_each_node(monkeypa
 
 def test_a_failed_job_names_the_node_and_says_a_rerun_resumes(monkeypatch, request_) -> None:
     _use(monkeypatch, FakeClient([("Failed", {"node-0": "Succeeded", "node-1": "Failed"})]))
-    with pytest.raises(TrainJobError, match=r"failed: node-1; its checkpoints stay in .*resumes from the last"):
-        run_trainjob(TrainJobRequest(**{**request_.__dict__, "schedule_timeout_s": 60}), "kubernetes", lambda _: None)
+    request = TrainJobRequest(**{**request_.__dict__, "schedule_timeout_s": 60})
+    with pytest.raises(TrainJobError, match=r"failed: node-1 failed first; each node's log is in .*/logs/vsbench-counting-"
+                                            r"\w+/; no epoch had finished, so a re-run starts from the beginning$"):
+        run_trainjob(request, "kubernetes", lambda _: None)
+    (request.out / "checkpoints" / "counting").mkdir(parents=True)
+    (request.out / "checkpoints" / "counting" / "last.pt").write_bytes(b"an epoch finished")
+    with pytest.raises(TrainJobError, match=r"failed: node-1 failed first; .*; its checkpoints stay in .*resumes from the last"):
+        run_trainjob(request, "kubernetes", lambda _: None)
 
 
 def test_a_job_that_never_starts_fails_after_the_stated_timeout_naming_why(monkeypatch, request_) -> None:
@@ -324,7 +330,7 @@ def test_a_cluster_without_trainer_v2_or_our_runtime_gets_one_line_with_the_way_
 def test_missing_inputs_are_named_before_anything_is_submitted(monkeypatch, tmp_path) -> None:
     _use(monkeypatch, FakeClient([]))
     request = TrainJobRequest(task="counting", tasks=tmp_path / "nope", images=tmp_path, out=tmp_path / "o")
-    with pytest.raises(TrainJobError, match=r"nope: no such folder; it is what `vsbench abid prepare` writes"):
+    with pytest.raises(trainjob.TrainJobInputError, match=r"nope: no such folder; it is what `vsbench abid prepare` writes"):
         run_trainjob(request, "kubernetes", lambda _: None)
 
 

@@ -4,6 +4,8 @@ the whole pipeline on kfp.local (``run-local``)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -157,7 +159,8 @@ def abid_train(
     device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda' (under DDP: one GPU per process).")] = "auto",
     nproc: Annotated[int, typer.Option(min=1, help="Processes on this machine: >1 starts torchrun (DDP: gloo on "
                                                    "the CPU, nccl on CUDA). Under torchrun yourself, leave it at 1.")] = 1,
-    parent_run_id: Annotated[str, typer.Option(help="MLflow parent run; empty: no tracking.")] = "",
+    parent_run_id: Annotated[str, typer.Option(help="MLflow parent run; empty: no tracking in a pod, a new "
+                                                    "parent run (experiment vsbench-abid) with --backend trainjob.")] = "",
     backend: Annotated[str, typer.Option(help="'pod': train here (one process, or --nproc). 'trainjob': a Kubeflow "
                                               "Trainer v2 TrainJob on --nodes nodes through the Kubeflow SDK.")] = "pod",
     nodes: Annotated[int, typer.Option(min=1, help="TrainJob nodes (--backend trainjob).")] = 2,
@@ -165,6 +168,7 @@ def abid_train(
                                                            "process per node (gloo).")] = 0,
     engine: Annotated[str, typer.Option(help="Where the TrainJob runs: 'auto' (the cluster from inside a pod, else "
                                              "podman here, else local processes), 'kubernetes', 'podman', 'process'.")] = "auto",
+    track: TrackOpt = True,
 ) -> None:
     """Train one ABID baseline, resumably; in one process, or data-parallel with --nproc N (or under
     `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
@@ -189,11 +193,14 @@ def abid_train(
         if nproc > 1:
             raise typer.BadParameter("a TrainJob's processes are --nodes x --gpus-per-node: leave --nproc at 1",
                                      param_hint="--nproc")
-        with user_errors(TrainJobError, ContainerRunError):
+        params = {"task": task, "profile": profile, "overrides": overrides, "seed": seed, "nodes": nodes,
+                  "gpus_per_node": gpus_per_node, "engine": engine, "data": str(tasks.resolve())}
+        with user_errors(TrainJobError, ContainerRunError), _trainjob_parent(track, params) as parent:
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
                                      seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,
-                                     manifest_path=str(out / f"train_{task}.json"))
+                                     manifest_path=str(out.resolve() / f"train_{task}.json"), open_parent=parent.open)
+            parent.finished(result.metrics)
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}  (trainjob {result.manifest['trainjob']}, "
                    f"{result.manifest['trainjob_engine']}, started in {result.manifest['trainjob_startup_seconds']:.1f} s, "
@@ -219,6 +226,60 @@ def abid_train(
     if int(os.environ.get("RANK", "0") or 0) == 0:
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}")
+
+
+class _Parent:
+    """The MLflow parent run a TrainJob logs under when no --parent-run-id is given: opened (as a
+    pipeline's is: the store probed, the local default announced) only when the job is about to be
+    submitted, so a check that fails leaves no run; closed FINISHED with the training's numbers, or
+    FAILED."""
+
+    EXPERIMENT = "vsbench-abid"
+
+    def __init__(self, track: bool, params: dict) -> None:
+        from vsbench.tracking.command import new_run_key
+
+        self.track, self.params = track, params
+        self.key = new_run_key()
+        self.run_id = ""
+
+    def open(self) -> str:
+        from vsbench.tracking.command import prepare_pipeline_tracking
+        from vsbench.tracking.runs import open_parent_run, tracking_uri
+
+        if prepare_pipeline_tracking(self.track, typer.echo):
+            self.run_id = open_parent_run(self.EXPERIMENT, self.key, "vsbench-abid-train", self.params, source="cli")
+        if self.run_id:
+            typer.echo(f"MLflow: parent run {self.run_id} (experiment {self.EXPERIMENT}) in {tracking_uri()}")
+        return self.run_id
+
+    def finished(self, metrics: dict) -> None:
+        from vsbench.tracking.runs import log_to_parent
+
+        log_to_parent(self.run_id, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+
+
+@contextmanager
+def _trainjob_parent(track: bool, params: dict) -> Iterator[_Parent]:
+    """A :class:`_Parent` for the block; ``--no-track`` turns tracking off for the job's nodes too."""
+    from vsbench.platform.trainjob import TrainJobInputError
+    from vsbench.tracking.config import disable_tracking
+    from vsbench.tracking.runs import close_parent_run
+
+    if not track:
+        disable_tracking()
+    parent = _Parent(track, params)
+    succeeded = False
+    try:
+        yield parent
+        succeeded = True
+    except TrainJobInputError as exc:  # every problem found before submitting: one line each
+        for problem in exc.problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        if parent.run_id:  # made here (a given --parent-run-id is its owner's to close)
+            close_parent_run(parent.EXPERIMENT, parent.key, succeeded)
 
 
 def _refuse_busy(out: Path, task: str) -> None:

@@ -14,20 +14,26 @@ Where the job runs (the SDK's backends):
 * ``podman``: the SDK's container backend on this machine: one container per node of the vsbench
   image on a private podman network, nothing pulled. The SDK mounts only its own work folder, so
   :class:`_PodLikeAdapter` gives each node what the TrainingRuntime gives a pod on the cluster:
-  the data folders at their own paths, the settings from the environment, user 10001, a read-only
-  root filesystem with a tmpfs on /tmp.
+  the data folders at their own paths (tasks and images read-only), the settings from the
+  environment, a read-only root filesystem with a tmpfs on /tmp, no capabilities. Its user is
+  this machine's user (uid and gid; ``--userns=keep-id`` on a rootless engine), so the nodes
+  write the run folder and the MLflow store as their owner and no host folder changes mode or group.
 * ``process``: where no container engine exists, the nodes are torchrun processes on this machine
   with the same static rendezvous the container backend uses. (The SDK's own local-process
   backend builds a fresh virtual environment per job and pip-installs torch into it, which an
   offline machine cannot do and which would train with another torch than the one tested.)
 
-A failed job fails the caller with one line naming the node; the checkpoints stay, and the next
-submission resumes from the last finished epoch, as ``vsbench abid train`` does.
+Before anything is submitted, :func:`check_request` makes every path absolute and checks it as
+the nodes will see it (folders there, readable, the run folder writable, podman's mounts), one line
+per problem. A failed job fails the caller with one line naming the node that failed first and its
+own error, and where every node's log is (``<out>/logs/<job>/``); the checkpoints stay, and the
+next submission resumes from the last finished epoch, as ``vsbench abid train`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -40,18 +46,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from vsbench.platform.containers import (
-    RUNTIME_UID,
-    covering,
+    ContainerPlan,
     existing_docker_api,
-    grant_step_access,
     podman_service,
     step_environment,
 )
+from vsbench.platform.trainjob_logs import NodeFailure, NodeLogs, failure_line
 from vsbench.runtime.images import CPU_IMAGE, GPU_IMAGE
 
 TRAIN_BACKENDS = ("pod", "trainjob")
@@ -76,6 +82,15 @@ class TrainJobError(RuntimeError):
     """A TrainJob could not run or failed; the message is one line that says what to do."""
 
     one_line = True
+
+
+class TrainJobInputError(ValueError):
+    """What the nodes would trip on, found before anything is submitted: one line per problem
+    (``problems``), so the user fixes them all at once (a ValueError: the CLI exits 2)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 def vsbench_train_node(argv: list[str] | dict[str, object] | None = None, python: str = "python") -> None:
@@ -139,10 +154,18 @@ class TrainJobRequest:
                 "--out", str(self.out), "--profile", self.profile, "--overrides", self.overrides,
                 "--seed", str(self.seed), "--device", device, "--parent-run-id", self.parent_run_id]
 
-    def data_folders(self) -> list[Path]:
-        """What the nodes read and write: the runs folder whole, since the siamese network may start
-        from the counting run beside its own (profile field siamese_trunk_init)."""
-        return [self.tasks, self.images, self.out.parent]
+    def written_folders(self) -> list[Path]:
+        """What the nodes write: the runs folder whole, since the siamese network may start from the
+        counting run beside its own (profile field siamese_trunk_init)."""
+        return [self.out.parent]
+
+    def read_folders(self) -> list[Path]:
+        """What the nodes only read (mounted read-only on the container engine)."""
+        return [self.tasks, self.images]
+
+    def logs_folder(self, name: str) -> Path:
+        """Where every node's whole log of job ``name`` is written (the terminal shows it too)."""
+        return self.out / "logs" / name
 
 
 def _schedule_timeout() -> int:
@@ -186,6 +209,122 @@ def job_name(task: str) -> str:
     return f"vsbench-{task}-{uuid.uuid4().hex[:8]}"
 
 
+# ---- before submitting: every path, as the nodes will see it -----------------------------------
+
+# The image's own folders (and the kernel's): a data mount at the same path would hide them.
+_SYSTEM_FOLDERS = tuple(Path(p) for p in ("/bin", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/sbin",
+                                          "/sys", "/usr"))
+_READ, _WRITE, _SEARCH = os.R_OK, os.W_OK, os.X_OK
+_WALK_LIMIT = 2000  # folders of an existing --out looked at (checkpoints/, logs/...): a bound, not a scan
+
+
+@dataclass(frozen=True)
+class NodeUser:
+    """Who the nodes are to this machine's files. ``uid`` None: this process itself (the process
+    engine: its groups and capabilities too). Otherwise a container user with exactly this uid and
+    gid, no other group and no capability (as the runtime's pods: capabilities dropped), whose
+    access the mode bits alone decide."""
+
+    uid: int | None = None
+    gid: int | None = None
+
+    def may(self, path: Path, want: int) -> bool:
+        if self.uid is None:
+            return os.access(path, want)
+        info = path.stat()
+        shift = 6 if info.st_uid == self.uid else 3 if info.st_gid == self.gid else 0
+        return (info.st_mode >> shift) & want == want
+
+    def __str__(self) -> str:
+        return "you" if self.uid is None else f"uid {self.uid} gid {self.gid}, no capabilities"
+
+
+def node_user(engine: str) -> NodeUser | None:
+    """The nodes' user on this machine's files: on podman this machine's user (its uid and gid; a
+    rootless engine maps them with --userns=keep-id), so nothing of the host needs to change hands;
+    as processes this process; on a cluster the runtime's (None: its volume is the cluster's)."""
+    if engine == "podman":
+        return NodeUser(os.getuid(), os.getgid())
+    return NodeUser() if engine == "process" else None
+
+
+def check_request(request: TrainJobRequest, engine: str, environ: dict[str, str] | None = None) -> TrainJobRequest:
+    """The request with absolute paths (symlinks resolved: a container mounts what a path points at,
+    at that path), once every check that can be made before submitting passes; else
+    :class:`TrainJobInputError` with one line per problem. It creates and changes nothing."""
+    tasks, images, out = (Path(p).expanduser().resolve() for p in (request.tasks, request.images, request.out))
+    user = node_user(engine)
+    problems: list[str] = []
+    for option, folder, made_by in (("--tasks", tasks, "vsbench abid prepare"), ("--images", images, "vsbench abid resize")):
+        if not folder.is_dir():
+            problems.append(f"{option} {folder}: {'not a folder' if folder.exists() else 'no such folder'}; "
+                            f"it is what `{made_by}` writes")
+            continue
+        if user is None:  # a cluster's volume: its pods' rights are the cluster's to give
+            continue
+        unreadable = [p for p in (folder, *(sorted(folder.iterdir()) if option == "--tasks" else ()))
+                      if not user.may(p, _READ | (_SEARCH if p.is_dir() else 0))]
+        if unreadable:
+            problems.append(f"{option} {unreadable[0]}: the nodes ({user}) cannot read it"
+                            f"{f' (nor {len(unreadable) - 1} more in it)' if len(unreadable) > 1 else ''}: "
+                            f"make it readable (chmod -R a+rX {folder})")
+    problems += _out_problems(out, user)
+    if engine == "podman":
+        problems += _mount_problems(tasks, images, out, user, os.environ if environ is None else environ)
+    if problems:
+        raise TrainJobInputError(problems)
+    return dataclasses.replace(request, tasks=tasks, images=images, out=out)
+
+
+def _out_problems(out: Path, user: NodeUser | None) -> list[str]:
+    """--out: a folder this process may create, or one whose folders the nodes may all write."""
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        return [f"--out {out}: {existing} is a file, not a folder: choose a folder path"]
+    if existing != out:
+        if not os.access(existing, _WRITE | _SEARCH):
+            return [f"--out {out}: cannot be created, {existing} is not writable by you: choose a folder you may write"]
+        return []
+    if user is None:
+        return []
+    for count, (current, folders, _files) in enumerate(os.walk(out)):
+        if count >= _WALK_LIMIT:
+            break
+        if not user.may(Path(current), _READ | _WRITE | _SEARCH):
+            return [f"--out {out}: {current} is not writable by the nodes ({user}); an earlier run may have made "
+                    f"it another user's: `chown -R {user.uid if user.uid is not None else os.getuid()}:"
+                    f"{user.gid if user.gid is not None else os.getgid()} {out}` or choose a new --out"]
+        folders.sort()
+    return []
+
+
+def _mount_problems(tasks: Path, images: Path, out: Path, user: NodeUser | None,
+                    environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    """What the podman engine mounts (each at its own path): never over the image's system folders,
+    and the MLflow store reachable and writable by the nodes."""
+    from vsbench.tracking.config import tracking_disabled
+
+    problems: list[str] = []
+    store: list[Path] = []
+    files: list[Path] = []
+    if not tracking_disabled():
+        try:
+            store, files = _mlflow_mounts(dict(environ))
+        except TrainJobError as exc:
+            problems.append(str(exc))
+    for label, mount in (("--tasks", tasks), ("--images", images), (f"--out {out}: its runs folder", out.parent),
+                         *(("the MLflow store", folder) for folder in store)):
+        if mount == Path("/") or any(mount == s or s in mount.parents for s in _SYSTEM_FOLDERS):
+            problems.append(f"{label} {mount} would be mounted at its own path on each node, over the image's "
+                            f"{'root' if mount == Path('/') else 'own ' + str(mount)}: keep data, runs and the MLflow "
+                            "store in a folder of their own (e.g. /data/runs/counting, or under your home)")
+    for path in (*store, *files):
+        if user is not None and path.exists() and not user.may(path, _READ | _WRITE | (_SEARCH if path.is_dir() else 0)):
+            problems.append(f"the MLflow store {path} is not writable by the nodes ({user}): make it yours, or "
+                            "use another MLFLOW_TRACKING_URI, or train with --no-track")
+    return problems
+
+
 # ---- the container backend's nodes, made like the TrainingRuntime's pods ----------------------
 
 class _PodLikeAdapter:
@@ -193,36 +332,56 @@ class _PodLikeAdapter:
 
     The SDK's container backend mounts only its work folder and passes only the trainer's env;
     vsbench's steps read and write the data root and log to MLflow, so every node container also
-    gets the data folders at their own paths, user 10001 (group-writable volumes, as fsGroup does),
-    a read-only root filesystem with /tmp in memory, and the GPUs through CDI when asked for."""
+    gets the data folders at their own paths (what it only reads, read-only), a read-only root
+    filesystem with /tmp in memory, no capabilities and no privilege escalation (the runtime's
+    securityContext), and the GPUs through CDI when asked for. Its user is this machine's user
+    (``user``, mapped by --userns=keep-id on a rootless engine): where a pod has fsGroup to make
+    a volume its own, a local node then writes the host's folders as their owner, and the host's
+    modes and groups stay as they are."""
 
-    def __init__(self, inner: Any, mounts: list[Path], gpus: int) -> None:
+    def __init__(self, inner: Any, plan: ContainerPlan, gpus: int, user: NodeUser, rootless: bool) -> None:
         self._inner = inner
-        self._mounts = mounts
+        self._plan = plan
         self._gpus = gpus
+        self._user = user
+        self._rootless = rootless
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def run_arguments(self, volumes: dict[str, dict[str, str]]) -> dict[str, Any]:
+        """The container's mounts, user and security settings (what ``podman run`` would be told)."""
+        volumes = {**volumes, **{str(path): {"bind": str(path), "mode": "rw"} for path in self._plan.mounts()},
+                   **{str(path): {"bind": str(path), "mode": "ro"} for path in self._plan.read_only_mounts()}}
+        extra: dict[str, Any] = {"userns_mode": "keep-id"} if self._rootless else {}
+        if self._gpus:
+            extra["devices"] = ["nvidia.com/gpu=all"]
+        return {"volumes": volumes, "user": f"{self._user.uid}:{self._user.gid}", "read_only": True,
+                "cap_drop": ["ALL"], "no_new_privileges": True,
+                "mounts": [{"type": "tmpfs", "source": "tmpfs", "target": "/tmp", "size": "2g", "chown": True}],
+                "shm_size": 2 * 1024 ** 3, **extra}
+
     def create_and_start_container(self, image: str, command: list[str], name: str, network_id: str,
                                    environment: dict[str, str], labels: dict[str, str],
                                    volumes: dict[str, dict[str, str]], working_dir: str) -> str:
-        volumes = {**volumes, **{str(path): {"bind": str(path), "mode": "rw"} for path in self._mounts}}
-        extra: dict[str, Any] = {}
-        if self._gpus:
-            extra["devices"] = ["nvidia.com/gpu=all"]
         # network_mode "bridge": the job's own network (podman-py passes the network name alone, and
         # vsbench's containers.conf makes the host's network the default). hostname: node 0's
         # rendezvous binds its own name, and podman's CNI networks (Debian's default) have no DNS;
         # podman writes the hostname into the container's /etc/hosts. The other nodes reach node 0
         # by the IP the SDK reads from it.
         container = self._inner.client.containers.run(
-            image=image, command=command, name=name, hostname=name, network=network_id, network_mode="bridge", working_dir=working_dir,
-            environment=environment, labels=labels, volumes=volumes, detach=True, remove=False,
-            user=f"{RUNTIME_UID}:{RUNTIME_UID}", read_only=True,
-            mounts=[{"type": "tmpfs", "source": "tmpfs", "target": "/tmp", "size": "2g", "chown": True}],
-            shm_size=2 * 1024 ** 3, **extra)
+            image=image, command=command, name=name, hostname=name, network=network_id, network_mode="bridge",
+            working_dir=working_dir, environment=environment, labels=labels, detach=True, remove=False,
+            **self.run_arguments(volumes))
         return container.id
+
+
+def _rootless(podman: Any) -> bool:
+    """Whether the engine runs rootless (then the host's uid is mapped in with keep-id); asked of
+    the engine, since a rootful socket may serve a user who is not root."""
+    with contextlib.suppress(Exception):
+        return bool(podman.info()["host"]["security"]["rootless"])
+    return os.geteuid() != 0
 
 
 def _mlflow_mounts(environ: dict[str, str], parent_run_id: str = "") -> tuple[list[Path], list[Path]]:
@@ -255,7 +414,9 @@ def _mlflow_mounts(environ: dict[str, str], parent_run_id: str = "") -> tuple[li
 
 
 @contextlib.contextmanager
-def _podman_client(request: TrainJobRequest) -> Iterator[Any]:
+def _podman_client(request: TrainJobRequest, open_parent: Callable[[], str] | None) -> Iterator[tuple[Any, TrainJobRequest]]:
+    """The SDK's client on podman with the pod-like adapter, and the request with its parent run
+    (opened here, once the engine answers and has the image: a job that cannot start leaves no run)."""
     from kubeflow.trainer import ContainerBackendConfig, TrainerClient, TrainingRuntimeSource
 
     if not RUNTIME_FOLDER.is_dir():
@@ -273,11 +434,25 @@ def _podman_client(request: TrainJobRequest) -> Iterator[Any]:
         if not adapter.image_exists(request.node_image):
             raise TrainJobError(f"image {request.node_image} is not on this machine and the local TrainJob pulls "
                                 "nothing: build it with `make image-cpu` (or images/build.sh --only cpu)")
+        request = _with_parent(request, open_parent)
         folders, files = _mlflow_mounts(dict(os.environ), request.parent_run_id)
-        mounts = covering([*request.data_folders(), *folders])
-        grant_step_access([p for p in mounts if not p.is_file()], files)
-        client.backend._adapter = _PodLikeAdapter(adapter, mounts, request.gpus_per_node)
-        yield client
+        for folder in [*request.written_folders(), *folders]:  # a mount's source must exist; new folders are yours
+            folder.mkdir(parents=True, exist_ok=True)
+        plan = ContainerPlan(request.node_image, folders=(*request.written_folders(), *folders), files=tuple(files),
+                             read_only=tuple(request.read_folders()))
+        user = node_user("podman")
+        assert user is not None
+        client.backend._adapter = _PodLikeAdapter(adapter, plan, request.gpus_per_node, user,
+                                                  _rootless(adapter.client))
+        yield client, request
+
+
+def _with_parent(request: TrainJobRequest, open_parent: Callable[[], str] | None) -> TrainJobRequest:
+    """The request under the run ``open_parent`` makes (when none was given): called only once the
+    job is about to be submitted, so a check that fails leaves no MLflow run behind."""
+    if request.parent_run_id or open_parent is None:
+        return request
+    return dataclasses.replace(request, parent_run_id=open_parent())
 
 
 def _kubernetes_client() -> Any:
@@ -311,8 +486,8 @@ def _describe_api_error(exc: Exception, request: TrainJobRequest) -> str | None:
 
 # ---- submit, follow, wait ---------------------------------------------------------------------
 
-def _stream(client: Any, name: str, step: str, echo: Callable[[str], None], stop: threading.Event) -> None:
-    """One node's log lines, prefixed with the node, until it ends (best effort: logs never fail a job).
+def _stream(client: Any, name: str, step: str, logs: NodeLogs, stop: threading.Event) -> None:
+    """One node's log lines into ``logs``, until it ends (best effort: logs never fail a job).
 
     The container backend's ``get_job_logs`` for "node-0" means every node, one after the other,
     so a container's own log is read by its name there; the Kubernetes backend yields nothing while
@@ -329,16 +504,32 @@ def _stream(client: Any, name: str, step: str, echo: Callable[[str], None], stop
                 buffer += chunk
                 *lines, buffer = buffer.split("\n")
                 for line in lines:
-                    echo(f"[{step}] {line}")
+                    logs.line(step, line)
             if buffer:
-                echo(f"[{step}] {buffer}")
+                logs.line(step, buffer)
         if received:
             return
         stop.wait(2)
 
 
-def _node_failures(client: Any, name: str) -> list[str]:
-    """The nodes that failed, with their exit codes where the backend knows them."""
+def _finished_at(text: str) -> float | None:
+    """An engine's end time (RFC 3339, nanoseconds and all) as seconds, or None."""
+    text = (text or "").strip().replace("Z", "+00:00")
+    if not text or text.startswith("0001-"):
+        return None
+    head, dot, rest = text.partition(".")
+    if dot:  # at most the microseconds fromisoformat reads; the zone kept
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits):]
+        text = f"{head}.{digits[:6].ljust(6, '0')}{zone}"
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _node_failures(client: Any, name: str) -> list[NodeFailure]:
+    """The nodes that failed, with their exit codes and end times where the backend knows them."""
     failed = []
     with contextlib.suppress(Exception):
         job = client.get_job(name)
@@ -346,17 +537,26 @@ def _node_failures(client: Any, name: str) -> list[str]:
         for step in job.steps:
             if step.status != "Failed":
                 continue
-            detail = ""
+            code = ended = None
             if adapter is not None:
                 with contextlib.suppress(Exception):
                     _status, code = adapter.container_status(step.pod_name)
-                    detail = f" (exit code {code}{', killed' if code in (137, 143) else ''})"
-            failed.append(f"{step.name}{detail}")
+                with contextlib.suppress(Exception):
+                    ended = _finished_at(adapter.client.containers.get(step.pod_name).attrs["State"]["FinishedAt"])
+            failed.append(NodeFailure(step.name, code, ended))
     return failed
 
 
+def _resume_advice(request: TrainJobRequest) -> str:
+    """What a re-run resumes from: the checkpoints when an epoch finished, else nothing."""
+    checkpoints = request.out / "checkpoints" / request.task
+    if (checkpoints / "last.pt").is_file():
+        return f"its checkpoints stay in {checkpoints} and running the step again resumes from the last finished epoch"
+    return "no epoch had finished, so a re-run starts from the beginning"
+
+
 def _wait(client: Any, name: str, request: TrainJobRequest, started: float,
-          pending_reason: Callable[[], str]) -> float:
+          pending_reason: Callable[[], str], logs: NodeLogs, streams: list[threading.Thread]) -> float:
     """Poll until Complete (returns when every node first ran) or raise one line on failure."""
     all_running_at = 0.0
     while True:
@@ -368,10 +568,12 @@ def _wait(client: Any, name: str, request: TrainJobRequest, started: float,
         if job.status == "Complete":
             return (all_running_at or now) - started
         if job.status == "Failed":
-            nodes = _node_failures(client, name) or ["a node"]
-            raise TrainJobError(
-                f"TrainJob {name} failed: {', '.join(nodes)}; its checkpoints stay in {request.out / 'checkpoints' / request.task} "
-                "and running the step again resumes from the last finished epoch")
+            failures = _node_failures(client, name)
+            for failure in failures:  # a failed node's log is over: read to its end, for its own error
+                rank = failure.step.removeprefix("node-")
+                if rank.isdigit() and int(rank) < len(streams) and streams[int(rank)].is_alive():
+                    streams[int(rank)].join(timeout=10)
+            raise TrainJobError(failure_line(name, failures, logs, _resume_advice(request)))
         if not all_running_at and now - started > request.schedule_timeout_s:
             raise TrainJobError(f"TrainJob {name} did not start within {request.schedule_timeout_s} s: "
                                 f"{pending_reason() or 'its nodes are still pending'}")
@@ -404,34 +606,43 @@ def _read_manifest(request: TrainJobRequest, name: str) -> dict[str, Any]:
     return manifest
 
 
-def run_trainjob(request: TrainJobRequest, engine: str = "auto",
-                 echo: Callable[[str], None] = print) -> TrainJobOutcome:
-    """Submit the TrainJob, stream every node's log through ``echo``, wait, and return rank 0's manifest."""
+def run_trainjob(request: TrainJobRequest, engine: str = "auto", echo: Callable[[str], None] = print,
+                 open_parent: Callable[[], str] | None = None) -> TrainJobOutcome:
+    """Check the request (:func:`check_request`), submit the TrainJob, stream every node's log
+    through ``echo`` (and into a file per node), wait, and return rank 0's manifest.
+
+    ``open_parent``: makes the MLflow parent run the job logs under, when the request names none;
+    called only when the job is about to be submitted."""
     sdk_logger = logging.getLogger("kubeflow")
     level = sdk_logger.level
     sdk_logger.setLevel(logging.CRITICAL)  # the SDK logs its failures with tracebacks; ours is one line
     try:
-        return _run_trainjob(request, engine, echo)
+        return _run_trainjob(request, engine, echo, open_parent)
     finally:
         sdk_logger.setLevel(level)
 
 
-def _run_trainjob(request: TrainJobRequest, engine: str, echo: Callable[[str], None]) -> TrainJobOutcome:
+def _run_trainjob(request: TrainJobRequest, engine: str, echo: Callable[[str], None],
+                  open_parent: Callable[[], str] | None) -> TrainJobOutcome:
     engine = choose_engine(engine)
+    request = check_request(request, engine)
     name = job_name(request.task)
-    for folder, made_by in ((request.tasks, "vsbench abid prepare"), (request.images, "vsbench abid resize")):
-        if not folder.is_dir():
-            raise TrainJobError(f"{folder}: no such folder; it is what `{made_by}` writes")
     request.out.mkdir(parents=True, exist_ok=True)
     echo(f"trainjob {name}: {request.task} on {request.nodes} node(s) x {max(1, request.gpus_per_node)} "
          f"process(es), engine {engine}, image {request.node_image}")
     started = time.monotonic()
     if engine == "process":
-        startup = _run_processes(request, name, echo)
+        request = _with_parent(request, open_parent)
+        with NodeLogs(request.logs_folder(name), request.nodes, echo) as logs:
+            startup = _run_processes(request, name, logs)
         return TrainJobOutcome(name, engine, request.nodes, request.processes, startup, time.monotonic() - started,
                                _read_manifest(request, name))
     with contextlib.ExitStack() as stack:
-        client = stack.enter_context(_podman_client(request)) if engine == "podman" else _kubernetes_client()
+        if engine == "podman":
+            client, request = stack.enter_context(_podman_client(request, open_parent))
+        else:
+            client = _kubernetes_client()
+            request = _with_parent(request, open_parent)
         trainer = _custom_trainer(request, name, python="python", engine=engine)
         from kubeflow.trainer.options import Name
 
@@ -444,14 +655,15 @@ def _run_trainjob(request: TrainJobRequest, engine: str, echo: Callable[[str], N
             if described is None:
                 raise TrainJobError(f"TrainJob {name} could not be submitted: {str(exc).splitlines()[0]}") from exc
             raise TrainJobError(described) from None
+        logs = stack.enter_context(NodeLogs(request.logs_folder(name), request.nodes, echo))
         stop = threading.Event()
-        streams = [threading.Thread(target=_stream, args=(client, name, f"node-{rank}", echo, stop), daemon=True,
+        streams = [threading.Thread(target=_stream, args=(client, name, f"node-{rank}", logs, stop), daemon=True,
                                     name=f"trainjob-log-{rank}") for rank in range(request.nodes)]
         try:
             time.sleep(1)
             for thread in streams:
                 thread.start()
-            startup = _wait(client, name, request, started, _pending_reason(client, name))
+            startup = _wait(client, name, request, started, _pending_reason(client, name), logs, streams)
             for thread in streams:
                 thread.join(timeout=30)
         finally:
@@ -492,7 +704,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _run_processes(request: TrainJobRequest, name: str, echo: Callable[[str], None]) -> float:
+def _run_processes(request: TrainJobRequest, name: str, logs: NodeLogs) -> float:
     """The nodes as torchrun processes here: the container backend's rendezvous, without containers."""
     port = _free_port()
     env = {**os.environ, **_shared_cores(request), JOB_ENV: name}
@@ -503,21 +715,24 @@ def _run_processes(request: TrainJobRequest, name: str, echo: Callable[[str], No
                    f"--nnodes={request.nodes}", f"--node-rank={rank}", "--rdzv-backend=static",
                    f"--rdzv-endpoint=127.0.0.1:{port}", "--max-restarts=0", "-m", "vsbench", *request.node_argv()]
         nodes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
-    readers = [threading.Thread(target=_pipe, args=(node, f"node-{rank}", echo), daemon=True)
+    ended: dict[str, float] = {}
+    readers = [threading.Thread(target=_pipe, args=(node, f"node-{rank}", logs, ended), daemon=True)
                for rank, node in enumerate(nodes)]
     for reader in readers:
         reader.start()
     codes = [node.wait() for node in nodes]
     for reader in readers:
         reader.join(timeout=10)
-    failed = [f"node-{rank} (exit code {code})" for rank, code in enumerate(codes) if code]
+    failed = [NodeFailure(f"node-{rank}", code, ended.get(f"node-{rank}")) for rank, code in enumerate(codes) if code]
     if failed:
-        raise TrainJobError(f"TrainJob {name} failed: {', '.join(failed)}; its checkpoints stay in "
-                            f"{request.out / 'checkpoints' / request.task} and running the step again resumes from the last finished epoch")
+        raise TrainJobError(failure_line(name, failed, logs, _resume_advice(request)))
     return 0.0
 
 
-def _pipe(process: subprocess.Popen[str], prefix: str, echo: Callable[[str], None]) -> None:
+def _pipe(process: subprocess.Popen[str], step: str, logs: NodeLogs, ended: dict[str, float]) -> None:
+    """A node's output into ``logs`` until it ends; then when it ended (which node failed first)."""
     assert process.stdout is not None
     for line in process.stdout:
-        echo(f"[{prefix}] {line.rstrip()}")
+        logs.line(step, line.rstrip())
+    process.wait()
+    ended[step] = time.monotonic()

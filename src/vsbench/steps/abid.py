@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid, tasks_dataset
 from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
 from vsbench.io.locks import output_lock
 from vsbench.io.storage import atomic_write_json
-from vsbench.platform.trainjob import JOB_ENV, TrainJobRequest, run_trainjob
+from vsbench.platform.trainjob import JOB_ENV, TrainJobRequest, check_request, choose_engine, run_trainjob
 from vsbench.steps.base import StepResult, finish, numbers, sharded
 from vsbench.tracking.runs import Tracker, child_run, log_to_parent, parent_tracker
 
@@ -178,26 +179,29 @@ def abid_train_siamese_step(tasks: str, images: str, out: str, **kwargs: Any) ->
 
 
 def abid_train_step(task: str, tasks: str, images: str, out: str, *, backend: str = "pod", nodes: int = 2,
-                    gpus_per_node: int = 0, engine: str = "auto", echo: Any = print, **kwargs: Any) -> StepResult:
+                    gpus_per_node: int = 0, engine: str = "auto", echo: Any = print,
+                    open_parent: Callable[[], str] | None = None, **kwargs: Any) -> StepResult:
     """Train one baseline in this process (``backend`` "pod") or as a Trainer v2 TrainJob on
     ``nodes`` nodes x ``gpus_per_node`` GPUs ("trainjob", vsbench.platform.trainjob): the job's rank 0
     runs this same step under the parent run, and its manifest, with the job's name and timings,
-    becomes this step's."""
+    becomes this step's. The job's paths are checked (and made absolute) before anything else;
+    ``open_parent`` makes its parent run when none is given, once the job is about to start."""
     if backend == "pod":
         step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
         return step(tasks, images, out, **kwargs)
     if backend != "trainjob":
         raise ValueError(f"train backend must be 'pod' or 'trainjob', not {backend!r}")
     options = {**_TRAIN_DEFAULTS, **kwargs}
-    request = TrainJobRequest(task=task, tasks=Path(tasks), images=Path(images), out=Path(out),
-                              profile=options["profile"], overrides=json.dumps(options["overrides"] or {}),
-                              seed=options["seed"], device=options["device"], parent_run_id=options["parent_run_id"],
-                              nodes=nodes, gpus_per_node=gpus_per_node)
+    engine = choose_engine(engine)
+    request = check_request(TrainJobRequest(
+        task=task, tasks=Path(tasks), images=Path(images), out=Path(out), profile=options["profile"],
+        overrides=json.dumps(options["overrides"] or {}), seed=options["seed"], device=options["device"],
+        parent_run_id=options["parent_run_id"], nodes=nodes, gpus_per_node=gpus_per_node), engine)
     # Stop now, in one line, when another run writes ``out``; released at once: the job's rank 0
     # holds the lock while it trains (a submitter holding it would block a job run on this machine).
-    with output_lock(out, what=f"{out} (abid train {task})"):
+    with output_lock(request.out, what=f"{request.out} (abid train {task})"):
         pass
-    outcome = run_trainjob(request, engine, echo)
+    outcome = run_trainjob(request, engine, echo, open_parent)
     manifest = {**outcome.manifest, "trainjob": outcome.name, "trainjob_engine": outcome.engine,
                 "trainjob_nodes": outcome.nodes, "trainjob_startup_seconds": round(outcome.startup_seconds, 3),
                 "trainjob_seconds": round(outcome.seconds, 3)}

@@ -268,11 +268,14 @@ def tracking_uri() -> str:
     return mlflow.get_tracking_uri()
 
 
-def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Mapping[str, Any]) -> str:
+def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Mapping[str, Any],
+                    source: str = "kfp") -> str:
     """Find or create the parent run of a pipeline run; returns its id, or "" when offline.
 
     Looking the run up by its KFP run id makes a retried first step reuse the same parent. The run is
     named and tagged like a command's run (:mod:`vsbench.tracking.command`), so both compare side by side.
+    A command whose steps log as they go (``abid train --backend trainjob``) opens its parent here too,
+    with its run key for ``kfp_run_id`` and ``source`` "cli".
     """
     if tracking_disabled():
         return ""
@@ -284,7 +287,7 @@ def open_parent_run(experiment: str, kfp_run_id: str, pipeline: str, params: Map
             return existing
         run = client.create_run(experiment_id, run_name=f"{pipeline}-{kfp_run_id}",
                                 tags={KFP_RUN_TAG: kfp_run_id, PIPELINE_TAG: pipeline, STEP_TAG: "pipeline",
-                                      SOURCE_TAG: "kfp", RUN_KEY_TAG: kfp_run_id, **code_tags(),
+                                      SOURCE_TAG: source, RUN_KEY_TAG: kfp_run_id, **code_tags(),
                                       **_image_tags(), **_param_tags(params)})
     except Exception as exc:  # noqa: BLE001
         Tracker(None, None)._go_offline(f"open parent run: {type(exc).__name__}: {exc}")
