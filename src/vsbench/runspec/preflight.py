@@ -82,7 +82,9 @@ def _benchmark(run: SimilarityRun, problems: list[str]) -> Benchmark | None:
 
     spec = get(run.benchmark)
     before = len(problems)
-    _collect(problems, lambda: spec.check_options(run.benchmark_options), "--benchmark-options: ")
+    found: list[str] = []  # an unknown option, or a plugin whose loader cannot be found (named as it is)
+    _collect(found, lambda: spec.check_options(run.benchmark_options))
+    problems += [("--benchmark-options: " if " has no option " in line else "") + line for line in found]
     root = Path(run.root)
     if not root.is_dir():
         problems.append(f"--root {root}: {'is a file, not' if root.exists() else 'no such'} folder; give the "
