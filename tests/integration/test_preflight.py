@@ -152,3 +152,14 @@ def test_a_full_disk_names_the_file_being_written(data, tmp_path: Path, monkeypa
     assert code == 2 and len(errors) == 1, output
     assert errors[0].startswith(f"error: {out}/") and errors[0].endswith(": No space left on device"), output
     assert ".tmp-" not in errors[0]
+
+
+def test_submit_checks_a_similarity_runs_arguments_before_the_cluster_sees_them() -> None:
+    """`vsbench submit --pipeline similarity`: what this machine can tell (codecs, search parameters,
+    option names, the run spec's fields) is one line each, before any connection (the host is a dead port)."""
+    result = CliRunner().invoke(app, [
+        "submit", "--host", "http://127.0.0.1:9", "--pipeline", "similarity", "--arg", "codecs=Bogus;Flat",
+        "--arg", "search_params=nprobe=8", "--arg", 'benchmark_options={"nosuch": 1}', "--arg", "merge_ondisk=true"])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and [line.split(":")[1].strip() for line in errors] == [
+        "--arg merge_ondisk", "--arg benchmark_options", "--arg codecs", "--arg search_params"], result.output

@@ -94,12 +94,22 @@ def _benchmark(run: SimilarityRun, problems: list[str]) -> Benchmark | None:
     return _collect(problems, lambda: spec.load(root, **run.benchmark_options))
 
 
-def _model(run: SimilarityRun, runner: str, problems: list[str]) -> None:
+def _option(field: str) -> str:
+    """How ``similarity run`` names a run-spec field: ``--model-options``."""
+    return "--" + field.replace("_", "-")
+
+
+def _argument(field: str) -> str:
+    """How ``vsbench submit`` names a pipeline parameter: ``--arg model_options``."""
+    return f"--arg {field}"
+
+
+def _model(run: SimilarityRun, runner: str, problems: list[str], label: Callable[[str], str] = _option) -> None:
     from vsbench.models.cache import WEIGHTS_OPTIONS
     from vsbench.models.registry import check_model
 
-    _collect(problems, lambda: check_model(run.model, run.model_options), "--model-options: " if
-             run.model_options else "--model: ")
+    _collect(problems, lambda: check_model(run.model, run.model_options),
+             label("model_options" if run.model_options else "model") + ": ")
     if runner == "inline":
         return
     for name in WEIGHTS_OPTIONS:  # read by a step process or container with its own working folder
@@ -109,17 +119,17 @@ def _model(run: SimilarityRun, runner: str, problems: list[str]) -> None:
                             f"(--runner {runner}) do not resolve from here; give {str(Path(value).resolve())!r}")
 
 
-def _search(run: SimilarityRun, problems: list[str]) -> None:
+def _search(run: SimilarityRun, problems: list[str], label: Callable[[str], str] = _option) -> None:
     from vsbench.index.codec import check_codec
     from vsbench.index.settings import parse_codecs, parse_score_norms
 
-    codecs = _collect(problems, lambda: parse_codecs(run.codecs), "--codecs: ") or []
+    codecs = _collect(problems, lambda: parse_codecs(run.codecs), label("codecs") + ": ") or []
     for codec in codecs:
         found: list[str] = []
         _collect(found, lambda codec=codec: check_codec(codec, run.search_params))
-        problems += [("--search-params: " if line.startswith("search parameters") else "--codecs: ") + line
+        problems += [label("search_params" if line.startswith("search parameters") else "codecs") + ": " + line
                      for line in found]
-    _collect(problems, lambda: parse_score_norms(run.score_norm), "--score-norm: ")
+    _collect(problems, lambda: parse_score_norms(run.score_norm), label("score_norm") + ": ")
 
 
 def _environment(problems: list[str]) -> None:
@@ -136,6 +146,17 @@ def _as_option(line: str) -> str:
     return f"--{field.replace('_', '-')}: {rest}" if colon and field.isidentifier() else line
 
 
+def _parsed(fields: dict[str, Any]) -> tuple[SimilarityRun | None, SimilarityRun | None, list[str]]:
+    """(the run or None, a run to check the other fields on, the fields' problems): when a field is
+    bad, the others are still checked, on the run with the bad ones at their defaults."""
+    run, problems = SimilarityRun.parse_all(**fields)
+    checked = run
+    if run is None:
+        bad = {line.partition(": ")[0] for line in problems}
+        checked, _ = SimilarityRun.parse_all(**{k: v for k, v in fields.items() if k not in bad})
+    return run, checked, problems
+
+
 def similarity_problems(fields: dict[str, Any], *, out: Path, device: str, batch_size: int,
                         runner: str = "inline") -> tuple[SimilarityRun | None, Benchmark | None, list[str]]:
     """(the run, its benchmark, every problem found) for ``similarity run``'s options ``fields``
@@ -143,11 +164,7 @@ def similarity_problems(fields: dict[str, Any], *, out: Path, device: str, batch
     they could not be made; each problem is one line naming the option and the fix."""
     from vsbench.runtime.device import device_problem
 
-    run, problems = SimilarityRun.parse_all(**fields)
-    checked = run
-    if run is None:  # the other fields are still checked: the run with the bad ones at their defaults
-        bad = {line.partition(": ")[0] for line in problems}
-        checked, _ = SimilarityRun.parse_all(**{k: v for k, v in fields.items() if k not in bad})
+    run, checked, problems = _parsed(fields)
     problems = [_as_option(line) for line in problems]
     bench = None
     if checked is not None:
@@ -159,3 +176,23 @@ def similarity_problems(fields: dict[str, Any], *, out: Path, device: str, batch
         problems.append(f"--batch-size {batch_size}: must be at least 1 (images per forward pass)")
     _environment(problems)
     return run, bench, problems
+
+
+def submitted_problems(arguments: dict[str, Any]) -> list[str]:
+    """The problems of a similarity pipeline's ``arguments`` that this machine can tell before a
+    cluster runs them (``vsbench cluster submit --pipeline similarity``): the run spec's fields, the
+    benchmark's option names, the model and its options, each codec and the search parameters
+    against it, the score normalization. Paths, files and the device are the cluster's, not checked."""
+    fields = {name: arguments[name] for name in SimilarityRun.model_fields if name in arguments}
+    fields.setdefault("benchmark", "disc")  # the pipeline's own defaults for the two it requires
+    fields.setdefault("root", "/data")
+    _, run, problems = _parsed(fields)
+    problems = [_argument(line) for line in problems]
+    if run is not None:
+        from vsbench.benchmarks.registry import get
+
+        _collect(problems, lambda: get(run.benchmark).check_options(run.benchmark_options), _argument(
+            "benchmark_options: "))
+        _model(run, "inline", problems, _argument)
+        _search(run, problems, _argument)
+    return problems
