@@ -165,3 +165,17 @@ def test_submit_checks_a_similarity_runs_arguments_before_the_cluster_sees_them(
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code == 2 and [line.split(":")[1].strip() for line in errors] == [
         "--arg merge_ondisk", "--arg benchmark_options", "--arg codecs", "--arg search_params"], result.output
+
+
+def test_a_relative_model_file_is_refused_when_the_steps_run_elsewhere(data, tmp_path: Path, no_embedding,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --runner subprocess the steps are other processes with their own working folder: a model file
+    given relative to here is one line with its absolute path, before the pipeline starts."""
+    monkeypatch.chdir(data[1].parent)
+    result = CliRunner().invoke(app, [
+        "similarity", "run", "--benchmark", "disc", "--root", str(data[0]), "--out", str(tmp_path / "out"),
+        "--model", "torchscript", "--model-options", f'{{"path": "{data[1].name}"}}', "--runner", "subprocess",
+        "--no-track", "--device", "cpu"])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        f"error: --model-options: path '{data[1].name}' is a relative path, which the pipeline's steps (--runner "
+        f"subprocess) do not resolve from here; give '{data[1].resolve()}'"], result.output

@@ -143,7 +143,7 @@ def _environment(problems: list[str]) -> None:
 def _as_option(line: str) -> str:
     """A run-spec field's problem named as the command's option (``merge_ondisk: ...`` -> ``--merge-ondisk: ...``)."""
     field, colon, rest = line.partition(": ")
-    return f"--{field.replace('_', '-')}: {rest}" if colon and field.isidentifier() else line
+    return f"{_option(field)}: {rest}" if colon and field.isidentifier() else line
 
 
 def _parsed(fields: dict[str, Any]) -> tuple[SimilarityRun | None, SimilarityRun | None, list[str]]:
