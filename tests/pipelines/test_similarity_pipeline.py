@@ -114,10 +114,17 @@ def test_a_failing_step_prints_the_last_lines_of_its_log(tmp_path, monkeypatch):
     from vsbench.cli.app import app
 
     generate_disc(tmp_path / "disc", references=12, queries=8, train=12, seed=3)
-    result = CliRunner().invoke(app, ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "disc"),
-                                      "--out", str(tmp_path / "out"), "--runner", "subprocess", "--no-track",
-                                      "--model", "no_such_model"])
+    command = ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "disc"), "--out",
+               str(tmp_path / "out"), "--runner", "subprocess", "--no-track"]
+    # An unknown model is refused before the pipeline starts (issue 39), so the step fails on an image
+    # that cannot be read, which only the embed step can find.
+    refused = CliRunner().invoke(app, [*command, "--model", "no_such_model"])
+    assert refused.exit_code == 2 and "unknown model 'no_such_model'" in refused.output
+    assert "similarity pipeline" not in refused.output and not (tmp_path / "out").exists()
+    broken = sorted((tmp_path / "disc" / "val_ref").glob("*.jpg"))[0]
+    broken.write_bytes(b"not a jpeg")
+    result = CliRunner().invoke(app, command)
     assert result.exit_code == 1
     assert "similarity pipeline failed" in result.output
-    assert "last lines of embed-shard" in result.output and "no_such_model" in result.output
+    assert "last lines of embed-shard" in result.output and broken.name in result.output
     assert "FAILURE" in result.output  # the step's own line

@@ -145,3 +145,42 @@ def test_a_late_line_after_the_run_and_its_terminal_closed_is_dropped_quietly(tm
     assert sink.write("late\n") == 5 and terminal.getvalue().endswith("late\n")
     terminal.close()
     assert sink.write("later\n") == 6
+
+
+def test_kfp_locals_closing_log_line_never_reaches_a_closed_stream(tmp_path: Path, capsys) -> None:
+    """The flaky `similarity run --runner subprocess` test, made deterministic (issue 39): an earlier
+    command left the root logger at INFO with a handler on its own stream, now closed (kfp.local's
+    tasks interleave their ``local_logger_context`` and can leave exactly that). kfp.local's last line,
+    "Cleaned up workspace", is logged on the root outside any context of its own: it must land in the
+    run's log, and neither it nor a later line may print "--- Logging error ---"."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kfp.local.logging_utils import local_logger_context
+
+    from vsbench.platform.progress import root_logging_to
+
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    earlier = io.StringIO()
+    root.addHandler(logging.StreamHandler(earlier))
+    root.setLevel(logging.INFO)
+    earlier.close()  # the earlier command's CliRunner stream
+    try:
+        sink = StepLog(tmp_path / "logs" / "run.log", terminal=io.StringIO())
+        with redirect_stdout(sink), root_logging_to(sink):
+            def task(number: int) -> None:  # kfp.local's threads, each in its own logger context
+                with local_logger_context():
+                    logging.info("Executing task 'embed-shard-%d'", number)
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(task, range(8)))
+            logging.info("Cleaned up workspace: /tmp/x")  # kfp.local's pipeline_orchestrator, at the end
+        sink.close()
+        logging.info("a later line")
+        assert "Logging error" not in capsys.readouterr().err
+        assert "Cleaned up workspace" in (tmp_path / "logs" / "run.log").read_text()
+        assert root.handlers == [h for h in saved_handlers] and root.level == logging.INFO  # the closed one dropped
+        assert sys.stdout is not sink
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)

@@ -406,7 +406,8 @@ def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quali
     atomic_write_text(out / manifest, summary.manifest_text())
     # Over every input: what earlier runs left valid counts as done, so a re-run with a raised
     # threshold passes instead of meeting its own retried failures alone.
-    limits.check_failure_rate("resize", summary.failed, summary.inputs, rate, out / manifest)
+    limits.check_failure_rate("resize", summary.failed, summary.inputs, rate, out / manifest,
+                              option="--max-failure-rate")
     return summary
 
 

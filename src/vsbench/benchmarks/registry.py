@@ -12,7 +12,9 @@ and compared exactly as a built-in one.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.metadata import EntryPoint, entry_points
@@ -55,6 +57,17 @@ class BenchmarkSpec:
     def load(self, root: Path, **options: Any) -> Benchmark:
         """The benchmark over ``root`` (its native layout) with the loader's ``options``."""
         return _resolve(self.loader, self._owner)(Path(root), **options)
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Refuse option names the loader does not take, listing those it does, before any file is
+        read (a typo used to end as an unexpected TypeError from inside the loader). A loader that
+        passes ``**options`` on is followed to the class its return annotation names; one that takes
+        any name says nothing here, and its own error stands."""
+        accepted = _option_names(_resolve(self.loader, self._owner))
+        unknown = sorted(set(options) - set(accepted)) if accepted is not None else []
+        if unknown:
+            raise ValueError(f"benchmark {self.name!r} has no option {', '.join(map(repr, unknown))}; its options "
+                             f"are {', '.join(accepted) if accepted else '(none)'}")
 
     def generate(self, out: Path, *, seed: int = 0, dataset: str = "") -> dict[str, Any]:
         """A small dataset in its native layout: its own generator, or one of ``datasets`` by name."""
@@ -123,6 +136,23 @@ def higher_is_better(metric: str, lower: tuple[str, ...] = ()) -> bool:
     """A metric's direction: lower where a spec says so or where its name says error, loss, time."""
     name = metric.lower()
     return not (name in lower or name.rsplit("__", 1)[-1] in lower or any(w in name for w in LOWER_IS_BETTER_WORDS))
+
+
+def _option_names(loader: Callable[..., Any]) -> list[str] | None:
+    """The keyword options ``loader(root, **options)`` takes, or None where it takes any name."""
+    parameters = list(inspect.signature(loader).parameters.values())[1:]  # the first is the root
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        try:
+            target = typing.get_type_hints(loader).get("return")
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve: nothing to say
+            return None
+        if not isinstance(target, type) or target.__init__ is object.__init__:
+            return None
+        parameters = list(inspect.signature(target.__init__).parameters.values())[2:]  # self, root
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return None
+    return [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                        inspect.Parameter.POSITIONAL_OR_KEYWORD)]
 
 
 def _resolve(reference: str, owner: str = "") -> Callable[..., Any]:

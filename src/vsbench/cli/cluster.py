@@ -49,7 +49,17 @@ def submit(
     from vsbench.platform.kfp_client import submit as submit_run
 
     with user_errors():
-        run_id = submit_run(host, pipeline, arguments=parse_arguments(arg or [], pipeline=pipeline),
+        arguments = parse_arguments(arg or [], pipeline=pipeline)
+    if pipeline == "similarity":  # what this machine can tell before the cluster runs it: one line each
+        from vsbench.runspec.preflight import submitted_problems
+
+        problems = submitted_problems(arguments)
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        if problems:
+            raise typer.Exit(2)
+    with user_errors():
+        run_id = submit_run(host, pipeline, arguments=arguments,
                             experiment=experiment, run_name=run_name, cluster=ClusterSettings.load(cluster_config),
                             namespace=namespace)
     typer.echo(f"run {run_id}")

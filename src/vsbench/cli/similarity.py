@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from vsbench.cli.common import (
+    BAD_INPUT_EXIT,
     ImageOpt,
     TrackOpt,
     VerboseOpt,
@@ -95,23 +96,28 @@ def similarity_run(
 
     Shards run here one after another (inline) or as kfp.local tasks; the table is the same for any
     number of search and reference shards."""
-    from vsbench.runspec.run import SimilarityRun
+    from vsbench.runspec.preflight import similarity_problems
 
     check_runner(runner, ("inline", "subprocess", "container"))
     bench_opts, model_opts = _json_option(benchmark_options, "--benchmark-options"), _json_option(
         model_options, "--model-options")
     if "seed" in model_opts:
         raise typer.BadParameter("the seed is --seed, not a key of --model-options", param_hint="--model-options")
-    with user_errors():
-        run = SimilarityRun.parse(benchmark=benchmark, root=str(root), benchmark_options=bench_opts, model=model,
-                                  model_options=model_opts, codecs=codecs, k=k, global_cap=global_cap,
-                                  score_norm=score_norm, search_params=search_params, num_shards=num_shards,
-                                  search_shards=search_shards, reference_shards=reference_shards, seed=seed,
-                                  merge_ondisk=merge_ondisk)
+    # Everything that can be known before the work starts, in one pass: one line per problem.
+    run, bench, problems = similarity_problems(
+        dict(benchmark=benchmark, root=str(root), benchmark_options=bench_opts, model=model, model_options=model_opts,
+             codecs=codecs, k=k, global_cap=global_cap, score_norm=score_norm, search_params=search_params,
+             num_shards=num_shards, search_shards=search_shards, reference_shards=reference_shards, seed=seed,
+             merge_ondisk=merge_ondisk), out=out, device=device, batch_size=batch_size, runner=runner)
+    if problems or run is None:
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(BAD_INPUT_EXIT)
     from vsbench.tracking.provenance import data_tags
 
     tags = {**data_tags(root.resolve()), **_baseline_tag(run)}
     if runner != "inline":
+        del bench  # each step reads it in its own process
         _run_pipeline(run, root, out, runner=runner, image=image, verbose=verbose, batch_size=batch_size,
                       device=device, experiment=experiment, track=track, tags=tags)
         return
@@ -125,7 +131,7 @@ def similarity_run(
     with contextlib.ExitStack() as held:  # OUT's one writer until its bundle is written too
         with user_errors():  # a bad input, a damaged reused file, a busy OUT: one line naming it
             held.enter_context(output_lock(out, what=str(out)))
-            result = run_inline(run, out, batch_size=batch_size, device=device)
+            result = run_inline(run, out, batch_size=batch_size, device=device, bench=bench)
         _print_similarity_table(out, result.manifest)
         if track:
             from vsbench.tracking.command import BUNDLE_NAME, record_command_run

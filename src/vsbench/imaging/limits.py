@@ -100,12 +100,15 @@ def open_image(source: str | Path | IO[bytes]) -> Image.Image:
     return image
 
 
-def check_failure_rate(step: str, failed: int, total: int, limit: float | None, manifest: str | Path) -> None:
+def check_failure_rate(step: str, failed: int, total: int, limit: float | None, manifest: str | Path, *,
+                       option: str = "") -> None:
     """TooManyFailures when ``failed / total`` passes the threshold; the message says where the
-    failures are listed and how to accept them."""
+    failures are listed and how to accept them: ``option`` where the step's command has one
+    (``--max-failure-rate``), else the variable alone (a command without the option is not told to use it)."""
     rate = max_failure_rate(limit)
     if total and failed / total > rate:
+        accept = f"{option} (or {FAILURE_RATE_VARIABLE})" if option else FAILURE_RATE_VARIABLE
         raise TooManyFailures(
             f"{step}: {failed} of {total} images ({failed / total:.1%}) could not be used, over the "
             f"maximum failure rate of {rate:.1%}; the reasons are listed in {manifest}. Fix or remove those "
-            f"files, or accept them with --max-failure-rate (or {FAILURE_RATE_VARIABLE}) set higher")
+            f"files, or accept them with {accept} set higher")

@@ -225,8 +225,36 @@ def tune(index: faiss.Index, search_params: str, codec: str) -> faiss.Index:
         space.set_index_parameters(index, search_params.strip())
     except RuntimeError as exc:
         raise SearchError(f"search parameters {search_params!r} do not apply to codec {codec!r}: "
-                          f"{_faiss_message(exc)}") from None
+                          f"{_faiss_message(exc)} (nprobe is for IVF codecs, efSearch for HNSW ones: run this "
+                          "codec without them, or give codecs they apply to)") from None
     return index
+
+
+# Descriptor sizes a codec string is tried on before the model's own is known (a run checks its
+# codecs before any image is embedded, and a model's dimension costs building it): 2^6*3*5 and
+# 2^7*3*5*7 divide by every usual PQ and OPQ sub-quantizer count, and stay small enough that the
+# empty index (a PQ codebook of 256 x d floats, say) costs a few MB. A string that fails on every
+# one is malformed whatever the model; one that only fits some sizes is checked on the features'
+# own size when the index is trained (train_codec), with that size in the message.
+CHECK_DIMS = (960, 13440)
+
+
+def check_codec(codec: str, search_params: str = "") -> None:
+    """A SearchError when ``codec`` is no FAISS index_factory string (for any descriptor size of
+    :data:`CHECK_DIMS`, by either metric), or when ``search_params`` do not apply to it; nothing is
+    trained or filled, so this takes milliseconds."""
+    first = ""
+    for dim in CHECK_DIMS:
+        for metric in FAISS_METRICS.values():
+            try:
+                factory = faiss.index_factory(dim, codec, metric)
+            except RuntimeError as exc:
+                first = first or _faiss_message(exc)
+                continue
+            tune(_split(factory)[1], search_params, codec)  # the final index, as the search step tunes it
+            return
+    raise SearchError(f"codec {codec!r} is not a FAISS index_factory string: {first}; e.g. 'Flat', "
+                      "'PCAW512,L2norm,Flat', 'IVF1024,PQ32'")
 
 
 def stored_vectors(index: faiss.Index) -> np.ndarray:

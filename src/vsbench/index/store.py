@@ -56,10 +56,12 @@ holding each variant's ``(n_queries_i, k)`` similarities and global reference id
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -849,11 +851,23 @@ def _write_index(path: Path, index: faiss.Index) -> None:
 
 
 def _write(path: Path, writer) -> None:
-    """Write through FAISS to a temporary file beside ``path``, then rename it into place."""
+    """Write through FAISS to a temporary file beside ``path``, then rename it into place. A failed
+    write (a full disk) is an OSError naming ``path``, not the temporary: FAISS says only
+    "write error in .x.123.tmp: ... (No space left on device)" in a RuntimeError."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         writer(str(temporary))
         os.replace(temporary, path)
+    except RuntimeError as exc:
+        found = re.search(r"write error in .*\(([^()]+)\)\s*$", str(exc).strip())
+        if found is None:
+            raise
+        reason = found.group(1)
+        code = next((number for number in (errno.ENOSPC, errno.EDQUOT, errno.EIO) if os.strerror(number) == reason),
+                    errno.EIO)
+        raise OSError(code, reason, str(path)) from None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     finally:
         temporary.unlink(missing_ok=True)
 

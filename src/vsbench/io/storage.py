@@ -7,6 +7,7 @@ which the next run ignores and overwrites.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -161,26 +162,42 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], *
     folder, name = os.path.split(path)
     folder = folder or "."
     tmp = os.path.join(folder, f".{name}{TMP_MARKER}{os.getpid()}-{next(_TMP_COUNTER)}")
-    try:
-        fd = os.open(tmp, _TMP_FLAGS, 0o666)
-    except FileNotFoundError:
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, _TMP_FLAGS, 0o666)
-    except FileExistsError:  # left by a dead process that had this pid: a random name instead
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}{TMP_MARKER}", dir=folder)
-        os.fchmod(fd, _file_mode())
-    try:
+    with naming(path):
         try:
-            for chunk in chunks:
-                _write_all(fd, chunk)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
+            fd = os.open(tmp, _TMP_FLAGS, 0o666)
+        except FileNotFoundError:
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(tmp, _TMP_FLAGS, 0o666)
+        except FileExistsError:  # left by a dead process that had this pid: a random name instead
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}{TMP_MARKER}", dir=folder)
+            os.fchmod(fd, _file_mode())
+        try:
+            try:
+                for chunk in chunks:
+                    _write_all(fd, chunk)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError while writing ``path`` names ``path``: not its temporary sibling (``--out`` given
+    as a file was reported through a ``.name.tmp-...`` the user never made), and not nothing (a full
+    disk raises ENOSPC from ``write`` with no file name, which read "unexpected OSError"). The
+    error keeps its type (errno), so callers that tell ENOENT from ENOSPC still can."""
+    try:
+        yield
+    except OSError as exc:
+        named = exc.filename
+        if named is not None and not is_temporary(os.path.basename(os.fspath(named))):
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc
 
 
 def _write_all(fd: int, data: bytes) -> None:

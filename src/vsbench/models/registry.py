@@ -356,6 +356,14 @@ def _check_options(name: str, builder: Builder, spec: str | None, options: dict[
         raise ValueError(f"model {name!r}: {exc}; its options are {accepted}") from None
 
 
+def check_model(name: str, options: dict[str, Any]) -> None:
+    """A ValueError naming an unknown model or an option its builder does not take (with the
+    accepted ones), without building it: no weights are read or downloaded, so a run can check its
+    model before any other work."""
+    builder, spec = resolve(name)
+    _check_options(name, builder, spec, options)
+
+
 def build_model(name: str, *, seed: int = RANDOM_SEED, **options: Any) -> Model:
     """Build the model registered as ``name`` (or ``<family>:<spec>``); unknown names and options
     are errors that list what is accepted (checked before building, so a typo never starts a

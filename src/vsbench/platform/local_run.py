@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.platform.containers import ContainerPlan, container_runner, step_environment
-from vsbench.platform.progress import StepLog
+from vsbench.platform.progress import StepLog, root_logging_to
 from vsbench.runtime.images import CPU_IMAGE
 
 RUNNERS = ("subprocess", "container")
@@ -265,7 +265,7 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
     sink = StepLog(log_path, steps, verbose=verbose)
     real_print = builtins.print
     try:
-        with contextlib.redirect_stdout(sink):
+        with contextlib.redirect_stdout(sink), root_logging_to(sink):
             with kfp_runner(runner, pipeline_root, image=image, data=data, read_only=read_only,
                             experiment=str(arguments.get("experiment", ""))) as (chosen, ran_in):
                 local.init(runner=chosen, pipeline_root=str(pipeline_root),

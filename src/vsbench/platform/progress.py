@@ -16,12 +16,15 @@ line of the step they ran next to. A failed task of any kind gets its own line a
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import re
 import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -226,3 +229,29 @@ class StepLog(io.TextIOBase):
         """The last lines a task wrote (the failed one by default)."""
         with self._lock:
             return list(self._tails.get(task or self.failed_task or self._task, ()))
+
+
+@contextlib.contextmanager
+def root_logging_to(sink: StepLog) -> Iterator[None]:
+    """The root logger writes to ``sink`` for the block, and is left as it was found after it.
+
+    Why: kfp.local changes the root logger from several threads at once (each task's
+    ``local_logger_context`` saves the handlers, sets its own on ``sys.stdout`` and restores what it
+    saved; a ParallelFor's tasks interleave), so a run can leave the root at INFO with a handler on a
+    stream that is later closed, and kfp.local logs "Cleaned up workspace" at the end of every run
+    outside any such context. That line, written to an earlier command's closed stream, printed
+    "--- Logging error --- ValueError: I/O operation on closed file" and its traceback into the next
+    command's output (a flaky test on a loaded machine; a user's terminal could get the same). Here
+    the root's only handler during the run is one on ``sink`` (the log file), every line kfp.local
+    logs lands there, and afterwards the root gets back its own handlers and level, less any whose
+    stream has been closed meanwhile (it can only raise a logging error)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    ours = logging.StreamHandler(sink)
+    root.handlers[:] = [ours]
+    try:
+        yield
+    finally:
+        root.handlers[:] = [h for h in handlers if not getattr(getattr(h, "stream", None), "closed", False)]
+        root.setLevel(level)
+        ours.close()

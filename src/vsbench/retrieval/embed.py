@@ -629,6 +629,12 @@ def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
                 f"{out_dir}: the features were embedded with {identity['model']} {json.dumps(identity['options'])}, "
                 f"this run asks for {model or identity['model']} "
                 f"{json.dumps(wanted) if wanted is not None else ''}: re-run the embed step into this folder")
+    failed = [(name, failure) for name, (_, manifests) in opened.items() for manifest in manifests
+              for failure in manifest.get("failed") or [] if isinstance(failure, dict)]
+    if failed:  # every benchmark scores every image it lists (Engine.embed_shard): named, not "no features"
+        shown = "; ".join(f"{name} {f.get('id')}: {f.get('reason')}" for name, f in failed[:3])
+        raise FeatureError(f"{out_dir}: {len(failed)} image(s) could not be embedded ({shown}); fix or replace "
+                           "those files and run the embed step again")
     return {name: features for name, (features, _) in opened.items()}
 
 

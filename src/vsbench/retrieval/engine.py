@@ -61,7 +61,9 @@ INDEX_STAGES = ("all", "train", "fill", "finish")
 class Engine:
     """One run's benchmark, features and searches, each loaded once in this process."""
 
-    def __init__(self, run: BenchmarkRun, out: Path, *, model: str = "") -> None:
+    def __init__(self, run: BenchmarkRun, out: Path, *, model: str = "", bench: Benchmark | None = None) -> None:
+        if bench is not None:  # read already (the run's checks before any work): not read twice
+            self.__dict__["bench"] = bench
         self.run = run
         self.out = Path(out)
         # The model the features must come from: the run's own (a SimilarityRun), or the one a
@@ -97,14 +99,26 @@ class Engine:
                     model_options: dict[str, Any] | None = None, batch_size: int = 64, device: str = "auto",
                     workers: int = 2, progress: bool = True, seed: int = 0) -> dict[str, str]:
         """Embed shard ``shard`` of every image set; returns set name -> shard file. ``seed`` draws
-        ``{"weights": "random"}`` networks (the same seed, the same network)."""
-        written = {}
-        for set_name, images in self.bench.image_sets().items():
+        ``{"weights": "random"}`` networks (the same seed, the same network).
+
+        Every image a benchmark lists is part of its number (DISC's uAP, Copydays' mAP, VSD's and the
+        pairs' metrics are defined over all of them, and SSCD's and the challenges' own evaluations
+        embed every one), so an image that cannot be read is not left out: every set of the shard is
+        embedded (the failures listed in each shard's manifest), then :class:`UnreadableImages`
+        names them, with their files and reasons. A re-run embeds only what changed."""
+        written, sets = {}, self.bench.image_sets()
+        for set_name, images in sets.items():
             path = embed_image_set(model, images, self.out / FEATURES_DIR, set_name=set_name, shard=shard,
                                    num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
-                                   model_options=model_options, progress=progress, seed=seed)
+                                   model_options=model_options, progress=progress, seed=seed,
+                                   max_failure_rate=1.0)  # listed here, all sets at once, not a rate
             written[set_name] = str(path)
         self._features = None  # opened again by the next step
+        manifests = {name: Path(path).with_suffix(".json") for name, path in written.items()}
+        failed = [(name, failure) for name, manifest in manifests.items()
+                  for failure in read_json(manifest).get("failed") or []]
+        if failed:
+            raise UnreadableImages(self.run.benchmark, failed, sets, sorted({manifests[name] for name, _ in failed}))
         return written
 
     def open_features(self) -> dict[str, FeatureSet]:
@@ -217,6 +231,28 @@ class Engine:
             rows = result.csv_rows if result.csv_rows is not None else result.records
             atomic_write_text(self.out / result.csv_name, records_to_csv(rows, result.csv_columns))
         return result
+
+
+class UnreadableImages(ValueError):
+    """Images of the benchmark that could not be embedded (an input error: one line, exit 2). The
+    benchmark's number needs every one of them, so the run stops; the line names each image's file
+    and reason (the first few; the shard manifests list them all) and the fix."""
+
+    SHOWN = 5
+
+    def __init__(self, benchmark: str, failed: list[tuple[str, dict[str, Any]]], sets: dict[str, Any],
+                 manifests: list[Path]) -> None:
+        paths = {name: dict(zip(map(str, images.ids), images.paths)) for name, images in sets.items()}
+        shown = []
+        for name, failure in failed[:self.SHOWN]:
+            image_id = str(failure.get("id"))
+            where = paths.get(name, {}).get(image_id, "")
+            shown.append(f"{name} {image_id} ({where}): {failure.get('reason', 'unreadable')}")
+        more = f" and {len(failed) - self.SHOWN} more" if len(failed) > self.SHOWN else ""
+        super().__init__(
+            f"{len(failed)} image(s) could not be read, and {benchmark}'s scores are defined over every image it "
+            f"lists: {'; '.join(shown)}{more} (all listed under 'failed' in {', '.join(map(str, manifests))}). "
+            "Fix or replace those files and run again (only what changed is embedded again)")
 
 
 def records_to_csv(records: list[dict[str, Any]], columns: tuple[str, ...]) -> str:

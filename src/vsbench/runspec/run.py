@@ -79,12 +79,19 @@ class BenchmarkRun(BaseModel):
     @classmethod
     def parse(cls, **fields: Any) -> Self:
         """The run from loose values, or a ValueError of one line naming each bad field and why."""
+        run, problems = cls.parse_all(**fields)
+        if run is None:
+            raise ValueError("; ".join(problems))
+        return run
+
+    @classmethod
+    def parse_all(cls, **fields: Any) -> tuple[Self | None, list[str]]:
+        """(the run, []) or (None, one line per bad field): for a caller that reports every problem at once."""
         try:
-            return cls(**fields)
+            return cls(**fields), []
         except ValidationError as exc:
-            problems = ["{}: {}".format(".".join(map(str, error["loc"])) or cls.__name__,
-                                        str(error["msg"]).removeprefix("Value error, ")) for error in exc.errors()]
-            raise ValueError("; ".join(problems)) from None
+            return None, ["{}: {}".format(".".join(map(str, error["loc"])) or cls.__name__,
+                                          str(error["msg"]).removeprefix("Value error, ")) for error in exc.errors()]
 
     @property
     def search_tasks(self) -> int:

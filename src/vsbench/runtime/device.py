@@ -26,15 +26,39 @@ class DeviceSetup:
         return self.amp_dtype is torch.float16
 
 
+def device_problem(name: str) -> str | None:
+    """What is wrong with ``--device name`` on this machine (one line with the fix), or None:
+    a name torch does not know, or CUDA asked for where none is visible. Checked before a run
+    starts, so that a missing GPU is not found after the data has been read."""
+    if name == "auto":
+        return None
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        return f"--device {name!r} is not a device: use auto, cpu, cuda or cuda:N"
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
+            return f"--device {name}: no CUDA device is visible on this machine; use --device cpu (or auto)"
+        if device.index is not None and device.index >= count:
+            return f"--device {name}: this machine has {count} CUDA device(s), 0 to {count - 1}"
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        return f"--device {name}: no MPS device on this machine; use --device cpu (or auto)"
+    elif device.type not in ("cpu", "mps"):
+        return f"--device {name!r}: vsbench runs on auto, cpu, cuda or cuda:N"
+    return None
+
+
 def setup_device(name: str = "auto", amp: bool = True) -> DeviceSetup:
     """``auto`` takes CUDA when present. On CUDA, AMP uses bf16 where supported (no loss scaling
     needed), fp16 with a GradScaler otherwise; on the CPU we stay in fp32 (CPU autocast is slower
     than fp32 for convolutions on most machines) and rely on channels_last instead."""
+    problem = device_problem(name)
+    if problem is not None:  # the user's choice, not a fault: one line (exit 2) with the fix
+        raise ValueError(problem)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but no CUDA device is visible")
     amp_dtype = None
     if amp and device.type == "cuda":
         torch.backends.cudnn.benchmark = True

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vsbench.benchmarks.base import Benchmark
 from vsbench.io.inputs import read_json
 from vsbench.io.locks import output_lock, step_lock
 from vsbench.retrieval.engine import Engine
@@ -176,7 +177,7 @@ def similarity_score_step(
 
 
 def run_inline(run: SimilarityRun, out: Path, *, batch_size: int = 64, device: str = "auto",
-               progress: bool = True) -> StepResult:
+               progress: bool = True, bench: Benchmark | None = None) -> StepResult:
     """Every step of the similarity pipeline in this process, in the pipeline's order and fan-out,
     with one engine: the benchmark's files, the merged features and the search requests are read
     once. Returns the score step's result. The run holds ``out`` exclusively (one writer per
