@@ -47,7 +47,7 @@ def abid_download(
         raise typer.Exit(2) from None
     except (S3AccessError, ValueError) as exc:  # one job-wide cause (denied, no bucket, wrong endpoint, a bad setting)
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(getattr(exc, "exit_code", 1)) from None  # 2: a wrong endpoint, bucket or prefix
     except DownloadInterrupted as exc:  # SIGTERM or SIGINT: the manifest is written, say so in one line
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
