@@ -97,6 +97,37 @@ def test_second_run_skips_verified_files_and_refetches_damaged_ones(local_s3, pu
     assert not [p for p in tmp_path.rglob("*") if is_temporary(p.name)]
 
 
+def test_a_rerun_that_refetches_one_object_reports_its_rate_and_what_it_kept(local_s3, public_bucket,
+                                                                             no_aws_credentials, tmp_path):
+    """Issue 39: the rates are over what was transferred and its own time, not one object over the whole
+    run (listing and verifying the 19 kept ones included), and the summary says what was kept."""
+    objects = _put_dataset(local_s3, public_bucket, n=10)
+    args = ("abid", "download", "--dest", str(tmp_path), "--source", f"s3://{public_bucket}",
+            "--endpoint-url", local_s3.endpoint_url)
+    assert _cli(*args).exit_code == 0
+    (tmp_path / "bin-images" / "00002.jpg").write_bytes(b"damaged")
+
+    result = _cli(*args)
+
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert (manifest["fetched"], manifest["refetched"], manifest["skipped"]) == (1, 1, 19)
+    assert 0 < manifest["fetch_seconds"] <= manifest["seconds"]
+    assert manifest["objects_per_second"] == round(1 / manifest["fetch_seconds"], 2)
+    size = len(objects["bin-images/2.jpg"])
+    assert manifest["bytes_fetched"] == size
+    assert manifest["megabytes_per_second"] == round(size / 1e6 / manifest["fetch_seconds"], 2)
+    line = next(line for line in result.stdout.splitlines() if line.startswith("transferred"))
+    assert line == (f"transferred 1 object ({size / 1e6:,.1f} MB) in {manifest['fetch_seconds']:g} s: "
+                    f"{manifest['objects_per_second']:g} objects/s, {manifest['megabytes_per_second']:g} MB/s; "
+                    "19 objects already on disk, verified against the listing and kept")
+    assert "objects_per_second" not in result.stdout  # the rate is in the line above, not over the whole run
+
+    nothing = _cli(*args)
+    assert nothing.exit_code == 0 and ("transferred nothing; 20 objects already on disk, verified against the "
+                                       "listing and kept") in nothing.stdout
+
+
 def test_the_key_log_names_each_failed_and_untried_key(local_s3, public_bucket, no_aws_credentials, tmp_path):
     objects = _put_dataset(local_s3, public_bucket, n=40)
     with FlakyProxy(local_s3.endpoint_url) as proxy:

@@ -138,7 +138,8 @@ class DownloadSummary:
     skipped: int = 0
     failed: int = 0
     bytes_fetched: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole run: listing, checking the local copies, fetching
+    fetch_seconds: float = 0.0  # from the first request to the last answer: the time the rates are over
     failures: list[dict[str, Any]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     conflicts: list[dict[str, Any]] = field(default_factory=list)
@@ -190,8 +191,26 @@ class DownloadSummary:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["complete"] = self.complete
-        data["objects_per_second"] = round(self.fetched / self.seconds, 2) if self.seconds else 0.0
+        data.update(self.rates())
         return data
+
+    def rates(self) -> dict[str, float]:
+        """Objects and megabytes per second over what was transferred and its own time: a re-run that
+        refetched one object and skipped 10,000 verified ones is not "0.33 objects/s" over the listing."""
+        seconds = self.fetch_seconds
+        return {"objects_per_second": round(self.fetched / seconds, 2) if seconds else 0.0,
+                "megabytes_per_second": round(self.bytes_fetched / 1e6 / seconds, 2) if seconds else 0.0}
+
+    def transfer_line(self) -> str:
+        """What was transferred, at what rate, and what was kept, in one line."""
+        kept = (f"; {self.skipped:,} {_objects(self.skipped)} already on disk, verified against the listing and kept"
+                if self.skipped else "")
+        if not self.fetched:
+            return f"transferred nothing{kept}"
+        rates = self.rates()
+        return (f"transferred {self.fetched:,} {_objects(self.fetched)} ({self.bytes_fetched / 1e6:,.1f} MB) in "
+                f"{self.fetch_seconds:g} s: {rates['objects_per_second']:g} objects/s, "
+                f"{rates['megabytes_per_second']:g} MB/s{kept}")
 
 
 def _objects(count: int) -> str:
@@ -834,6 +853,7 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     bar = tqdm(total=len(todo), desc="download", unit="obj", disable=not progress)
     try:
         with bar:
+            fetch_started = time.perf_counter()
             results = _start_workers(fetcher, todo, concurrency, fetcher.stop)
             received = 0
             while received < len(todo):
@@ -858,6 +878,8 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
         raise
     finally:
         fetcher.stop.set()  # no new request starts; those in flight end within the timeouts, unawaited
+        if results is not None:
+            summary.fetch_seconds = round(time.perf_counter() - fetch_started, 3)
     _account(summary, fetcher, breaker, todo)
     _log_not_tried(log, todo, answered, summary.cause or summary.stopped_by or "the job stopped first")
     return summary

@@ -54,7 +54,8 @@ def abid_download(
     data = summary.as_dict()
     print_summary("download", data, ["listed_keys", "planned", "fetched", "refetched", "skipped", "failed",
                                       "ignored_keys", "duplicate_spellings", "spelling_conflicts", "seconds",
-                                      "objects_per_second"])
+                                      "fetch_seconds"])
+    typer.echo(summary.transfer_line())  # rates over what was transferred, not over the skipped objects' time
     if (dest / MANIFEST_NAME).exists():  # not written when a failed run fetched nothing (nothing is left behind)
         typer.echo(f"manifest: {dest / MANIFEST_NAME}")
         typer.echo(f"key log:  {dest / summary.keys_log} (what this run did with each key, and why)")

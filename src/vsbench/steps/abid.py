@@ -34,7 +34,8 @@ def abid_download_step(
                                 concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
         data = summary.as_dict()
         metrics = numbers(data, ["listed_keys", "planned", "fetched", "refetched", "skipped", "failed", "ignored_keys",
-                                  "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "objects_per_second"])
+                                  "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "fetch_seconds",
+                                  "objects_per_second", "megabytes_per_second"])
         if summary.spelling_conflicts:  # one line in the component's log; the manifest lists each
             print(summary.conflict_warning(f"{dest}/{manifest_name(shard, num_shards)}"), flush=True)
         result = finish(tracker, StepResult(dest, metrics, data), manifest_path, "download.json", started)
