@@ -20,7 +20,7 @@ from vsbench.cli.common import (
     print_summary,
     user_errors,
 )
-from vsbench.platform.local_run import run_abid_pipeline_locally
+from vsbench.platform.local_run import abid_ending, run_abid_pipeline_locally
 
 abid_app = typer.Typer(no_args_is_help=True, help="Amazon Bin Image Dataset: download, prepare, resize, run.")
 
@@ -169,8 +169,6 @@ def abid_train(
     `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
     as a Trainer v2 TrainJob with --backend trainjob (on this machine: one podman container per node)."""
     import os
-    import subprocess
-    import sys
 
     from vsbench.platform.containers import ContainerRunError
     from vsbench.platform.trainjob import TRAIN_BACKENDS, TrainJobError
@@ -202,13 +200,10 @@ def abid_train(
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
                                      param_hint="--nproc")
-        _refuse_busy(out, task)
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                   "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images),
-                   "--out", str(out), "--profile", profile, "--overrides", overrides, "--seed", str(seed),
-                   "--device", device, "--parent-run-id", parent_run_id]
-        typer.echo(" ".join(command[1:]), err=True)
-        raise typer.Exit(subprocess.run(command, check=False).returncode)
+        _launch(task, nproc, parsed, [
+            "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images), "--out", str(out),
+            "--profile", profile, "--overrides", overrides, "--seed", str(seed), "--device", device,
+            "--parent-run-id", parent_run_id], tasks, out, profile)
     step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
     from pydantic import ValidationError
 
@@ -218,6 +213,33 @@ def abid_train(
     if int(os.environ.get("RANK", "0") or 0) == 0:
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}")
+
+
+def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Path, out: Path, profile: str) -> None:
+    """torchrun with ``nproc`` workers here, after the checks that need no worker (batch against the
+    training set, task files, profile, --out free); the terminal shows the workers' lines and, on a failure, their
+    one-line error and where torchrun's whole output is, not its 40 lines of bookkeeping."""
+    import os
+    import sys
+
+    from pydantic import ValidationError
+
+    from vsbench.abid.launch import JobOutput, check_before_launch, run_logged
+
+    with user_errors(ValidationError):
+        check_before_launch(task, tasks, profile, overrides, nproc)
+    _refuse_busy(out, task)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *worker]
+    typer.echo(" ".join(command[1:]), err=True)
+    output = JobOutput(out / f"torchrun_{task}.log", typer.echo)
+    try:
+        code = run_logged(command, output, {**os.environ, "PYTHONUNBUFFERED": "1"})
+    finally:
+        output.close()
+    if code:
+        for line in output.failure(f"abid train {task} --nproc {nproc}"):
+            typer.echo(line, err=True)
+        raise typer.Exit(output.exit_code)
 
 
 def _refuse_busy(out: Path, task: str) -> None:
@@ -254,6 +276,8 @@ def abid_run_local(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
+    import os
+
     from vsbench.platform.trainjob import TRAIN_BACKENDS
     from vsbench.tracking.command import prepare_pipeline_tracking
 
@@ -274,6 +298,9 @@ def abid_run_local(
         runner=runner, image=image, verbose=verbose,
     )
     typer.echo(report.render())
+    # as the demo ends: the scores, where the answers and files are, the store and the `mlflow ui` command
+    typer.echo(abid_ending(report, os.environ.get("MLFLOW_TRACKING_URI", "") if tracked else "", experiment,
+                           off="off (--no-track)" if not track else "the store was down: the run is kept (below)"))
     if track and not tracked and report.run_dir is not None:
         kept_bundle(report.run_dir, experiment, "vsbench-abid", params, report.parent_metrics(),
                      tags={"vsbench.profile": train_profile}, artifacts=report.manifests())

@@ -271,6 +271,7 @@ def abid_quantity_step(
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior, capped by the predicted count when "
                                                               "that helps on training bins"}) as tracker:
+        log_tasks_dataset((tracker,), Path(tasks), "evaluation")  # it reads the task files, as score does
         with output_lock(out, what=f"{out} (abid quantity)"):
             answers = run_quantity_baseline(Path(tasks), Path(counting_result), Path(out))
         print(answers.choice.line(), flush=True)
