@@ -143,3 +143,41 @@ def test_a_job_that_failed_without_an_error_line_says_so_with_the_exit_code(tmp_
     assert output.failure("abid train counting --nproc 2") == [
         f"error: abid train counting --nproc 2 failed (a worker exited with -11) (torchrun's whole output: "
         f"{tmp_path / 'torchrun.log'})"]
+
+
+def test_a_trainjob_of_processes_refuses_the_batch_before_any_node_starts(tiny, tmp_path):
+    tasks, images = tiny
+    result = _train(tasks, images, tmp_path / "out", "--backend", "trainjob", "--engine", "process", "--nodes", "2",
+                    batch=16)
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        f"error: the training set has at most 8 samples (the rows of {tasks / 'counting_train.json'}), fewer than "
+        "the global batch (batch_size 16); with 2 processes every rank needs a full share: lower batch_size or "
+        "train in one process"]
+
+
+@pytest.mark.slow
+def test_a_trainjob_of_processes_that_fails_says_the_workers_error_once(tiny, tmp_path, monkeypatch):
+    """The nodes' torchruns feed one JobOutput: the line says the workers' error, once, and the log."""
+    tasks, images = tiny
+    partial = tmp_path / "images"
+    partial.mkdir()
+    rows = json.loads((tasks / "counting_train.json").read_text())
+    gone = {image_path(partial, int(i)).name for i, _ in rows[:3]}
+    for path in images.glob("*.jpg"):
+        if path.name not in gone:
+            os.link(path, partial / path.name)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("VSBENCH_DIST_TIMEOUT_S", "120")
+    result = _train(tasks, partial, tmp_path / "out", "--backend", "trainjob", "--engine", "process", "--nodes", "2",
+                    batch=8)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith("error: TrainJob ") and errors[0].endswith(
+        ": the training set has 5 samples, fewer than the global batch (batch_size 8); with 2 processes every rank "
+        "needs a full share: lower batch_size or train in one process (torchrun's whole output: "
+        f"{tmp_path / 'out' / 'trainjob_counting.log'})")
+    assert "torch/distributed" not in result.output and "ChildFailedError" not in result.output

@@ -170,6 +170,7 @@ def abid_train(
     as a Trainer v2 TrainJob with --backend trainjob (on this machine: one podman container per node)."""
     import os
 
+    from vsbench.abid.launch import TRAIN_ROWS, check_before_launch
     from vsbench.platform.containers import ContainerRunError
     from vsbench.platform.trainjob import TRAIN_BACKENDS, TrainJobError
     from vsbench.steps.abid import abid_train_counting_step, abid_train_siamese_step, abid_train_step
@@ -187,6 +188,8 @@ def abid_train(
             raise typer.BadParameter("a TrainJob's processes are --nodes x --gpus-per-node: leave --nproc at 1",
                                      param_hint="--nproc")
         with user_errors(TrainJobError, ContainerRunError):
+            if (tasks / TRAIN_ROWS[task]).is_file():  # what would stop every node, before any starts
+                check_before_launch(task, tasks, profile, parsed, nodes * max(1, gpus_per_node))
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
                                      seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from vsbench.abid.launch import JobOutput, pipe
 from vsbench.platform.containers import (
     RUNTIME_UID,
     covering,
@@ -503,21 +504,22 @@ def _run_processes(request: TrainJobRequest, name: str, echo: Callable[[str], No
                    f"--nnodes={request.nodes}", f"--node-rank={rank}", "--rdzv-backend=static",
                    f"--rdzv-endpoint=127.0.0.1:{port}", "--max-restarts=0", "-m", "vsbench", *request.node_argv()]
         nodes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
-    readers = [threading.Thread(target=_pipe, args=(node, f"node-{rank}", echo), daemon=True)
+    # The workers' lines on the terminal, torchrun's bookkeeping in a log (as `abid train --nproc N`)
+    output = JobOutput(request.out / f"trainjob_{request.task}.log", echo)
+    readers = [threading.Thread(target=pipe, args=(node, output, f"node-{rank}"), daemon=True)
                for rank, node in enumerate(nodes)]
     for reader in readers:
         reader.start()
     codes = [node.wait() for node in nodes]
     for reader in readers:
         reader.join(timeout=10)
+    output.close()
     failed = [f"node-{rank} (exit code {code})" for rank, code in enumerate(codes) if code]
     if failed:
-        raise TrainJobError(f"TrainJob {name} failed: {', '.join(failed)}; its checkpoints stay in "
+        if output.errors:  # the workers' own one-line errors say why; the log holds torchrun's lines
+            raise TrainJobError(f"TrainJob {name}: " + "; ".join(line.removeprefix("error: ") for line in
+                                                                  output.failure("")))
+        raise TrainJobError(f"TrainJob {name} failed: {', '.join(failed)} (torchrun's whole output: "
+                            f"{output.log_path}); its checkpoints stay in "
                             f"{request.out / 'checkpoints' / request.task} and running the step again resumes from the last finished epoch")
     return 0.0
-
-
-def _pipe(process: subprocess.Popen[str], prefix: str, echo: Callable[[str], None]) -> None:
-    assert process.stdout is not None
-    for line in process.stdout:
-        echo(f"[{prefix}] {line.rstrip()}")
