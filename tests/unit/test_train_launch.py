@@ -62,6 +62,9 @@ def test_the_siamese_batch_and_a_batch_the_processes_cannot_split_are_refused_fi
     odd = _train(tasks, images, tmp_path / "out", "--nproc", "3", batch=8)
     assert odd.exit_code == 2 and odd.output.count("\n") == 1, odd.output
     assert "batch_size 8 (the global batch) is not divisible by the world size 3" in odd.output
+    typo = CliRunner().invoke(app, ["abid", "train", "counting", "--tasks", str(tasks), "--images", str(images),
+                                    "--out", str(tmp_path / "out"), "--nproc", "2", "--overrides", '{"nosuch": 1}'])
+    assert typo.exit_code == 2 and typo.output.count("\n") == 1 and "nosuch" in typo.output, typo.output
     missing = _train(tmp_path / "no-tasks", images, tmp_path / "out", "--nproc", "2", batch=8)
     assert missing.exit_code == 2 and missing.output.count("\n") == 1, missing.output
     assert str(tmp_path / "no-tasks" / "counting_train.json") in missing.output

@@ -170,7 +170,7 @@ def abid_train(
     as a Trainer v2 TrainJob with --backend trainjob (on this machine: one podman container per node)."""
     import os
 
-    from vsbench.abid.launch import TRAIN_ROWS, check_before_launch
+    from vsbench.abid.launch import TRAIN_ROWS
     from vsbench.platform.containers import ContainerRunError
     from vsbench.platform.trainjob import TRAIN_BACKENDS, TrainJobError
     from vsbench.steps.abid import abid_train_counting_step, abid_train_siamese_step, abid_train_step
@@ -189,7 +189,7 @@ def abid_train(
                                      param_hint="--nproc")
         with user_errors(TrainJobError, ContainerRunError):
             if (tasks / TRAIN_ROWS[task]).is_file():  # what would stop every node, before any starts
-                check_before_launch(task, tasks, profile, parsed, nodes * max(1, gpus_per_node))
+                _check_launch(task, tasks, profile, parsed, nodes * max(1, gpus_per_node))
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
                                      seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,
@@ -218,6 +218,19 @@ def abid_train(
         typer.echo(f"result: {result.manifest['result']}")
 
 
+def _check_launch(task: str, tasks: Path, profile: str, overrides: dict, world_size: int) -> None:
+    """:func:`vsbench.abid.launch.check_before_launch`, its refusal on one line (a profile's
+    validation error included, which pydantic writes on several)."""
+    from vsbench.abid.launch import check_before_launch
+    from vsbench.cli.common import fail, user_message
+
+    with user_errors():
+        try:
+            check_before_launch(task, tasks, profile, overrides, world_size)
+        except ValueError as exc:
+            fail(user_message(exc) or str(exc))
+
+
 def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Path, out: Path, profile: str) -> None:
     """torchrun with ``nproc`` workers here, after the checks that need no worker (batch against the
     training set, task files, profile, --out free); the terminal shows the workers' lines and, on a failure, their
@@ -225,12 +238,9 @@ def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Pa
     import os
     import sys
 
-    from pydantic import ValidationError
+    from vsbench.abid.launch import JobOutput, run_logged
 
-    from vsbench.abid.launch import JobOutput, check_before_launch, run_logged
-
-    with user_errors(ValidationError):
-        check_before_launch(task, tasks, profile, overrides, nproc)
+    _check_launch(task, tasks, profile, overrides, nproc)
     _refuse_busy(out, task)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *worker]
     typer.echo(" ".join(command[1:]), err=True)
