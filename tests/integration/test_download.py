@@ -97,6 +97,37 @@ def test_second_run_skips_verified_files_and_refetches_damaged_ones(local_s3, pu
     assert not [p for p in tmp_path.rglob("*") if is_temporary(p.name)]
 
 
+def test_a_rerun_that_refetches_one_object_reports_its_rate_and_what_it_kept(local_s3, public_bucket,
+                                                                             no_aws_credentials, tmp_path):
+    """Issue 39: the rates are over what was transferred and its own time, not one object over the whole
+    run (listing and verifying the 19 kept ones included), and the summary says what was kept."""
+    objects = _put_dataset(local_s3, public_bucket, n=10)
+    args = ("abid", "download", "--dest", str(tmp_path), "--source", f"s3://{public_bucket}",
+            "--endpoint-url", local_s3.endpoint_url)
+    assert _cli(*args).exit_code == 0
+    (tmp_path / "bin-images" / "00002.jpg").write_bytes(b"damaged")
+
+    result = _cli(*args)
+
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert (manifest["fetched"], manifest["refetched"], manifest["skipped"]) == (1, 1, 19)
+    assert 0 < manifest["fetch_seconds"] <= manifest["seconds"]
+    assert manifest["objects_per_second"] == round(1 / manifest["fetch_seconds"], 2)
+    size = len(objects["bin-images/2.jpg"])
+    assert manifest["bytes_fetched"] == size
+    assert manifest["megabytes_per_second"] == round(size / 1e6 / manifest["fetch_seconds"], 2)
+    line = next(line for line in result.stdout.splitlines() if line.startswith("transferred"))
+    assert line == (f"transferred 1 object ({size / 1e6:,.1f} MB) in {manifest['fetch_seconds']:g} s: "
+                    f"{manifest['objects_per_second']:g} objects/s, {manifest['megabytes_per_second']:g} MB/s; "
+                    "19 objects already on disk, verified against the listing and kept")
+    assert "objects_per_second" not in result.stdout  # the rate is in the line above, not over the whole run
+
+    nothing = _cli(*args)
+    assert nothing.exit_code == 0 and ("transferred nothing; 20 objects already on disk, verified against the "
+                                       "listing and kept") in nothing.stdout
+
+
 def test_the_key_log_names_each_failed_and_untried_key(local_s3, public_bucket, no_aws_credentials, tmp_path):
     objects = _put_dataset(local_s3, public_bucket, n=40)
     with FlakyProxy(local_s3.endpoint_url) as proxy:
@@ -278,14 +309,14 @@ def test_signed_requests_when_the_environment_has_credentials(local_s3, public_b
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     used = []
-    original = download._BotoGetter
+    original = download.BotoGetter
 
     class Spy(original):
         def __call__(self, key: str) -> bytes:
             used.append(key)
             return original.__call__(self, key)
 
-    monkeypatch.setattr(download, "_BotoGetter", Spy)
+    monkeypatch.setattr(download, "BotoGetter", Spy)
     objects = _put_dataset(local_s3, public_bucket, n=6)
     summary = download_abid(f"s3://{public_bucket}", tmp_path, endpoint_url=local_s3.endpoint_url, progress=False)
     assert summary.complete and len(used) == summary.fetched == 12
@@ -353,7 +384,7 @@ def test_a_denied_listing_is_one_line_naming_the_bucket(no_aws_credentials, tmp_
 def test_a_missing_bucket_names_the_uri_and_the_fix(local_s3, no_aws_credentials, tmp_path):
     result = _cli("abid", "download", "--dest", str(tmp_path), "--source", "s3://no-such-bucket",
                   "--endpoint-url", local_s3.endpoint_url)
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1  # a typed mistake, as every other one
     assert "the bucket s3://no-such-bucket" in result.stderr and "does not exist: check the s3:// URI" in result.stderr
 
 
@@ -549,7 +580,7 @@ def test_a_failed_download_leaves_nothing_it_created(local_s3, public_bucket, no
     else:
         dest = root / "new" / "nested" / "abid"
     result = _cli("abid", "download", "--dest", str(dest), "--source", source, "--endpoint-url", endpoint)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == (1 if case == "wrong port" else 2), result.output  # 2: the URI typed is wrong
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
     if case == "wrong prefix":
@@ -607,7 +638,7 @@ def test_the_command_leaves_nothing_it_created_after_a_failure(local_s3, no_aws_
     before = _tree(root)
     result = _vsbench("abid", "download", "--dest", arg, "--source", source, "--endpoint-url", endpoint,
                       "--concurrency", "2", cwd=root)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == (2 if case == "missing bucket" else 1), result.stderr  # 2: the URI typed is wrong
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
     expected = {"missing bucket": "does not exist: check the s3:// URI",

@@ -88,6 +88,9 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
     # Each baseline's scores are linked to its logged model and the task files' dataset (issue 38):
     # the Models tab ranks them per dataset, as it ranks the similarity evaluations.
     [data] = children["abid-score"].inputs.dataset_inputs
+    # The quantity step reads the task files too: the same dataset input (issue 39).
+    [quantity_data] = children["abid-quantity"].inputs.dataset_inputs
+    assert (quantity_data.dataset.name, quantity_data.dataset.digest) == ("abid-tasks", data.dataset.digest)
     dataset = {"dataset_name": data.dataset.name, "dataset_digest": data.dataset.digest}
     linked = {m.name: {x.key: x.value for x in m.metrics} for m in client.search_logged_models(
         experiment_ids=[experiment.experiment_id], datasets=[dataset])}
@@ -117,3 +120,48 @@ def test_unreachable_tracking_server_does_not_fail_the_step(tmp_path, monkeypatc
     assert result.metrics["eligible"] > 0
     assert json.loads(manifest.read_text())["metrics"]["eligible"] == result.metrics["eligible"]
     assert "MLflow tracking unavailable" in capsys.readouterr().err
+
+
+def test_run_local_ends_like_the_demo(local_s3, public_bucket, no_aws_credentials, tmp_path, monkeypatch):
+    """Issue 39, deliver 7, through ``vsbench abid run-local`` as a user runs it: it ends with the scores,
+    where each task's answers are, the MLflow store and the ``mlflow ui`` command (the demo's ending,
+    one function for both), and the quantity step's run shows the task files as its dataset input."""
+    import sys
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+    from typer.testing import CliRunner
+
+    from vsbench.cli.app import app
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.setenv(ARTIFACT_LOCATION_ENV, str(tmp_path / "artifacts"))
+    generate_abid(tmp_path / "synth", 120, seed=1, progress=False)
+    upload_tree(tmp_path / "synth", f"s3://{public_bucket}", local_s3.admin_client())
+    data = tmp_path / "data"
+
+    result = CliRunner().invoke(app, [
+        "abid", "run-local", "--data-root", str(data), "--source", f"s3://{public_bucket}",
+        "--endpoint-url", local_s3.endpoint_url, "--size", "32", "--experiment", "run-local-test",
+        "--train-overrides", json.dumps({"epochs": 1, "image_size": 32, "batch_size": 8, "workers": 0})])
+
+    assert result.exit_code == 0, result.output
+    ending = result.stdout[result.stdout.index("ABID scores (moderate validation set):"):].splitlines()
+    assert ending[1].startswith("  counting accuracy") and "RMSE" in ending[1]
+    assert ending[2].startswith("  object verification") and ending[3].startswith("  quantity verification")
+    answers = {line.split()[0]: Path(line.split()[-1]) for line in ending if " answers:" in line}
+    assert sorted(answers) == ["counting", "quantity", "verification"]
+    assert answers["counting"].name == "counting_result.txt" and answers["quantity"].is_file()
+    assert all(path.is_file() for path in answers.values())
+    assert f"  task files:           {data.resolve() / 'tasks'}" in ending
+    assert f"  MLflow store:         {store} (experiment run-local-test)" in ending
+    assert ending[-2:] == ["Open the MLflow UI with:", f"  {Path(sys.executable).parent / 'mlflow'} ui "
+                           f"--backend-store-uri {store} --host 127.0.0.1 --port 5000"]
+
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name("run-local-test")
+    [quantity] = [r for r in client.search_runs([experiment.experiment_id])
+                  if r.data.tags.get(STEP_TAG) == "abid-quantity"]
+    [dataset] = quantity.inputs.dataset_inputs
+    assert dataset.dataset.name == "abid-tasks"

@@ -341,3 +341,25 @@ def test_a_form_json_parameter_that_is_no_object_is_one_line_naming_it(text: str
         with pytest.raises(ValueError, match=f"^train_overrides {message}"):
             component.python_func(data_root=str(tmp_path), profile="demo", overrides_json=text, seed=0, device="cpu",
                                   parent_run_id="", manifest=None, metrics=None)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_the_compiled_yaml_gets_the_umask_mode_not_a_temporary_files(tmp_path: Path, umask: int):
+    """Issue 39: ``vsbench compile`` wrote its YAML mode 0600 (a temporary file renamed): whoever uploads
+    it (another user, a CI job) could not read it. Now it is what a plain ``open()`` would make."""
+    import os
+    import stat
+
+    from typer.testing import CliRunner
+
+    from vsbench.cli.app import app
+
+    previous = os.umask(umask)
+    try:
+        result = CliRunner().invoke(app, ["compile", "--out", str(tmp_path / "out")])
+    finally:
+        os.umask(previous)
+    assert result.exit_code == 0, result.output
+    files = sorted((tmp_path / "out").iterdir())
+    assert [p.name for p in files] == sorted(f"{name}.yaml" for name in PIPELINES)  # nothing temporary left
+    assert {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o666 & ~umask}

@@ -66,14 +66,16 @@ class Distributed:
         """Rank 0 alone writes checkpoints, result files, manifests and MLflow records."""
         return self.rank == 0
 
-    def per_rank_batch(self, global_batch: int, samples: int) -> int:
+    def per_rank_batch(self, global_batch: int, samples: int, bound: str = "") -> int:
         """The batch each rank loads: the profile's ``batch_size`` is the global batch, so that
-        a run's optimisation does not depend on the number of processes."""
+        a run's optimisation does not depend on the number of processes. ``bound``: ``samples`` is
+        an upper bound, from where it says (a launcher's check before any process starts)."""
         if global_batch % self.world_size:
             raise ValueError(f"batch_size {global_batch} (the global batch) is not divisible by the "
                              f"world size {self.world_size}: choose a batch_size that is a multiple of it")
         if self.enabled and samples < global_batch:
-            raise ValueError(f"the training set has {samples} samples, fewer than the global batch "
+            has = f"at most {samples} samples ({bound})" if bound else f"{samples} samples"
+            raise ValueError(f"the training set has {has}, fewer than the global batch "
                              f"(batch_size {global_batch}); with {self.world_size} processes every rank "
                              "needs a full share: lower batch_size or train in one process")
         return global_batch // self.world_size

@@ -35,6 +35,14 @@ from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
+from vsbench.abid.s3_get import (
+    AnonymousHttpGetter,
+    BotoGetter,
+    connection_failure,
+    describe_error,
+    is_permanent,
+    short_error,
+)
 from vsbench.io.locks import LOCK_FILE, lock_path, output_lock, step_lock
 from vsbench.io.storage import (
     TMP_MARKER,
@@ -48,8 +56,7 @@ from vsbench.io.storage import (
     iter_s3_objects,
     parse_s3_uri,
     s3_client,
-    s3_connect_timeout,
-    s3_read_timeout,
+    s3_errors,
 )
 
 PUBLIC_SOURCE = "s3://aft-vbi-pds"
@@ -131,7 +138,8 @@ class DownloadSummary:
     skipped: int = 0
     failed: int = 0
     bytes_fetched: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole run: listing, checking the local copies, fetching
+    fetch_seconds: float = 0.0  # from the first request to the last answer: the time the rates are over
     failures: list[dict[str, Any]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     conflicts: list[dict[str, Any]] = field(default_factory=list)
@@ -183,8 +191,26 @@ class DownloadSummary:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["complete"] = self.complete
-        data["objects_per_second"] = round(self.fetched / self.seconds, 2) if self.seconds else 0.0
+        data.update(self.rates())
         return data
+
+    def rates(self) -> dict[str, float]:
+        """Objects and megabytes per second over what was transferred and its own time: a re-run that
+        refetched one object and skipped 10,000 verified ones is not "0.33 objects/s" over the listing."""
+        seconds = self.fetch_seconds
+        return {"objects_per_second": round(self.fetched / seconds, 2) if seconds else 0.0,
+                "megabytes_per_second": round(self.bytes_fetched / 1e6 / seconds, 2) if seconds else 0.0}
+
+    def transfer_line(self) -> str:
+        """What was transferred, at what rate, and what was kept, in one line."""
+        kept = (f"; {self.skipped:,} {_objects(self.skipped)} already on disk, verified against the listing and kept"
+                if self.skipped else "")
+        if not self.fetched:
+            return f"transferred nothing{kept}"
+        rates = self.rates()
+        return (f"transferred {self.fetched:,} {_objects(self.fetched)} ({self.bytes_fetched / 1e6:,.1f} MB) in "
+                f"{self.fetch_seconds:g} s: {rates['objects_per_second']:g} objects/s, "
+                f"{rates['megabytes_per_second']:g} MB/s{kept}")
 
 
 def _objects(count: int) -> str:
@@ -324,66 +350,6 @@ def _os_error(exc: OSError) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class PermanentFetchError(RuntimeError):
-    """An answer that retrying cannot change (no such key, access denied), with its HTTP status and
-    S3 error code (``NoSuchKey``; the status when the body names none)."""
-
-    def __init__(self, reason: str, status: int | None = None, code: str = "") -> None:
-        super().__init__(reason)
-        self.response = {"Error": {"Code": code or str(status or "")}, "ResponseMetadata": {"HTTPStatusCode": status}}
-
-
-def http_error_reason(status: int, body: bytes) -> tuple[str, str]:
-    """(one-line reason, S3 error code or "") of an error answer: ``HTTP 404 NoSuchKey: The specified key
-    does not exist.`` from S3's XML body, else the status and the body's first 200 characters."""
-    text = body[:2000].decode("utf-8", "replace")
-    code = re.search(r"<Code>([^<]{1,100})</Code>", text)
-    message = re.search(r"<Message>([^<]{0,300})</Message>", text)
-    if code:
-        return f"HTTP {status} {code.group(1)}: {message.group(1) if message else ''}".rstrip(": "), code.group(1)
-    return f"HTTP {status}: {text[:200]}".rstrip(": "), ""
-
-
-class _BotoGetter:
-    """GET through boto3: signed requests, or an explicitly given client."""
-
-    def __init__(self, client, bucket: str) -> None:
-        self.client, self.bucket = client, bucket
-
-    def __call__(self, key: str) -> bytes:
-        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-
-
-class _AnonymousHttpGetter:
-    """Unsigned GETs over one urllib3 connection pool.
-
-    For a public bucket there is nothing to sign, and botocore's per-request machinery (request
-    building, handlers, response parsing) is most of a small object's client CPU; a plain pooled
-    GET costs about half (bench/download.py). Truncated bodies raise (enforced Content-Length)
-    and are retried like any transient error.
-    """
-
-    def __init__(self, endpoint_url: str | None, bucket: str, connections: int) -> None:
-        import urllib3
-
-        base = endpoint_url.rstrip("/") + f"/{bucket}" if endpoint_url else f"https://{bucket}.s3.amazonaws.com"
-        self.base = base
-        self.pool = urllib3.PoolManager(maxsize=connections, retries=False,
-                                        timeout=urllib3.Timeout(connect=s3_connect_timeout(), read=s3_read_timeout()))
-
-    def __call__(self, key: str) -> bytes:
-        from urllib.parse import quote
-
-        response = self.pool.request("GET", f"{self.base}/{quote(key, safe='/')}", preload_content=True,
-                                     enforce_content_length=True)
-        if response.status == 200:
-            return response.data
-        reason, code = http_error_reason(response.status, response.data)
-        if response.status in (403, 404):
-            raise PermanentFetchError(reason, response.status, code)
-        raise RuntimeError(reason)
-
-
 def max_connection_failures() -> int:
     """Requests in a row, job-wide, that may fail with no answer before the download stops."""
     return int(_env_number("VSBENCH_S3_MAX_CONNECTION_FAILURES", MAX_CONNECTION_FAILURES, "requests", integer=True))
@@ -392,58 +358,6 @@ def max_connection_failures() -> int:
 def stall_timeout() -> float:
     """Seconds with requests in flight and no answer before the download stops."""
     return _env_number("VSBENCH_S3_STALL_TIMEOUT", STALL_TIMEOUT_S, "seconds")
-
-
-def connection_failure(exc: BaseException) -> str | None:
-    """What the endpoint did when ``exc`` means no answer came at all (refused, reset, timed out, closed
-    mid-answer), in words; None for an answer (any HTTP status) or a problem of one object."""
-    import urllib3.exceptions as u3
-    from botocore import exceptions as boto
-
-    if isinstance(exc, boto.ConnectTimeoutError | u3.ConnectTimeoutError) and not isinstance(
-            exc, u3.NewConnectionError):
-        return f"accepted no connection within {s3_connect_timeout():g} s (VSBENCH_S3_CONNECT_TIMEOUT)"
-    if isinstance(exc, boto.ReadTimeoutError | u3.ReadTimeoutError | TimeoutError):
-        return f"sent no answer within {s3_read_timeout():g} s (VSBENCH_S3_READ_TIMEOUT)"
-    text = " ".join(str(inner) for inner in _chain(exc)).lower()
-    if isinstance(exc, u3.NewConnectionError | boto.EndpointConnectionError | ConnectionRefusedError):
-        return "refused the connection" if "refused" in text else "could not be connected to"
-    if isinstance(exc, boto.ConnectionClosedError | boto.ResponseStreamingError | boto.IncompleteReadError
-                  | u3.ProtocolError | u3.SSLError | u3.ProxyError | ConnectionError):
-        if "reset" in text:
-            return "reset the connection"
-        return "closed the connection before a whole answer"
-    if isinstance(exc, boto.HTTPClientError | boto.ConnectionError):
-        return f"failed at the connection level ({type(exc).__name__})"
-    return None
-
-
-def _short(exc: BaseException) -> str:
-    """The exception's type and its OS error, if any (``NewConnectionError: [Errno 111] Connection refused``):
-    urllib3's and botocore's own texts repeat the pool and the URL, which the message already names."""
-    for inner in _chain(exc):
-        if isinstance(inner, OSError) and inner.strerror:
-            return f"{type(exc).__name__}: {inner.strerror}"
-        found = re.search(r"\[Errno -?\d+\] [^'\")\]]+", str(inner))
-        if found:
-            return f"{type(exc).__name__}: {found.group(0).strip()}"
-    return type(exc).__name__
-
-
-def _chain(exc: BaseException, depth: int = 4) -> list[BaseException]:
-    """``exc`` and the errors it wraps (arguments, botocore's ``error`` keyword, causes), a few levels deep."""
-    found: list[BaseException] = []
-    todo = [exc]
-    while todo and len(found) < 4 * depth:
-        current = todo.pop(0)
-        if current is None or any(current is seen for seen in found):
-            continue
-        found.append(current)
-        kwargs = getattr(current, "kwargs", None)
-        wrapped = [kwargs.get("error")] if isinstance(kwargs, dict) else []
-        todo += [arg for arg in (*current.args, *wrapped, current.__cause__, current.__context__)
-                 if isinstance(arg, BaseException)]
-    return found
 
 
 class _Breaker:
@@ -470,7 +384,7 @@ class _Breaker:
     def failed(self, what: str, exc: BaseException) -> None:
         with self._lock:
             self.consecutive += 1
-            self.what, self.detail = what, _short(exc)
+            self.what, self.detail = what, short_error(exc)
             if self.consecutive >= self.limit and not self.tripped:
                 self.tripped, self.tripped_at = "breaker", self.consecutive
                 self.stop.set()
@@ -533,13 +447,13 @@ class _Fetcher:
                                             permanent=True)
                     return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, len(data), "fetched", attempt)
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported
-                reason = _describe(exc)
+                reason = describe_error(exc)
                 what = connection_failure(exc)
                 if what:
                     self.breaker.failed(what, exc)
                 else:
                     self.breaker.answered()
-                if _is_permanent(exc):
+                if is_permanent(exc):
                     self.note_permanent(exc)
                     return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason,
                                         permanent=True)
@@ -550,24 +464,6 @@ class _Fetcher:
             if attempt < self.retries:
                 self.stop.wait(self.backoff * (2 ** (attempt - 1)) * (0.5 + random.random()))
         return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", self.retries, reason)
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, PermanentFetchError):  # its message already names the status, code and S3's message
-        return str(exc)
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict) and "Error" in response:
-        error = response["Error"]
-        return f"{error.get('Code', type(exc).__name__)}: {error.get('Message', '')}".strip()
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _is_permanent(exc: Exception) -> bool:
-    if isinstance(exc, PermanentFetchError):
-        return True
-    response = getattr(exc, "response", None)
-    code = response.get("Error", {}).get("Code", "") if isinstance(response, dict) else ""
-    return code in {"NoSuchKey", "AccessDenied", "NoSuchBucket", "403", "404"}
 
 
 def _start_workers(fn: Callable[[PlannedObject], ObjectResult], items: list[PlannedObject], workers: int,
@@ -881,16 +777,11 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     def explain(exc: BaseException) -> str | None:
         return explain_s3_error(exc, location.bucket, endpoint_url=endpoint_url, anonymous=anonymous)
 
-    try:
+    with s3_errors(location.bucket, endpoint_url=endpoint_url, anonymous=anonymous):  # a job-wide cause: one line
         listing = list(iter_s3_objects(lister, location))
-    except Exception as exc:  # noqa: BLE001 - a job-wide cause is said once; anything else propagates
-        cause = explain(exc)
-        if cause is None:
-            raise
-        raise S3AccessError(cause) from None
     plan, ignored, duplicates, conflicts = plan_objects(listing, location.prefix, limit, shard, num_shards)
     if len(ignored) == len(listing):  # not one ABID key: a wrong bucket or prefix, not an empty shard
-        raise S3AccessError(no_abid_objects(source, location.prefix, ignored))
+        raise S3AccessError(no_abid_objects(source, location.prefix, ignored), 2)  # a wrong bucket or prefix
     summary = DownloadSummary(
         source=source, dest=str(dest), listed_keys=len(listing), ignored_keys=len(ignored),
         duplicate_spellings=duplicates, spelling_conflicts=len(conflicts),
@@ -912,11 +803,11 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     answered = bytearray(len(todo))  # 1 where the object has a result (the rest are logged as not tried)
 
     if anonymous:
-        get = _AnonymousHttpGetter(endpoint_url, location.bucket, concurrency)
+        get = AnonymousHttpGetter(endpoint_url, location.bucket, concurrency)
         summary.endpoint = endpoint_url or get.base
     else:
         getter_client = client or s3_client(endpoint_url, max_pool_connections=max(concurrency, 10), attempts=1)
-        get = _BotoGetter(getter_client, location.bucket)
+        get = BotoGetter(getter_client, location.bucket)
         summary.endpoint = endpoint_url or getattr(getattr(getter_client, "meta", None), "endpoint_url", "") or ""
     breaker = _Breaker(limit_failures, stall)
     fetcher = _Fetcher(get, dest, retries, backoff, explain, breaker)
@@ -962,6 +853,7 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     bar = tqdm(total=len(todo), desc="download", unit="obj", disable=not progress)
     try:
         with bar:
+            fetch_started = time.perf_counter()
             results = _start_workers(fetcher, todo, concurrency, fetcher.stop)
             received = 0
             while received < len(todo):
@@ -986,6 +878,8 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
         raise
     finally:
         fetcher.stop.set()  # no new request starts; those in flight end within the timeouts, unawaited
+        if results is not None:
+            summary.fetch_seconds = round(time.perf_counter() - fetch_started, 3)
     _account(summary, fetcher, breaker, todo)
     _log_not_tried(log, todo, answered, summary.cause or summary.stopped_by or "the job stopped first")
     return summary

@@ -23,7 +23,7 @@ from vsbench.cli.common import (
     user_errors,
 )
 from vsbench.cli.helpfmt import MORE, App
-from vsbench.platform.local_run import run_abid_pipeline_locally
+from vsbench.platform.local_run import abid_ending, run_abid_pipeline_locally
 
 abid_app = App(no_args_is_help=True, help="Amazon Bin Image Dataset: download, prepare, resize, run.")
 
@@ -51,14 +51,15 @@ def abid_download(
         raise typer.Exit(2) from None
     except (S3AccessError, ValueError) as exc:  # one job-wide cause (denied, no bucket, wrong endpoint, a bad setting)
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(getattr(exc, "exit_code", 1)) from None  # 2: a wrong endpoint, bucket or prefix
     except DownloadInterrupted as exc:  # SIGTERM or SIGINT: the manifest is written, say so in one line
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
     data = summary.as_dict()
     print_summary("download", data, ["listed_keys", "planned", "fetched", "refetched", "skipped", "failed",
                                       "ignored_keys", "duplicate_spellings", "spelling_conflicts", "seconds",
-                                      "objects_per_second"])
+                                      "fetch_seconds"])
+    typer.echo(summary.transfer_line())  # rates over what was transferred, not over the skipped objects' time
     if (dest / MANIFEST_NAME).exists():  # not written when a failed run fetched nothing (nothing is left behind)
         typer.echo(f"manifest: {dest / MANIFEST_NAME}")
         typer.echo(f"key log:  {dest / summary.keys_log} (what this run did with each key, and why)")
@@ -174,9 +175,8 @@ def abid_train(
     `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
     as a Trainer v2 TrainJob with --backend trainjob (on this machine: one podman container per node)."""
     import os
-    import subprocess
-    import sys
 
+    from vsbench.abid.launch import TRAIN_ROWS
     from vsbench.platform.containers import ContainerRunError
     from vsbench.platform.trainjob import TRAIN_BACKENDS, TrainJobError
     from vsbench.steps.abid import abid_train_counting_step, abid_train_siamese_step, abid_train_step
@@ -196,6 +196,8 @@ def abid_train(
         params = {"task": task, "profile": profile, "overrides": overrides, "seed": seed, "nodes": nodes,
                   "gpus_per_node": gpus_per_node, "engine": engine, "data": str(tasks.resolve())}
         with user_errors(TrainJobError, ContainerRunError), _trainjob_parent(track, params) as parent:
+            if (tasks / TRAIN_ROWS[task]).is_file():  # what would stop every node, before any starts
+                _check_launch(task, tasks, profile, parsed, nodes * max(1, gpus_per_node))
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
                                      seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,
@@ -210,13 +212,10 @@ def abid_train(
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
                                      param_hint="--nproc")
-        _refuse_busy(out, task)
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                   "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images),
-                   "--out", str(out), "--profile", profile, "--overrides", overrides, "--seed", str(seed),
-                   "--device", device, "--parent-run-id", parent_run_id]
-        typer.echo(" ".join(command[1:]), err=True)
-        raise typer.Exit(subprocess.run(command, check=False).returncode)
+        _launch(task, nproc, parsed, [
+            "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images), "--out", str(out),
+            "--profile", profile, "--overrides", overrides, "--seed", str(seed), "--device", device,
+            "--parent-run-id", parent_run_id], tasks, out, profile)
     step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
     from pydantic import ValidationError
 
@@ -282,6 +281,43 @@ def _trainjob_parent(track: bool, params: dict) -> Iterator[_Parent]:
             close_parent_run(parent.EXPERIMENT, parent.key, succeeded)
 
 
+def _check_launch(task: str, tasks: Path, profile: str, overrides: dict, world_size: int) -> None:
+    """:func:`vsbench.abid.launch.check_before_launch`, its refusal on one line (a profile's
+    validation error included, which pydantic writes on several)."""
+    from vsbench.abid.launch import check_before_launch
+    from vsbench.cli.common import fail, user_message
+
+    with user_errors():
+        try:
+            check_before_launch(task, tasks, profile, overrides, world_size)
+        except ValueError as exc:
+            fail(user_message(exc) or str(exc))
+
+
+def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Path, out: Path, profile: str) -> None:
+    """torchrun with ``nproc`` workers here, after the checks that need no worker (batch against the
+    training set, task files, profile, --out free); the terminal shows the workers' lines and, on a failure, their
+    one-line error and where torchrun's whole output is, not its 40 lines of bookkeeping."""
+    import os
+    import sys
+
+    from vsbench.abid.launch import JobOutput, run_logged
+
+    _check_launch(task, tasks, profile, overrides, nproc)
+    _refuse_busy(out, task)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *worker]
+    typer.echo(" ".join(command[1:]), err=True)
+    output = JobOutput(out / f"torchrun_{task}.log", typer.echo)
+    try:
+        code = run_logged(command, output, {**os.environ, "PYTHONUNBUFFERED": "1"})
+    finally:
+        output.close()
+    if code:
+        for line in output.failure(f"abid train {task} --nproc {nproc}"):
+            typer.echo(line, err=True)
+        raise typer.Exit(output.exit_code)
+
+
 def _refuse_busy(out: Path, task: str) -> None:
     """Stop in one line, before starting any process, when another run writes ``out``. The lock
     is released at once: rank 0 of the job takes it (a launcher holding it would block its own
@@ -319,6 +355,8 @@ def abid_run_local(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
+    import os
+
     from vsbench.platform.trainjob import TRAIN_BACKENDS
     from vsbench.tracking.command import prepare_pipeline_tracking
 
@@ -339,6 +377,9 @@ def abid_run_local(
         runner=runner, image=image, verbose=verbose,
     )
     typer.echo(report.render())
+    # as the demo ends: the scores, where the answers and files are, the store and the `mlflow ui` command
+    typer.echo(abid_ending(report, os.environ.get("MLFLOW_TRACKING_URI", "") if tracked else "", experiment,
+                           off="off (--no-track)" if not track else "the store was down: the run is kept (below)"))
     if track and not tracked and report.run_dir is not None:
         kept_bundle(report.run_dir, experiment, "vsbench-abid", params, report.parent_metrics(),
                      tags={"vsbench.profile": train_profile}, artifacts=report.manifests())

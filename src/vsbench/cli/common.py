@@ -180,7 +180,8 @@ class SafeGroup(HelpGroup):
                 raise
             if getattr(exc, "one_line", False):  # an expected failure (a download incomplete, a denied bucket)
                 typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(UNEXPECTED_EXIT) from None
+                code = getattr(exc, "exit_code", UNEXPECTED_EXIT)  # 2 where the user typed it wrong (S3AccessError)
+                raise typer.Exit(code if isinstance(code, int) else UNEXPECTED_EXIT) from None
             message = user_message(exc)
             if message is not None:
                 typer.echo(f"error: {message}", err=True)

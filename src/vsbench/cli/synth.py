@@ -31,12 +31,14 @@ def synth_abid(
     import tempfile
 
     from vsbench.abid.synth import generate_abid
-    from vsbench.io.storage import is_s3_uri, local_path, s3_client, upload_tree
+    from vsbench.io.storage import has_aws_credentials, is_s3_uri, local_path, s3_client, upload_tree
 
     if is_s3_uri(out):
         with tempfile.TemporaryDirectory(prefix="vsbench-synth-") as tmp:
             summary = generate_abid(Path(tmp), bins, seed, workers=workers)
-            uploaded = upload_tree(Path(tmp), out, s3_client(endpoint_url))
+            # a dead or non-S3 endpoint, no bucket, denied: one line naming it (S3AccessError), no traceback
+            uploaded = upload_tree(Path(tmp), out, s3_client(endpoint_url), endpoint_url=endpoint_url,
+                                   anonymous=not has_aws_credentials())
         typer.echo(f"uploaded {uploaded} objects to {out}")
     else:
         summary = generate_abid(local_path(out), bins, seed, workers=workers)

@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -302,9 +303,14 @@ def s3_client(endpoint_url: str | None = None, *, max_pool_connections: int = 64
 class S3AccessError(RuntimeError):
     """S3 refused the whole job for one reason (access denied, no bucket, no or bad credentials,
     wrong endpoint or region): the message is one line naming the cause and the fix. Running the
-    same command again cannot help, unlike a transient failure."""
+    same command again cannot help, unlike a transient failure. ``exit_code`` is 2 where what the
+    user typed is wrong (an endpoint that is not S3, a bucket that does not exist), else 1."""
 
     one_line = True  # an expected failure: its message says all (the CLI prints no traceback)
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _error_code(exc: BaseException) -> tuple[str, int | None]:
@@ -359,6 +365,75 @@ def explain_s3_error(exc: BaseException, bucket: str, *, endpoint_url: str | Non
     return None
 
 
+def _not_s3(exc: BaseException, bucket: str, endpoint_url: str | None) -> str | None:
+    """One line when the endpoint answered, but not as S3 does: an HTTP error with no S3 error code in
+    its body (a plain web server's bare 404 or 501), or a body that is not S3's XML. A real S3 (AWS,
+    MinIO, moto) always names its error (``NoSuchBucket``), so this is a wrong ``--endpoint-url``."""
+    from botocore.parsers import ResponseParserError
+
+    where = _endpoint_of(exc, endpoint_url)
+    fix = (f"check --endpoint-url (the S3 API's URL, e.g. http://host:9000 for MinIO) and that the bucket "
+           f"{bucket!r} is served there")
+    if isinstance(exc, ResponseParserError):
+        return f"the endpoint {where} answered for s3://{bucket} with something that is not S3's XML: {fix}"
+    if isinstance(exc, RecursionError) and endpoint_url:  # botocore follows a web server's 301s to a bucket region
+        return (f"the endpoint {where} redirected every request for s3://{bucket} (HTTP 301 with no region): it is "
+                f"not an S3 endpoint; {fix}")
+    code, status = _error_code(exc)
+    operation = getattr(exc, "operation_name", "") or "the request"
+    if isinstance(status, int) and status >= 400 and (not code or code.isdigit()):
+        return (f"the endpoint {where} answered {operation} on s3://{bucket} with a bare HTTP {status} (no S3 "
+                f"error code): it is not an S3 endpoint, or not one serving this bucket; {fix}")
+    return None
+
+
+def s3_access_error(exc: BaseException, bucket: str, *, endpoint_url: str | None,
+                    anonymous: bool) -> S3AccessError | None:
+    """The job-wide cause behind ``exc`` or any error it wraps (boto3's S3UploadFailedError wraps the
+    ClientError), as an :class:`S3AccessError`; None when there is none (a transient error, a bug).
+    For bucket-wide calls (a listing, an upload), where an answer that is not S3's means the endpoint."""
+    for inner in exception_chain(exc):
+        cause = explain_s3_error(inner, bucket, endpoint_url=endpoint_url, anonymous=anonymous)
+        if cause:
+            return S3AccessError(cause, 2 if _error_code(inner)[0] == "NoSuchBucket" else 1)
+        cause = _not_s3(inner, bucket, endpoint_url)
+        if cause:
+            return S3AccessError(cause, 2)
+    return None
+
+
+@contextmanager
+def s3_errors(bucket: str, *, endpoint_url: str | None, anonymous: bool) -> Iterator[None]:
+    """Every S3 call that concerns the whole bucket runs in here: a job-wide cause (wrong endpoint,
+    no bucket, denied, no connection) becomes one :class:`S3AccessError` line naming the endpoint or
+    bucket and the fix; anything else propagates unchanged."""
+    try:
+        yield
+    except S3AccessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - explained, or raised unchanged
+        error = s3_access_error(exc, bucket, endpoint_url=endpoint_url, anonymous=anonymous)
+        if error is None:
+            raise
+        raise error from None
+
+
+def exception_chain(exc: BaseException, depth: int = 4) -> list[BaseException]:
+    """``exc`` and the errors it wraps (arguments, botocore's ``error`` keyword, causes), a few levels deep."""
+    found: list[BaseException] = []
+    todo = [exc]
+    while todo and len(found) < 4 * depth:
+        current = todo.pop(0)
+        if current is None or any(current is seen for seen in found):
+            continue
+        found.append(current)
+        kwargs = getattr(current, "kwargs", None)
+        wrapped = [kwargs.get("error")] if isinstance(kwargs, dict) else []
+        todo += [arg for arg in (*current.args, *wrapped, current.__cause__, current.__context__)
+                 if isinstance(arg, BaseException)]
+    return found
+
+
 def _endpoint_of(exc: BaseException, endpoint_url: str | None) -> str:
     kwargs = getattr(exc, "kwargs", {}) or {}
     url = kwargs.get("endpoint_url") or endpoint_url or "https://s3.amazonaws.com"
@@ -376,8 +451,12 @@ def iter_s3_objects(client, location: S3Location, sub_prefix: str = "") -> Itera
             yield {"Key": obj["Key"], "Size": int(obj["Size"]), "ETag": obj.get("ETag", "").strip('"')}
 
 
-def upload_tree(local_dir: Path, uri: str, client, *, workers: int = 16) -> int:
-    """Upload every file under ``local_dir`` to the s3:// ``uri``; returns the number uploaded."""
+def upload_tree(local_dir: Path, uri: str, client, *, workers: int = 16, endpoint_url: str | None = None,
+                anonymous: bool = False) -> int:
+    """Upload every file under ``local_dir`` to the s3:// ``uri``; returns the number uploaded.
+
+    The first failure stops the uploads not yet started; one with a job-wide cause (an endpoint that
+    is not S3 or not there, no bucket, denied) is one :class:`S3AccessError` line naming it."""
     from concurrent.futures import ThreadPoolExecutor
 
     location = parse_s3_uri(uri)
@@ -387,6 +466,12 @@ def upload_tree(local_dir: Path, uri: str, client, *, workers: int = 16) -> int:
         key = location.key(path.relative_to(local_dir).as_posix())
         client.upload_file(str(path), location.bucket, key)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(put, files))
+    endpoint_url = endpoint_url or getattr(getattr(client, "meta", None), "endpoint_url", None)
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        with s3_errors(location.bucket, endpoint_url=endpoint_url, anonymous=anonymous):
+            for future in [pool.submit(put, path) for path in files]:
+                future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return len(files)

@@ -35,20 +35,23 @@ def load_pipeline(name: str, cluster: ClusterSettings | None = None, suite_path:
 
 
 def compile_all(out: Path, cluster: ClusterSettings | None = None, suite_path: Path | None = None) -> list[Path]:
-    """Write ``<out>/<name>.yaml`` for each pipeline, atomically; returns the paths."""
+    """Write ``<out>/<name>.yaml`` for each pipeline, atomically; returns the paths.
+
+    kfp compiles into a private scratch folder; the YAML then goes through :func:`atomic_write_bytes`,
+    which gives it the mode a plain ``open()`` would (0644 under the usual umask), not the 0600 of a
+    temporary file, so whoever uploads it (another user, a CI job) can read it."""
     from kfp import compiler
+
+    from vsbench.io.storage import atomic_write_bytes
 
     cluster = cluster or ClusterSettings()
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in PIPELINES:
-        target = out / f"{name}.yaml"
-        with tempfile.NamedTemporaryFile(dir=out, prefix=f".{name}.yaml.tmp-", suffix=".yaml", delete=False) as tmp:
-            tmp_path = Path(tmp.name)
-        try:
-            compiler.Compiler().compile(load_pipeline(name, cluster, suite_path), package_path=str(tmp_path))
-            tmp_path.replace(target)
-        finally:
-            tmp_path.unlink(missing_ok=True)
-        written.append(target)
+    with tempfile.TemporaryDirectory(prefix="vsbench-compile-") as scratch:
+        for name in PIPELINES:
+            compiled = Path(scratch) / f"{name}.yaml"
+            compiler.Compiler().compile(load_pipeline(name, cluster, suite_path), package_path=str(compiled))
+            target = out / f"{name}.yaml"
+            atomic_write_bytes(target, compiled.read_bytes())
+            written.append(target)
     return written

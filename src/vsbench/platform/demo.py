@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 from vsbench.io.storage import atomic_write_json, upload_tree
-from vsbench.platform.local_run import run_abid_pipeline_locally
+from vsbench.platform.local_run import abid_ending, run_abid_pipeline_locally
 from vsbench.platform.local_s3 import LocalS3
 from vsbench.tracking.config import ARTIFACT_LOCATION_ENV, disable_tracking
 
@@ -74,19 +73,5 @@ def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str
     print(f"generate  {synth_seconds:7.1f} s   {bins} bins" + ("" if synth_seconds else " (reused)"))
     print(f"upload    {upload_seconds:7.1f} s   {uploaded} objects")
     print(report.render())
-    scores = report.scores()
-    if scores:
-        print()
-        print("ABID scores (moderate validation set):")
-        print(f"  counting accuracy        {scores['counting_accuracy']:.4f}   RMSE {scores['counting_rmse']:.3f}")
-        print(f"  object verification      {scores['verification_accuracy']:.4f}")
-        print(f"  quantity verification    {scores['quantity_accuracy']:.4f}")
-    print(f"  task files:     {out / 'data' / 'tasks'}")
-    print(f"  resized images: {out / 'data' / 'bin-images-resize'}")
-    print(f"  MLflow store:   {out / 'mlflow.db'} (experiment {EXPERIMENT})" if track else
-          "  MLflow:         off (--no-track)")
-    print()
-    print("Open the MLflow UI with:")
-    print(f"  {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri sqlite:///{out / 'mlflow.db'} "
-          "--host 127.0.0.1 --port 5000")
+    print(abid_ending(report, os.environ["MLFLOW_TRACKING_URI"] if track else "", EXPERIMENT))
     return 0 if report.succeeded else 1

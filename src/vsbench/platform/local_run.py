@@ -112,6 +112,42 @@ class LocalRunReport:
         return "\n".join(lines)
 
 
+PREDICTIONS = (("counting", "abid-train-counting"), ("verification", "abid-train-siamese"),
+               ("quantity", "abid-quantity"))  # (task, the step whose manifest names its result file)
+
+
+def abid_ending(report: LocalRunReport, store_uri: str, experiment: str, off: str = "off (--no-track)") -> str:
+    """How an ABID pipeline run on this machine ends (``vsbench demo`` and ``abid run-local`` alike):
+    the three scores, where the predictions and the files are, the MLflow store and how to open it.
+    ``store_uri`` "" means the run was not tracked, for the reason ``off``."""
+    import sys
+
+    from vsbench.tracking.bundles import redact_uri
+
+    lines = []
+    scores = report.scores()
+    if scores:
+        lines += ["", "ABID scores (moderate validation set):",
+                  f"  counting accuracy        {scores['counting_accuracy']:.4f}   RMSE {scores['counting_rmse']:.3f}",
+                  f"  object verification      {scores['verification_accuracy']:.4f}",
+                  f"  quantity verification    {scores['quantity_accuracy']:.4f}"]
+    for task, step in PREDICTIONS:
+        result = report.steps.get(step, {}).get("result")
+        if result:
+            lines.append(f"  {task + ' answers:':<22}{result}")
+    lines += [f"  {'task files:':<22}{report.data_root / 'tasks'}",
+              f"  {'resized images:':<22}{report.data_root / 'bin-images-resize'}"]
+    if not store_uri:
+        return "\n".join([*lines, f"  {'MLflow:':<22}{off}"])
+    uri = redact_uri(store_uri) or store_uri
+    lines += [f"  {'MLflow store:':<22}{uri} (experiment {experiment})", ""]
+    if uri.startswith(("http://", "https://")):
+        return "\n".join([*lines, f"Open the MLflow UI at: {uri}"])
+    return "\n".join([*lines, "Open the MLflow UI with:",
+                      f"  {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri {uri} "
+                      "--host 127.0.0.1 --port 5000"])
+
+
 def failure_tail(step: str, tail: list[str], log_path: Path | None) -> str:
     """The last lines a failed step wrote, and where its whole log is."""
     head = f"  last lines of {step or 'the run'} (whole log: {log_path}):"

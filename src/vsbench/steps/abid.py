@@ -35,7 +35,8 @@ def abid_download_step(
                                 concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
         data = summary.as_dict()
         metrics = numbers(data, ["listed_keys", "planned", "fetched", "refetched", "skipped", "failed", "ignored_keys",
-                                  "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "objects_per_second"])
+                                  "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "fetch_seconds",
+                                  "objects_per_second", "megabytes_per_second"])
         if summary.spelling_conflicts:  # one line in the component's log; the manifest lists each
             print(summary.conflict_warning(f"{dest}/{manifest_name(shard, num_shards)}"), flush=True)
         result = finish(tracker, StepResult(dest, metrics, data), manifest_path, "download.json", started)
@@ -274,6 +275,7 @@ def abid_quantity_step(
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior, capped by the predicted count when "
                                                               "that helps on training bins"}) as tracker:
+        log_tasks_dataset((tracker,), Path(tasks), "evaluation")  # it reads the task files, as score does
         with output_lock(out, what=f"{out} (abid quantity)"):
             answers = run_quantity_baseline(Path(tasks), Path(counting_result), Path(out))
         print(answers.choice.line(), flush=True)
