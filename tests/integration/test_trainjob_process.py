@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.abid_data import tiny_abid
+from vsbench.abid.data import image_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 OVERRIDES = {"epochs": 1, "batch_size": 8, "image_size": 32, "workers": 0, "optimizer": "sgd", "lr": 0.01}
@@ -35,13 +36,14 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _train(root: Path, home: Path, out: str, overrides: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
+def _train(root: Path, home: Path, out: str, overrides: dict[str, Any], *extra: str,
+           images: str = "images") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MLFLOW_TRACKING_URI", "VSBENCH_DEFAULT_STORE",
                         "VSBENCH_NO_TRACK", "VSBENCH_MLFLOW_ARTIFACT_LOCATION")}
     env.update({"VSBENCH_HOME": str(home), "OMP_NUM_THREADS": "1", "VSBENCH_DIST_TIMEOUT_S": "120"})
     return subprocess.run([sys.executable, "-m", "vsbench", "abid", "train", "counting", "--tasks", "tasks", "--images",
-                           "images", "--out", out, "--device", "cpu", "--overrides", json.dumps(overrides),
+                           images, "--out", out, "--device", "cpu", "--overrides", json.dumps(overrides),
                            "--backend", "trainjob", "--engine", "process", *extra], cwd=root, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
@@ -71,13 +73,22 @@ def test_relative_paths_train_and_log_under_a_parent_run_the_command_made(root, 
 
 
 def test_a_failed_job_names_the_first_failing_nodes_own_error_and_where_the_logs_are(root, tmp_path) -> None:
-    ran = _train(root, tmp_path / "home", "runs/too-big", {**OVERRIDES, "batch_size": 64})
+    # 8 training rows pass the check before submitting (batch 8), but 3 of their images are missing:
+    # only the nodes find that the 5 left cannot fill the global batch.
+    partial = root / "images-partial"
+    partial.mkdir()
+    rows = json.loads((root / "tasks" / "counting_train.json").read_text())
+    gone = {image_path(partial, int(i)).name for i, _ in rows[:3]}
+    for path in (root / "images").glob("*.jpg"):
+        if path.name not in gone:
+            os.link(path, partial / path.name)
+    ran = _train(root, tmp_path / "home", "runs/too-big", OVERRIDES, images="images-partial")
     assert ran.returncode == 2, (ran.stdout + ran.stderr)[-4000:]
     last = ran.stderr.strip().splitlines()[-1]
     out = root / "runs" / "too-big"
     assert re.fullmatch(
         r"error: TrainJob (vsbench-counting-\w+) failed: node-[01] \(exit code 1\) failed first: the training set has "
-        r"8 samples, fewer than the global batch \(batch_size 64\).*; then node-[01] \(exit code 1\); each node's log "
+        r"5 samples, fewer than the global batch \(batch_size 8\).*; then node-[01] \(exit code 1\); each node's log "
         rf"is in {re.escape(str(out))}/logs/\1/; no epoch had finished, so a re-run starts from the beginning", last), last
     runs = _runs(tmp_path / "home")
     assert "pipeline" in {r.data.tags.get("vsbench.step") for r in runs}, "the command made a parent run"

@@ -29,9 +29,10 @@ from vsbench.platform import trainjob
 
 @pytest.fixture
 def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working folder with tasks/ and images/ (contents do not matter: no node really runs)."""
+    """A working folder with tasks/ and images/ (no node really runs: only the number of training rows
+    matters, which the check before submitting holds against the global batch)."""
     (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "counting_train.json").write_text("[]")
+    (tmp_path / "tasks" / "counting_train.json").write_text(json.dumps([[i, 1] for i in range(256)]))
     (tmp_path / "images").mkdir()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(trainjob.time, "sleep", lambda seconds: None)

@@ -6,23 +6,17 @@ torchrun's whole output is kept in a log file, which the last line names."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from vsbench.runtime.torchrun import TorchrunLines
+
 # The file whose rows a task trains on: their number bounds the training set (missing or held-out
 # images only take rows away), so a global batch above it fails on every rank, for sure.
 TRAIN_ROWS = {"counting": "counting_train.json", "siamese": "obj_verification_train.json"}
-
-# torchrun's own lines: glog-style records (``W1126 23:34:26.985000 12533 torch/...py:1028] ...``) and
-# the OMP_NUM_THREADS banner. From the record that a worker failed on, everything is its post-mortem.
-_TORCH_RECORD = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S+:\d+\]")
-_POST_MORTEM = ("failed (exitcode", "Sending process", "ChildFailedError")
-_EXIT_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
-
 
 def check_before_launch(task: str, tasks_dir: Path, profile: str, overrides: Mapping[str, Any],
                         world_size: int) -> None:
@@ -53,10 +47,8 @@ class JobOutput:
         self._log: IO[str] = open(log, "w", encoding="utf-8")  # noqa: SIM115 - a log, grown as the job runs
         self._echo = echo
         self._lock = threading.Lock()
-        self._post_mortem: set[str] = set()  # the prefixes (nodes) whose torchrun is reporting a failure
-        self._root_cause = False
+        self._torchrun = TorchrunLines()
         self.errors: list[str] = []  # the workers' distinct one-line errors, in order
-        self.worker_exit: int | None = None  # the first failed worker's exit code, from torchrun's table
 
     def feed(self, line: str, prefix: str = "") -> None:
         text = line.rstrip("\r\n")
@@ -64,7 +56,7 @@ class JobOutput:
         with self._lock:
             self._log.write(shown + "\n")
             self._log.flush()
-            if self._is_torchrun(text, prefix):
+            if self._torchrun.bookkeeping(text, prefix):
                 return
             if text.startswith("error: "):
                 if text not in self.errors:
@@ -72,21 +64,6 @@ class JobOutput:
                 return
             if text.strip():
                 self._echo(shown)
-
-    def _is_torchrun(self, text: str, prefix: str) -> bool:
-        if prefix in self._post_mortem:
-            if "Root Cause" in text:
-                self._root_cause = True
-            found = _EXIT_CODE.match(text)
-            if found and self._root_cause and self.worker_exit is None:
-                self.worker_exit = int(found.group(1))
-            return True
-        if _TORCH_RECORD.match(text):
-            if any(mark in text for mark in _POST_MORTEM):  # its traceback and failure table follow
-                self._post_mortem.add(prefix)
-            return True
-        stripped = text.strip()
-        return (bool(stripped) and set(stripped) == {"*"}) or stripped.startswith("Setting OMP_NUM_THREADS")
 
     def close(self) -> None:
         with self._lock:
@@ -99,6 +76,11 @@ class JobOutput:
                                       + (f" (a worker exited with {self.worker_exit})" if self.worker_exit else "")]
         lines[-1] += f" (torchrun's whole output: {self.log_path})"
         return lines
+
+    @property
+    def worker_exit(self) -> int | None:
+        """The first failed worker's exit code, from torchrun's failure table."""
+        return self._torchrun.worker_exit
 
     @property
     def exit_code(self) -> int:

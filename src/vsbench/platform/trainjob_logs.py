@@ -17,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from vsbench.runtime.torchrun import TorchrunLines
+
 TAIL_LINES = 200  # per node, kept for the failure's line (the whole log is in the node's file)
 _ERROR_PREFIX = "error: "  # how a vsbench command's one-line error starts (vsbench.cli.common)
 
@@ -31,6 +33,7 @@ class NodeLogs:
         self._lock = threading.Lock()
         self._files: dict[str, IO[str]] = {}
         self._tails: dict[str, deque[str]] = {}
+        self._torchrun = TorchrunLines()
         try:
             for rank in range(nodes):
                 step = f"node-{rank}"
@@ -41,14 +44,17 @@ class NodeLogs:
             raise
 
     def line(self, step: str, text: str) -> None:
-        """One line of ``step``'s output: to its file, its tail and the terminal."""
+        """One line of ``step``'s output: to its file and its tail; to the terminal unless it is
+        torchrun's own bookkeeping or the node's one-line error (the job's last line says that one)."""
         with self._lock:
             file = self._files.get(step)
             if file is not None and not file.closed:
                 file.write(text + "\n")
                 file.flush()
             self._tails.setdefault(step, deque(maxlen=TAIL_LINES)).append(text)
-        self._echo(f"[{step}] {text}")
+            quiet = self._torchrun.bookkeeping(text, step) or text.startswith(_ERROR_PREFIX) or not text.strip()
+        if not quiet:
+            self._echo(f"[{step}] {text}")
 
     def own_error(self, step: str) -> str:
         """The last one-line error ``step``'s vsbench printed ("" when it printed none: killed, say)."""
