@@ -149,7 +149,6 @@ def _component_step(experiment: str, run_id: str, pipeline: str, spread: dict[st
     import json
 
     from kfp.dsl import Metrics
-
     from vsbench.components.nightly import regression_check
 
     out = Metrics(name="metrics", uri="", metadata={})
