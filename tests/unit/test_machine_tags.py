@@ -83,3 +83,15 @@ def test_gpu_names_come_from_the_driver_and_respect_hidden_devices(monkeypatch: 
 
 def test_a_run_without_machine_tags_has_no_machine_parts() -> None:
     assert machine_parts({"vsbench.host": "vm", "vsbench.version": "0.1.0"}) == {}
+
+
+def test_the_reports_line_per_run_names_the_machine() -> None:
+    from datetime import UTC, datetime
+
+    from vsbench.reporting.runs import RunRecord, provenance
+
+    tags = {"vsbench.version": "0.1.0", "vsbench.host": "node-7", **machine_tags()}
+    record = RunRecord("r", datetime.now(UTC), "vsbench-abid", "baselines", "abid", {}, tags)
+    assert provenance(record).endswith(f"code: vsbench 0.1.0 on node-7 ({tags[MACHINE_TAG]})")
+    before = RunRecord("r", datetime.now(UTC), "vsbench-abid", "baselines", "abid", {}, {"vsbench.host": "node-7"})
+    assert provenance(before).endswith("on node-7")  # a run logged before machine tags
