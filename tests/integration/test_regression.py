@@ -254,3 +254,25 @@ def test_split_by_spread_keeps_missing_metrics_and_refuses_a_negative_spread():
     assert split_by_spread([rmse], {"rmse": 0.049}) == ([{**rmse, "spread": 0.049}], [])
     with pytest.raises(ValueError, match="spread must be >= 0"):
         split_by_spread([rmse], {"rmse": -0.1})
+
+
+def test_a_step_on_another_node_than_its_parent_counts_as_the_nights_machine(mlflow_tracking, fresh_experiment):
+    """On a cluster the parent opens on a light node and training runs on a GPU node: the GPU node's
+    change is a machine change even though both parents ran on the same light node."""
+    from vsbench.tracking.runs import child_run
+
+    exp = fresh_experiment
+    h100 = {**EPYC, "gpu": "NVIDIA H100 80GB HBM3"}
+    nights = []
+    for step_machine, scores in ((h100, DEMO_HERE), ({**EPYC, "gpu": "NVIDIA L4"}, DEMO_XEON)):
+        parent = record_pipeline_run(exp, "vsbench-abid", scores, status=None)
+        _on_machine(parent, {**EPYC, "gpu": "none"})
+        with child_run(parent, "abid-train-counting") as step:
+            assert step.run_id and MlflowClient().get_run(step.run_id).data.tags["vsbench.machine.cpu"]
+            _on_machine(step.run_id, step_machine)
+        MlflowClient().set_terminated(parent, "FINISHED")
+        nights.append(parent)
+
+    report = check_regression(exp, nights[1], threshold=0.02, pipeline="vsbench-abid", spread=SPREAD)
+    assert report.status == "machine-changed"
+    assert report.machine["changed"] == {"gpu": ["NVIDIA H100 80GB HBM3 | none", "NVIDIA L4 | none"]}

@@ -264,18 +264,40 @@ def night_metrics(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bo
     return metrics, directions
 
 
-def compare_machines(previous: Any, current: Any) -> dict[str, Any]:
-    """The two runs' ``vsbench.machine`` lines and the parts that differ (part -> [before, after]);
-    nothing is "changed" when either run predates machine tags: unknown is not a change."""
-    before, after = previous.data.tags, current.data.tags
-    parts_before, parts_after = machine_parts(before), machine_parts(after)
+def night_machines(client: Any, run: Any) -> tuple[str | None, dict[str, str]]:
+    """The machines a night ran on: its parent run's and every step's (a step may run on another
+    node, a training or embedding step on a GPU node), as (the ``vsbench.machine`` lines, part ->
+    its values), several values joined by `` | `` in sorted order. Nothing for a night logged before
+    machine tags."""
+    from vsbench.tracking.provenance import PARENT_TAG
+
+    runs, token = [run], None
+    while True:
+        page = client.search_runs([run.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{run.info.run_id}'",
+                                  max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    lines = sorted({r.data.tags[MACHINE_TAG] for r in runs if r.data.tags.get(MACHINE_TAG)})
+    values: dict[str, set[str]] = {}
+    for r in runs:
+        for part, value in machine_parts(r.data.tags).items():
+            values.setdefault(part, set()).add(value)
+    return (" | ".join(lines) or None), {part: " | ".join(sorted(found)) for part, found in values.items()}
+
+
+def compare_machines(client: Any, previous: Any, current: Any) -> dict[str, Any]:
+    """The two nights' machines (:func:`night_machines`) and the parts that differ (part -> [before,
+    after]); nothing is "changed" when either night predates machine tags: unknown is not a change."""
+    (before, parts_before), (after, parts_after) = night_machines(client, previous), night_machines(client, current)
     changed: dict[str, list[str]] = {}
     if parts_before and parts_after:
         for part in sorted({*parts_before, *parts_after}):
             was, now = parts_before.get(part, "none"), parts_after.get(part, "none")
             if was != now:
                 changed[part] = [was, now]
-    return {"previous": before.get(MACHINE_TAG), "current": after.get(MACHINE_TAG), "changed": changed}
+    return {"previous": before, "current": after, "changed": changed}
 
 
 def find_baseline(client: Any, experiment: str, current: Any, pipeline: str) -> Any | None:
@@ -316,7 +338,7 @@ def check_regression(experiment: str, current_run_id: str, *, threshold: float =
         failed_named = bool(metrics is not None and missing)
         report = RegressionReport(current_run_id, baseline.info.run_id, threshold, drops,
                                   not drops and not failed_named, relative, compared, missing, tolerated,
-                                  compare_machines(baseline, current))
+                                  compare_machines(client, baseline, current))
     _record(client, report)
     return report
 
