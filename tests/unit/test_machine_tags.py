@@ -95,3 +95,11 @@ def test_the_reports_line_per_run_names_the_machine() -> None:
     assert provenance(record).endswith(f"code: vsbench 0.1.0 on node-7 ({tags[MACHINE_TAG]})")
     before = RunRecord("r", datetime.now(UTC), "vsbench-abid", "baselines", "abid", {}, {"vsbench.host": "node-7"})
     assert provenance(before).endswith("on node-7")  # a run logged before machine tags
+
+
+def test_versions_are_read_beside_the_module_as_importlib_metadata_gives_them() -> None:
+    from importlib import metadata
+
+    assert provenance._version("torch", "torch") == metadata.version("torch")
+    assert provenance._version("faiss", "faiss-cpu", "faiss-gpu") == metadata.version("faiss-cpu")
+    assert provenance._version("no_such_module_vsbench", "no-such") == "none"
