@@ -126,7 +126,10 @@ def machine_info() -> dict[str, Any]:
     """What the figures were measured on (they mean little without it)."""
     import PIL
 
+    from vsbench.tracking.provenance import machine_tags
+
     info: dict[str, Any] = {
+        **machine_tags(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),

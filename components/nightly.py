@@ -9,7 +9,7 @@ from vsbench.runtime.images import CPU_IMAGE
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
 def regression_check(
     experiment: str, parent_run_id: str, threshold: float, relative: bool, metrics_json: str, pipeline: str,
-    metrics: Output[Metrics],
+    metrics: Output[Metrics], spread_json: str = "{}",
 ):
     """Compare this night with the previous one in MLflow; record the outcome there; fail on a drop."""
     import json
@@ -21,11 +21,13 @@ def regression_check(
         raise RuntimeError("MLflow was unreachable when the run opened: no baseline to compare against")
     report = check_regression(experiment, parent_run_id, threshold=threshold, relative=relative,
                               metrics=json.loads(metrics_json) or None, pipeline=pipeline,
-                              lower_is_better=lower_is_better_metrics())
+                              lower_is_better=lower_is_better_metrics(), spread=json.loads(spread_json) or None)
     metrics.log_metric("regression_drops", float(len(report.drops)))
     metrics.log_metric("regression_passed", float(report.passed))
+    metrics.log_metric("regression_machine_changed", float(report.machine_changed))
+    print(f"regression check: {report.status}: {report.message()}", flush=True)
     if not report.passed:
-        raise RegressionError(f"{len(report.drops)} metrics dropped beyond {threshold}: {report.drops[:5]}")
+        raise RegressionError(report.message())
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)

@@ -61,6 +61,7 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
             check = regression_check(experiment=experiment, parent_run_id=parent, threshold=suite.regression.threshold,
                                      relative=suite.regression.relative,
                                      metrics_json=json.dumps(suite.regression.metrics or []),
+                                     spread_json=json.dumps(suite.regression.spread),
                                      pipeline=PIPELINE_NAME).after(*scored_tasks)
             report = comparison_report(experiment=experiment, parent_run_id=parent, last=report_last).after(check)
             report.ignore_upstream_failure()

@@ -33,7 +33,15 @@ from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.vsd.adapter import load_vsd
 from vsbench.io.features import FeatureSet
 
-ORIGINALS = Path(os.environ.get("VSBENCH_ORIGINALS", "/nonexistent"))
+
+def originals_root(value: str | None) -> Path | None:
+    """The folder ``VSBENCH_ORIGINALS`` names, or None when it is unset or empty: ``VSBENCH_ORIGINALS=``
+    (set but empty, as a CI template leaves it) means no checkout, not the current folder (``Path("")``
+    is ``.``, a folder, and the tests would run against it and fail)."""
+    return Path(value) if value and value.strip() else None
+
+
+ORIGINALS = originals_root(os.environ.get("VSBENCH_ORIGINALS")) or Path("/nonexistent")
 needs_originals = pytest.mark.skipif(not ORIGINALS.is_dir(), reason="VSBENCH_ORIGINALS names no checkout of the "
                                      "unlicensed originals (see this module's docstring)")
 TOL = 1e-9

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,8 @@ def test_nightly_compiles_the_suite_with_regression_and_report(compiled):
     assert len([name for name in tasks if _step(name) == "index"]) == len(suite.entries)
     assert set(tasks["regression-check"]["dependentTasks"]) >= set(scores)
     assert tasks["comparison-report"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    rule = tasks["regression-check"]["inputs"]["parameters"]  # the suite's measured spreads reach the check
+    assert json.loads(rule["spread_json"]["runtimeValue"]["constant"]) == suite.regression.spread != {}
     roots = {tasks[name]["inputs"]["parameters"]["root"]["runtimeValue"]["constant"] for name in scores}
     assert roots == {entry.root for entry in suite.entries}
 

@@ -51,3 +51,12 @@ def test_the_shipped_suite_keeps_its_pairs() -> None:
     assert names == sorted(["disc-torchscript", "disc-efficientnet-lite0", "copydays-efficientnet-lite0",
                             "vsd-dino-vits16", "abid-embeddings-efficientnet-lite0",
                             "disc-efficientnet-lite0-ivf-sharded"])  # a large gallery in reference shards
+
+
+def test_the_regression_rule_takes_measured_spreads_and_refuses_negative_ones(tmp_path: Path) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_text(BASE + "regression:\n  threshold: 0.02\n  spread: {'*__uap': 0.01, counting_accuracy: 0.05}\n")
+    assert Suite.load(path).regression.spread == {"*__uap": 0.01, "counting_accuracy": 0.05}
+    path.write_text(BASE + "regression:\n  spread: {'*__uap': -0.01}\n")
+    with pytest.raises(ValueError, match=r"regression.spread: \['\*__uap'\] must be >= 0"):
+        Suite.load(path)

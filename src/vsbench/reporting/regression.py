@@ -9,12 +9,22 @@ written as patterns of those names keep working. A metric's direction is its run
 
 The baseline is the newest FINISHED parent run of the same pipeline in the experiment that started
 before tonight's run. A night that failed (a regression included) is never a baseline, so a drop
-cannot become tomorrow's normal by failing once. The outcome is recorded on tonight's run, where
-whoever looks at the run in MLflow sees it:
+cannot become tomorrow's normal by failing once.
 
-* tag ``vsbench.regression`` = ``passed`` | ``failed`` | ``no-baseline``
+The same seed gives other digits on another CPU (issue 39: the ABID demo's counting accuracy
+0.5039 here, 0.4724 on an Intel Xeon), so a metric drops only when it got worse by more than the
+threshold *and* by more than its measured spread over seeds and machines (the rule's ``spread``,
+docs/fidelity.md). Every run records its machine (``vsbench.machine``, see
+:func:`vsbench.tracking.provenance.machine_tags`); when tonight's differs from the baseline's, the
+outcome says so, so a move to another node reads as one and not as a model change. The outcome is
+recorded on tonight's run, where whoever looks at the run in MLflow sees it:
+
+* tag ``vsbench.regression`` = ``passed`` | ``machine-changed`` (passed, on another machine than the
+  baseline) | ``failed`` | ``no-baseline``
 * tag ``vsbench.regression.baseline`` = the baseline's run id (when there is one)
 * tag ``vsbench.regression.rule`` = the threshold and whether it is absolute or relative
+* tag ``vsbench.regression.machine`` = what changed in the machine (``cpu: A -> B; ...``), when it did
+* tag ``vsbench.regression.message`` = the alert's one line (:meth:`RegressionReport.message`)
 * metric ``regression_drops`` = how many metrics dropped (or went missing, when named)
 * artifact ``regression.json`` = :meth:`RegressionReport.as_dict`
 
@@ -40,10 +50,13 @@ from vsbench.reporting.runs import (
 )
 from vsbench.tracking.evaluations import MODEL_OPTIONS_TAG, MODEL_TAG, NAME_JOIN, VARIANT_TAG
 from vsbench.tracking.names import SEPARATOR, split_run_metric
+from vsbench.tracking.provenance import MACHINE_TAG, machine_parts
 
 REGRESSION_TAG = "vsbench.regression"
 BASELINE_TAG = "vsbench.regression.baseline"
 RULE_TAG = "vsbench.regression.rule"
+MACHINE_CHANGE_TAG = "vsbench.regression.machine"
+MESSAGE_TAG = "vsbench.regression.message"
 DROPS_METRIC = "regression_drops"
 ARTIFACT = "regression.json"
 DEFAULT_PIPELINE = "vsbench-nightly"
@@ -58,9 +71,12 @@ class RegressionError(RuntimeError):
 @dataclass(frozen=True)
 class RegressionReport:
     """``drops``: one dict per metric that got worse by more than the threshold (``metric``,
-    ``previous``, ``current``, ``change`` = current - previous, ``higher_is_better``); a named metric
-    that the baseline had and tonight lacks is a drop with ``current`` and ``change`` None.
-    ``missing``: metrics the baseline had and tonight lacks (they fail the check only when named)."""
+    ``previous``, ``current``, ``change`` = current - previous, ``higher_is_better``; ``spread`` where
+    the rule gives the metric one); a named metric that the baseline had and tonight lacks is a drop with ``current`` and ``change`` None.
+    ``missing``: metrics the baseline had and tonight lacks (they fail the check only when named).
+    ``within_spread``: metrics worse by more than the threshold but not by more than their spread
+    (same keys as a drop): reported, not failing. ``machine``: the two nights' ``vsbench.machine``
+    (``previous``, ``current``; None where unrecorded) and ``changed``, part -> [before, after]."""
 
     current_run_id: str
     previous_run_id: str | None
@@ -70,15 +86,58 @@ class RegressionReport:
     relative: bool = False
     compared: int = 0
     missing: list[str] = field(default_factory=list)
+    within_spread: list[dict[str, Any]] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def machine_changed(self) -> bool:
+        return bool(self.machine.get("changed"))
 
     @property
     def status(self) -> str:
         if self.previous_run_id is None:
             return "no-baseline"
-        return "passed" if self.passed else "failed"
+        if not self.passed:
+            return "failed"
+        return "machine-changed" if self.machine_changed else "passed"
+
+    def machine_line(self) -> str:
+        """``cpu: AMD EPYC -> Intel Xeon; isa: ...`` (empty when the machine did not change)."""
+        changed = self.machine.get("changed", {})
+        return "; ".join(f"{part}: {before} -> {after}" for part, (before, after) in changed.items())
+
+    def message(self) -> str:
+        """The alert's one line: what dropped beyond its tolerance, what moved within its spread, and
+        whether the machine changed since the baseline (then a move within the spread is the machine's)."""
+        rule = f"{self.threshold:g}{' relative' if self.relative else ''}"
+        if self.previous_run_id is None:
+            return "no baseline: the first good night of this pipeline"
+        parts = []
+        if self.drops:
+            parts.append(f"{len(self.drops)} metrics got worse beyond the threshold {rule} and their spread: "
+                         + ", ".join(_describe(d) for d in self.drops[:5]) + (" ..." if len(self.drops) > 5 else ""))
+        named_missing = [m for m in self.missing if not any(d["metric"] == m for d in self.drops)]
+        if not self.passed and named_missing:
+            parts.append(f"named metrics missing: {', '.join(named_missing[:5])}")
+        if self.within_spread:
+            parts.append(f"{len(self.within_spread)} moved beyond {rule} but within their measured spread: "
+                         + ", ".join(_describe(d) for d in self.within_spread[:5]))
+        if self.machine_changed:
+            parts.append(f"machine changed since the baseline ({self.machine_line()})"
+                         + ("; not a regression" if self.passed else "; the drops exceed the spread seen across machines"))
+        elif self.previous_run_id and self.machine.get("previous") is None and self.machine.get("current"):
+            parts.append("the baseline's machine is unrecorded")
+        return "; ".join(parts) if parts else f"no metric worse by more than {rule}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status, **asdict(self)}
+        return {"status": self.status, "message": self.message(), **asdict(self)}
+
+
+def _describe(drop: Mapping[str, Any]) -> str:
+    if drop["current"] is None:
+        return f"{drop['metric']} missing"
+    spread = f", spread {drop['spread']:g}" if drop.get("spread") else ""
+    return f"{drop['metric']} {drop['previous']:.4g} -> {drop['current']:.4g}{spread}"
 
 
 def _worse_by(previous: float, current: float, higher: bool, relative: bool) -> float:
@@ -95,6 +154,12 @@ def _beyond(worse: float, threshold: float) -> bool:
     """Strictly beyond the threshold: a drop of exactly ``threshold`` passes, even through float
     rounding (0.80 - 0.78 is 0.020000000000000018)."""
     return worse > threshold and not math.isclose(worse, threshold, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def spread_for(name: str, spread: Mapping[str, float] | None) -> float:
+    """The measured spread (absolute, in the metric's units) for ``name``: the largest value of the
+    rule's ``spread`` whose name or pattern matches it; 0 when none does."""
+    return max((float(v) for p, v in (spread or {}).items() if fnmatch.fnmatchcase(name, p)), default=0.0)
 
 
 def _higher_is_better(name: str, lower_is_better: LowerIsBetter, directions: Mapping[str, bool]) -> bool:
@@ -117,7 +182,8 @@ def compare_metrics(previous: Mapping[str, float], current: Mapping[str, float],
     baseline has (bookkeeping metrics aside). A named pattern that matches no metric of either run
     is reported missing, so a typo in the rule cannot turn the check into a silent pass.
     ``lower_is_better``: benchmark -> the metrics its spec declares lower-is-better; ``directions``:
-    name -> higher is better, as the runs' own tags say (they win).
+    name -> higher is better, as the runs' own tags say (they win). The measured spread is applied
+    after, by :func:`split_by_spread`.
     """
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
@@ -146,6 +212,27 @@ def compare_metrics(previous: Mapping[str, float], current: Mapping[str, float],
             drops.append({"metric": name, "previous": before, "current": after, "change": after - before,
                           "higher_is_better": higher})
     return drops, missing, compared
+
+
+def split_by_spread(drops: Sequence[dict[str, Any]], spread: Mapping[str, float] | None,
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(drops, within_spread): of the metrics worse beyond the threshold (:func:`compare_metrics`),
+    those worse by no more than their measured spread (:func:`spread_for`, absolute) are what
+    another seed or machine does, not a regression. Each carries its ``spread`` where it has one;
+    a named metric gone missing stays a drop."""
+    if any(not value >= 0 for value in (spread or {}).values()):
+        raise ValueError(f"a spread must be >= 0, got {dict(spread or {})}")
+    beyond: list[dict[str, Any]] = []
+    within: list[dict[str, Any]] = []
+    for drop in drops:
+        width = spread_for(drop["metric"], spread)
+        if not width or drop["current"] is None:
+            beyond.append(drop)
+            continue
+        entry = {**drop, "spread": width}
+        worse = _worse_by(drop["previous"], drop["current"], drop["higher_is_better"], relative=False)
+        (beyond if _beyond(worse, width) else within).append(entry)
+    return beyond, within
 
 
 def _client():
@@ -177,6 +264,42 @@ def night_metrics(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bo
     return metrics, directions
 
 
+def night_machines(client: Any, run: Any) -> tuple[str | None, dict[str, str]]:
+    """The machines a night ran on: its parent run's and every step's (a step may run on another
+    node, a training or embedding step on a GPU node), as (the ``vsbench.machine`` lines, part ->
+    its values), several values joined by `` | `` in sorted order. Nothing for a night logged before
+    machine tags."""
+    from vsbench.tracking.provenance import PARENT_TAG
+
+    runs, token = [run], None
+    while True:
+        page = client.search_runs([run.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{run.info.run_id}'",
+                                  max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    lines = sorted({r.data.tags[MACHINE_TAG] for r in runs if r.data.tags.get(MACHINE_TAG)})
+    values: dict[str, set[str]] = {}
+    for r in runs:
+        for part, value in machine_parts(r.data.tags).items():
+            values.setdefault(part, set()).add(value)
+    return (" | ".join(lines) or None), {part: " | ".join(sorted(found)) for part, found in values.items()}
+
+
+def compare_machines(client: Any, previous: Any, current: Any) -> dict[str, Any]:
+    """The two nights' machines (:func:`night_machines`) and the parts that differ (part -> [before,
+    after]); nothing is "changed" when either night predates machine tags: unknown is not a change."""
+    (before, parts_before), (after, parts_after) = night_machines(client, previous), night_machines(client, current)
+    changed: dict[str, list[str]] = {}
+    if parts_before and parts_after:
+        for part in sorted({*parts_before, *parts_after}):
+            was, now = parts_before.get(part, "none"), parts_after.get(part, "none")
+            if was != now:
+                changed[part] = [was, now]
+    return {"previous": before, "current": after, "changed": changed}
+
+
 def find_baseline(client: Any, experiment: str, current: Any, pipeline: str) -> Any | None:
     """The newest FINISHED parent run of ``pipeline`` that started before ``current``."""
     runs = client.search_runs(
@@ -189,12 +312,15 @@ def find_baseline(client: Any, experiment: str, current: Any, pipeline: str) -> 
 def check_regression(experiment: str, current_run_id: str, *, threshold: float = 0.02,
                      metrics: list[str] | None = None, relative: bool = False,
                      pipeline: str = DEFAULT_PIPELINE, lower_is_better: LowerIsBetter | None = None,
-                     ) -> RegressionReport:
+                     spread: Mapping[str, float] | None = None) -> RegressionReport:
     """Compare run ``current_run_id`` with the previous good night and record the outcome on it.
 
     A higher-is-better metric drops when it decreases by more than ``threshold`` (absolute, or a
-    fraction of the previous value when ``relative``); a lower-is-better one (rmse, loss, error,
-    seconds, and what ``lower_is_better`` names for a benchmark) when it increases by more. No previous night: passed, tagged ``no-baseline``.
+    fraction of the previous value when ``relative``) and by more than its ``spread`` (name or
+    pattern -> the measured spread over seeds and machines, absolute); a lower-is-better one (rmse,
+    loss, error, seconds, and what ``lower_is_better`` names for a benchmark) when it increases by
+    more. No previous night: passed, tagged ``no-baseline``. Another machine than the baseline's:
+    said in the outcome (status ``machine-changed`` when it passed).
     MLflow errors propagate: a check that cannot read or record must not pass silently.
     """
     client = _client()
@@ -208,9 +334,11 @@ def check_regression(experiment: str, current_run_id: str, *, threshold: float =
         drops, missing, compared = compare_metrics(before, now, threshold=threshold, relative=relative,
                                                    metrics=metrics, lower_is_better=lower_is_better,
                                                    directions={**before_directions, **now_directions})
+        drops, tolerated = split_by_spread(drops, spread)
         failed_named = bool(metrics is not None and missing)
         report = RegressionReport(current_run_id, baseline.info.run_id, threshold, drops,
-                                  not drops and not failed_named, relative, compared, missing)
+                                  not drops and not failed_named, relative, compared, missing, tolerated,
+                                  compare_machines(client, baseline, current))
     _record(client, report)
     return report
 
@@ -221,5 +349,8 @@ def _record(client: Any, report: RegressionReport) -> None:
                    f"{report.threshold:g} {'relative' if report.relative else 'absolute'}")
     if report.previous_run_id:
         client.set_tag(report.current_run_id, BASELINE_TAG, report.previous_run_id)
+    if report.machine_changed:
+        client.set_tag(report.current_run_id, MACHINE_CHANGE_TAG, report.machine_line()[:5000])
+    client.set_tag(report.current_run_id, MESSAGE_TAG, report.message()[:5000])
     client.log_metric(report.current_run_id, DROPS_METRIC, float(len(report.drops)))
     client.log_dict(report.current_run_id, report.as_dict(), ARTIFACT)

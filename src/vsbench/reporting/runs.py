@@ -65,6 +65,7 @@ from vsbench.tracking.provenance import (
     IMAGE_ID_TAG,
     IMAGE_TAG,
     KFP_RUN_TAG,
+    MACHINE_TAG,
     PARENT_TAG,
     PIPELINE_TAG,
     PROFILE_TAG,
@@ -310,4 +311,6 @@ def provenance(record: RunRecord) -> str:
         code += f" @ {tags[GIT_COMMIT_TAG][:7]}"
     if tags.get(HOST_TAG):
         code += f" on {tags[HOST_TAG]}"
+    if tags.get(MACHINE_TAG):  # the same seed gives other digits on another machine (issue 39)
+        code += f" ({tags[MACHINE_TAG]})"
     return f"data: {data}; profile: {profile}; code: {code}"

@@ -58,6 +58,18 @@ class RegressionRule(BaseModel):
     threshold: float = Field(default=0.02, ge=0)
     relative: bool = False
     metrics: list[str] | None = None  # None: every metric both nights share
+    # Name or pattern -> the metric's measured spread over seeds and machines (absolute, the metric's
+    # units; docs/fidelity.md): a metric fails only when worse by more than the threshold and by more
+    # than this, so a move to another node is not a regression.
+    spread: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("spread")
+    @classmethod
+    def _spread_not_negative(cls, spread: dict[str, float]) -> dict[str, float]:
+        negative = sorted(name for name, value in spread.items() if not value >= 0)
+        if negative:
+            raise ValueError(f"regression.spread: {negative} must be >= 0 (the measured max - min of the metric)")
+        return spread
 
 
 class Suite(BaseModel):

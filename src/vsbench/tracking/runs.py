@@ -38,6 +38,7 @@ from vsbench.tracking.provenance import (
     SOURCE_TAG,
     STEP_TAG,
     code_tags,
+    machine_tags,
 )
 
 # MLflow 3's UI opens an experiment in the view its kind names; without the tag it guesses, and a run
@@ -327,7 +328,9 @@ def child_run(parent_run_id: str, step: str, params: Mapping[str, Any] | None = 
                 parent.info.experiment_id, run_name=step,
                 tags={PARENT_TAG: parent_run_id, STEP_TAG: step,
                       KFP_RUN_TAG: parent.data.tags.get(KFP_RUN_TAG, ""),
-                      PIPELINE_TAG: parent.data.tags.get(PIPELINE_TAG, ""), **_image_tags()},
+                      PIPELINE_TAG: parent.data.tags.get(PIPELINE_TAG, ""), **_image_tags(),
+                      # a step may run on another node than the parent's (a GPU node): its own machine
+                      **machine_tags()},
             )
             tracker = Tracker(run.info.run_id, client)
         except Exception as exc:  # noqa: BLE001
