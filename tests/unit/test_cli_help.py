@@ -180,3 +180,18 @@ def test_a_usage_error_is_one_line_naming_the_option_and_where_help_is(args, say
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith("error: ") and says in line and "--help`)" in line, line
+
+
+def test_a_profile_override_out_of_range_is_one_line_naming_each_field(tmp_path):
+    """pydantic's several lines (and a link per field) become one: the fields, what is wrong, the value."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "counting_train.json").write_text("[[1, 1]]")
+    (tmp_path / "images").mkdir()
+    result = subprocess.run([sys.executable, "-m", "vsbench", "abid", "train", "counting", "--tasks",
+                             str(tmp_path / "tasks"), "--images", str(tmp_path / "images"), "--out", str(tmp_path / "out"),
+                             "--overrides", '{"batch_size": -1, "nosuch": 2}', "--no-track"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: TrainProfile: batch_size: Input should be greater than or equal to 1 (got -1); "
+        "nosuch: Extra inputs are not permitted"]

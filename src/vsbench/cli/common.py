@@ -65,7 +65,7 @@ def user_errors(*kinds: type[Exception]) -> Iterator[None]:
     try:
         yield
     except (ValueError, *kinds) as exc:  # InputError included
-        fail(str(exc))
+        fail(user_message(exc) or str(exc).strip().replace("\n", "; "))
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         fail(f"{exc.filename}: {exc.strerror or exc}" if exc.filename is not None else str(exc))
     except OSError as exc:
@@ -79,10 +79,32 @@ ERROR_DIR_ENV = "VSBENCH_ERROR_DIR"  # where tracebacks of unexpected errors are
 UNEXPECTED_EXIT = 1
 
 
+def _is_validation_error(exc: BaseException) -> bool:
+    try:
+        from pydantic import ValidationError
+    except ImportError:  # pragma: no cover - pydantic is a dependency
+        return False
+    return isinstance(exc, ValidationError)
+
+
+def validation_line(exc: Any) -> str:
+    """A pydantic ``ValidationError`` as one line: what was checked, then each field, what is wrong
+    and the value given (``TrainProfile: batch_size: Input should be greater than or equal to 1
+    (got -1); nosuch: Extra inputs are not permitted``)."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error.get("loc", ())) or "value"
+        given = "" if error.get("type") in ("extra_forbidden", "missing") else f" (got {str(error.get('input'))[:60]!s})"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}{given}")
+    return f"{exc.title}: " + "; ".join(parts)
+
+
 def user_message(exc: BaseException) -> str | None:
     """The one line a user's mistake ends with, or None when ``exc`` is not one (a bug, or a failure
     no input explains). The same rule as :func:`user_errors`, for errors that reach the top."""
-    if isinstance(exc, ValueError):  # InputError, WeightsError, SearchError, pydantic's errors...
+    if _is_validation_error(exc):  # pydantic's several lines, and a link per field: one line
+        return validation_line(exc)
+    if isinstance(exc, ValueError):  # InputError, WeightsError, SearchError...
         text = str(exc).strip()
         return text.splitlines()[0] if text.count("\n") and len(text) > 500 else text.replace("\n", "; ")
     if isinstance(exc, OSError) and exc.filename is not None:
