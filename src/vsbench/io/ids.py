@@ -1,0 +1,151 @@
+"""Id columns of big tables held as codes into their distinct values, never a Python object a row.
+
+Why: ``vsbench score copy-detection`` on ten million predictions (a 280 MB file) once took over
+6 GB and died: a Python str costs ~50 bytes more than its text, and a numpy ``U`` array 4 bytes per
+character of the *longest* id in every cell. Here a row costs one integer code; each distinct id
+is kept once, as Arrow text (its UTF-8 bytes and an offset). pandas' Categorical would do the same
+on paper, but builds a Python string per distinct id to check its categories (90 bytes each).
+
+The distinct values are sorted (code point order, as Python and numpy compare strings), so the
+codes order as the ids do: a scorer factorizing them gets the codes ``np.unique`` gave it before,
+so its numbers, and the example a message quotes, stay the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+CHUNK_ROWS = 1 << 16  # rows a column holds as Python strings before packing them
+
+
+def release_memory() -> None:
+    """Hand Arrow's freed memory back to the system now: its allocator keeps freed pages for reuse,
+    which counted as much as the live columns in a read's peak."""
+    pa.default_memory_pool().release_unused()
+
+
+def _sorted(codes: np.ndarray, values: pa.Array) -> Ids:
+    """``Ids`` whose row ``i`` is ``values[codes[i]]``, with the values sorted."""
+    order = pc.array_sort_indices(values).to_numpy()
+    rank = np.empty(order.size, dtype=np.int32 if order.size < 2**31 else np.int64)
+    rank[order] = np.arange(order.size, dtype=rank.dtype)
+    return Ids(rank[codes], values.take(pa.array(order)))
+
+
+@dataclass(frozen=True)
+class Ids:
+    """A column of text ids: ``codes`` (an integer a row) into ``values`` (the distinct ids, sorted,
+    as Arrow strings; some may be used by no row once rows are selected). Reads like a 1-D array of
+    str where the scorers and tests need it: ``len``, ``size``, ``tolist()``, ``ids[i]``, slices and
+    masks."""
+
+    codes: np.ndarray
+    values: pa.Array
+    ndim = 1
+
+    @classmethod
+    def from_strings(cls, texts: Iterable[str]) -> Ids:
+        """Small columns (tests, image ids): ``Ids`` of any iterable of str."""
+        column = IdColumn()
+        for text in texts:
+            column.append(str(text))
+        return column.finish()
+
+    def __len__(self) -> int:
+        return int(self.codes.size)
+
+    @property
+    def size(self) -> int:
+        return int(self.codes.size)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, np.integer)):
+            return self.values[int(self.codes[key])].as_py()
+        return Ids(self.codes[key], self.values)
+
+    def tolist(self) -> list[str]:
+        return self.values.take(pa.array(self.codes)).to_pylist()
+
+    def value_index(self, text: str) -> int | None:
+        """The code of ``text``, or None when no value is it."""
+        found = pc.index(self.values, text).as_py()
+        return None if found < 0 else found
+
+    def isin(self, texts: Iterable[str] | pa.Array) -> np.ndarray:
+        """Row mask: the row's id is one of ``texts`` (hashed once per distinct id, not per row)."""
+        value_set = texts if isinstance(texts, pa.Array) else pa.array(list(texts), type=pa.large_string())
+        known = pc.is_in(self.values, value_set=value_set.cast(self.values.type)).to_numpy(zero_copy_only=False)
+        return known[self.codes]
+
+    def used(self) -> pa.Array:
+        """The distinct ids some row uses, sorted."""
+        return self.values.filter(pa.array(np.bincount(self.codes, minlength=len(self.values)) > 0))
+
+    def batches(self, size: int = CHUNK_ROWS) -> Iterator[tuple[int, list[str]]]:
+        """(first value number, values as Python strings) a few thousand at a time."""
+        for start in range(0, len(self.values), size):
+            yield start, self.values[start:start + size].to_pylist()
+
+    def mapped(self, change: Callable[[str], str]) -> Ids:
+        """The ids with ``change`` applied to each distinct one (two may become one: codes merge)."""
+        changed = pa.chunked_array([pa.array([change(v) for v in values], type=pa.large_string())
+                                    for _, values in self.batches()], type=pa.large_string())
+        values = pc.unique(changed)
+        where = pc.index_in(changed, value_set=values).to_numpy(zero_copy_only=False)
+        return _sorted(where.astype(np.int64)[self.codes], values)
+
+    def marked(self, test: Callable[[str], bool]) -> np.ndarray:
+        """Row mask: ``test`` of each row's id, called once per distinct id."""
+        marks = np.zeros(len(self.values), dtype=bool)
+        for start, values in self.batches():
+            marks[start:start + len(values)] = [test(v) for v in values]
+        return marks[self.codes]
+
+
+class IdColumn:
+    """Ids appended a row at a time, packed every :data:`CHUNK_ROWS` rows into an Arrow dictionary
+    chunk (the chunk's distinct ids once, an int32 a row); :meth:`finish` gives :class:`Ids`."""
+
+    def __init__(self) -> None:
+        self._chunks: list[pa.DictionaryArray] = []
+        self._pending: list[str] = []
+
+    def append(self, text: str) -> None:
+        self._pending.append(text)
+        if len(self._pending) >= CHUNK_ROWS:
+            self._pack()
+
+    def _pack(self) -> None:
+        if self._pending:
+            self._chunks.append(pa.array(self._pending, type=pa.large_string()).dictionary_encode())
+            self._pending = []
+            release_memory()
+
+    def finish(self) -> Ids:
+        self._pack()
+        if not self._chunks:
+            return Ids(np.zeros(0, dtype=np.int32), pa.array([], type=pa.large_string()))
+        chunks = pa.chunked_array(self._chunks).unify_dictionaries().chunks
+        self._chunks = []
+        codes = np.concatenate([chunk.indices.to_numpy(zero_copy_only=False) for chunk in chunks])
+        release_memory()
+        ids = _sorted(codes, chunks[0].dictionary)
+        del chunks, codes
+        release_memory()
+        return ids
+
+
+def shared_codes(first: Ids, second: Ids) -> tuple[np.ndarray, np.ndarray, int]:
+    """Codes of two id columns in one numbering (their values merged, sorted) and its size: equal
+    codes exactly when the ids are equal, ordered as the ids are."""
+    merged = pc.unique(pa.chunked_array([first.values, second.values], type=pa.large_string()))
+    merged = merged.take(pc.array_sort_indices(merged))
+    codes = [pc.index_in(ids.values, value_set=merged).to_numpy(zero_copy_only=False).astype(np.int64)[ids.codes]
+             for ids in (first, second)]
+    return codes[0], codes[1], len(merged)
