@@ -7,8 +7,8 @@ Id columns of big tables are :class:`~vsbench.io.ids.Ids` (codes, no Python obje
 from __future__ import annotations
 
 import re
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
