@@ -37,9 +37,26 @@ def text_array(texts: Iterable[str]) -> pa.LargeStringArray:
 
 
 def release_memory() -> None:
-    """Hand Arrow's freed memory back to the system now: its allocator keeps freed pages for reuse,
-    which counted as much as the live columns in a read's peak."""
+    """Hand freed memory back to the system now (Arrow's allocator, and glibc's heap where there is
+    one): both keep freed pages for reuse, and a sort's temporaries left that way counted as much as
+    the live columns in a read's peak."""
     pa.default_memory_pool().release_unused()
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None on other C libraries."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
 
 
 def _sorted(codes: np.ndarray, values: pa.Array) -> Ids:
@@ -58,7 +75,7 @@ class Ids:
     masks."""
 
     codes: np.ndarray
-    values: pa.Array
+    values: pa.Array  # string or large_string
     ndim = 1
 
     @classmethod
@@ -99,7 +116,7 @@ class Ids:
         """The distinct ids some row uses, sorted."""
         used = np.zeros(len(self.values), dtype=bool)
         used[self.codes] = True
-        return self.values.filter(pa.array(used))
+        return self.values if used.all() else self.values.filter(pa.array(used))
 
     def batches(self, size: int = CHUNK_ROWS) -> Iterator[tuple[int, list[str]]]:
         """(first value number, values as Python strings) a few thousand at a time."""
@@ -157,15 +174,16 @@ class IdColumn:
         """Every chunk's distinct ids, sorted once; equal neighbours are one id."""
         self._pack()
         count = len(self._lengths)
-        offsets = np.zeros(count + 1, dtype=np.int64)
+        small = len(self._text) < 2**31  # 4-byte offsets while they can address the text
+        offsets = np.zeros(count + 1, dtype=np.int32 if small else np.int64)
         np.cumsum(np.frombuffer(self._lengths, dtype=np.int32), out=offsets[1:])
         self._lengths = array("i")
-        values = pa.LargeStringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(self._text))
-        order = pc.array_sort_indices(values)
-        ordered = values.take(order)
+        kind = pa.StringArray if small else pa.LargeStringArray
+        values = kind.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(self._text))
+        order = pc.array_sort_indices(values).to_numpy().astype(np.int64 if count >= 2**31 else np.int32)
+        ordered = values.take(pa.array(order))
         del values, offsets
         self._text = bytearray()
-        order = order.to_numpy().astype(np.int64 if count >= 2**31 else np.int32)
         new = np.ones(count, dtype=bool)
         if count > 1:
             new[1:] = pc.not_equal(ordered.slice(1), ordered.slice(0, count - 1)).to_numpy(zero_copy_only=False)
@@ -186,8 +204,8 @@ class IdColumn:
 def shared_codes(first: Ids, second: Ids) -> tuple[np.ndarray, np.ndarray, int]:
     """Codes of two id columns in one numbering (their values merged, sorted) and its size: equal
     codes exactly when the ids are equal, ordered as the ids are."""
-    merged = pc.unique(pa.chunked_array([first.values, second.values], type=pa.large_string()))
+    merged = pc.unique(pa.chunked_array([ids.values.cast(pa.large_string()) for ids in (first, second)]))
     merged = merged.take(pc.array_sort_indices(merged))
-    codes = [pc.index_in(ids.values, value_set=merged).to_numpy(zero_copy_only=False).astype(np.int64)[ids.codes]
-             for ids in (first, second)]
+    codes = [pc.index_in(ids.values.cast(pa.large_string()), value_set=merged)
+             .to_numpy(zero_copy_only=False).astype(np.int64)[ids.codes] for ids in (first, second)]
     return codes[0], codes[1], len(merged)
