@@ -208,6 +208,10 @@ class SafeGroup(HelpGroup):
             if message is not None:
                 typer.echo(f"error: {message}", err=True)
                 raise typer.Exit(BAD_INPUT_EXIT) from None
+            if isinstance(exc, MemoryError):  # its traceback may need memory to format: one line, no file
+                typer.echo("error: out of memory: the inputs do not fit in this machine's free memory; free memory, "
+                           "run on a machine with more, or give smaller inputs (docs/reliability.md, 'Limits')", err=True)
+                raise typer.Exit(UNEXPECTED_EXIT) from None
             written = traceback_file(exc)
             where = f"the traceback is in {written}" if written else "re-run with --debug for the traceback"
             first = (str(exc).strip().splitlines() or [""])[0][:300]

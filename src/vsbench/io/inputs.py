@@ -24,18 +24,20 @@ hundred MB at most), overridable by environment variable; the message names the 
 from __future__ import annotations
 
 import codecs
+import functools
 import io
 import json
 import os
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 QUOTE_CHARS = 100
+T = TypeVar("T")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -117,6 +119,30 @@ def _os_error(path: Path, exc: OSError) -> InputError:
     if isinstance(exc, IsADirectoryError):
         return InputError(path, "is a folder, not a file")
     return InputError(path, f"cannot read: {exc.strerror or exc}")
+
+
+def out_of_memory(path: str | Path) -> InputError:
+    """The one line for a file too big for this machine's memory (a MemoryError while reading it)."""
+    try:
+        size = f"{human_bytes(Path(path).stat().st_size)} "
+    except OSError:
+        size = ""
+    return InputError(path, f"this {size}file does not fit in this machine's free memory: free memory, run on a "
+                            "machine with more, or split the file (see docs/reliability.md, 'Limits')")
+
+
+def names_memory_errors(reader: Callable[..., T]) -> Callable[..., T]:
+    """``reader(path, ...)`` whose MemoryError ends as :func:`out_of_memory`'s one line naming the
+    file, not a traceback (the readers are bounded, but a machine can still have less free)."""
+
+    @functools.wraps(reader)
+    def read(path: str | Path, *args: Any, **kwargs: Any) -> T:
+        try:
+            return reader(path, *args, **kwargs)
+        except MemoryError:
+            raise out_of_memory(path) from None
+
+    return read
 
 
 def file_size(path: str | Path) -> int:

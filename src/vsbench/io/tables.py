@@ -1,15 +1,19 @@
 """CSV helpers shared by the result-file readers: a text table read whole as strings (so that ids
 are never parsed as numbers), its header checked by name, fields checked non-empty, finite and unique;
-every problem an :class:`~vsbench.io.inputs.InputError` naming the file and line."""
+every problem an :class:`~vsbench.io.inputs.InputError` naming the file and line.
+
+Id columns of big tables are :class:`~vsbench.io.ids.Ids` (codes, no Python object a row)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from vsbench.io.ids import Ids
 from vsbench.io.inputs import (
     InputError,
     check_text,
@@ -99,12 +103,24 @@ def parse_finite(path: Path, text: pd.Series, what: str, first_line: int) -> np.
     return values
 
 
-def check_unique_pairs(path: Path, first: np.ndarray, second: np.ndarray, what: str,
-                        line_numbers: np.ndarray) -> None:
-    """No (first, second) pair twice; ``line_numbers[i]`` is the file line of row i."""
-    repeated = pd.DataFrame({"a": first, "b": second}).duplicated().to_numpy()
-    if (row := first_true(repeated)) is not None:
-        earlier = first_true((first == first[row]) & (second == second[row]))
+def check_unique_pairs(path: Path, first: Ids, second: Ids, what: str, line_numbers: Any) -> None:
+    """No (first, second) pair twice; ``line_numbers[i]`` is the file line of row i (an array or
+    :class:`~vsbench.benchmarks.disc.readers.RowLines`). The first
+    repeat in file order is named, with the line of the pair's first occurrence. Works on the
+    codes alone (one int64 key a row, sorted in place)."""
+    def keys() -> np.ndarray:
+        return first.codes.astype(np.int64) * max(len(second.values), 1) + second.codes
+
+    ordered = keys()
+    ordered.sort()  # in place: one int64 a row while checking; the row is looked for only if one repeats
+    if (ordered[1:] == ordered[:-1]).any():
+        del ordered
+        pairs = keys()
+        order = np.argsort(pairs, kind="stable")  # stable: each run of equal keys starts at its first occurrence
+        runs = pairs[order]
+        row = int(order[np.flatnonzero(runs[1:] == runs[:-1]) + 1].min())
+        earlier = first_true(pairs == pairs[row])
         raise InputError(path, f"duplicate {what} (query {quote(first[row])}, reference {quote(second[row])}); "
                                f"first given on line {line_numbers[earlier]} (isc2021 refuses duplicates too)",
                          int(line_numbers[row]))
+

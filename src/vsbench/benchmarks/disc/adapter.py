@@ -35,6 +35,7 @@ from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.index.settings import parse_score_norms
 from vsbench.io.features import FeatureError, FeatureSet, ImageSet
+from vsbench.io.ids import Ids
 from vsbench.io.inputs import InputError, iter_lines, quote
 from vsbench.io.storage import safe_join
 
@@ -116,8 +117,8 @@ class DiscBenchmark(SearchedBenchmark):
     queries: ImageSet
     references: ImageSet
     train: ImageSet | None
-    gt_query: np.ndarray  # positive pairs only, as read from the ground-truth CSV
-    gt_reference: np.ndarray
+    gt_query: Ids | np.ndarray  # positive pairs only, as read from the ground-truth CSV (Ids: codes, compact)
+    gt_reference: Ids | np.ndarray
     ground_truth_path: Path
     name: str = "disc"
 
@@ -181,11 +182,24 @@ class DiscBenchmark(SearchedBenchmark):
     def _ground_truth_keys(self) -> np.ndarray:
         """Each findable positive pair as ``query_row * n_references + reference_row`` (rows of the image
         sets); pairs naming an image outside the sets cannot be predicted and have no key."""
-        query_row = {image_id: n for n, image_id in enumerate(self.queries.ids)}
-        reference_row = {image_id: n for n, image_id in enumerate(self.references.ids)}
-        return np.asarray([query_row[q] * len(reference_row) + reference_row[r]
-                           for q, r in zip(self.gt_query.tolist(), self.gt_reference.tolist())
-                           if q in query_row and r in reference_row], dtype=np.int64)
+        query_row = _rows_of(as_ids(self.gt_query), self.queries.ids)
+        reference_row = _rows_of(as_ids(self.gt_reference), self.references.ids)
+        found = (query_row >= 0) & (reference_row >= 0)
+        return query_row[found] * len(self.references.ids) + reference_row[found]
+
+
+def as_ids(values: Ids | np.ndarray) -> Ids:
+    """A ground-truth column as :class:`Ids` (the reader gives them; tests may give arrays)."""
+    return values if isinstance(values, Ids) else Ids.from_strings(np.asarray(values).tolist())
+
+
+def _rows_of(ids: Ids, image_ids: Sequence[str]) -> np.ndarray:
+    """Each row's image row in ``image_ids`` (-1 for none), looked up once per distinct id."""
+    row_of = {image_id: n for n, image_id in enumerate(image_ids)}
+    rows = np.full(len(ids.values), -1, dtype=np.int64)
+    for start, values in ids.batches():
+        rows[start:start + len(values)] = [row_of.get(v, -1) for v in values]
+    return rows[ids.codes]
 
 
 def load_disc(
@@ -221,14 +235,14 @@ def load_disc(
     gt_path = safe_join(root, ground_truth)
     truth = read_copy_detection_ground_truth(gt_path)
     # Rows of queries left out by the query list go; queries with no image at all stay, as in SSCD.
-    kept = np.isin(truth.query_ids, queries.ids) | ~np.isin(truth.query_ids, all_queries.ids)
+    kept = truth.query_ids.isin(queries.ids) | ~truth.query_ids.isin(all_queries.ids)
     gt_query, gt_reference = truth.query_ids[kept], truth.reference_ids[kept]
     listed = " listed in " + reference_list if reference_list else ""
     for note in (*truth.notes, _unknown_note(gt_path, 0, gt_query, all_queries, f"a query image in {query_dir}"),
                  _unknown_note(gt_path, 1, gt_reference, references, f"a reference image in {reference_dir}{listed}")):
         if note:
             logger.warning(note)
-    if not np.isin(gt_query, queries.ids).any():
+    if not gt_query.isin(queries.ids).any():
         raise InputError(gt_path, f"none of the {len(queries.ids)} queries has a copy: nothing to score")
     return DiscBenchmark(root=root, queries=queries, references=references, train=train, gt_query=gt_query,
                          gt_reference=gt_reference, ground_truth_path=gt_path)
@@ -256,14 +270,14 @@ def precision_recall_curve(scores: np.ndarray, is_tp: np.ndarray, num_ground_tru
     return precision, true_positives / num_ground_truth
 
 
-def _unknown_note(path: Path, column: int, listed: np.ndarray, images: ImageSet, what: str) -> str | None:
+def _unknown_note(path: Path, column: int, listed: Ids, images: ImageSet, what: str) -> str | None:
     """A one-line warning when ground-truth ids in ``column`` name no image of ``images``.
 
     SSCD keeps such pairs: they count in ``N_gt`` and are never retrieved, so recall cannot reach 1.
     vsbench scores them the same way and says so, naming the first line.
     """
     known = set(images.ids)
-    unknown = {i for i in listed.tolist() if i not in known}
+    unknown = {i for i in listed.used().to_pylist() if i not in known}
     if not unknown:
         return None
     first = next((number for number, line in iter_lines(path)

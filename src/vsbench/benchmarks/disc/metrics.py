@@ -120,6 +120,8 @@ def copy_detection_metrics(
         raise ValueError("the ground truth holds no (query, reference) pair: uAP is undefined "
                          "(isc2021 fails on it too)")
 
+    pq, gq = _comparable(pq, gq)
+    pr, gr = _comparable(pr, gr)
     q_codes, gq_codes = _query_codes(pq, gq)
     n_queries = int(max(q_codes.max(initial=-1), gq_codes.max()) + 1)
     r_codes, gr_codes, n_refs = _reference_codes(pr, gr, n_queries)
@@ -169,6 +171,8 @@ def copy_detection_metrics(
 
 
 def _ids(values: ArrayLike) -> np.ndarray:
+    if _is_ids(values):
+        return values  # type: ignore[return-value]
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError("id columns must be 1-D")
@@ -189,6 +193,10 @@ def _positive_pairs(query: np.ndarray, reference: np.ndarray) -> tuple[np.ndarra
     """Drop rows with an empty reference: those queries have no copy in the database."""
     if query.size != reference.size:
         raise ValueError(f"ground-truth columns differ in length: {query.size}, {reference.size}")
+    if _is_ids(reference):
+        empty = reference.value_index("")  # type: ignore[attr-defined]
+        return (query, reference) if empty is None else (query[reference.codes != empty],  # type: ignore[attr-defined]
+                                                        reference[reference.codes != empty])  # type: ignore[attr-defined]
     keep = np.array([ref is not None and not (isinstance(ref, str) and ref == "") for ref in reference.tolist()],
                     dtype=bool)
     return query[keep], reference[keep]
@@ -231,6 +239,27 @@ def shared_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.
     return all_codes[: first.size], all_codes[first.size :]
 
 
+def _is_ids(values: object) -> bool:
+    """Whether ``values`` is a reader's :class:`~vsbench.io.ids.Ids` (codes, no Python object a row).
+    Checked by name so that importing the scorers does not import pyarrow."""
+    return type(values).__name__ == "Ids" and hasattr(values, "codes") and hasattr(values, "values")
+
+
+def _comparable(first: object, second: object) -> tuple:
+    """Two id columns in forms the code functions take: both ``Ids`` (a text column beside them
+    becomes one), or both numpy arrays (``Ids`` beside numbers become the ``U`` array the readers
+    gave before, so ``1`` still never equals ``"1"``)."""
+    if _is_ids(first) == _is_ids(second):
+        return first, second
+    swap = not _is_ids(first)
+    ids, other = (second, first) if swap else (first, second)
+    if isinstance(other, np.ndarray) and other.dtype.kind == "U":
+        other = type(ids).from_strings(other.tolist())
+    else:
+        ids = np.asarray(ids.tolist(), dtype=str)  # type: ignore[attr-defined]
+    return (other, ids) if swap else (ids, other)
+
+
 def _query_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes for query ids: :func:`shared_codes`, or the integer ids themselves shifted to start at 0.
 
@@ -238,6 +267,10 @@ def _query_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.
     few times their count (dense ids, as FAISS rows and numbered queries are); factorizing ten
     million integers is a sort, and the shift is not.
     """
+    if _is_ids(first):
+        from vsbench.io.ids import shared_codes as shared_id_codes
+
+        return shared_id_codes(first, second)[:2]  # type: ignore[arg-type]
     span = _integer_span(first, second)
     if span is not None and span <= 4 * (first.size + second.size) + 1024:
         low = int(min(first.min(), second.min()))
@@ -263,6 +296,10 @@ def _reference_codes(first: np.ndarray, second: np.ndarray,
     Integer ids (FAISS row ids, say) are used as they are, shifted to start at 0, when the pair key
     still fits in int64: that skips the sort that factorizing ten million ids costs.
     """
+    if _is_ids(first):
+        from vsbench.io.ids import shared_codes as shared_id_codes
+
+        return shared_id_codes(first, second)  # type: ignore[arg-type]
     span = _integer_span(first, second)
     if span is not None and span * n_queries < 2**62:
         low = int(min(first.min(), second.min()))

@@ -7,36 +7,34 @@ score as false positives (:func:`count_unknown_queries` counts them for a warnin
 
 from __future__ import annotations
 
+import itertools
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from vsbench.io.inputs import (
-    InputError,
-    iter_lines,
-    quote,
-)
-from vsbench.io.tables import (
-    check_unique_pairs,
-)
+from vsbench.io.ids import IdColumn, Ids
+from vsbench.io.inputs import InputError, iter_lines, names_memory_errors, quote
+from vsbench.io.tables import check_unique_pairs, first_true
 
 # -------------------------------------------------------------------------- copy detection
 
 
 @dataclass(frozen=True)
 class CopyDetectionPredictions:
-    query_ids: np.ndarray
-    reference_ids: np.ndarray
+    query_ids: Ids  # codes into the sorted distinct ids: no Python object a row
+    reference_ids: Ids
     scores: np.ndarray
     notes: tuple[str, ...] = ()  # one-line warnings: inputs isc2021 scores, probably not as meant
 
 
 @dataclass(frozen=True)
 class CopyDetectionGroundTruth:
-    query_ids: np.ndarray  # positive pairs only, repeated pairs kept (isc2021 counts them)
-    reference_ids: np.ndarray
-    listed_queries: np.ndarray  # every query the file names, with or without a copy
+    query_ids: Ids  # positive pairs only, repeated pairs kept (isc2021 counts them)
+    reference_ids: Ids
+    listed_queries: Ids  # every query the file names, with or without a copy, once each, sorted
     notes: tuple[str, ...] = ()
 
 
@@ -56,14 +54,15 @@ def normalize_id(text: str) -> str:
     return text
 
 
-def _isc_lines(path: Path) -> list[tuple[int, str]]:
+def _isc_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, stripped line) as isc2021's readers see them: ``for line in open(f)``, ``line.strip()``.
 
     Text mode splits on \\n, \\r and \\r\\n alike. The file is decoded as UTF-8 (isc2021 uses the
     locale's encoding, UTF-8 on the systems it was run on).
-    Lines are capped in length and the file in size (:mod:`vsbench.io.inputs`).
+    Lines are capped in length and the file in size (:mod:`vsbench.io.inputs`), and read one at a
+    time: only the compact columns (:class:`~vsbench.io.tables.IdColumn`) are kept.
     """
-    return [(number, line.strip()) for number, line in iter_lines(path)]
+    return ((number, line.strip()) for number, line in iter_lines(path))
 
 
 def _fields(path: Path, number: int, line: str, names: list[str]) -> list[str]:
@@ -77,21 +76,50 @@ def _fields(path: Path, number: int, line: str, names: list[str]) -> list[str]:
     return fields
 
 
-def _id_notes(path: Path, ids: list[tuple[int, str]], normalize: bool) -> tuple[list[str], list[str]]:
+class RowLines:
+    """The file line of each row, kept as the few lines that made no row (headers; a blank line is an
+    error, so every other line is a row): 8 bytes a skipped line instead of 8 bytes a row.
+    ``subset`` (a row mask) numbers only the rows it keeps, for the ground truth's pairs."""
+
+    def __init__(self) -> None:
+        self.skipped = array("q")
+        self.kept: np.ndarray | None = None
+
+    def skip(self, number: int) -> None:
+        self.skipped.append(number)
+
+    def subset(self, mask: np.ndarray) -> RowLines:
+        lines = RowLines()
+        lines.skipped, lines.kept = self.skipped, mask
+        return lines
+
+    def __getitem__(self, row: int) -> int:
+        if self.kept is not None:
+            row = int(np.flatnonzero(self.kept)[row])
+        line = int(row) + 1
+        for skipped in self.skipped:  # sorted: each skipped line at or before it moves the row down one line
+            if skipped > line:
+                break
+            line += 1
+        return line
+
+
+def _id_notes(path: Path, ids: Ids, line_numbers: RowLines, normalize: bool) -> tuple[Ids, list[str]]:
     """The ids to use and, unless normalizing, a note when some are padded or quoted.
 
     isc2021 keeps ``" R1"`` and ``'"R1"'`` as written, so they match no clean id and score 0: the
-    number is isc2021's, and the note says what the user probably meant.
+    number is isc2021's, and the note says what the user probably meant. Each distinct id is
+    looked at once (not each row).
     """
     if normalize:
-        return [normalize_id(text) for _, text in ids], []
-    odd = [(number, text) for number, text in ids if normalize_id(text) != text]
+        return ids.mapped(normalize_id), []
+    odd = ids.marked(lambda text: normalize_id(text) != text)
     notes = []
-    if odd:
-        number, text = odd[0]
-        notes.append(f"{path}: {len(odd)} id(s) have surrounding spaces, quotes or a byte-order mark (line {number}: "
-                     f"{quote(text)}); isc2021 compares ids as written, so these match no clean id; {NORMALIZE_IDS_HINT}")
-    return [text for _, text in ids], notes
+    if (row := first_true(odd)) is not None:
+        notes.append(f"{path}: {int(np.count_nonzero(odd))} id(s) have surrounding spaces, quotes or a byte-order mark "
+                     f"(line {line_numbers[row]}: {quote(ids[row])}); isc2021 compares ids as written, so these match "
+                     f"no clean id; {NORMALIZE_IDS_HINT}")
+    return ids, notes
 
 
 def _parse_score(path: Path, number: int, text: str) -> float:
@@ -106,6 +134,7 @@ def _parse_score(path: Path, number: int, text: str) -> float:
     return value
 
 
+@names_memory_errors
 def read_copy_detection_predictions(path: str | Path, *, normalize_ids: bool = False) -> CopyDetectionPredictions:
     """``query_id,reference_id,score`` lines read as isc2021's ``read_predictions`` reads them.
 
@@ -115,43 +144,50 @@ def read_copy_detection_predictions(path: str | Path, *, normalize_ids: bool = F
     Beyond isc2021, a first line naming the columns in another order, or with more columns, maps them
     by name (isc2021 fails on such a file). A repeated (query, reference) pair is an error, as in
     isc2021's ``check_duplicates``.
+
+    Read one line at a time into compact columns (ids as codes, :class:`~vsbench.io.ids.Ids`; scores
+    as 8 bytes), so memory stays under 3x the file's size (isc2021's Python lists took 15-35x).
     """
     path = Path(path)
     lines = _isc_lines(path)
-    if not lines:
+    first = next(lines, None)
+    if first is None:
         raise InputError(path, "file is empty")
     columns: list[str] = PREDICTION_COLUMNS
-    header = [normalize_id(name) for name in lines[0][1].split(",")]
-    if lines[0][1] != PREDICTION_HEADER and set(PREDICTION_COLUMNS) <= set(header):
+    line_numbers = RowLines()
+    header = [normalize_id(name) for name in first[1].split(",")]
+    if first[1] != PREDICTION_HEADER and set(PREDICTION_COLUMNS) <= set(header):
         if repeated := [c for c in PREDICTION_COLUMNS if header.count(c) > 1]:
             raise InputError(path, f"column {repeated[0]!r} is named {header.count(repeated[0])} times in the header "
                                    f"(found {quote(','.join(header))}); keep one, or rename the others", 1)
-        columns, lines = header, lines[1:]
-    elif lines[0][1] != PREDICTION_HEADER and set(header) & set(PREDICTION_COLUMNS) and len(header) != 3:
-        missing = [c for c in PREDICTION_COLUMNS if c not in header]
-        raise InputError(path, f"missing column(s) {', '.join(missing)}; the header must name "
-                               f"{PREDICTION_HEADER} (found {quote(','.join(header))})", 1)
-    where = [columns.index(c) for c in PREDICTION_COLUMNS]
-    queries: list[tuple[int, str]] = []
-    references: list[tuple[int, str]] = []
-    scores: list[float] = []
+        columns = header
+        line_numbers.skip(1)
+    else:
+        if first[1] != PREDICTION_HEADER and set(header) & set(PREDICTION_COLUMNS) and len(header) != 3:
+            missing = [c for c in PREDICTION_COLUMNS if c not in header]
+            raise InputError(path, f"missing column(s) {', '.join(missing)}; the header must name "
+                                   f"{PREDICTION_HEADER} (found {quote(','.join(header))})", 1)
+        lines = itertools.chain([first], lines)
+    query_at, reference_at, score_at = (columns.index(c) for c in PREDICTION_COLUMNS)
+    queries, references = IdColumn(), IdColumn()
+    scores = array("d")
     for number, line in lines:
         if line == PREDICTION_HEADER:
+            line_numbers.skip(number)
             continue
         fields = _fields(path, number, line, columns)
-        queries.append((number, fields[where[0]]))
-        references.append((number, fields[where[1]]))
-        scores.append(_parse_score(path, number, fields[where[2]]))
+        queries.append(fields[query_at])
+        references.append(fields[reference_at])
+        scores.append(_parse_score(path, number, fields[score_at]))
     if not scores:
         raise InputError(path, "no predictions")
-    query_ids, notes = _id_notes(path, queries, normalize_ids)
-    reference_ids, more = _id_notes(path, references, normalize_ids)
-    line_numbers = np.asarray([number for number, _ in queries])
-    q, r = np.asarray(query_ids, dtype=object).astype(str), np.asarray(reference_ids, dtype=object).astype(str)
+    q, notes = _id_notes(path, queries.finish(), line_numbers, normalize_ids)
+    r, more = _id_notes(path, references.finish(), line_numbers, normalize_ids)
     check_unique_pairs(path, q, r, "prediction", line_numbers)
-    return CopyDetectionPredictions(q, r, np.asarray(scores, dtype=np.float64), tuple(notes + more))
+    return CopyDetectionPredictions(q, r, np.frombuffer(scores, dtype=np.float64), tuple(notes + more))
 
 
+@names_memory_errors
 def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = False) -> CopyDetectionGroundTruth:
     """``query_id,reference_id`` lines read as isc2021's ``read_ground_truth`` reads them.
 
@@ -161,24 +197,29 @@ def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = 
     A first line naming the columns in the other order (``reference_id,query_id``) is read as the
     header, and the columns by name (isc2021 reads that line as a pair and the columns as
     ``query_id,reference_id``, scoring every pair as missed). Any other line that names the
-    columns is read as a pair, as isc2021 does, with a note.
+    columns is read as a pair, as isc2021 does, with a note. Read into compact columns, as the
+    predictions are.
     """
     path = Path(path)
-    queries: list[tuple[int, str]] = []
-    references: list[tuple[int, str]] = []
-    listed: list[tuple[int, str]] = []
+    queries, references = IdColumn(), IdColumn()  # every listed row; ``positive`` marks the pairs
+    positive, line_numbers = array("b"), RowLines()
     notes: list[str] = []
     lines = _isc_lines(path)
-    swapped = bool(lines) and [normalize_id(name) for name in lines[0][1].split(",")] == GROUND_TRUTH_COLUMNS[::-1]
+    first = next(lines, None)
+    swapped = first is not None and [normalize_id(name) for name in first[1].split(",")] == GROUND_TRUTH_COLUMNS[::-1]
     if swapped:  # "reference_id,query_id": the columns are read by name (isc2021 reads it as a pair, then swaps them)
-        lines = lines[1:]
+        line_numbers.skip(1)
+    elif first is not None:
+        lines = itertools.chain([first], lines)
     for number, line in lines:
         if line == GROUND_TRUTH_HEADER:
+            line_numbers.skip(number)
             continue
         fields = _fields(path, number, line, GROUND_TRUTH_COLUMNS)
         q, db = fields[::-1] if swapped else fields
         if {normalize_id(q), normalize_id(db)} == set(GROUND_TRUTH_COLUMNS):
             if normalize_ids:
+                line_numbers.skip(number)
                 continue
             if [normalize_id(f) for f in fields] == GROUND_TRUTH_COLUMNS[::-1]:
                 notes.append(f"{path}:{number}: {quote(line)} names the columns in the other order; only a first "
@@ -186,22 +227,20 @@ def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = 
             else:
                 notes.append(f"{path}:{number}: {quote(line)} looks like a header but is not exactly "
                              f"{GROUND_TRUTH_HEADER!r}, so isc2021 counts it as a ground-truth pair; {NORMALIZE_IDS_HINT}")
-        listed.append((number, q))
-        if (normalize_id(db) if normalize_ids else db) == "":
-            continue
-        queries.append((number, q))
-        references.append((number, db))
-    if not queries:
+        queries.append(q)
+        references.append(db)
+        positive.append((normalize_id(db) if normalize_ids else db) != "")
+    pairs = np.frombuffer(positive, dtype=np.int8).astype(bool) if positive else np.zeros(0, dtype=bool)
+    if not pairs.any():
         raise InputError(path, "no (query, reference) pair: nothing to score against (isc2021 fails on it too)")
-    query_ids, id_notes = _id_notes(path, queries, normalize_ids)
-    reference_ids, more = _id_notes(path, references, normalize_ids)
-    all_queries = [normalize_id(q) if normalize_ids else q for _, q in listed]
-    return CopyDetectionGroundTruth(np.asarray(query_ids, dtype=object).astype(str),
-                                    np.asarray(reference_ids, dtype=object).astype(str),
-                                    np.unique(np.asarray(all_queries, dtype=object).astype(str)),
+    listed, pair_lines = queries.finish(), line_numbers.subset(pairs)
+    query_ids, id_notes = _id_notes(path, listed[pairs], pair_lines, normalize_ids)
+    reference_ids, more = _id_notes(path, references.finish()[pairs], pair_lines, normalize_ids)
+    distinct = (listed.mapped(normalize_id) if normalize_ids else listed).used()
+    return CopyDetectionGroundTruth(query_ids, reference_ids, Ids(np.arange(len(distinct), dtype=np.int32), distinct),
                                     tuple(notes + id_notes + more))
 
 
 def count_unknown_queries(predictions: CopyDetectionPredictions, truth: CopyDetectionGroundTruth) -> int:
     """Predictions whose query the ground truth never lists (scored as false positives)."""
-    return int(np.count_nonzero(~np.isin(predictions.query_ids, truth.listed_queries)))
+    return int(np.count_nonzero(~predictions.query_ids.isin(truth.listed_queries.values)))

@@ -8,6 +8,7 @@ import numpy as np
 
 from vsbench.io.inputs import (
     InputError,
+    names_memory_errors,
     quote,
 )
 from vsbench.io.tables import (
@@ -20,6 +21,7 @@ from vsbench.io.tables import (
 # ---------------------------------------------------------------------------------- HPatches
 
 
+@names_memory_errors
 def read_hpatches_results(path: str | Path, expected_label: int | None = None) -> np.ndarray:
     """Distances of a ``.results`` file (``distance,label`` lines, no header), in file order.
 

@@ -19,6 +19,7 @@ from vsbench.io.inputs import (
     is_npy,
     iter_lines,
     load_arrays,
+    names_memory_errors,
     parse_json,
     quote,
 )
@@ -43,6 +44,7 @@ class ProductQuery:
     labels: tuple[int, ...]
 
 
+@names_memory_errors
 def read_product_queries(path: str | Path) -> list[ProductQuery]:
     """Queries JSONL, one object a line (blank lines skipped), in file order = feature row order."""
     path = Path(path)
@@ -71,6 +73,7 @@ def _product_query(path: Path, number: int, line: str) -> ProductQuery:
     return ProductQuery(number, str(record.get("source_pid", "")), tuple(pids), tuple(labels))
 
 
+@names_memory_errors
 def read_gallery_image_ids(path: str | Path) -> np.ndarray:
     """``Image ID`` column of the gallery CSV (header ``ASIN, Image ID``), in file order."""
     path = Path(path)
