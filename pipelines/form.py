@@ -141,6 +141,8 @@ PARAMETERS: dict[str, str] = {
                     "query shard is searched once (not once per gallery shard). Example: false.",
     "search_params": "FAISS search parameters, e.g. nprobe=16 (empty: the codec's defaults). Example: nprobe=16.",
     "batch_size": "Images per embedding batch. Example: 64.",
+    "compile": "torch.compile the embedding network: auto (on when the step has a GPU), on or off; a network "
+               "that fails to compile embeds eagerly, with one warning. Example: auto.",
     "report_last": "How many recent runs the nightly comparison report covers. Example: 30.",
 }
 
