@@ -144,6 +144,11 @@ def _abid_train_step(
                        "world_size": float(context.world_size), **run.summary_metrics()}
             if run.fit.images_per_second > 0:  # a re-run of a finished training trains nothing: no rate at all
                 metrics["train_images_per_second"] = run.fit.images_per_second
+            # Start-up and the steady rate apart (vsbench.runtime.throughput): only where measured.
+            if run.fit.startup_seconds is not None:
+                metrics["train_startup_seconds"] = run.fit.startup_seconds
+            if run.fit.steady_images_per_second is not None:
+                metrics["train_images_per_second_steady"] = run.fit.steady_images_per_second
             manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
                         "epoch_choice": run.fit.describe_choice(),
