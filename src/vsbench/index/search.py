@@ -66,6 +66,7 @@ from vsbench.index.codec import (
     Metric,
     check_finite,
     fill,
+    gpu_kernels_fail,
     search_filled,
     train_codec,
     tune,
@@ -172,12 +173,34 @@ def _as_matrix(name: str, array: np.ndarray, dim: int | None = None) -> np.ndarr
     return a
 
 
+_said: set[tuple[str, bool]] = set()  # (reason, asked) already said: one line per process, not one per codec
+
+
+def gpu_unavailable() -> str:
+    """Why faiss cannot search on GPU 0 here, in words, or "" when it can: a CPU build (no
+    ``StandardGpuResources``), no visible GPU, or GPU kernels that do not run on this GPU
+    (:func:`~vsbench.index.codec.gpu_kernels_fail`)."""
+    if not hasattr(faiss, "StandardGpuResources"):
+        return "this faiss has no GPU support (a faiss-cpu build)"
+    if faiss.get_num_gpus() < 1:
+        return "this faiss-gpu sees no GPU"
+    failure = gpu_kernels_fail()
+    return f"faiss-gpu cannot run on GPU 0 ({failure})" if failure else ""
+
+
 def use_gpu_now(use_gpu: bool | None) -> bool:
-    """Whether to search on GPU 0: ``None`` means "when faiss-gpu sees one"."""
-    available = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    if use_gpu and not available:
-        logger.warning("use_gpu=True, but this faiss has no GPU support or sees no GPU: searching on the CPU")
-    return available if use_gpu is None else bool(use_gpu and available)
+    """Whether to search on GPU 0: ``None`` means "when faiss-gpu can". Falling back to the CPU is
+    said in one warning line per process when the GPU was asked for, or when a faiss-gpu that sees a
+    GPU cannot use it (``None``: a CPU build or no GPU is the ordinary CPU case, said at INFO)."""
+    if use_gpu is False:
+        return False
+    reason = gpu_unavailable()
+    asked = bool(use_gpu) or "cannot run" in reason
+    if reason and (reason, asked) not in _said:
+        _said.add((reason, asked))
+        logger.log(logging.WARNING if asked else logging.INFO, "%s%s: searching on the CPU",
+                   "use_gpu=True, but " if use_gpu else "", reason)
+    return not reason
 
 
 def candidates_from(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None) -> Candidates:
