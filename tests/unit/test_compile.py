@@ -144,9 +144,10 @@ def test_the_embed_step_builds_and_compiles_once_for_every_set(tmp_path: Path, p
     torch.jit.script(Tiny().eval()).save(str(scripted))
     options = {"path": str(scripted), "input_size": 16, "resize_size": 20, "preserve_aspect_ratio": False}
     images = ImageSet(tuple(p.stem for p in paths), tuple(paths))
+    networks: dict = {}  # what an Engine keeps for its run
     for name in ("queries", "references"):
         embed.embed_image_set("torchscript", images, tmp_path / "out", set_name=name, batch_size=4, workers=0,
-                              model_options=options, progress=False, compile="on")
+                              model_options=options, progress=False, compile="on", reuse=networks)
     assert len(compiled) == 1
     manifest = (tmp_path / "out" / "references.shard-0-of-1.json").read_text()
     assert '"active": true' in manifest and '"mode": "on"' in manifest

@@ -473,21 +473,20 @@ def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], 
     return None
 
 
-_last_built: tuple[str, Any] | None = None  # (key, model): the one network this process built last
-
-
-def _build_once(model: str, options: dict[str, Any], seed: int, option_files: dict[str, Any]) -> Any:
-    """:func:`build_model`, reusing the network this process built last for the same model, options,
-    seed and option files (their digests): the image sets and shards a process embeds one after
-    another share one network, so its weights load and its ``torch.compile`` runs once."""
-    global _last_built
+def _build(model: str, options: dict[str, Any], seed: int, option_files: dict[str, Any],
+           reuse: dict[str, Any] | None) -> Any:
+    """:func:`build_model`, or the network in ``reuse`` built for the same model, options, seed and
+    option files (their digests). ``reuse`` is the caller's (an :class:`~vsbench.retrieval.engine.Engine`
+    keeps one per run): the sets and shards one process embeds for a run share one network, so its
+    weights load and its ``torch.compile`` runs once. It keeps the last network only."""
     key = json.dumps([model, options, seed, option_files], sort_keys=True, default=str)
-    if _last_built is not None and _last_built[0] == key:
-        return _last_built[1]
-    _last_built = None  # let the old network go before the new one is built
+    if reuse is not None and key in reuse:
+        return reuse[key]
+    if reuse is not None:
+        reuse.clear()  # let the old network go before the new one is built
     built = build_model(model, seed=seed, **options)
-    if not isinstance(built, PrecomputedFeatures):
-        _last_built = (key, built)
+    if reuse is not None and not isinstance(built, PrecomputedFeatures):
+        reuse[key] = built
     return built
 
 
@@ -495,7 +494,7 @@ def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
     batch_size: int = 64, device: str = "auto", workers: int | None = None, model_options: dict[str, Any] | None = None,
     progress: bool = True, amp: bool = True, max_failure_rate: float | None = None, seed: int = RANDOM_SEED,
-    compile: str = "auto",
+    compile: str = "auto", reuse: dict[str, Any] | None = None,
 ) -> Path:
     """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
 
@@ -506,7 +505,8 @@ def embed_image_set(
     ``seed`` draws ``{"weights": "random"}`` (see :func:`~vsbench.models.registry.build_model`).
     ``workers`` None sizes the DataLoader to the container's CPU quota
     (:func:`~vsbench.runtime.loaders.loader_workers`); ``compile`` is ``auto`` (on CUDA), ``on`` or
-    ``off`` (:mod:`vsbench.runtime.compile`). The manifest's ``startup_seconds`` (model build to the
+    ``off`` (:mod:`vsbench.runtime.compile`); ``reuse``: networks built before by this caller
+    (:func:`_build`). The manifest's ``startup_seconds`` (model build to the
     first batch out of the model) and ``images_per_second_steady`` (after it) are
     :class:`~vsbench.runtime.throughput.Throughput`'s.
 
@@ -548,7 +548,7 @@ def embed_image_set(
     atomic_write_json(manifest_path, manifest)  # a crashed shard is visible as incomplete
     meter = Throughput()  # start-up counts from here: the model's build is part of it
     started = time.perf_counter()
-    built = _build_once(model, options, seed, inputs["option_files"])
+    built = _build(model, options, seed, inputs["option_files"], reuse)
     build_seconds = time.perf_counter() - started
     started = time.perf_counter()
     if isinstance(built, PrecomputedFeatures):

@@ -70,6 +70,7 @@ class Engine:
         self.model_options: dict[str, Any] | None = getattr(run, "model_options", None)
         self.settings = run.settings()
         self._features: dict[str, FeatureSet] | None = None
+        self._networks: dict[str, Any] = {}  # the embedding network, built (and compiled) once per run
 
     @cached_property
     def bench(self) -> Benchmark:
@@ -104,7 +105,8 @@ class Engine:
         for set_name, images in self.bench.image_sets().items():
             path = embed_image_set(model, images, self.out / FEATURES_DIR, set_name=set_name, shard=shard,
                                    num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
-                                   model_options=model_options, progress=progress, seed=seed, compile=compile)
+                                   model_options=model_options, progress=progress, seed=seed, compile=compile,
+                                   reuse=self._networks)
             written[set_name] = str(path)
         self._features = None  # opened again by the next step
         return written

@@ -6,9 +6,11 @@ two shared cores for little gain, so ``auto`` compiles on CUDA only.
 
 The compile is paid once per process and network, not once per shard or image set:
 
-* :class:`CompiledNetwork` is kept on the network it wraps (:func:`network_for`), and the embed
-  step keeps the last network it built (vsbench.retrieval.embed), so one process embedding every
-  set of a run (queries, references, training rows; all its shards) compiles once;
+* :class:`CompiledNetwork` is kept on the network it wraps (:func:`network_for`), and a run's
+  :class:`~vsbench.retrieval.engine.Engine` keeps the network it built (``reuse`` of
+  :func:`~vsbench.retrieval.embed.embed_image_set`), so one process embedding every set of a run
+  (queries, references, training rows; all its shards, as ``similarity run`` inline does) builds
+  and compiles once; a pipeline's embed tasks are one process per shard, each compiling once;
 * only the first full batch's shape is compiled (``dynamic=False``); a last, smaller batch or the
   other shapes of aspect-preserving models run eager instead of paying a second compile for a few
   images;
