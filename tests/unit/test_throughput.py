@@ -99,3 +99,30 @@ def test_the_embed_loop_reports_what_a_stopwatch_sees_after_the_first_batch(cloc
     assert meter.startup_seconds == 6.0
     assert meter.images == 6 and meter.steady_seconds == 2.0
     assert meter.steady_images_per_second == 3.0
+
+
+def test_training_reports_startup_and_the_steady_rate_of_its_batch_loops(clock: FakeClock, tmp_path: Path) -> None:
+    """Two epochs of three batches of 8 images; each step takes 1 s of the fake clock and each
+    validation 10 s, which the steady rate leaves out: 5 batches after the first, 40 images in 5 s."""
+    from vsbench.abid.checkpoints import TrainingIdentity
+    from vsbench.abid.profiles import get_profile
+    from vsbench.abid.trainer import fit
+
+    model = nn.Linear(2, 2)
+    batches = [torch.ones(8, 2)] * 3
+
+    def step(trained, batch, device, epoch, index):
+        clock.advance(1.0)
+        return trained(batch).pow(2).mean(), 0, len(batch)
+
+    def evaluate(trained):
+        clock.advance(10.0)
+        return {"score": 0.5}
+
+    profile = get_profile("demo", epochs=2, batch_size=8, image_size=32, workers=0, optimizer="sgd", lr=0.01)
+    result = fit(model=model, make_batches=lambda epoch: batches, step=step, evaluate=evaluate, profile=profile,
+                 device=setup_device("cpu"), checkpoint_dir=tmp_path, seed=0,
+                 identity=TrainingIdentity({"test": 1}, "0" * 64), images_per_batch=len, progress=False)
+    assert result.startup_seconds == 1.0  # the clock moves only in steps: start-up is the first one
+    assert result.steady_images_per_second == 8.0  # 40 images after the first batch in 5 s of steps
+    assert result.images_per_second > 0  # the old figure, kept: every image over the whole fit's wall time
