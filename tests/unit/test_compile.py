@@ -4,7 +4,6 @@ fails, one compile per process for every set and shard, and --compile checked at
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 

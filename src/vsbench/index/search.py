@@ -39,16 +39,19 @@ then reference index ascending; the global cap breaks equal scores by query, the
 (lower first). Which references enter a query's top ``k`` when several tie at the k-th score is
 FAISS's choice.
 
-**GPU**: with ``use_gpu=True``, or ``None`` when ``faiss.get_num_gpus() > 0``, the final index is
-moved to the first visible GPU (``index_cpu_to_gpu`` with a ``StandardGpuResources``; Kubernetes
+**GPU**: with ``use_gpu=True``, or ``None`` (every run's setting) when faiss-gpu sees a GPU and a
+two-row test search runs on it (:func:`~vsbench.index.codec.gpu_kernels_fail`: a wheel without code
+for this GPU's architecture fails there, once, instead of in every search), the final index is
+moved to the first visible GPU (``index_cpu_to_gpu`` with the process's one ``StandardGpuResources``; Kubernetes
 exposes the pod's GPU as device 0) and trained there too (e.g. IVF k-means). One GPU rather than
 SSCD's ``index_cpu_to_all_gpus``: replicas of an untrained index would each run their own k-means,
 and a pod gets one GPU anyway. faiss-gpu implements only ``Flat``, ``IVF...,Flat``, ``IVF...,PQ...``,
 ``IVF...,SQ...`` and ``SQfp16``, and k up to 2048; for any other index (``PQ``, ``HNSW``, ``LSH``...)
 or a larger k the search stays on the CPU with a warning, never fails. The transforms always run on
-the CPU (FAISS has no GPU vector transforms). A faiss without GPU support (faiss-cpu) searches on
-the CPU, with a warning when the GPU was asked for. The logger ``vsbench.index.search`` says where
-each codec ran.
+the CPU (FAISS has no GPU vector transforms). A faiss without GPU support (faiss-cpu), or one that
+sees no GPU, searches on the CPU, with one warning line per process when the GPU was asked for; a
+faiss-gpu that sees a GPU it cannot run on warns once either way. The results are the CPU's
+exactly then (tests/unit/test_index.py). The logger ``vsbench.index.search`` says where each codec ran.
 """
 
 from __future__ import annotations
