@@ -77,7 +77,7 @@ def abid_resize_step(
     rate passes once the threshold is raised (``max_failure_rate``, else ``VSBENCH_MAX_FAILURE_RATE``)."""
     from vsbench.abid.resize import resize_abid
 
-    params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all cores",
+    params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all usable cores",
               "shard": shard, "num_shards": num_shards}
     started = time.perf_counter()
     with child_run(parent_run_id, sharded("abid-resize", shard, num_shards), params) as tracker:
