@@ -126,3 +126,29 @@ def test_training_reports_startup_and_the_steady_rate_of_its_batch_loops(clock: 
     assert result.startup_seconds == 1.0  # the clock moves only in steps: start-up is the first one
     assert result.steady_images_per_second == 8.0  # 40 images after the first batch in 5 s of steps
     assert result.images_per_second > 0  # the old figure, kept: every image over the whole fit's wall time
+
+
+def test_the_embed_step_logs_startup_and_steady_rate_per_set_and_keeps_the_old_name(tmp_path: Path) -> None:
+    """The step's metrics from each set's manifest: a measured shard gives all three, a kept one
+    (no start-up measured) only the old images/s, never a made-up zero."""
+    import json
+
+    from vsbench.runspec.run import SimilarityRun
+    from vsbench.steps.similarity import similarity_embed_step
+
+    manifests = {"query": {"count": 10, "images_per_second": 50.0, "startup_seconds": 6.5,
+                           "images_per_second_steady": 80.0, "failed": []},
+                 "reference": {"count": 20, "images_per_second": 70.0, "failed": []}}
+    for name, manifest in manifests.items():
+        (tmp_path / f"{name}.shard-0-of-1.json").write_text(json.dumps(manifest))
+
+    class Engine:
+        def embed_shard(self, model, **kwargs):
+            assert kwargs["compile"] == "off"
+            return {name: str(tmp_path / f"{name}.shard-0-of-1.npz") for name in manifests}
+
+    run = SimilarityRun(benchmark="disc", root=str(tmp_path), model="precomputed")
+    result = similarity_embed_step(run, str(tmp_path / "out"), engine=Engine(), progress=False, compile="off")
+    assert {k: v for k, v in result.metrics.items() if "second" in k and k != "step_seconds"} == {
+        "query_images_per_second": 50.0, "query_images_per_second_steady": 80.0, "query_startup_seconds": 6.5,
+        "reference_images_per_second": 70.0}
