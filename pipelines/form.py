@@ -108,7 +108,7 @@ PARAMETERS: dict[str, str] = {
     "resize_decode": "How JPEGs are decoded before resizing: full (the challenge's pixels, byte-identical), "
                      "draft or fast (faster, a few levels off; docs/abid.md). Example: full.",
     "concurrency": "S3 requests in flight per download pod. Example: 64.",
-    "workers": "Processes per resize pod; 0 uses every core of the node. Example: 0.",
+    "workers": "Processes per resize pod; 0 uses every core the pod may use (its CPU limit). Example: 0.",
     "train_profile": "Training settings: full (the challenge's) or demo (minutes on 2 CPU cores). Example: full.",
     "train_overrides": "JSON object of training profile fields to change; keys: "
                        f"{_keys(TrainProfile.model_fields)}. Example: {{\"epochs\": 2, \"batch_size\": 32}}.",
@@ -141,6 +141,8 @@ PARAMETERS: dict[str, str] = {
                     "query shard is searched once (not once per gallery shard). Example: false.",
     "search_params": "FAISS search parameters, e.g. nprobe=16 (empty: the codec's defaults). Example: nprobe=16.",
     "batch_size": "Images per embedding batch. Example: 64.",
+    "compile": "torch.compile the embedding network: auto (on when the step has a GPU), on or off; a network "
+               "that fails to compile embeds eagerly, with one warning. Example: auto.",
     "report_last": "How many recent runs the nightly comparison report covers. Example: 30.",
 }
 

@@ -33,9 +33,9 @@ BUILD_SH = IMAGES / "build.sh"
 DOCKERFILES = {"cpu": IMAGES / "Dockerfile.cpu", "cuda": IMAGES / "Dockerfile.cuda"}
 IMAGE_NAMES = {"CPU_IMAGE", "GPU_IMAGE"}
 RUNTIME_UID = 10001
-# faiss-gpu-cu12 ships the same `faiss` package as faiss-cpu; installing both would let
-# faiss-cpu's faiss/_swigfaiss.abi3.so shadow the GPU build, so the CUDA image swaps them.
-SUBSTITUTES = {"cpu": {}, "cuda": {"faiss-cpu": "faiss-gpu-cu12"}}
+# faiss-gpu ships the same `faiss` package as faiss-cpu; installing both would let one's files
+# overwrite the other's, so the CUDA image swaps them.
+SUBSTITUTES = {"cpu": {}, "cuda": {"faiss-cpu": "faiss-gpu"}}
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 
 import faiss
 import numpy as np
 import pytest
 
+from vsbench.index import codec as codec_module
+from vsbench.index import search as search_module
 from vsbench.index.codec import GPU_MAX_K
 from vsbench.index.plan import search_all
 from vsbench.index.search import Candidates, search
@@ -296,6 +299,7 @@ def test_search_all_reports_each_codec_without_and_with_normalization() -> None:
 def test_use_gpu_true_without_gpu_support_falls_back_to_the_cpu(caplog: pytest.LogCaptureFixture) -> None:
     if faiss.get_num_gpus() > 0:
         pytest.skip("this faiss sees a GPU")
+    search_module._said.clear()  # said once per process: this test wants to see it
     with caplog.at_level(logging.INFO, logger="vsbench.index.search"):
         c = search(Q, R, k=3, use_gpu=True)
     assert rows(c) == rows(search(Q, R, k=3, use_gpu=False))
@@ -304,12 +308,16 @@ def test_use_gpu_true_without_gpu_support_falls_back_to_the_cpu(caplog: pytest.L
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """A faiss that claims one GPU and 'moves' indexes by returning them: records what it was given."""
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A faiss that claims one GPU and 'moves' indexes by returning them: records what it was given
+    (and which resources: one object per process)."""
     moved: list[str] = []
+    resources_seen: set[int] = set()
 
     def to_gpu(resources: object, device: int, index: faiss.Index) -> faiss.Index:
         assert device == 0
+        resources_seen.add(id(resources))
+        assert len(resources_seen) == 1, "every index shares one StandardGpuResources"
         moved.append(type(index).__name__)
         if isinstance(index, faiss.IndexHNSW):
             message = "Error in clone_Index at GpuCloner.cpp:1: This index type is not implemented on GPU."
@@ -319,7 +327,11 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(faiss, "StandardGpuResources", object, raising=False)
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
     monkeypatch.setattr(faiss, "index_cpu_to_gpu", to_gpu, raising=False)
-    return moved
+    monkeypatch.setattr(search_module, "gpu_kernels_fail", lambda: "")  # the kernels run (see the probe's tests)
+    codec_module.gpu_resources.cache_clear()
+    search_module._said.clear()
+    yield moved
+    codec_module.gpu_resources.cache_clear()  # no fake resources left for a later test
 
 
 def test_gpu_path_moves_only_the_final_index(fake_gpu: list[str], caplog: pytest.LogCaptureFixture) -> None:
@@ -342,3 +354,39 @@ def test_gpu_path_falls_back_for_unsupported_indexes_and_large_k(fake_gpu: list[
     assert "cannot hold IndexHNSWFlat (This index type is not implemented on GPU.)" in caplog.text
     assert "exceeds faiss-gpu's limit of 2048" in caplog.text
     assert len(hnsw) == 6 and len(wide) == 2 * (GPU_MAX_K + 1)
+
+
+NO_KERNEL = "CUDA error 209 no kernel image is available for execution on the device"
+
+
+def test_a_gpu_faiss_cannot_run_falls_back_to_the_cpu_with_one_warning(
+        fake_gpu: list[str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """faiss-gpu sees a GPU whose architecture its kernels lack (faiss-gpu-cu12 1.14 on an H100):
+    the default (use_gpu None) searches on the CPU, says so once, and answers as the CPU does."""
+    monkeypatch.setattr(search_module, "gpu_kernels_fail", lambda: NO_KERNEL)
+    rng = np.random.default_rng(6)
+    queries, refs, train = (rng.standard_normal((n, 8)) for n in (5, 20, 50))
+    with caplog.at_level(logging.INFO, logger="vsbench.index.search"):
+        first = search(queries, refs, codec="PCAW4,L2norm,Flat", train=train, k=3, use_gpu=None)
+        again = search(queries, refs, k=3, use_gpu=True)
+    assert fake_gpu == []  # nothing moved to the GPU
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"faiss-gpu cannot run on GPU 0 ({NO_KERNEL}): searching on the CPU"]
+    assert rows(first) == rows(search(queries, refs, codec="PCAW4,L2norm,Flat", train=train, k=3, use_gpu=False))
+    assert rows(again) == rows(search(queries, refs, k=3, use_gpu=False))
+
+
+def test_the_gpu_probe_names_why_the_kernels_do_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe runs a two-row search through index_cpu_to_gpu: a CUDA error becomes its reason,
+    a right answer "" (here the 'GPU' index is the CPU one, so the probe's search really runs)."""
+    def broken(resources: object, device: int, index: faiss.Index) -> faiss.Index:
+        raise RuntimeError(f"Error in void faiss::gpu::runL2Norm at utils/DeviceUtils.cu:1: {NO_KERNEL}")
+
+    monkeypatch.setattr(faiss, "StandardGpuResources", object, raising=False)
+    for to_gpu, expected in ((broken, NO_KERNEL), (lambda resources, device, index: index, "")):
+        monkeypatch.setattr(faiss, "index_cpu_to_gpu", to_gpu, raising=False)
+        codec_module.gpu_kernels_fail.cache_clear()
+        codec_module.gpu_resources.cache_clear()
+        assert codec_module.gpu_kernels_fail() == expected
+    codec_module.gpu_kernels_fail.cache_clear()
+    codec_module.gpu_resources.cache_clear()

@@ -35,6 +35,7 @@ from vsbench.abid.trainer import FitResult, fit, hold_out
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text, file_sha256
 from vsbench.runtime.device import DeviceSetup
+from vsbench.runtime.loaders import loader_options, loader_workers
 
 RESULT_NAME = "counting_result.txt"
 CALIBRATION_NAME = "counting_calibration.json"  # predictions on training bins, for the quantity baseline's rule
@@ -100,10 +101,10 @@ def _calibration(model: torch.nn.Module, images_dir: Path, train_rows: list[list
     return {"trained_on": not held_rows, "bins": [[int(i), int(p)] for (i, _), p in zip(rows, predicted)]}
 
 
-def _loader(dataset, profile: TrainProfile) -> DataLoader:
+def _loader(dataset, profile: TrainProfile, device: DeviceSetup) -> DataLoader:
     """Inference loader: in order, every image (training batches come from ``epoch_loader``)."""
-    return DataLoader(dataset, batch_size=profile.batch_size, num_workers=profile.workers,
-                      pin_memory=torch.cuda.is_available())
+    return DataLoader(dataset, batch_size=profile.batch_size,
+                      **loader_options(loader_workers(profile.workers), cuda=device.is_cuda))
 
 
 def predict_classes(model: torch.nn.Module, images_dir: Path, indices: list[int], profile: TrainProfile,
@@ -113,7 +114,7 @@ def predict_classes(model: torch.nn.Module, images_dir: Path, indices: list[int]
     out: list[int] = []
     mine = context.shard(indices)
     if mine:
-        for batch in _loader(Images(images_dir, mine, profile.image_size), profile):
+        for batch in _loader(Images(images_dir, mine, profile.image_size), profile, device):
             out += model(transform(batch)).argmax(1).tolist()
     return context.gather(out)
 
@@ -163,7 +164,7 @@ def train_counting(
     def batches(epoch: int):
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         return epoch_loader(dataset, profile.batch_size, generator=generator, workers=profile.workers,
-                            drop_last=len(dataset) > profile.batch_size, context=context)
+                            drop_last=len(dataset) > profile.batch_size, context=context, cuda=device.is_cuda)
 
     def step(model, batch, device, epoch, index):
         images, labels = batch

@@ -40,6 +40,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vsbench.io.locks import OutputBusy, output_lock
 from vsbench.runtime.device import DeviceSetup, setup_device
+from vsbench.runtime.loaders import loader_options, loader_workers
 
 T = TypeVar("T")
 
@@ -246,19 +247,25 @@ class RankBatches(Sampler[list[int]]):
         return self.samples // self.global_batch if self.drop_last else -(-self.samples // self.global_batch)
 
 
-def epoch_loader(dataset: Dataset, global_batch: int, *, generator: torch.Generator, drop_last: bool, workers: int,
-                 context: Distributed = SINGLE) -> DataLoader:
+def epoch_loader(dataset: Dataset, global_batch: int, *, generator: torch.Generator, drop_last: bool,
+                 workers: int | None, context: Distributed = SINGLE, cuda: bool | None = None) -> DataLoader:
     """The shuffled training loader of one epoch: in one process exactly the loader the
-    baselines always used; under DDP the same order, this rank's slice of each global batch."""
-    pin = torch.cuda.is_available()
+    baselines always used; under DDP the same order, this rank's slice of each global batch.
+
+    ``workers`` None: from the container's CPU quota (vsbench.runtime.loaders); memory is pinned
+    only for a CUDA device (``cuda`` None: when one is visible). Not persistent: a loader lives one
+    epoch, because the siamese dataset draws its pairs per epoch (``dataset.epoch``), which workers
+    kept from the last epoch would not see, and the epoch's order and worker seeds come from the
+    epoch's own generator (exact resume)."""
+    options = loader_options(loader_workers(workers), cuda=torch.cuda.is_available() if cuda is None else cuda)
     if not context.enabled:
-        return DataLoader(dataset, batch_size=global_batch, shuffle=True, generator=generator, num_workers=workers,
-                          pin_memory=pin, drop_last=drop_last)
+        return DataLoader(dataset, batch_size=global_batch, shuffle=True, generator=generator, drop_last=drop_last,
+                          **options)
     sampler = RankBatches(len(dataset), global_batch, generator, drop_last, context)  # type: ignore[arg-type]
     # The loader draws its workers' base seed from its own generator, not from the global RNG
     # (rank 0's global stream is checkpointed; nothing but the model should move it).
     own = torch.Generator().manual_seed(generator.initial_seed())
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=pin, generator=own)
+    return DataLoader(dataset, batch_sampler=sampler, generator=own, **options)
 
 
 class _AllReduceSum(torch.autograd.Function):

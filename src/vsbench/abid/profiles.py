@@ -20,7 +20,8 @@ class TrainProfile(BaseModel):
     lr_step_epochs: int = Field(ge=1, description="multiply the lr by lr_gamma every this many epochs")
     lr_gamma: float = Field(gt=0, le=1)
     image_size: int = Field(ge=32, description="side fed to the network (images are stored at 224)")
-    workers: int = Field(ge=0, description="DataLoader worker processes")
+    workers: int | None = Field(default=None, ge=0, description="DataLoader worker processes; None: the cores of "
+                                "the container's CPU quota less one (vsbench.runtime.loaders)")
     max_targets: int = Field(ge=1, description="train images paired with a validation question")
     pos_prob: float = Field(gt=0, lt=1, description="probability of a positive training pair")
     pairs_per_row: int = Field(default=1, ge=1, description="siamese pairs drawn per training row per epoch")
@@ -56,7 +57,7 @@ PROFILES: dict[str, TrainProfile] = {
     # silverbottlep/abid_challenge: ResNet-34 from scratch, SGD 0.1 / 0.9 / 1e-4, batch 128,
     # 40 epochs, lr x0.1 every 10, 224 px, 20 training images per verification question.
     "full": TrainProfile(epochs=40, batch_size=128, lr=0.1, momentum=0.9, weight_decay=1e-4, lr_step_epochs=10,
-                         lr_gamma=0.1, image_size=224, workers=8, max_targets=20, pos_prob=0.5, dropout=0.5),
+                         lr_gamma=0.1, image_size=224, workers=None, max_targets=20, pos_prob=0.5, dropout=0.5),
     # Minutes on 2 CPU cores (docs/abid.md, "Why the demo's settings differ"): ResNet-18 trunks at
     # 48 px (a third of ResNet-34's compute at 64 px, and on the demo data no worse), AdamW
     # (converges in a few epochs from scratch where SGD at this data size needs dozens), 5 epochs

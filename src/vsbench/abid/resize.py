@@ -76,6 +76,7 @@ from vsbench.io.digests import RACY_NS
 from vsbench.io.inputs import read_json
 from vsbench.io.locks import output_lock, step_lock
 from vsbench.io.storage import atomic_write_bytes, atomic_write_text
+from vsbench.runtime.loaders import usable_cpus
 
 MANIFEST_NAME = "_manifests/resize.json"
 # Where fast's per-photo gain (2.4x full on a real size mix) repays loading torch once, on 2 workers
@@ -323,7 +324,7 @@ def resize_abid(
     lock = output_lock(out) if num_shards == 1 else step_lock(out, f"resize-shard-{shard}-of-{num_shards}")
     with lock:
         return _resize(sources, data, out, size=size, quality=quality, decode=decode,
-                       workers=workers or os.cpu_count() or 1, progress=progress, rate=rate, started=started,
+                       workers=workers or usable_cpus(), progress=progress, rate=rate, started=started,
                        manifest=MANIFEST_NAME if num_shards == 1 else
                        f"_manifests/resize.shard-{shard}-of-{num_shards}.json")
 

@@ -41,6 +41,7 @@ from vsbench.abid.trainer import FitResult, fit, hold_out, load_state
 from vsbench.io.inputs import read_index_list, read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.runtime.device import DeviceSetup
+from vsbench.runtime.loaders import loader_options, loader_workers
 
 RESULT_NAME = "obj_verification_result.txt"
 
@@ -102,7 +103,8 @@ class VerificationScorer:
         needed = sorted({i for i, targets in pairs if targets} | {t for _, ts in pairs for t in ts})
         transform = BatchTransform(self.device.device)
         loader = DataLoader(Images(self.images_dir, needed, self.profile.image_size),
-                            batch_size=self.profile.batch_size, num_workers=self.profile.workers)
+                            batch_size=self.profile.batch_size,
+                            **loader_options(loader_workers(self.profile.workers), cuda=self.device.is_cuda))
         features = torch.cat([model.embed(transform(batch)).float() for batch in loader]) if needed else None
         row = {idx: n for n, idx in enumerate(needed)}
         out = []
@@ -230,7 +232,7 @@ def train_siamese(
         dataset.epoch = epoch
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         return epoch_loader(dataset, rows_per_batch, generator=generator, workers=profile.workers,
-                            drop_last=len(dataset) > rows_per_batch, context=context)
+                            drop_last=len(dataset) > rows_per_batch, context=context, cuda=device.is_cuda)
 
     def step(model, batch, device, epoch, index):
         anchors, partners, labels = batch  # (B, C, H, W), (B, pairs_per_row, C, H, W), (B, pairs_per_row)

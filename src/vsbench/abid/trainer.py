@@ -35,6 +35,7 @@ from vsbench.abid.distributed import SINGLE, Distributed
 from vsbench.abid.profiles import TrainProfile
 from vsbench.io.storage import atomic_write_bytes
 from vsbench.runtime.device import DeviceSetup
+from vsbench.runtime.throughput import Throughput
 
 T = TypeVar("T")
 __all__ = ["BEST", "LAST", "FitResult", "fit", "hold_out", "load_state", "save_state"]
@@ -58,8 +59,13 @@ class FitResult:
     resumed_from: int
     checkpoint_dir: Path
     seconds: float = 0.0
-    images_per_second: float = 0.0
+    images_per_second: float = 0.0  # every trained image over the whole fit (start-up, validation included)
     extra: dict[str, Any] = field(default_factory=dict)
+    # vsbench.runtime.throughput: fit() start to the first batch out of the model, and the images
+    # after it over the seconds spent in the epochs' batch loops after it (validation and
+    # checkpoints paused); None when nothing trained, or one batch only.
+    startup_seconds: float | None = None
+    steady_images_per_second: float | None = None
     world_size: int = 1
     selection: str = "val"
 
@@ -135,6 +141,7 @@ def fit(
     a pipeline step's log shows how training goes."""
     from tqdm.auto import tqdm
 
+    meter = Throughput()  # start-up: moving the model, the first epoch's workers, the first batch
     torch.manual_seed(seed)
     model.to(device.device).to(memory_format=torch.channels_last)
     progress = progress and context.is_main
@@ -166,6 +173,7 @@ def fit(
     started = time.perf_counter()
     images_seen = 0
     for epoch in range(start, profile.epochs):
+        meter.resume()  # a new epoch's loader starting its workers is training time
         context.reseed(seed, epoch)
         trained.train()
         epoch_started = time.perf_counter()
@@ -185,10 +193,13 @@ def fit(
             scaler.update()
             loss_sum += float(loss.detach()) * batch_count
             correct, count = correct + batch_correct, count + batch_count
-            images += images_per_batch(batch)
+            done = images_per_batch(batch)
+            images += done
+            meter.batch_done(done * context.world_size)  # float(loss) above waited for the step
             bar.update(1)
             bar.set_postfix(loss=f"{loss_sum / max(count, 1):.3f}")
         bar.close()
+        meter.pause()  # validation and checkpoints are not training time
         lr = optimizer.param_groups[0]["lr"]
         scheduler.step()
         train_seconds = time.perf_counter() - epoch_started
@@ -232,4 +243,5 @@ def fit(
     return FitResult(history, best_score, best_epoch, resumed_from, checkpoint_dir, seconds,
                      images_seen / seconds if seconds > 0 and images_seen else 0.0, world_size=context.world_size,
                      selection=profile.epoch_selection,
-                     extra={"identity_sha256": identity.digest, "inputs_hashed": identity.hashed})
+                     extra={"identity_sha256": identity.digest, "inputs_hashed": identity.hashed},
+                     startup_seconds=meter.startup_seconds, steady_images_per_second=meter.steady_images_per_second)

@@ -110,7 +110,7 @@ def abid_resize(
                                         "domain downscale of photos >= 2x the size; faster, a little off the "
                                         "challenge's pixels: docs/abid.md 'Resize'; bad files take the 'draft' path) "
                                         "or 'draft' (Pillow, DCT-domain downscale when >= 2x).")] = "full",
-    workers: Annotated[int, typer.Option(min=0, help="Processes; 0 = all cores.")] = 0,
+    workers: Annotated[int, typer.Option(min=0, help="Processes; 0 = every core this container may use (its CPU quota and affinity).")] = 0,
     max_failure_rate: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Fail the step when more than this share of images cannot be resized "
         "(default: VSBENCH_MAX_FAILURE_RATE, else 0.01); the failures are listed either way.")] = None,

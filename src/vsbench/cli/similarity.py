@@ -84,6 +84,11 @@ def similarity_run(
     seed: Annotated[int, typer.Option(
         min=0, max=2**63 - 1, rich_help_panel=MORE,
         help='Seed of {"weights": "random"}: the same seed draws the same network in every model family.')] = 0,
+    compile: Annotated[str, typer.Option(
+        rich_help_panel=MORE,
+        help="torch.compile the embedding network: 'auto' (the default: on for a CUDA device, off on the CPU), "
+             "'on' or 'off'. Compiled once per process for all sets and shards; a network that fails to compile "
+             "embeds eagerly, with one warning line.")] = "auto",
     runner: Annotated[str, typer.Option(
         help="'inline': every step in this process; 'subprocess' or 'container': the similarity pipeline with "
              "kfp.local, each step a process of this environment or a container of the vsbench image.")] = "inline",
@@ -99,6 +104,8 @@ def similarity_run(
     from vsbench.runspec.preflight import similarity_problems
 
     check_runner(runner, ("inline", "subprocess", "container"))
+    if compile not in ("auto", "on", "off"):
+        raise typer.BadParameter(f"{compile!r} is not one of 'auto', 'on', 'off'", param_hint="--compile")
     bench_opts, model_opts = _json_option(benchmark_options, "--benchmark-options"), _json_option(
         model_options, "--model-options")
     if "seed" in model_opts:
@@ -119,7 +126,7 @@ def similarity_run(
     if runner != "inline":
         del bench  # each step reads it in its own process
         _run_pipeline(run, root, out, runner=runner, image=image, verbose=verbose, batch_size=batch_size,
-                      device=device, experiment=experiment, track=track, tags=tags)
+                      device=device, experiment=experiment, track=track, tags=tags, compile=compile)
         return
     import contextlib
     import time
@@ -131,7 +138,7 @@ def similarity_run(
     with contextlib.ExitStack() as held:  # OUT's one writer until its bundle is written too
         with user_errors():  # a bad input, a damaged reused file, a busy OUT: one line naming it
             held.enter_context(output_lock(out, what=str(out)))
-            result = run_inline(run, out, batch_size=batch_size, device=device, bench=bench)
+            result = run_inline(run, out, batch_size=batch_size, device=device, bench=bench, compile=compile)
         _print_similarity_table(out, result.manifest)
         if track:
             from vsbench.tracking.command import BUNDLE_NAME, record_command_run
@@ -144,7 +151,7 @@ def similarity_run(
 
 
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
-                  device: str, experiment: str, track: bool, tags: dict[str, str]) -> None:
+                  device: str, experiment: str, track: bool, tags: dict[str, str], compile: str = "auto") -> None:
     """The similarity pipeline on kfp.local, its parameters from the run spec."""
     from vsbench.tracking.command import prepare_pipeline_tracking
 
@@ -154,7 +161,7 @@ def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None,
     fields["model_options"] = json.dumps(run.model_options)
     pipeline_run = run_similarity_pipeline_locally(
         root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
-        arguments={**fields, "batch_size": batch_size, "device": device, "experiment": experiment,
+        arguments={**fields, "batch_size": batch_size, "device": device, "compile": compile, "experiment": experiment,
                    "params_json": json.dumps({**_parent_params(run), "data_tags": tags})})
     if not pipeline_run.succeeded:
         typer.echo(f"similarity pipeline failed: {pipeline_run.error}", err=True)

@@ -21,6 +21,7 @@ through the functions here, so that a sharded search computes the very floats a 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -396,6 +397,30 @@ def _apply(transform: faiss.VectorTransform, x: np.ndarray, codec: str, name: st
 
 
 
+@functools.cache
+def gpu_resources() -> faiss.StandardGpuResources:
+    """One ``StandardGpuResources`` per process: each holds a cuBLAS handle, streams and a temporary
+    memory pool on GPU 0 (hundreds of MB), which every index moved to the GPU can share; one per
+    codec and shard would allocate them again each time."""
+    return faiss.StandardGpuResources()
+
+
+@functools.cache
+def gpu_kernels_fail() -> str:
+    """Why faiss-gpu cannot run a search on GPU 0, or "" when a tiny one runs and answers right.
+
+    A faiss-gpu wheel holds kernels for some GPU architectures only: faiss-gpu-cu12 1.14's for
+    sm_70 and sm_80, none for an H100's sm_90 and no PTX to build them, so every GPU search there
+    fails with "no kernel image is available". Asked once per process, before the first index moves."""
+    try:
+        index = faiss.index_cpu_to_gpu(gpu_resources(), 0, faiss.IndexFlatIP(2))
+        index.add(np.asarray([[1, 0], [0, 1]], dtype=np.float32))
+        _, found = index.search(np.asarray([[0, 1]], dtype=np.float32), 1)
+    except Exception as exc:  # noqa: BLE001 - a CUDA error surfaces as RuntimeError or worse
+        return _faiss_message(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
+    return "" if int(found[0, 0]) == 1 else f"a test search on GPU 0 answered {int(found[0, 0])}, not 1"
+
+
 def to_device(index: faiss.Index, on_gpu: bool, codec: str, k: int) -> faiss.Index:
     """The index on GPU 0 when asked and faiss-gpu can hold it with this k; otherwise the CPU index."""
     kind = type(index).__name__
@@ -405,7 +430,7 @@ def to_device(index: faiss.Index, on_gpu: bool, codec: str, k: int) -> faiss.Ind
     elif on_gpu:
         try:
             # The GPU index keeps its own reference to the resources: the provider may go.
-            gpu_index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+            gpu_index = faiss.index_cpu_to_gpu(gpu_resources(), 0, index)
         except RuntimeError as exc:
             logger.warning("codec %r: faiss-gpu cannot hold %s (%s); searching on the CPU",
                            codec, kind, _faiss_message(exc))

@@ -39,16 +39,19 @@ then reference index ascending; the global cap breaks equal scores by query, the
 (lower first). Which references enter a query's top ``k`` when several tie at the k-th score is
 FAISS's choice.
 
-**GPU**: with ``use_gpu=True``, or ``None`` when ``faiss.get_num_gpus() > 0``, the final index is
-moved to the first visible GPU (``index_cpu_to_gpu`` with a ``StandardGpuResources``; Kubernetes
+**GPU**: with ``use_gpu=True``, or ``None`` (every run's setting) when faiss-gpu sees a GPU and a
+two-row test search runs on it (:func:`~vsbench.index.codec.gpu_kernels_fail`: a wheel without code
+for this GPU's architecture fails there, once, instead of in every search), the final index is
+moved to the first visible GPU (``index_cpu_to_gpu`` with the process's one ``StandardGpuResources``; Kubernetes
 exposes the pod's GPU as device 0) and trained there too (e.g. IVF k-means). One GPU rather than
 SSCD's ``index_cpu_to_all_gpus``: replicas of an untrained index would each run their own k-means,
 and a pod gets one GPU anyway. faiss-gpu implements only ``Flat``, ``IVF...,Flat``, ``IVF...,PQ...``,
 ``IVF...,SQ...`` and ``SQfp16``, and k up to 2048; for any other index (``PQ``, ``HNSW``, ``LSH``...)
 or a larger k the search stays on the CPU with a warning, never fails. The transforms always run on
-the CPU (FAISS has no GPU vector transforms). A faiss without GPU support (faiss-cpu) searches on
-the CPU, with a warning when the GPU was asked for. The logger ``vsbench.index.search`` says where
-each codec ran.
+the CPU (FAISS has no GPU vector transforms). A faiss without GPU support (faiss-cpu), or one that
+sees no GPU, searches on the CPU, with one warning line per process when the GPU was asked for; a
+faiss-gpu that sees a GPU it cannot run on warns once either way. The results are the CPU's
+exactly then (tests/unit/test_index.py). The logger ``vsbench.index.search`` says where each codec ran.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from vsbench.index.codec import (
     Metric,
     check_finite,
     fill,
+    gpu_kernels_fail,
     search_filled,
     train_codec,
     tune,
@@ -172,12 +176,34 @@ def _as_matrix(name: str, array: np.ndarray, dim: int | None = None) -> np.ndarr
     return a
 
 
+_said: set[tuple[str, bool]] = set()  # (reason, asked) already said: one line per process, not one per codec
+
+
+def gpu_unavailable() -> str:
+    """Why faiss cannot search on GPU 0 here, in words, or "" when it can: a CPU build (no
+    ``StandardGpuResources``), no visible GPU, or GPU kernels that do not run on this GPU
+    (:func:`~vsbench.index.codec.gpu_kernels_fail`)."""
+    if not hasattr(faiss, "StandardGpuResources"):
+        return "this faiss has no GPU support (a faiss-cpu build)"
+    if faiss.get_num_gpus() < 1:
+        return "this faiss-gpu sees no GPU"
+    failure = gpu_kernels_fail()
+    return f"faiss-gpu cannot run on GPU 0 ({failure})" if failure else ""
+
+
 def use_gpu_now(use_gpu: bool | None) -> bool:
-    """Whether to search on GPU 0: ``None`` means "when faiss-gpu sees one"."""
-    available = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    if use_gpu and not available:
-        logger.warning("use_gpu=True, but this faiss has no GPU support or sees no GPU: searching on the CPU")
-    return available if use_gpu is None else bool(use_gpu and available)
+    """Whether to search on GPU 0: ``None`` means "when faiss-gpu can". Falling back to the CPU is
+    said in one warning line per process when the GPU was asked for, or when a faiss-gpu that sees a
+    GPU cannot use it (``None``: a CPU build or no GPU is the ordinary CPU case, said at INFO)."""
+    if use_gpu is False:
+        return False
+    reason = gpu_unavailable()
+    asked = bool(use_gpu) or "cannot run" in reason
+    if reason and (reason, asked) not in _said:
+        _said.add((reason, asked))
+        logger.log(logging.WARNING if asked else logging.INFO, "%s%s: searching on the CPU",
+                   "use_gpu=True, but " if use_gpu else "", reason)
+    return not reason
 
 
 def candidates_from(similarity: np.ndarray, ids: np.ndarray, global_cap: int | None) -> Candidates:

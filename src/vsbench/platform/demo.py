@@ -16,6 +16,7 @@ from pathlib import Path
 from vsbench.io.storage import atomic_write_json, upload_tree
 from vsbench.platform.local_run import abid_ending, run_abid_pipeline_locally
 from vsbench.platform.local_s3 import LocalS3
+from vsbench.runtime.loaders import usable_cpus
 from vsbench.tracking.config import ARTIFACT_LOCATION_ENV, disable_tracking
 
 BUCKET = "abid-demo"
@@ -33,7 +34,7 @@ def _synthesize(out: Path, bins: int, seed: int) -> tuple[Path, float]:
     started = time.perf_counter()
     if marker.exists() and json.loads(marker.read_text()).get("params") == wanted:
         return target, 0.0
-    summary = generate_abid(target, bins, seed, workers=os.cpu_count() or 1)
+    summary = generate_abid(target, bins, seed, workers=usable_cpus())
     atomic_write_json(marker, {"params": wanted, "summary": summary.as_dict()})
     return target, time.perf_counter() - started
 

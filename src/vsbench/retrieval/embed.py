@@ -63,7 +63,10 @@ from vsbench.io.storage import atomic_write_json, file_sha256, sha256_matches
 from vsbench.models.cache import WEIGHTS_OPTIONS, EmbeddingCache, cache_root, library_versions, model_key
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
+from vsbench.runtime.compile import compile_status, compile_wanted, network_for, use_inductor_cache
 from vsbench.runtime.device import DeviceSetup, setup_device
+from vsbench.runtime.loaders import loader_options, loader_workers
+from vsbench.runtime.throughput import Throughput
 
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 logger = logging.getLogger(__name__)
@@ -240,17 +243,24 @@ def _to_host(tensor: torch.Tensor, setup: DeviceSetup) -> torch.Tensor:
 
 def run_embedder(
     model: Embedder, ids: Sequence[str], paths: Sequence[Path], setup: DeviceSetup, *, use_amp: bool,
-    batch_size: int, workers: int, progress: bool, desc: str = "embed",
+    batch_size: int, workers: int | None, progress: bool, desc: str = "embed", compile_mode: str = "off",
+    meter: Throughput | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]]]:
-    """Descriptors for the images that could be read, in input order, and the failures."""
+    """Descriptors for the images that could be read, in input order, and the failures.
+
+    ``workers`` None: :func:`~vsbench.runtime.loaders.loader_workers` (the container's CPU quota).
+    ``compile_mode``: :mod:`vsbench.runtime.compile`. ``meter`` gets a mark per batch out of the
+    model (start-up and steady-state rate, :mod:`vsbench.runtime.throughput`)."""
+    # One pass over the images: persistent workers would only outlive the loop.
     loader = DataLoader(ImageFiles(paths, model.preprocessing), batch_size=batch_size, shuffle=False,
-                        num_workers=workers, collate_fn=collate_by_shape, pin_memory=setup.is_cuda,
-                        prefetch_factor=4 if workers > 0 else None)
+                        collate_fn=collate_by_shape, **loader_options(loader_workers(workers), cuda=setup.is_cuda))
     batches = iter(loader)  # workers start decoding while the model moves to the device
     if setup.is_cuda:
         # cuDNN autotuning pays off for one fixed shape; aspect-preserving inputs come in many shapes.
         torch.backends.cudnn.benchmark = not model.preprocessing.preserve_aspect_ratio
-    network = model.to(setup.device, memory_format=torch.channels_last).eval()
+    model = model.to(setup.device, memory_format=torch.channels_last).eval()
+    network = network_for(model, compile_mode, setup.device)
+    meter = meter if meter is not None else Throughput()
     scale, shift = normalizer(model.preprocessing, setup.device)
     outputs: list[torch.Tensor] = []
     positions: list[torch.Tensor] = []
@@ -269,9 +279,13 @@ def run_embedder(
                                      f"expected {model.dim}")
                 outputs.append(_to_host(descriptors, setup))
                 positions.append(where)
+                if meter.startup_seconds is None and setup.is_cuda:
+                    torch.cuda.synchronize(setup.device)  # start-up ends when the first batch is out
+                meter.batch_done(len(where))
             bar.update(sum(len(w) for w, _ in groups) + len(failures))
     if setup.is_cuda:
         torch.cuda.synchronize(setup.device)
+    meter.pause()  # the last batch's results are on the host: the stopwatch stops here
     if not outputs:
         return FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), failed
     order = torch.cat(positions).numpy()
@@ -294,8 +308,8 @@ def _precision(setup: DeviceSetup, use_amp: bool) -> str:
 
 def embed_with_cache(
     model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
-    setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int, progress: bool, desc: str,
-    digests: Sequence[str | None], seed: int = RANDOM_SEED,
+    setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int | None, progress: bool, desc: str,
+    digests: Sequence[str | None], seed: int = RANDOM_SEED, compile_mode: str = "off", meter: Throughput | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
@@ -307,14 +321,16 @@ def embed_with_cache(
     root = cache_root()
     if root is None:
         features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
-                                        workers=workers, progress=progress, desc=desc)
+                                        workers=workers, progress=progress, desc=desc, compile_mode=compile_mode,
+                                        meter=meter)
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
     cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp), seed=seed))
     hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
     if todo:
         new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
-                                   batch_size=batch_size, workers=workers, progress=progress, desc=desc)
+                                   batch_size=batch_size, workers=workers, progress=progress, desc=desc,
+                                   compile_mode=compile_mode, meter=meter)
     else:
         new, failed = FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), []
     digest_of = {ids[i]: digests[i] for i in todo}
@@ -457,10 +473,28 @@ def _is_complete(features_path: Path, manifest_path: Path, key: dict[str, Any], 
     return None
 
 
+def _build(model: str, options: dict[str, Any], seed: int, option_files: dict[str, Any],
+           reuse: dict[str, Any] | None) -> Any:
+    """:func:`build_model`, or the network in ``reuse`` built for the same model, options, seed and
+    option files (their digests). ``reuse`` is the caller's (an :class:`~vsbench.retrieval.engine.Engine`
+    keeps one per run): the sets and shards one process embeds for a run share one network, so its
+    weights load and its ``torch.compile`` runs once. It keeps the last network only."""
+    key = json.dumps([model, options, seed, option_files], sort_keys=True, default=str)
+    if reuse is not None and key in reuse:
+        return reuse[key]
+    if reuse is not None:
+        reuse.clear()  # let the old network go before the new one is built
+    built = build_model(model, seed=seed, **options)
+    if reuse is not None and not isinstance(built, PrecomputedFeatures):
+        reuse[key] = built
+    return built
+
+
 def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
-    batch_size: int = 64, device: str = "auto", workers: int = 2, model_options: dict[str, Any] | None = None,
+    batch_size: int = 64, device: str = "auto", workers: int | None = None, model_options: dict[str, Any] | None = None,
     progress: bool = True, amp: bool = True, max_failure_rate: float | None = None, seed: int = RANDOM_SEED,
+    compile: str = "auto", reuse: dict[str, Any] | None = None,
 ) -> Path:
     """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
 
@@ -469,6 +503,12 @@ def embed_image_set(
     returns the feature file. A complete shard for the same model, options, ids, ``amp`` and
     ``seed`` is kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
     ``seed`` draws ``{"weights": "random"}`` (see :func:`~vsbench.models.registry.build_model`).
+    ``workers`` None sizes the DataLoader to the container's CPU quota
+    (:func:`~vsbench.runtime.loaders.loader_workers`); ``compile`` is ``auto`` (on CUDA), ``on`` or
+    ``off`` (:mod:`vsbench.runtime.compile`); ``reuse``: networks built before by this caller
+    (:func:`_build`). The manifest's ``startup_seconds`` (model build to the
+    first batch out of the model) and ``images_per_second_steady`` (after it) are
+    :class:`~vsbench.runtime.throughput.Throughput`'s.
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``
     (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
@@ -490,6 +530,7 @@ def embed_image_set(
                            f"own setting (--seed, or the pipeline's seed parameter), not a model option")
     seed = check_seed(seed)
     memo = DigestMemo(inputs_path(features_path))
+    workers = loader_workers(workers)
     inputs, digests = input_key(paths, ids, options, memo, threads=max(2, workers))
     key = _resume_key(model, options, ids, amp, seed, inputs)
     rejected = _is_complete(features_path, manifest_path, key, ids)
@@ -505,8 +546,9 @@ def embed_image_set(
                                 "num_shards": num_shards, "model": model, "options": key["options"], "seed": seed,
                                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write_json(manifest_path, manifest)  # a crashed shard is visible as incomplete
+    meter = Throughput()  # start-up counts from here: the model's build is part of it
     started = time.perf_counter()
-    built = build_model(model, seed=seed, **options)
+    built = _build(model, options, seed, inputs["option_files"], reuse)
     build_seconds = time.perf_counter() - started
     started = time.perf_counter()
     if isinstance(built, PrecomputedFeatures):
@@ -515,13 +557,15 @@ def embed_image_set(
     else:
         setup = setup_device(device, amp)
         use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
+        inductor = use_inductor_cache(cache_root()) if compile_wanted(compile, setup.device) else None
         result, failed, cache_info = embed_with_cache(
             model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size, workers=workers,
-            progress=progress, desc=f"embed {stem}", digests=digests)
+            progress=progress, desc=f"embed {stem}", digests=digests, compile_mode=compile, meter=meter)
         run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
                     "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
                     "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
-                    "output": built.output, "cache": cache_info}
+                    "output": built.output, "cache": cache_info,
+                    "compile": compile_status(built, compile, setup.device, inductor), **meter.as_dict()}
     seconds = time.perf_counter() - started
     save_features(features_path, result)
     manifest.update(run_info)
@@ -541,6 +585,11 @@ def embed_image_set(
         atomic_write_json(manifest_path, manifest)
         raise
     atomic_write_json(manifest_path, manifest)
+    if progress and manifest.get("startup_seconds") is not None:
+        steady = manifest.get("images_per_second_steady")
+        print(f"[vsbench] {stem}: {len(ids)} images, start-up {manifest['startup_seconds']:.1f} s (model build, "
+              f"workers, first batch), then {f'{steady:,.0f} images/s' if steady else 'one batch'}",
+              file=sys.stderr, flush=True)
     return features_path
 
 

@@ -72,6 +72,7 @@ class Engine:
         self.model_options: dict[str, Any] | None = getattr(run, "model_options", None)
         self.settings = run.settings()
         self._features: dict[str, FeatureSet] | None = None
+        self._networks: dict[str, Any] = {}  # the embedding network, built (and compiled) once per run
 
     @cached_property
     def bench(self) -> Benchmark:
@@ -97,9 +98,11 @@ class Engine:
 
     def embed_shard(self, model: str, *, shard: int = 0, num_shards: int = 1,
                     model_options: dict[str, Any] | None = None, batch_size: int = 64, device: str = "auto",
-                    workers: int = 2, progress: bool = True, seed: int = 0) -> dict[str, str]:
+                    workers: int | None = None, progress: bool = True, seed: int = 0,
+                    compile: str = "auto") -> dict[str, str]:
         """Embed shard ``shard`` of every image set; returns set name -> shard file. ``seed`` draws
-        ``{"weights": "random"}`` networks (the same seed, the same network).
+        ``{"weights": "random"}`` networks (the same seed, the same network); ``workers`` None: from
+        the CPU quota; ``compile``: ``torch.compile`` (auto: on CUDA), paid once for all the sets.
 
         Every image a benchmark lists is part of its number (DISC's uAP, Copydays' mAP, VSD's and the
         pairs' metrics are defined over all of them, and SSCD's and the challenges' own evaluations
@@ -110,7 +113,8 @@ class Engine:
         for set_name, images in sets.items():
             path = embed_image_set(model, images, self.out / FEATURES_DIR, set_name=set_name, shard=shard,
                                    num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
-                                   model_options=model_options, progress=progress, seed=seed,
+                                   model_options=model_options, progress=progress, seed=seed, compile=compile,
+                                   reuse=self._networks,
                                    max_failure_rate=1.0)  # listed here, all sets at once, not a rate
             written[set_name] = str(path)
         self._features = None  # opened again by the next step

@@ -79,7 +79,7 @@ def abid_resize_step(
     rate passes once the threshold is raised (``max_failure_rate``, else ``VSBENCH_MAX_FAILURE_RATE``)."""
     from vsbench.abid.resize import resize_abid
 
-    params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all cores",
+    params = {"size": size, "quality": quality, "decode": decode, "workers": workers or "all usable cores",
               "shard": shard, "num_shards": num_shards}
     started = time.perf_counter()
     with child_run(parent_run_id, sharded("abid-resize", shard, num_shards), params) as tracker:
@@ -146,6 +146,11 @@ def _abid_train_step(
                        "world_size": float(context.world_size), **run.summary_metrics()}
             if run.fit.images_per_second > 0:  # a re-run of a finished training trains nothing: no rate at all
                 metrics["train_images_per_second"] = run.fit.images_per_second
+            # Start-up and the steady rate apart (vsbench.runtime.throughput): only where measured.
+            if run.fit.startup_seconds is not None:
+                metrics["train_startup_seconds"] = run.fit.startup_seconds
+            if run.fit.steady_images_per_second is not None:
+                metrics["train_images_per_second_steady"] = run.fit.steady_images_per_second
             manifest = {"result": str(run.result_path), "checkpoints": str(run.fit.checkpoint_dir),
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
                         "epoch_choice": run.fit.describe_choice(),
