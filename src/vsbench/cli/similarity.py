@@ -78,7 +78,7 @@ def similarity_run(
     reference_shards: ReferenceShardsOpt = 1,
     merge_ondisk: MergeOndiskOpt = False,
     search_params: SearchParamsOpt = "",
-    batch_size: Annotated[int, typer.Option(min=1, help="Images per forward pass of the model.")] = 64,
+    batch_size: Annotated[int, typer.Option(help="Images per forward pass of the model (at least 1; checked with the other inputs).")] = 64,
     device: Annotated[str, typer.Option(help="'auto' (CUDA when visible, else the CPU), 'cpu', 'cuda' or "
                                              "'cuda:N'.")] = "auto",
     seed: Annotated[int, typer.Option(
