@@ -26,13 +26,18 @@ class DeviceSetup:
         return self.amp_dtype is torch.float16
 
 
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when visible, else the CPU; any other name as torch reads it."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
 def setup_device(name: str = "auto", amp: bool = True) -> DeviceSetup:
     """``auto`` takes CUDA when present. On CUDA, AMP uses bf16 where supported (no loss scaling
     needed), fp16 with a GradScaler otherwise; on the CPU we stay in fp32 (CPU autocast is slower
     than fp32 for convolutions on most machines) and rely on channels_last instead."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    device = resolve_device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' requested but no CUDA device is visible")
     amp_dtype = None
