@@ -141,6 +141,9 @@ PARAMETERS: dict[str, str] = {
                     "query shard is searched once (not once per gallery shard). Example: false.",
     "search_params": "FAISS search parameters, e.g. nprobe=16 (empty: the codec's defaults). Example: nprobe=16.",
     "batch_size": "Images per embedding batch. Example: 64.",
+    "decode": "Where the embedding step decodes JPEGs: auto (batched on the GPU with nvJPEG when the pod has one, "
+              "else Pillow in the loader's workers), gpu or cpu (Pillow; docs/fidelity.md bounds the difference). "
+              "Example: auto.",
     "report_last": "How many recent runs the nightly comparison report covers. Example: 30.",
 }
 

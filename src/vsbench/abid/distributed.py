@@ -245,18 +245,20 @@ class RankBatches(Sampler[list[int]]):
 
 
 def epoch_loader(dataset: Dataset, global_batch: int, *, generator: torch.Generator, drop_last: bool, workers: int,
-                 context: Distributed = SINGLE) -> DataLoader:
+                 context: Distributed = SINGLE, collate_fn: Any = None) -> DataLoader:
     """The shuffled training loader of one epoch: in one process exactly the loader the
-    baselines always used; under DDP the same order, this rank's slice of each global batch."""
+    baselines always used; under DDP the same order, this rank's slice of each global batch.
+    ``collate_fn``: None for pixels, the decoder's for bytes (vsbench.abid.data.collate_for)."""
     pin = torch.cuda.is_available()
     if not context.enabled:
         return DataLoader(dataset, batch_size=global_batch, shuffle=True, generator=generator, num_workers=workers,
-                          pin_memory=pin, drop_last=drop_last)
+                          pin_memory=pin, drop_last=drop_last, collate_fn=collate_fn)
     sampler = RankBatches(len(dataset), global_batch, generator, drop_last, context)  # type: ignore[arg-type]
     # The loader draws its workers' base seed from its own generator, not from the global RNG
     # (rank 0's global stream is checkpointed; nothing but the model should move it).
     own = torch.Generator().manual_seed(generator.initial_seed())
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=pin, generator=own)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=pin, generator=own,
+                      collate_fn=collate_fn)
 
 
 class _AllReduceSum(torch.autograd.Function):

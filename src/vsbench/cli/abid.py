@@ -10,11 +10,13 @@ from typing import Annotated
 import typer
 
 from vsbench.cli.common import (
+    DecodeOpt,
     EndpointOpt,
     ImageOpt,
     RunnerOpt,
     TrackOpt,
     VerboseOpt,
+    check_decode,
     check_runner,
     kept_bundle,
     print_summary,
@@ -165,6 +167,7 @@ def abid_train(
                                                            "process per node (gloo).")] = 0,
     engine: Annotated[str, typer.Option(help="Where the TrainJob runs: 'auto' (the cluster from inside a pod, else "
                                              "podman here, else local processes), 'kubernetes', 'podman', 'process'.")] = "auto",
+    decode: DecodeOpt = "auto",
 ) -> None:
     """Train one ABID baseline, resumably; in one process, or data-parallel with --nproc N (or under
     `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
@@ -179,6 +182,7 @@ def abid_train(
 
     if task not in TRAIN_TASKS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_TASKS)}, not {task!r}", param_hint="TASK")
+    check_decode(decode)
     with user_errors(json.JSONDecodeError):
         parsed = json.loads(overrides)
         if not isinstance(parsed, dict):
@@ -193,7 +197,7 @@ def abid_train(
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
                                      seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,
-                                     manifest_path=str(out / f"train_{task}.json"))
+                                     manifest_path=str(out / f"train_{task}.json"), decode=decode)
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}  (trainjob {result.manifest['trainjob']}, "
                    f"{result.manifest['trainjob_engine']}, started in {result.manifest['trainjob_startup_seconds']:.1f} s, "
@@ -207,7 +211,7 @@ def abid_train(
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                    "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images),
                    "--out", str(out), "--profile", profile, "--overrides", overrides, "--seed", str(seed),
-                   "--device", device, "--parent-run-id", parent_run_id]
+                   "--device", device, "--parent-run-id", parent_run_id, "--decode", decode]
         typer.echo(" ".join(command[1:]), err=True)
         raise typer.Exit(subprocess.run(command, check=False).returncode)
     step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
@@ -215,7 +219,7 @@ def abid_train(
 
     with user_errors(ValidationError, FileNotFoundError):
         result = step(str(tasks), str(images), str(out), profile=profile, seed=seed, device=device, overrides=parsed,
-                      parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"))
+                      parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"), decode=decode)
     if int(os.environ.get("RANK", "0") or 0) == 0:
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}")

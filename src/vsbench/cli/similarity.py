@@ -11,9 +11,11 @@ from typing import Annotated
 import typer
 
 from vsbench.cli.common import (
+    DecodeOpt,
     ImageOpt,
     TrackOpt,
     VerboseOpt,
+    check_decode,
     check_runner,
     fail,
     kept_bundle,
@@ -80,6 +82,7 @@ def similarity_run(
     batch_size: Annotated[int, typer.Option(min=1, help="Images per forward pass of the model.")] = 64,
     device: Annotated[str, typer.Option(help="'auto' (CUDA when visible, else the CPU), 'cpu', 'cuda' or "
                                              "'cuda:N'.")] = "auto",
+    decode: DecodeOpt = "auto",
     seed: Annotated[int, typer.Option(
         min=0, max=2**63 - 1, rich_help_panel=MORE,
         help='Seed of {"weights": "random"}: the same seed draws the same network in every model family.')] = 0,
@@ -98,6 +101,7 @@ def similarity_run(
     from vsbench.runspec.run import SimilarityRun
 
     check_runner(runner, ("inline", "subprocess", "container"))
+    check_decode(decode)
     bench_opts, model_opts = _json_option(benchmark_options, "--benchmark-options"), _json_option(
         model_options, "--model-options")
     if "seed" in model_opts:
@@ -113,7 +117,7 @@ def similarity_run(
     tags = {**data_tags(root.resolve()), **_baseline_tag(run)}
     if runner != "inline":
         _run_pipeline(run, root, out, runner=runner, image=image, verbose=verbose, batch_size=batch_size,
-                      device=device, experiment=experiment, track=track, tags=tags)
+                      device=device, experiment=experiment, track=track, tags=tags, decode=decode)
         return
     import contextlib
     import time
@@ -125,7 +129,7 @@ def similarity_run(
     with contextlib.ExitStack() as held:  # OUT's one writer until its bundle is written too
         with user_errors():  # a bad input, a damaged reused file, a busy OUT: one line naming it
             held.enter_context(output_lock(out, what=str(out)))
-            result = run_inline(run, out, batch_size=batch_size, device=device)
+            result = run_inline(run, out, batch_size=batch_size, device=device, decode=decode)
         _print_similarity_table(out, result.manifest)
         if track:
             from vsbench.tracking.command import BUNDLE_NAME, record_command_run
@@ -138,7 +142,7 @@ def similarity_run(
 
 
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
-                  device: str, experiment: str, track: bool, tags: dict[str, str]) -> None:
+                  device: str, experiment: str, track: bool, tags: dict[str, str], decode: str = "auto") -> None:
     """The similarity pipeline on kfp.local, its parameters from the run spec."""
     from vsbench.tracking.command import prepare_pipeline_tracking
 
@@ -148,7 +152,7 @@ def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None,
     fields["model_options"] = json.dumps(run.model_options)
     pipeline_run = run_similarity_pipeline_locally(
         root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
-        arguments={**fields, "batch_size": batch_size, "device": device, "experiment": experiment,
+        arguments={**fields, "batch_size": batch_size, "device": device, "decode": decode, "experiment": experiment,
                    "params_json": json.dumps({**_parent_params(run), "data_tags": tags})})
     if not pipeline_run.succeeded:
         typer.echo(f"similarity pipeline failed: {pipeline_run.error}", err=True)

@@ -43,12 +43,9 @@ from torch.nn import functional as F
 
 from vsbench.imaging import jpeg
 from vsbench.imaging.limits import open_image
+from vsbench.imaging.modes import check_decode_mode
 from vsbench.models.registry import Preprocessing
 
-DECODE_MODES = ("auto", "gpu", "cpu")
-DECODE_HELP = ("Where JPEGs are decoded: 'auto' (in batches on the GPU with nvJPEG when the run is on CUDA, "
-               "else by the loader's worker processes with Pillow), 'gpu' (batched on the run's device: on a CPU "
-               "device torchvision's decoder, for checks) or 'cpu' (the workers, with Pillow).")
 # torchvision warns on every decode_jpeg call from 0.29 (TorchCodec supersedes it); said once in docs/fidelity.md.
 _DEPRECATION = r".*decoding and encoding capabilities of TorchVision are deprecated.*"
 
@@ -65,14 +62,12 @@ def device_decode_available(device: torch.device) -> bool:
 
 
 def uses_device_decode(mode: str, device: torch.device) -> bool:
-    """``mode`` (:data:`DECODE_MODES`) resolved for ``device``: True for the batched tensor decode.
+    """``mode`` (:data:`~vsbench.imaging.modes.DECODE_MODES`) resolved for ``device``: True for the batched tensor decode.
 
     ``auto`` takes it on CUDA when torchvision has nvJPEG; ``gpu`` takes it on any device (on the
     CPU: the same code path with libjpeg-turbo, for tests) and fails in one line where torchvision
     cannot decode; ``cpu`` never."""
-    if mode not in DECODE_MODES:
-        raise ValueError(f"decode mode {mode!r}: use one of {', '.join(DECODE_MODES)}")
-    if mode == "cpu":
+    if check_decode_mode(mode) == "cpu":
         return False
     available = device_decode_available(device)
     if mode == "gpu" and not available:

@@ -109,6 +109,7 @@ class TrainJobRequest:
     seed: int = 0
     device: str = "auto"
     parent_run_id: str = ""
+    decode: str = "auto"
     nodes: int = 2
     gpus_per_node: int = 0
     image: str = ""
@@ -137,7 +138,8 @@ class TrainJobRequest:
         device = self.device if self.device != "auto" else ("cuda" if self.gpus_per_node else "cpu")
         return ["abid", "train", self.task, "--tasks", str(self.tasks), "--images", str(self.images),
                 "--out", str(self.out), "--profile", self.profile, "--overrides", self.overrides,
-                "--seed", str(self.seed), "--device", device, "--parent-run-id", self.parent_run_id]
+                "--seed", str(self.seed), "--device", device, "--parent-run-id", self.parent_run_id,
+                *(["--decode", self.decode] if self.decode != "auto" else [])]
 
     def data_folders(self) -> list[Path]:
         """What the nodes read and write: the runs folder whole, since the siamese network may start

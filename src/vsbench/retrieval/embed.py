@@ -279,7 +279,7 @@ def _to_host(tensor: torch.Tensor, setup: DeviceSetup) -> torch.Tensor:
 
 
 def device_decoder(setup: DeviceSetup, preprocessing: Preprocessing, decode: str) -> batched.BatchDecoder | None:
-    """The batched device decoder ``decode`` asks for on this device (:data:`~vsbench.imaging.batched.DECODE_MODES`),
+    """The batched device decoder ``decode`` asks for on this device (:data:`~vsbench.imaging.modes.DECODE_MODES`),
     with the Pillow path as its one-by-one fallback; None: the workers decode with Pillow."""
     if not batched.uses_device_decode(decode, setup.device):
         return None
@@ -539,7 +539,7 @@ def embed_image_set(
     returns the feature file. A complete shard for the same model, options, ids, ``amp`` and
     ``seed`` is kept as it is. ``amp=False`` runs in strict float32 (no autocast, no TF32).
     ``seed`` draws ``{"weights": "random"}`` (see :func:`~vsbench.models.registry.build_model`).
-    ``decode`` (:data:`~vsbench.imaging.batched.DECODE_MODES`): where the JPEGs are decoded; the
+    ``decode`` (:data:`~vsbench.imaging.modes.DECODE_MODES`): where the JPEGs are decoded; the
     manifest's ``decode`` says where they were, and how many fell back to the CPU one by one.
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``

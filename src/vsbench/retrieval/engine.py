@@ -95,14 +95,15 @@ class Engine:
 
     def embed_shard(self, model: str, *, shard: int = 0, num_shards: int = 1,
                     model_options: dict[str, Any] | None = None, batch_size: int = 64, device: str = "auto",
-                    workers: int = 2, progress: bool = True, seed: int = 0) -> dict[str, str]:
+                    workers: int = 2, progress: bool = True, seed: int = 0, decode: str = "auto") -> dict[str, str]:
         """Embed shard ``shard`` of every image set; returns set name -> shard file. ``seed`` draws
-        ``{"weights": "random"}`` networks (the same seed, the same network)."""
+        ``{"weights": "random"}`` networks (the same seed, the same network); ``decode``: where the
+        JPEGs are decoded (vsbench.imaging.modes)."""
         written = {}
         for set_name, images in self.bench.image_sets().items():
             path = embed_image_set(model, images, self.out / FEATURES_DIR, set_name=set_name, shard=shard,
                                    num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
-                                   model_options=model_options, progress=progress, seed=seed)
+                                   model_options=model_options, progress=progress, seed=seed, decode=decode)
             written[set_name] = str(path)
         self._features = None  # opened again by the next step
         return written
