@@ -109,6 +109,7 @@ def test_what_the_device_cannot_take_falls_back_one_by_one_counted(photos, tmp_p
 
 
 def test_an_image_over_the_pixel_cap_is_refused_before_any_decode(photos, monkeypatch):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)  # open_image sets it: restored after
     monkeypatch.setenv("VSBENCH_MAX_IMAGE_PIXELS", "1000")
     monkeypatch.setattr(batched, "decode_files", lambda files, device: pytest.fail("decoded"))
     pixels, failures, decoder = _decode([photos[1]], PREPROCESSINGS["square"])
