@@ -14,7 +14,8 @@
 #      epoch's images/s (steady state) and the first's;
 #   5. `similarity run` on the disc generator's set with --device cuda and with --device cpu: the two tables.
 # Knobs: GPU_CHECK_IMAGES (50000), GPU_CHECK_DEVICE (cuda), GPU_CHECK_WORK (/tmp/vsbench-gpu-check),
-# GPU_CHECK_WORKERS (cores), GPU_CHECK_BATCH (256), GPU_CHECK_WHEELS (bench/wheels), PYTHON (python3);
+# GPU_CHECK_WORKERS (cores), GPU_CHECK_BATCH (256), GPU_CHECK_WHEELS (bench/wheels), PYTHON (python3),
+# GPU_CHECK_EMBED_PHOTOS (all: how many of the photos stage 2 embeds and decodes);
 # GPU_CHECK_MODEL, GPU_CHECK_PROFILE, GPU_CHECK_EPOCHS: resnet50, full, 2 on CUDA (efficientnet_lite0, demo
 # at 32 px, 1 on the CPU dry run).
 #
@@ -43,7 +44,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
 PY="${PYTHON:-python3}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
-IMAGES="${GPU_CHECK_IMAGES:-50000}"
+IMAGES="${GPU_CHECK_IMAGES:-50000}"  # at least ~60: the siamese task files need ~50 eligible bins
 WORK="${GPU_CHECK_WORK:-/tmp/vsbench-gpu-check}"
 WORKERS="${GPU_CHECK_WORKERS:-$(nproc)}"
 BATCH="${GPU_CHECK_BATCH:-256}"
@@ -122,7 +123,7 @@ fi
 
 stamp "embedding every photo with $MODEL on $DEVICE, decoded on the device and by Pillow"
 "$PY" "$HERE/gpu_check_embed.py" --photos "$WORK/raw/bin-images" --out "$WORK/embed" --results "$RESULTS" \
-  --device "$DEVICE" --model "$MODEL" --batch-size "$BATCH" --workers "$WORKERS"
+  --device "$DEVICE" --model "$MODEL" --batch-size "$BATCH" --workers "$WORKERS" --limit "${GPU_CHECK_EMBED_PHOTOS:-0}"
 
 rm -rf "$WORK/runs"
 for task in counting siamese; do

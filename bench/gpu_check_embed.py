@@ -28,7 +28,7 @@ DEVICE_SAMPLE = 20000  # images the device decodes for its rate
 
 
 def measure(args: argparse.Namespace) -> None:
-    photos = sorted(Path(args.photos).glob("*.jpg"))
+    photos = sorted(Path(args.photos).glob("*.jpg"))[:args.limit or None]
     images = ImageSet(tuple(p.stem for p in photos), tuple(photos))
     found: dict = {"photos": len(photos)}
     features = {}
@@ -156,6 +156,7 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--limit", type=int, default=0, help="embed and decode only this many photos (0: all)")
     parser.add_argument("--table", action="store_true")
     parser.add_argument("--seconds", default="?")
     args = parser.parse_args()

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_the_cpu_dry_run_runs_every_stage_and_prints_one_table(tmp_path):
-    env = {**os.environ, "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_IMAGES": "24", "GPU_CHECK_WORK": str(tmp_path),
-           "GPU_CHECK_WORKERS": "1", "GPU_CHECK_WHEELS": str(tmp_path / "no-wheels"), "PYTHON": sys.executable,
+    env = {**os.environ, "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_IMAGES": "60", "GPU_CHECK_WORK": str(tmp_path),
+           "GPU_CHECK_WORKERS": "1", "GPU_CHECK_EMBED_PHOTOS": "16", "GPU_CHECK_WHEELS": str(tmp_path / "no-wheels"), "PYTHON": sys.executable,
            "VSBENCH_MAX_FAILURE_RATE": "1"}
     done = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh")], env=env, capture_output=True, text=True,
                           timeout=600, check=False)

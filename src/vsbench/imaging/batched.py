@@ -173,6 +173,11 @@ def decode_files(files: Sequence[torch.Tensor], device: torch.device) -> list[to
 
     if not files:
         return []
+    if device.type == "cuda":
+        # torchvision's decoder allocates its outputs on this stream but writes them from a stream of its
+        # own that does not wait for this one (pytorch/vision PR 9606): a block freed here while kernels
+        # queued on this stream still read it could be overwritten early. One wait per batch rules it out.
+        torch.cuda.current_stream(device).synchronize()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_DEPRECATION)
         try:
