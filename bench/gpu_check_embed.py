@@ -77,8 +77,12 @@ def decode_rates(photos: list[Path], args: argparse.Namespace) -> dict:
             "device": len(encoded) / seconds, "device_images": len(encoded), **decoder.stats()}
 
 
+def _fmt(value: float | int | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
 def _row(rows: list, what: str, where: str, images, seconds, rate, note: str = "") -> None:
-    fmt = (lambda v, spec: "" if v is None else format(v, spec))
+    fmt = _fmt
     rows.append((what, where, fmt(images, ","), fmt(seconds, ".1f"), fmt(rate, ",.0f"), note))
 
 
