@@ -20,10 +20,12 @@ def embed_shard(
     benchmark: str, root: str, out: str, model: str, shard: int, num_shards: int, benchmark_options: str,
     model_options: str, batch_size: int, device: str, experiment: str, kfp_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics], seed: int = 0, compile: str = "auto",
+    decode: str = "auto",
 ):
     """Embed shard ``shard`` of every image set of ``benchmark`` with ``model`` (resumable);
     ``seed`` draws ``{"weights": "random"}`` (0 when a caller gives none, as before it existed);
-    ``compile``: ``torch.compile`` of the network, auto (on CUDA), on or off.
+    ``compile``: ``torch.compile`` of the network, auto (on CUDA), on or off; ``decode``: where the
+    JPEGs are decoded (auto: nvJPEG on a GPU pod; vsbench.imaging.modes).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.runs.parent_run_for``) rather than taking it from the opening task."""
@@ -35,7 +37,7 @@ def embed_shard(
                         benchmark_options=benchmark_options, model_options=model_options, seed=seed)
     result = similarity_embed_step(run, out, shard=shard, batch_size=batch_size, device=device,
                                    parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path,
-                                   progress=False, compile=compile)
+                                   progress=False, compile=compile, decode=decode)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 

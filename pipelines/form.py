@@ -143,6 +143,9 @@ PARAMETERS: dict[str, str] = {
     "batch_size": "Images per embedding batch. Example: 64.",
     "compile": "torch.compile the embedding network: auto (on when the step has a GPU), on or off; a network "
                "that fails to compile embeds eagerly, with one warning. Example: auto.",
+    "decode": "Where the embedding step decodes JPEGs: auto (batched on the GPU with nvJPEG when the pod has one, "
+              "else Pillow in the loader's workers), gpu or cpu (Pillow; docs/fidelity.md bounds the difference). "
+              "Example: auto.",
     "report_last": "How many recent runs the nightly comparison report covers. Example: 30.",
 }
 

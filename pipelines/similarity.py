@@ -91,6 +91,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         search_params: str = "",
         batch_size: int = 64,
         device: str = "auto",
+        decode: str = "auto",
         seed: int = 0,
         compile: str = "auto",
         experiment: str = "vsbench-similarity",
@@ -105,7 +106,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                                        num_shards=num_shards, benchmark_options=benchmark_options,
                                        model_options=model_options, batch_size=batch_size, device=device,
                                        experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                                       seed=seed, compile=compile).after(opened)
+                                       seed=seed, compile=compile, decode=decode).after(opened)
                 embedded.set_caching_options(False)  # resumable on its own: complete shards are skipped
                 apply(embedded, "gpu", cluster, RETRIES["embed"])
             search_and_score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,

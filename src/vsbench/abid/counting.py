@@ -9,7 +9,7 @@ are listed in the run summary.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,19 @@ from vsbench.abid.data import (
     Images,
     LabelledImages,
     check_unreadable,
+    collate_for,
+    decode_metrics,
+    decode_stats,
     flip_generator,
     image_path,
     split_available,
+    training_decoder,
 )
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import counting_network
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit, hold_out
+from vsbench.imaging.batched import BatchDecoder
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text, file_sha256
 from vsbench.runtime.device import DeviceSetup
@@ -52,9 +57,10 @@ class CountingRun:
     num_classes: int
     val_rate_of_train_majority: float  # accuracy of always answering the training set's commonest count
     val_own_majority_rate: float  # share of the validation set's own commonest count (not a usable answer)
+    decode: dict[str, Any] = field(default_factory=dict)  # where the JPEGs were decoded (decode_stats)
 
     def summary_metrics(self) -> dict[str, float]:
-        return {"val_rate_of_train_majority": self.val_rate_of_train_majority,
+        return {**decode_metrics(self.decode), "val_rate_of_train_majority": self.val_rate_of_train_majority,
                 "val_own_majority_rate": self.val_own_majority_rate,
                 # The name before the two above; it meant val_rate_of_train_majority. Kept one release
                 # for readers of older runs.
@@ -86,7 +92,8 @@ class MajorityRates:
 
 
 def _calibration(model: torch.nn.Module, images_dir: Path, train_rows: list[list[int]], held_rows: list[list[int]],
-                 profile: TrainProfile, device: DeviceSetup, context: Distributed, seed: int) -> dict[str, Any]:
+                 profile: TrainProfile, device: DeviceSetup, context: Distributed, seed: int,
+                 decoder: BatchDecoder | None = None) -> dict[str, Any]:
     """Predicted counts on training bins, so the quantity baseline can test its count cap without
     looking at the validation questions (:mod:`vsbench.abid.quantity`).
 
@@ -97,24 +104,27 @@ def _calibration(model: torch.nn.Module, images_dir: Path, train_rows: list[list
     rows = held_rows
     if not rows and len(train_rows) > 1:
         rows = hold_out(train_rows, CALIBRATION_FRACTION, seed + 1)[1]
-    predicted = predict_classes(model, images_dir, [i for i, _ in rows], profile, device, context) if rows else []
+    predicted = (predict_classes(model, images_dir, [i for i, _ in rows], profile, device, context, decoder)
+                 if rows else [])
     return {"trained_on": not held_rows, "bins": [[int(i), int(p)] for (i, _), p in zip(rows, predicted)]}
 
 
-def _loader(dataset, profile: TrainProfile, device: DeviceSetup) -> DataLoader:
+def _loader(dataset, profile: TrainProfile, device: DeviceSetup, decoder: BatchDecoder | None = None) -> DataLoader:
     """Inference loader: in order, every image (training batches come from ``epoch_loader``)."""
-    return DataLoader(dataset, batch_size=profile.batch_size,
+    return DataLoader(dataset, batch_size=profile.batch_size, collate_fn=collate_for(decoder),
                       **loader_options(loader_workers(profile.workers), cuda=device.is_cuda))
 
 
 def predict_classes(model: torch.nn.Module, images_dir: Path, indices: list[int], profile: TrainProfile,
-                    device: DeviceSetup, context: Distributed = SINGLE) -> list[int]:
-    """Predicted class of each image; under DDP each rank predicts its share and all get the whole list."""
-    transform = BatchTransform(device.device)
+                    device: DeviceSetup, context: Distributed = SINGLE, decoder: BatchDecoder | None = None) -> list[int]:
+    """Predicted class of each image; under DDP each rank predicts its share and all get the whole list.
+    With a ``decoder`` the images are decoded in batches on the device."""
+    transform = BatchTransform(device.device, decoder=decoder)
     out: list[int] = []
     mine = context.shard(indices)
     if mine:
-        for batch in _loader(Images(images_dir, mine, profile.image_size), profile, device):
+        images = Images(images_dir, mine, profile.image_size, encoded=decoder is not None)
+        for batch in _loader(images, profile, device, decoder):
             out += model(transform(batch)).argmax(1).tolist()
     return context.gather(out)
 
@@ -122,7 +132,7 @@ def predict_classes(model: torch.nn.Module, images_dir: Path, indices: list[int]
 def train_counting(
     tasks_dir: Path, images_dir: Path, out_dir: Path, profile: TrainProfile, device: DeviceSetup, *,
     seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True, context: Distributed = SINGLE,
-    max_failure_rate: float | None = None,
+    max_failure_rate: float | None = None, decode: str = "auto",
 ) -> CountingRun:
     """Train (resuming from ``out_dir/checkpoints/counting`` when it holds this run's checkpoint)
     and write the result file, the calibration and the summary.
@@ -130,7 +140,9 @@ def train_counting(
     ``context``: this process's place in a torchrun job (every rank calls this with the same
     arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch. Images that
     do not decode are left out like missing ones and listed in ``unreadable_images.json``; the run
-    fails when their share passes ``max_failure_rate`` (:mod:`vsbench.imaging.limits`)."""
+    fails when their share passes ``max_failure_rate`` (:mod:`vsbench.imaging.limits`). ``decode``:
+    where the JPEGs are decoded (:data:`vsbench.imaging.modes.DECODE_MODES`)."""
+    decoder = training_decoder(device, profile.image_size, decode)
     suffix = "_hard" if hard else ""
     task_files = [tasks_dir / f"counting_train{suffix}.json", tasks_dir / f"counting_val{suffix}.json"]
     train_rows, val_rows = (read_json(path) for path in task_files)
@@ -157,14 +169,15 @@ def train_counting(
 
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     model = counting_network(num_classes, arch=profile.arch)
-    transform = BatchTransform(device.device, (context.rank, context.world_size))
-    dataset = LabelledImages(images_dir, train_rows, profile.image_size)
+    transform = BatchTransform(device.device, (context.rank, context.world_size), decoder)
+    dataset = LabelledImages(images_dir, train_rows, profile.image_size, encoded=decoder is not None)
     context.per_rank_batch(profile.batch_size, len(dataset))  # refuse a bad split before any work
 
     def batches(epoch: int):
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         return epoch_loader(dataset, profile.batch_size, generator=generator, workers=profile.workers,
-                            drop_last=len(dataset) > profile.batch_size, context=context, cuda=device.is_cuda)
+                            drop_last=len(dataset) > profile.batch_size, context=context, cuda=device.is_cuda,
+                            collate_fn=collate_for(decoder))
 
     def step(model, batch, device, epoch, index):
         images, labels = batch
@@ -173,11 +186,11 @@ def train_counting(
         return F.cross_entropy(logits, labels), int((logits.argmax(1) == labels).sum()), len(labels)
 
     def evaluate(model) -> dict[str, float]:
-        predicted = predict_classes(model, images_dir, val_present, profile, device, context)
+        predicted = predict_classes(model, images_dir, val_present, profile, device, context, decoder)
         accuracy = float(np.mean([p == truth[i] for i, p in zip(val_present, predicted)]))
         metrics = {"score": accuracy, "accuracy": accuracy}
         if held_rows:
-            held = predict_classes(model, images_dir, list(held_truth), profile, device, context)
+            held = predict_classes(model, images_dir, list(held_truth), profile, device, context, decoder)
             metrics["holdout_score"] = float(np.mean([p == held_truth[i] for i, p in zip(held_truth, held)]))
         return metrics
 
@@ -187,13 +200,14 @@ def train_counting(
 
     model.eval()
     with torch.no_grad(), device.autocast():
-        predicted = dict(zip(val_present, predict_classes(model, images_dir, val_present, profile, device, context)))
-        calibration = _calibration(model, images_dir, train_rows, held_rows, profile, device, context, seed)
+        predicted = dict(zip(val_present, predict_classes(model, images_dir, val_present, profile, device, context,
+                                                          decoder)))
+        calibration = _calibration(model, images_dir, train_rows, held_rows, profile, device, context, seed, decoder)
     rates = MajorityRates.of(train_rows, val_rows)
     predictions = [predicted.get(idx, rates.train_majority_class) for idx, _ in val_rows]
     result_path = out_dir / RESULT_NAME
     run = CountingRun(result, predictions, result_path, val_missing, num_classes, rates.val_rate_of_train_majority,
-                      rates.val_own_majority_rate)
+                      rates.val_own_majority_rate, decode_stats(decoder))
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
         # Keyed on the result it goes with: the quantity step uses it only beside that very result.
@@ -214,6 +228,7 @@ def _write_summary(out_dir: Path, run: CountingRun, majority_class: int, train_m
         "val_own_majority_rate": run.val_own_majority_rate,
         OLD_MAJORITY_KEY: run.val_rate_of_train_majority,  # one release, for readers of older summaries
         "missing_val_images": run.missing_images,
+        "decode": run.decode,
         "history": run.fit.history,
     }
     atomic_write_json(out_dir / "counting_summary.json", summary)

@@ -1,19 +1,23 @@
 """Datasets over the resized bin images, and the batch transform that runs on the device.
 
 Images travel to the device as uint8 (4x less to copy than float32); normalization, the random
-horizontal flip and the channels_last layout happen there, batch-wide. The flip is drawn from a
+horizontal flip and the channels_last layout happen there, batch-wide. With the batched device
+decode (``decode`` "auto" on CUDA, or "gpu": :mod:`vsbench.imaging.batched`) the workers only read
+each file's bytes and the transform decodes the batch on the device first, to the same size with
+the same bilinear filter (:func:`abid_preprocessing`: the one spec both paths read). The flip is drawn from a
 generator seeded by (seed, epoch, batch), so a resumed run repeats exactly what it would have
 done without the interruption.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -21,12 +25,13 @@ from torch.utils.data import Dataset
 
 from vsbench.abid.ids import local_name
 from vsbench.abid.pairs import SiamesePairSampler
-from vsbench.imaging import jpeg
+from vsbench.imaging import batched, jpeg
+from vsbench.imaging.batched import BatchDecoder, Encoded, EncodedBatch
 from vsbench.imaging.limits import check_failure_rate, open_image
 from vsbench.io.storage import atomic_write_json
+from vsbench.models.registry import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from vsbench.runtime.device import DeviceSetup
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 UNREADABLE_NAME = "unreadable_images.json"
 
 
@@ -35,7 +40,45 @@ def image_path(root: Path, idx0: int) -> Path:
     return root / local_name(idx0 + 1, "image")
 
 
-def load_image(path: Path, size: int) -> torch.Tensor:
+def abid_preprocessing(size: int) -> Preprocessing:
+    """What the ABID baselines feed their networks, as a :class:`~vsbench.models.registry.Preprocessing`:
+    a plain bilinear resize to ``size`` x ``size`` (no crop), ImageNet mean and std."""
+    return Preprocessing(input_size=size, resize_size=size, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                         interpolation="bilinear")
+
+
+def training_decoder(setup: DeviceSetup, size: int, decode: str) -> BatchDecoder | None:
+    """The batched device decoder ``decode`` asks for on this device, falling back to
+    :func:`load_image` one file at a time; None: the workers decode with Pillow."""
+    if not batched.uses_device_decode(decode, setup.device):
+        return None
+    return BatchDecoder(setup.device, abid_preprocessing(size),
+                        lambda data: load_image(io.BytesIO(data), size).permute(1, 2, 0).numpy())
+
+
+def decode_stats(decoder: BatchDecoder | None) -> dict[str, Any]:
+    """Where a run's JPEGs were decoded, for its summary: on the device (with the counts of
+    :class:`~vsbench.imaging.batched.BatchDecoder`) or by the loader's workers."""
+    return {"on_device": True, **decoder.stats()} if decoder is not None else {"on_device": False}
+
+
+def decode_metrics(stats: dict[str, Any]) -> dict[str, float]:
+    """The step metric of :func:`decode_stats`: images the CPU decoded one by one instead of the device."""
+    return {"decode_cpu_fallbacks": float(stats["cpu_fallbacks"])} if stats.get("on_device") else {}
+
+
+def collate_for(decoder: BatchDecoder | None) -> Any:
+    """The loaders' ``collate_fn``: packs the workers' bytes for a decoder (None: torch's default)."""
+    return batched.collate_encoded if decoder is not None else None
+
+
+def flat_pairs(partners: torch.Tensor | EncodedBatch) -> torch.Tensor | EncodedBatch:
+    """A batch of rows' partners, (B, pairs, C, H, W), as one batch of images: a packed batch
+    already holds them row after row."""
+    return partners.flatten(0, 1) if isinstance(partners, torch.Tensor) else partners
+
+
+def load_image(path: Path | IO[bytes], size: int) -> torch.Tensor:
     """uint8 CHW tensor of side ``size`` (Pillow decode; bilinear, as the resize step)."""
     from PIL import Image
 
@@ -101,28 +144,36 @@ def check_unreadable(step: str, out_dir: Path, unreadable: list[dict[str, Any]],
 class LabelledImages(Dataset):
     """(image, label) for counting: rows of ``counting_*.json`` whose image exists."""
 
-    def __init__(self, root: Path, rows: Sequence[Sequence[int]], size: int) -> None:
+    def __init__(self, root: Path, rows: Sequence[Sequence[int]], size: int, encoded: bool = False) -> None:
         self.root, self.rows, self.size = root, [(int(i), int(q)) for i, q in rows], size
+        self.encoded = encoded  # the file's bytes, for a BatchDecoder, instead of its pixels
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, item: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, item: int) -> tuple[torch.Tensor | Encoded, int]:
         idx, label = self.rows[item]
-        return load_image(image_path(self.root, idx), self.size), label
+        return _image(image_path(self.root, idx), self.size, self.encoded), label
 
 
 class Images(Dataset):
     """Images by 0-based index, for inference and embedding."""
 
-    def __init__(self, root: Path, indices: Sequence[int], size: int) -> None:
-        self.root, self.indices, self.size = root, list(indices), size
+    def __init__(self, root: Path, indices: Sequence[int], size: int, encoded: bool = False) -> None:
+        self.root, self.indices, self.size, self.encoded = root, list(indices), size, encoded
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, item: int) -> torch.Tensor:
-        return load_image(image_path(self.root, self.indices[item]), self.size)
+    def __getitem__(self, item: int) -> torch.Tensor | Encoded:
+        return _image(image_path(self.root, self.indices[item]), self.size, self.encoded)
+
+
+def _image(path: Path, size: int, encoded: bool) -> torch.Tensor | Encoded:
+    """One image as pixels (Pillow, in the worker) or as bytes for the device decoder. The images
+    were all decoded once before training (:func:`split_available`: pixel cap, completeness), so
+    reading the bytes is all a worker does."""
+    return Encoded.read([path]) if encoded else load_image(path, size)
 
 
 class SiameseRowPairs(Dataset):
@@ -134,20 +185,26 @@ class SiameseRowPairs(Dataset):
     (seed, epoch, row): reproducible anywhere, each repeat a fresh draw, and at one pair a row
     (the full profile) exactly upstream's sampling of one pair per row per epoch."""
 
-    def __init__(self, root: Path, sampler: SiamesePairSampler, size: int, seed: int, pairs_per_row: int = 1) -> None:
+    def __init__(self, root: Path, sampler: SiamesePairSampler, size: int, seed: int, pairs_per_row: int = 1,
+                 encoded: bool = False) -> None:
         self.root, self.sampler, self.size, self.seed = root, sampler, size, seed
         self.pairs_per_row = pairs_per_row
         self.epoch = 0
+        self.encoded = encoded
 
     def __len__(self) -> int:
         return len(self.sampler)
 
-    def __getitem__(self, item: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __getitem__(self, item: int) -> tuple[Any, Any, torch.Tensor]:
         rng = np.random.default_rng([self.seed, self.epoch, item])
         pairs = [self.sampler.sample(item, rng) for _ in range(self.pairs_per_row)]
+        labels = torch.tensor([float(pair.label) for pair in pairs])
+        if self.encoded:  # the partners as one item of pairs_per_row files: a batch packs them row after row
+            return (Encoded.read([image_path(self.root, pairs[0].first)]),
+                    Encoded.read([image_path(self.root, pair.second) for pair in pairs]), labels)
         anchor = load_image(image_path(self.root, pairs[0].first), self.size)
         partners = torch.stack([load_image(image_path(self.root, pair.second), self.size) for pair in pairs])
-        return anchor, partners, torch.tensor([float(pair.label) for pair in pairs])
+        return anchor, partners, labels
 
 
 @dataclass(frozen=True)
@@ -156,12 +213,19 @@ class BatchTransform:
 
     ``part`` = (rank, world_size) under data-parallel training, where ``images`` is slice ``rank``
     of a global batch ``world_size`` times as large: the flips are drawn for the global batch and
-    sliced, so each image is flipped exactly as in a one-process run."""
+    sliced, so each image is flipped exactly as in a one-process run. ``decoder`` decodes a packed
+    batch of bytes (:class:`~vsbench.imaging.batched.EncodedBatch`) on the device first."""
 
     device: torch.device
     part: tuple[int, int] = (0, 1)
+    decoder: BatchDecoder | None = None
 
-    def __call__(self, images: torch.Tensor, flip_generator: torch.Generator | None = None) -> torch.Tensor:
+    def __call__(self, images: torch.Tensor | EncodedBatch,
+                 flip_generator: torch.Generator | None = None) -> torch.Tensor:
+        if isinstance(images, EncodedBatch):
+            if self.decoder is None:
+                raise ValueError("a batch of undecoded files reached a BatchTransform without a decoder")
+            images = self.decoder.stack(images)
         images = images.to(self.device, non_blocking=True)
         if flip_generator is not None:
             rank, world = self.part

@@ -248,7 +248,8 @@ class RankBatches(Sampler[list[int]]):
 
 
 def epoch_loader(dataset: Dataset, global_batch: int, *, generator: torch.Generator, drop_last: bool,
-                 workers: int | None, context: Distributed = SINGLE, cuda: bool | None = None) -> DataLoader:
+                 workers: int | None, context: Distributed = SINGLE, cuda: bool | None = None,
+                 collate_fn: Any = None) -> DataLoader:
     """The shuffled training loader of one epoch: in one process exactly the loader the
     baselines always used; under DDP the same order, this rank's slice of each global batch.
 
@@ -256,16 +257,17 @@ def epoch_loader(dataset: Dataset, global_batch: int, *, generator: torch.Genera
     only for a CUDA device (``cuda`` None: when one is visible). Not persistent: a loader lives one
     epoch, because the siamese dataset draws its pairs per epoch (``dataset.epoch``), which workers
     kept from the last epoch would not see, and the epoch's order and worker seeds come from the
-    epoch's own generator (exact resume)."""
+    epoch's own generator (exact resume). ``collate_fn``: None for pixels, the decoder's for bytes
+    (vsbench.abid.data.collate_for)."""
     options = loader_options(loader_workers(workers), cuda=torch.cuda.is_available() if cuda is None else cuda)
     if not context.enabled:
         return DataLoader(dataset, batch_size=global_batch, shuffle=True, generator=generator, drop_last=drop_last,
-                          **options)
+                          collate_fn=collate_fn, **options)
     sampler = RankBatches(len(dataset), global_batch, generator, drop_last, context)  # type: ignore[arg-type]
     # The loader draws its workers' base seed from its own generator, not from the global RNG
     # (rank 0's global stream is checkpointed; nothing but the model should move it).
     own = torch.Generator().manual_seed(generator.initial_seed())
-    return DataLoader(dataset, batch_sampler=sampler, generator=own, **options)
+    return DataLoader(dataset, batch_sampler=sampler, generator=own, collate_fn=collate_fn, **options)
 
 
 class _AllReduceSum(torch.autograd.Function):

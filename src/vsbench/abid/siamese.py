@@ -13,7 +13,7 @@ which is embedded once for all of them.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,21 @@ from vsbench.abid.data import (
     Images,
     SiameseRowPairs,
     check_unreadable,
+    collate_for,
+    decode_metrics,
+    decode_stats,
+    flat_pairs,
     flip_generator,
     image_path,
     split_available,
+    training_decoder,
 )
 from vsbench.abid.distributed import SINGLE, Distributed, epoch_loader
 from vsbench.abid.models import SiameseNetwork, arch_of_trunk
 from vsbench.abid.pairs import SiamesePairSampler
 from vsbench.abid.profiles import TrainProfile
 from vsbench.abid.trainer import FitResult, fit, hold_out, load_state
+from vsbench.imaging.batched import BatchDecoder
 from vsbench.io.inputs import read_index_list, read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.runtime.device import DeviceSetup
@@ -52,9 +58,10 @@ class SiameseRun:
     predictions: list[int]
     result_path: Path
     unanswerable: list[int]  # question numbers whose images were all missing: answered "no"
+    decode: dict[str, Any] = field(default_factory=dict)  # where the JPEGs were decoded (decode_stats)
 
     def summary_metrics(self) -> dict[str, float]:
-        return {"unanswerable_questions": float(len(self.unanswerable))}
+        return {"unanswerable_questions": float(len(self.unanswerable)), **decode_metrics(self.decode)}
 
 
 def majority_vote(probabilities: np.ndarray) -> int:
@@ -81,8 +88,9 @@ class VerificationScorer:
     """Answers verification questions with a (trained) siamese network."""
 
     def __init__(self, questions: list[list[Any]], images_dir: Path, profile: TrainProfile, device: DeviceSetup,
-                 seed: int, checked: Collection[int] = ()) -> None:
-        """``checked``: images already found readable (the training candidates), not decoded again."""
+                 seed: int, checked: Collection[int] = (), decoder: BatchDecoder | None = None) -> None:
+        """``checked``: images already found readable (the training candidates), not decoded again;
+        ``decoder``: decode the images in batches on the device."""
         available = set(split_available(images_dir, sorted({q[0] for q in questions} | {
             t for q in questions for t in q[3]}), checked=checked)[0])
         self.pairs: list[tuple[int, list[int]]] = []
@@ -93,7 +101,7 @@ class VerificationScorer:
                 self.unanswerable.append(number)
                 chosen = []
             self.pairs.append((question[0], chosen))
-        self.images_dir, self.profile, self.device = images_dir, profile, device
+        self.images_dir, self.profile, self.device, self.decoder = images_dir, profile, device, decoder
         self.labels = np.array([int(q[2]) for q in questions])
 
     def probabilities(self, model: SiameseNetwork,
@@ -101,9 +109,9 @@ class VerificationScorer:
         """p(same object) of each (question image, target) pair of ``pairs`` (default: all questions)."""
         pairs = self.pairs if pairs is None else pairs
         needed = sorted({i for i, targets in pairs if targets} | {t for _, ts in pairs for t in ts})
-        transform = BatchTransform(self.device.device)
-        loader = DataLoader(Images(self.images_dir, needed, self.profile.image_size),
-                            batch_size=self.profile.batch_size,
+        transform = BatchTransform(self.device.device, decoder=self.decoder)
+        loader = DataLoader(Images(self.images_dir, needed, self.profile.image_size, encoded=self.decoder is not None),
+                            batch_size=self.profile.batch_size, collate_fn=collate_for(self.decoder),
                             **loader_options(loader_workers(self.profile.workers), cuda=self.device.is_cuda))
         features = torch.cat([model.embed(transform(batch)).float() for batch in loader]) if needed else None
         row = {idx: n for n, idx in enumerate(needed)}
@@ -174,12 +182,15 @@ def train_siamese(
     tasks_dir: Path, images_dir: Path, out_dir: Path, profile: TrainProfile, device: DeviceSetup, *,
     seed: int = 0, hard: bool = False, on_epoch_end=None, progress: bool = True,
     trunk_checkpoint: Path | None = None, context: Distributed = SINGLE, max_failure_rate: float | None = None,
+    decode: str = "auto",
 ) -> SiameseRun:
     """Train (resuming from ``out_dir/checkpoints/siamese`` when it holds this run's checkpoint)
     and write the result file and summary.
 
     ``context``: this process's place in a torchrun job (every rank calls this with the same
-    arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch of pairs."""
+    arguments; only rank 0 writes files). ``profile.batch_size`` is the global batch of pairs.
+    ``decode``: where the JPEGs are decoded (:data:`vsbench.imaging.modes.DECODE_MODES`)."""
+    decoder = training_decoder(device, profile.image_size, decode)
     suffix = "_hard" if hard else ""
     if profile.siamese_lr is not None:  # the 4096-wide head from scratch wants a gentler lr than counting
         profile = profile.model_copy(update={"lr": profile.siamese_lr})
@@ -215,9 +226,10 @@ def train_siamese(
     asins = _asins_by_index(metadata, candidates)
     sampler = SiamesePairSampler(rows, asins, pos_prob=profile.pos_prob, pool=sorted(available))
     held_pairs, held_labels = _held_out_pairs(held_rows, asins, sorted(available), profile, seed)
-    dataset = SiameseRowPairs(images_dir, sampler, profile.image_size, seed, profile.pairs_per_row)
+    dataset = SiameseRowPairs(images_dir, sampler, profile.image_size, seed, profile.pairs_per_row,
+                              encoded=decoder is not None)
     rows_per_batch = profile.batch_size // profile.pairs_per_row  # the profile checks that it divides
-    scorer = VerificationScorer(questions, images_dir, profile, device, seed, checked=set(candidates))
+    scorer = VerificationScorer(questions, images_dir, profile, device, seed, checked=set(candidates), decoder=decoder)
     torch.manual_seed(seed)  # the initial weights depend on the seed alone
     if profile.siamese_freeze_trunk and trunk_checkpoint is None:
         raise ValueError("siamese_freeze_trunk needs a trained trunk (siamese_trunk_init='counting')")
@@ -225,19 +237,20 @@ def train_siamese(
                            pair_features=profile.siamese_pair_features, head_width=profile.siamese_head_width)
     if trunk_checkpoint is not None:
         load_counting_trunk(model, trunk_checkpoint)
-    transform = BatchTransform(device.device, (context.rank, context.world_size))
+    transform = BatchTransform(device.device, (context.rank, context.world_size), decoder)
     context.per_rank_batch(rows_per_batch, len(dataset))  # refuse a bad split before any work
 
     def batches(epoch: int):
         dataset.epoch = epoch
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         return epoch_loader(dataset, rows_per_batch, generator=generator, workers=profile.workers,
-                            drop_last=len(dataset) > rows_per_batch, context=context, cuda=device.is_cuda)
+                            drop_last=len(dataset) > rows_per_batch, context=context, cuda=device.is_cuda,
+                            collate_fn=collate_for(decoder))
 
     def step(model, batch, device, epoch, index):
         anchors, partners, labels = batch  # (B, C, H, W), (B, pairs_per_row, C, H, W), (B, pairs_per_row)
         logits = model(transform(anchors, flip_generator(seed, epoch, 2 * index)),
-                       transform(partners.flatten(0, 1), flip_generator(seed, epoch, 2 * index + 1)))
+                       transform(flat_pairs(partners), flip_generator(seed, epoch, 2 * index + 1)))
         labels = labels.flatten().to(device.device, dtype=logits.dtype)
         loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
         return loss, int(((logits > 0) == (labels > 0.5)).sum()), len(labels)
@@ -262,6 +275,6 @@ def train_siamese(
         atomic_write_json(out_dir / "siamese_summary.json", {
             "chosen_epoch": result.best_epoch, "chosen_val_accuracy": result.best_score,
             "epoch_choice": result.describe_choice(), "train_rows": len(rows),
-            "unanswerable_questions": scorer.unanswerable, "history": result.history})
+            "unanswerable_questions": scorer.unanswerable, "decode": decode_stats(decoder), "history": result.history})
     context.barrier()  # every rank returns once the files exist
-    return SiameseRun(result, predictions, result_path, scorer.unanswerable)
+    return SiameseRun(result, predictions, result_path, scorer.unanswerable, decode_stats(decoder))

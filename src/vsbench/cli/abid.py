@@ -12,11 +12,13 @@ from typing import Annotated
 import typer
 
 from vsbench.cli.common import (
+    DecodeOpt,
     EndpointOpt,
     ImageOpt,
     RunnerOpt,
     TrackOpt,
     VerboseOpt,
+    check_decode,
     check_runner,
     kept_bundle,
     print_summary,
@@ -170,6 +172,7 @@ def abid_train(
     engine: Annotated[str, typer.Option(help="Where the TrainJob runs: 'auto' (the cluster from inside a pod, else "
                                              "podman here, else local processes), 'kubernetes', 'podman', 'process'.")] = "auto",
     track: TrackOpt = True,
+    decode: DecodeOpt = "auto",
 ) -> None:
     """Train one ABID baseline, resumably; in one process, or data-parallel with --nproc N (or under
     `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
@@ -183,6 +186,7 @@ def abid_train(
 
     if task not in TRAIN_TASKS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_TASKS)}, not {task!r}", param_hint="TASK")
+    check_decode(decode)
     with user_errors(json.JSONDecodeError):
         parsed = json.loads(overrides)
         if not isinstance(parsed, dict):
@@ -201,7 +205,8 @@ def abid_train(
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
                                      gpus_per_node=gpus_per_node, engine=engine, echo=typer.echo, profile=profile,
                                      seed=seed, device=device, overrides=parsed, parent_run_id=parent_run_id,
-                                     manifest_path=str(out.resolve() / f"train_{task}.json"), open_parent=parent.open)
+                                     manifest_path=str(out.resolve() / f"train_{task}.json"), open_parent=parent.open,
+                                     decode=decode)
             parent.finished(result.metrics)
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}  (trainjob {result.manifest['trainjob']}, "
@@ -215,13 +220,13 @@ def abid_train(
         _launch(task, nproc, parsed, [
             "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images), "--out", str(out),
             "--profile", profile, "--overrides", overrides, "--seed", str(seed), "--device", device,
-            "--parent-run-id", parent_run_id], tasks, out, profile)
+            "--parent-run-id", parent_run_id, "--decode", decode], tasks, out, profile)
     step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
     from pydantic import ValidationError
 
     with user_errors(ValidationError, FileNotFoundError):
         result = step(str(tasks), str(images), str(out), profile=profile, seed=seed, device=device, overrides=parsed,
-                      parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"))
+                      parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"), decode=decode)
     if int(os.environ.get("RANK", "0") or 0) == 0:
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}")

@@ -12,6 +12,7 @@ import typer
 
 from vsbench.cli import pipes
 from vsbench.cli.helpfmt import MORE, HelpGroup
+from vsbench.imaging.modes import DECODE_HELP, DECODE_MODES
 
 BAD_INPUT_EXIT = 2
 
@@ -25,6 +26,7 @@ ImageOpt = Annotated[str | None, typer.Option(
 TrackOpt = Annotated[bool, typer.Option(
     "--track/--no-track", help="Record an MLflow run (MLFLOW_TRACKING_URI, else a local store it prints); "
                                "a store down or hanging costs at most VSBENCH_TRACKING_TIMEOUT s (30).")]
+DecodeOpt = Annotated[str, typer.Option(rich_help_panel=MORE, help=DECODE_HELP)]
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", rich_help_panel=MORE,
     help="Stream kfp.local's executor logs (otherwise one line per step; the logs go to a file).")]
@@ -42,6 +44,12 @@ def kept_bundle(folder: Path, experiment: str, pipeline: str, params: dict, metr
 def check_runner(runner: str, choices: tuple[str, ...] = ("subprocess", "container")) -> None:
     if runner not in choices:
         raise typer.BadParameter(f"must be one of {', '.join(choices)}, not {runner!r}", param_hint="--runner")
+
+
+def check_decode(decode: str) -> None:
+    """--decode must name a mode; the device decides later whether ``auto`` means the GPU."""
+    if decode not in DECODE_MODES:
+        raise typer.BadParameter(f"must be one of {', '.join(DECODE_MODES)}, not {decode!r}", param_hint="--decode")
 
 
 def print_summary(title: str, data: dict, keys: list[str]) -> None:

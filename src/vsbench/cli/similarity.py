@@ -12,9 +12,11 @@ import typer
 
 from vsbench.cli.common import (
     BAD_INPUT_EXIT,
+    DecodeOpt,
     ImageOpt,
     TrackOpt,
     VerboseOpt,
+    check_decode,
     check_runner,
     fail,
     kept_bundle,
@@ -81,6 +83,7 @@ def similarity_run(
     batch_size: Annotated[int, typer.Option(help="Images per forward pass of the model (at least 1; checked with the other inputs).")] = 64,
     device: Annotated[str, typer.Option(help="'auto' (CUDA when visible, else the CPU), 'cpu', 'cuda' or "
                                              "'cuda:N'.")] = "auto",
+    decode: DecodeOpt = "auto",
     seed: Annotated[int, typer.Option(
         min=0, max=2**63 - 1, rich_help_panel=MORE,
         help='Seed of {"weights": "random"}: the same seed draws the same network in every model family.')] = 0,
@@ -106,6 +109,7 @@ def similarity_run(
     check_runner(runner, ("inline", "subprocess", "container"))
     if compile not in ("auto", "on", "off"):
         raise typer.BadParameter(f"{compile!r} is not one of 'auto', 'on', 'off'", param_hint="--compile")
+    check_decode(decode)
     bench_opts, model_opts = _json_option(benchmark_options, "--benchmark-options"), _json_option(
         model_options, "--model-options")
     if "seed" in model_opts:
@@ -126,7 +130,8 @@ def similarity_run(
     if runner != "inline":
         del bench  # each step reads it in its own process
         _run_pipeline(run, root, out, runner=runner, image=image, verbose=verbose, batch_size=batch_size,
-                      device=device, experiment=experiment, track=track, tags=tags, compile=compile)
+                      device=device, experiment=experiment, track=track, tags=tags, compile=compile,
+                      decode=decode)
         return
     import contextlib
     import time
@@ -138,7 +143,8 @@ def similarity_run(
     with contextlib.ExitStack() as held:  # OUT's one writer until its bundle is written too
         with user_errors():  # a bad input, a damaged reused file, a busy OUT: one line naming it
             held.enter_context(output_lock(out, what=str(out)))
-            result = run_inline(run, out, batch_size=batch_size, device=device, bench=bench, compile=compile)
+            result = run_inline(run, out, batch_size=batch_size, device=device, bench=bench, compile=compile,
+                                decode=decode)
         _print_similarity_table(out, result.manifest)
         if track:
             from vsbench.tracking.command import BUNDLE_NAME, record_command_run
@@ -151,7 +157,8 @@ def similarity_run(
 
 
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
-                  device: str, experiment: str, track: bool, tags: dict[str, str], compile: str = "auto") -> None:
+                  device: str, experiment: str, track: bool, tags: dict[str, str], compile: str = "auto",
+                  decode: str = "auto") -> None:
     """The similarity pipeline on kfp.local, its parameters from the run spec."""
     from vsbench.tracking.command import prepare_pipeline_tracking
 
@@ -161,7 +168,7 @@ def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None,
     fields["model_options"] = json.dumps(run.model_options)
     pipeline_run = run_similarity_pipeline_locally(
         root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
-        arguments={**fields, "batch_size": batch_size, "device": device, "compile": compile, "experiment": experiment,
+        arguments={**fields, "batch_size": batch_size, "device": device, "compile": compile, "decode": decode, "experiment": experiment,
                    "params_json": json.dumps({**_parent_params(run), "data_tags": tags})})
     if not pipeline_run.succeeded:
         typer.echo(f"similarity pipeline failed: {pipeline_run.error}", err=True)

@@ -124,6 +124,7 @@ class TrainJobRequest:
     seed: int = 0
     device: str = "auto"
     parent_run_id: str = ""
+    decode: str = "auto"
     nodes: int = 2
     gpus_per_node: int = 0
     image: str = ""
@@ -152,7 +153,8 @@ class TrainJobRequest:
         device = self.device if self.device != "auto" else ("cuda" if self.gpus_per_node else "cpu")
         return ["abid", "train", self.task, "--tasks", str(self.tasks), "--images", str(self.images),
                 "--out", str(self.out), "--profile", self.profile, "--overrides", self.overrides,
-                "--seed", str(self.seed), "--device", device, "--parent-run-id", self.parent_run_id]
+                "--seed", str(self.seed), "--device", device, "--parent-run-id", self.parent_run_id,
+                *(["--decode", self.decode] if self.decode != "auto" else [])]
 
     def written_folders(self) -> list[Path]:
         """What the nodes write: the runs folder whole, since the siamese network may start from the

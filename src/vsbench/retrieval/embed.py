@@ -16,7 +16,10 @@ Loading is built for the GPU: DataLoader workers decode and resize with Pillow (
 that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
 uint8 NHWC batches (4x smaller than float), which travel pinned and non-blocking; conversion and
 normalization happen on the device, the NHWC layout becomes channels_last for free, and the
-network runs under ``torch.inference_mode`` and autocast (bf16 where supported). Images that
+network runs under ``torch.inference_mode`` and autocast (bf16 where supported). On CUDA the
+workers by default only read the files' bytes, and nvJPEG decodes each batch on the GPU, where it is
+also resized and cropped (:mod:`vsbench.imaging.batched`; ``decode="cpu"`` keeps the Pillow path,
+docs/fidelity.md bounds the difference). Images that
 cannot be read are left out and listed in the manifest with the reason; the evaluator then
 fails clearly on the missing ids instead of scoring a silently shrunken set.
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import re
@@ -44,7 +48,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from vsbench import __version__
-from vsbench.imaging import jpeg, limits
+from vsbench.imaging import batched, jpeg, limits
 from vsbench.imaging.limits import open_image
 from vsbench.io.digests import DigestMemo, combine, path_digest
 from vsbench.io.features import (
@@ -64,7 +68,7 @@ from vsbench.models.cache import WEIGHTS_OPTIONS, EmbeddingCache, cache_root, li
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.runtime.compile import compile_status, compile_wanted, network_for, use_inductor_cache
-from vsbench.runtime.device import DeviceSetup, setup_device
+from vsbench.runtime.device import DeviceSetup, resolve_device, setup_device
 from vsbench.runtime.loaders import loader_options, loader_workers
 from vsbench.runtime.throughput import Throughput
 
@@ -88,14 +92,8 @@ def shard_stem(set_name: str, shard: int, num_shards: int) -> str:
 
 # --- decoding (runs in DataLoader workers) -------------------------------------------------------
 
-def _resized_size(width: int, height: int, preprocessing: Preprocessing) -> tuple[int, int]:
-    """(width, height) after the resize step, rounded as torchvision's ``Resize(int)`` does."""
-    size = preprocessing.resize_size
-    if preprocessing.resize_mode == "square":
-        return size, size
-    if width <= height:
-        return size, int(size * height / width)
-    return int(size * width / height), size
+_resized_size = batched.resized_size  # one rule for the Pillow path and the tensor path
+_crop_box = batched.crop_box
 
 
 def load_image(path: Path, preprocessing: Preprocessing) -> np.ndarray:
@@ -125,22 +123,27 @@ def load_image_pillow(path: Path, preprocessing: Preprocessing) -> np.ndarray:
     return _load(path, preprocessing, fast=False)
 
 
-def _load(path: Path, preprocessing: Preprocessing, *, fast: bool) -> np.ndarray:
-    with open_image(path) as image:  # an image over the pixel cap is refused from its header
+def load_image_bytes(data: bytes, preprocessing: Preprocessing) -> np.ndarray:
+    """:func:`load_image` of a file already read: the CPU fallback of the batched device decode."""
+    return _load(Path(), preprocessing, fast=True, data=data)
+
+
+def _load(path: Path, preprocessing: Preprocessing, *, fast: bool, data: bytes | None = None) -> np.ndarray:
+    with open_image(path if data is None else io.BytesIO(data)) as image:  # over the pixel cap: refused from its header
         target = _resized_size(*image.size, preprocessing)
         if fast:
-            pixels = _decode_without_resize(Path(path), image, target, preprocessing)
+            pixels = _decode_without_resize(Path(path), image, target, preprocessing, data)
             if pixels is not None:
                 return pixels
         image.draft("RGB", target)
         rgb = image.convert("RGB")
         if image.format == "JPEG":  # Pillow fills a scan that ends early with grey; refuse it
-            jpeg.check_complete(Path(path).read_bytes())
+            jpeg.check_complete(Path(path).read_bytes() if data is None else data)
     return _resize_and_crop(rgb, target, preprocessing)
 
 
 def _decode_without_resize(path: Path, header: Image.Image, target: tuple[int, int],
-                           preprocessing: Preprocessing) -> np.ndarray | None:
+                           preprocessing: Preprocessing, data: bytes | None = None) -> np.ndarray | None:
     """The finished array when the JPEG decodes at the target size and the crop lies inside it;
     else None: Pillow's path goes on with the same, still unloaded ``header`` (a Pillow image
     opened from the path decodes a little faster than one opened from bytes in memory)."""
@@ -153,25 +156,13 @@ def _decode_without_resize(path: Path, header: Image.Image, target: tuple[int, i
     if left < 0 or top < 0 or right > target[0] or bottom > target[1]:
         return None  # Pillow pads a crop that leaves the image; keep that to Pillow
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if data is None else data
     except OSError:
         return None
     pixels = jpeg.decode_rgb(data, header, target)
     if pixels is None:
         return None
     return np.ascontiguousarray(pixels[top:bottom, left:right])
-
-
-def _crop_box(target: tuple[int, int], preprocessing: Preprocessing) -> tuple[int, int, int, int]:
-    """(left, top, right, bottom) of the center crop in the resized image (all of it without one)."""
-    if not preprocessing.crops:
-        return 0, 0, target[0], target[1]
-    side = preprocessing.input_size
-    if preprocessing.crop_offset == "floor":  # Hugging Face's image processors
-        left, top = (target[0] - side) // 2, (target[1] - side) // 2
-    else:  # torchvision's CenterCrop: round half to even
-        left, top = round((target[0] - side) / 2.0), round((target[1] - side) / 2.0)
-    return left, top, left + side, top + side
 
 
 def _resize_and_crop(rgb: Image.Image, target: tuple[int, int], preprocessing: Preprocessing) -> np.ndarray:
@@ -198,6 +189,55 @@ class ImageFiles(Dataset):
             return index, load_image(self.paths[index], self.preprocessing), ""
         except Exception as exc:  # noqa: BLE001 - decoders raise many types; each becomes a reported failure
             return index, None, f"{type(exc).__name__}: {exc}"
+
+
+class EncodedFiles(Dataset):
+    """:class:`ImageFiles` for the batched device decode: a worker reads each file's bytes, its
+    header (pixel cap, whether the device decodes it) and, for a JPEG, checks that its scan is whole
+    (:func:`vsbench.imaging.batched.read_encoded`); nothing is decoded here."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[int, batched.Encoded | None, str]:
+        try:
+            return index, batched.Encoded.read([self.paths[index]], check_complete=True), ""
+        except Exception as exc:  # noqa: BLE001 - as ImageFiles: each becomes a reported failure
+            return index, None, f"{type(exc).__name__}: {exc}"
+
+
+def collate_encoded_files(
+    items: list[tuple[int, batched.Encoded | None, str]],
+) -> tuple[torch.Tensor, batched.EncodedBatch | None, list[tuple[int, str]]]:
+    """(positions of the read files, their bytes packed in one buffer, the failures), in a worker."""
+    kept = [(index, encoded) for index, encoded, _ in items if encoded is not None]
+    failures = [(index, reason) for index, encoded, reason in items if encoded is None]
+    packed = batched.EncodedBatch.pack([e for _, e in kept]) if kept else None
+    return torch.tensor([i for i, _ in kept], dtype=torch.long), packed, failures
+
+
+def decode_groups(
+    decoder: batched.BatchDecoder, positions: torch.Tensor, packed: batched.EncodedBatch | None,
+) -> tuple[list[Group], list[tuple[int, str]]]:
+    """A batch of :func:`collate_encoded_files` decoded on the device: NHWC uint8 groups of one
+    shape (channels_last views, as the CPU path's batches become on the device) and the failures."""
+    if packed is None:
+        return [], []
+    images, reasons = decoder.decode(packed)
+    where = positions.tolist()
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    failures = []
+    for n, (image, reason) in enumerate(zip(images, reasons)):
+        if image is None:
+            failures.append((where[n], reason))
+        else:
+            shapes.setdefault(tuple(image.shape), []).append(n)
+    groups = [(positions[members], torch.stack([images[n] for n in members]).permute(0, 2, 3, 1))  # type: ignore[misc]
+              for members in shapes.values()]
+    return groups, failures
 
 
 Group = tuple[torch.Tensor, torch.Tensor]  # (positions, uint8 NHWC images of one shape)
@@ -241,20 +281,33 @@ def _to_host(tensor: torch.Tensor, setup: DeviceSetup) -> torch.Tensor:
     return host
 
 
+def device_decoder(setup: DeviceSetup, preprocessing: Preprocessing, decode: str) -> batched.BatchDecoder | None:
+    """The batched device decoder ``decode`` asks for on this device (:data:`~vsbench.imaging.modes.DECODE_MODES`),
+    with the Pillow path as its one-by-one fallback; None: the workers decode with Pillow."""
+    if not batched.uses_device_decode(decode, setup.device):
+        return None
+    return batched.BatchDecoder(setup.device, preprocessing, lambda data: load_image_bytes(data, preprocessing))
+
+
 def run_embedder(
     model: Embedder, ids: Sequence[str], paths: Sequence[Path], setup: DeviceSetup, *, use_amp: bool,
     batch_size: int, workers: int | None, progress: bool, desc: str = "embed", compile_mode: str = "off",
-    meter: Throughput | None = None,
+    meter: Throughput | None = None, decoder: batched.BatchDecoder | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]]]:
     """Descriptors for the images that could be read, in input order, and the failures.
 
     ``workers`` None: :func:`~vsbench.runtime.loaders.loader_workers` (the container's CPU quota).
     ``compile_mode``: :mod:`vsbench.runtime.compile`. ``meter`` gets a mark per batch out of the
-    model (start-up and steady-state rate, :mod:`vsbench.runtime.throughput`)."""
+    model (start-up and steady-state rate, :mod:`vsbench.runtime.throughput`). With a ``decoder``
+    the workers only read bytes and the images are decoded in batches on the device."""
+    if decoder is None:
+        dataset, collate = ImageFiles(paths, model.preprocessing), collate_by_shape
+    else:
+        dataset, collate = EncodedFiles(paths), collate_encoded_files
     # One pass over the images: persistent workers would only outlive the loop.
-    loader = DataLoader(ImageFiles(paths, model.preprocessing), batch_size=batch_size, shuffle=False,
-                        collate_fn=collate_by_shape, **loader_options(loader_workers(workers), cuda=setup.is_cuda))
-    batches = iter(loader)  # workers start decoding while the model moves to the device
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate,
+                        **loader_options(loader_workers(workers), cuda=setup.is_cuda))
+    batches = iter(loader)  # workers start decoding (or reading) while the model moves to the device
     if setup.is_cuda:
         # cuDNN autotuning pays off for one fixed shape; aspect-preserving inputs come in many shapes.
         torch.backends.cudnn.benchmark = not model.preprocessing.preserve_aspect_ratio
@@ -268,7 +321,12 @@ def run_embedder(
     autocast = setup.autocast() if use_amp else contextlib.nullcontext()
     with torch.inference_mode(), autocast, tqdm(total=len(paths), desc=desc, unit="img",
                                                  disable=not progress) as bar:
-        for groups, failures in batches:
+        for batch in batches:
+            if decoder is None:
+                groups, failures = batch
+            else:
+                groups, refused = decode_groups(decoder, batch[0], batch[1])
+                failures = batch[2] + refused
             failed.extend({"id": ids[i], "reason": reason} for i, reason in failures)
             for where, images in groups:
                 # NHWC uint8 -> an NCHW view with channels_last strides; float and normalize on device.
@@ -310,27 +368,31 @@ def embed_with_cache(
     model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
     setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int | None, progress: bool, desc: str,
     digests: Sequence[str | None], seed: int = RANDOM_SEED, compile_mode: str = "off", meter: Throughput | None = None,
+    decoder: batched.BatchDecoder | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
     ``digests`` are the images' sha256 (None where unreadable), as the shard's input key hashed
     them: each image is read once per run. Returns the descriptors in input order, the failures and what
     the manifest records about the cache (its key in full, the key's digest, hits and images embedded).
+    The batched device decode (``decoder``) feeds the network other pixels (docs/fidelity.md): its
+    descriptors are cached under a key of their own.
     """
 
     root = cache_root()
     if root is None:
         features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
                                         workers=workers, progress=progress, desc=desc, compile_mode=compile_mode,
-                                        meter=meter)
+                                        meter=meter, decoder=decoder)
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
-    cache = EmbeddingCache(root, model_key(model_name, options, model, _precision(setup, use_amp), seed=seed))
+    precision = _precision(setup, use_amp) + ("+device-decode" if decoder is not None else "")
+    cache = EmbeddingCache(root, model_key(model_name, options, model, precision, seed=seed))
     hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
     if todo:
         new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
                                    batch_size=batch_size, workers=workers, progress=progress, desc=desc,
-                                   compile_mode=compile_mode, meter=meter)
+                                   compile_mode=compile_mode, meter=meter, decoder=decoder)
     else:
         new, failed = FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), []
     digest_of = {ids[i]: digests[i] for i in todo}
@@ -399,13 +461,18 @@ def input_key(images: Sequence[Path], ids: Sequence[str], options: dict[str, Any
 
 
 def _resume_key(model: str, options: dict[str, Any], ids: Sequence[str], amp: bool,
-                seed: int = RANDOM_SEED, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+                seed: int = RANDOM_SEED, inputs: dict[str, Any] | None = None,
+                device_decode: bool = False) -> dict[str, Any]:
     """What a finished shard must match to be reused (JSON-normalized: tuples become lists,
     paths strings, so a key read back from a manifest compares equal). The seed is in it whatever
     the weights: a plugin may draw more than its weights from it, and a changed seed costs only
-    cache look-ups where it decides nothing. ``inputs`` is :func:`input_key`'s content part."""
+    cache look-ups where it decides nothing. ``inputs`` is :func:`input_key`'s content part.
+    ``device_decode`` (the batched device decode feeds other pixels) adds ``"decode": "device"``; the
+    Pillow path's key is unchanged, so its finished shards stay finished."""
     key = {"model": model, "options": options, "ids_sha256": _ids_digest(ids), "count": len(ids), "amp": amp,
            "seed": seed, "inputs": inputs or {}}
+    if device_decode:
+        key["decode"] = "device"
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
@@ -426,6 +493,8 @@ def _key_change(old: Any, new: dict[str, Any]) -> str:
     words = {"images_sha256": "the images' bytes", "option_files": "a file a model option names",
              "libraries": "library versions"}
     changed += [words[name] for name in words if old_inputs.get(name) != new_inputs.get(name)]
+    if old.get("decode") != new.get("decode"):
+        changed.append("the decoder (--decode)")
     return ", ".join(changed).replace("ids_sha256", "ids") + " changed" if changed else "its key differs"
 
 
@@ -494,7 +563,7 @@ def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
     batch_size: int = 64, device: str = "auto", workers: int | None = None, model_options: dict[str, Any] | None = None,
     progress: bool = True, amp: bool = True, max_failure_rate: float | None = None, seed: int = RANDOM_SEED,
-    compile: str = "auto", reuse: dict[str, Any] | None = None,
+    compile: str = "auto", reuse: dict[str, Any] | None = None, decode: str = "auto",
 ) -> Path:
     """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
 
@@ -508,7 +577,9 @@ def embed_image_set(
     ``off`` (:mod:`vsbench.runtime.compile`); ``reuse``: networks built before by this caller
     (:func:`_build`). The manifest's ``startup_seconds`` (model build to the
     first batch out of the model) and ``images_per_second_steady`` (after it) are
-    :class:`~vsbench.runtime.throughput.Throughput`'s.
+    :class:`~vsbench.runtime.throughput.Throughput`'s. ``decode``
+    (:data:`~vsbench.imaging.modes.DECODE_MODES`): where the JPEGs are decoded; the manifest's
+    ``decode`` says where they were, and how many fell back to the CPU one by one.
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``
     (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
@@ -529,10 +600,11 @@ def embed_image_set(
         raise WeightsError(f"model option 'seed' ({options['seed']!r}): the seed of random weights is the run's "
                            f"own setting (--seed, or the pipeline's seed parameter), not a model option")
     seed = check_seed(seed)
+    device_decode = batched.uses_device_decode(decode, resolve_device(device))
     memo = DigestMemo(inputs_path(features_path))
     workers = loader_workers(workers)
     inputs, digests = input_key(paths, ids, options, memo, threads=max(2, workers))
-    key = _resume_key(model, options, ids, amp, seed, inputs)
+    key = _resume_key(model, options, ids, amp, seed, inputs, device_decode=device_decode)
     rejected = _is_complete(features_path, manifest_path, key, ids)
     memo.save()
     if rejected is None:
@@ -558,14 +630,18 @@ def embed_image_set(
         setup = setup_device(device, amp)
         use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
         inductor = use_inductor_cache(cache_root()) if compile_wanted(compile, setup.device) else None
+        decoder = device_decoder(setup, built.preprocessing, decode) if device_decode else None
         result, failed, cache_info = embed_with_cache(
             model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size, workers=workers,
-            progress=progress, desc=f"embed {stem}", digests=digests, compile_mode=compile, meter=meter)
+            progress=progress, desc=f"embed {stem}", digests=digests, compile_mode=compile, meter=meter,
+            decoder=decoder)
         run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
                     "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
                     "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
                     "output": built.output, "cache": cache_info,
-                    "compile": compile_status(built, compile, setup.device, inductor), **meter.as_dict()}
+                    "compile": compile_status(built, compile, setup.device, inductor), **meter.as_dict(),
+                    "decode": {"mode": decode, "on_device": decoder is not None,
+                               **(decoder.stats() if decoder is not None else {})}}
     seconds = time.perf_counter() - started
     save_features(features_path, result)
     manifest.update(run_info)

@@ -99,10 +99,11 @@ class Engine:
     def embed_shard(self, model: str, *, shard: int = 0, num_shards: int = 1,
                     model_options: dict[str, Any] | None = None, batch_size: int = 64, device: str = "auto",
                     workers: int | None = None, progress: bool = True, seed: int = 0,
-                    compile: str = "auto") -> dict[str, str]:
+                    compile: str = "auto", decode: str = "auto") -> dict[str, str]:
         """Embed shard ``shard`` of every image set; returns set name -> shard file. ``seed`` draws
         ``{"weights": "random"}`` networks (the same seed, the same network); ``workers`` None: from
-        the CPU quota; ``compile``: ``torch.compile`` (auto: on CUDA), paid once for all the sets.
+        the CPU quota; ``compile``: ``torch.compile`` (auto: on CUDA), paid once for all the sets; ``decode``:
+        where the JPEGs are decoded (vsbench.imaging.modes).
 
         Every image a benchmark lists is part of its number (DISC's uAP, Copydays' mAP, VSD's and the
         pairs' metrics are defined over all of them, and SSCD's and the challenges' own evaluations
@@ -114,7 +115,7 @@ class Engine:
             path = embed_image_set(model, images, self.out / FEATURES_DIR, set_name=set_name, shard=shard,
                                    num_shards=num_shards, batch_size=batch_size, device=device, workers=workers,
                                    model_options=model_options, progress=progress, seed=seed, compile=compile,
-                                   reuse=self._networks,
+                                   decode=decode, reuse=self._networks,
                                    max_failure_rate=1.0)  # listed here, all sets at once, not a rate
             written[set_name] = str(path)
         self._features = None  # opened again by the next step

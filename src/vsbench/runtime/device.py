@@ -49,6 +49,13 @@ def device_problem(name: str) -> str | None:
     return None
 
 
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when visible, else the CPU; any other name as torch reads it."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
 def setup_device(name: str = "auto", amp: bool = True) -> DeviceSetup:
     """``auto`` takes CUDA when present. On CUDA, AMP uses bf16 where supported (no loss scaling
     needed), fp16 with a GradScaler otherwise; on the CPU we stay in fp32 (CPU autocast is slower
@@ -56,9 +63,7 @@ def setup_device(name: str = "auto", amp: bool = True) -> DeviceSetup:
     problem = device_problem(name)
     if problem is not None:  # the user's choice, not a fault: one line (exit 2) with the fix
         raise ValueError(problem)
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    device = resolve_device(name)
     amp_dtype = None
     if amp and device.type == "cuda":
         torch.backends.cudnn.benchmark = True

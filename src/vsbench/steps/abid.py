@@ -102,7 +102,7 @@ def _log_training(tracker, history: list[dict[str, float]], title: str, artifact
 
 def _abid_train_step(
     task: str, tasks: str, images: str, out: str, *, profile: str, seed: int, device: str,
-    overrides: dict[str, Any] | None, parent_run_id: str, manifest_path: str | None, progress: bool,
+    overrides: dict[str, Any] | None, parent_run_id: str, manifest_path: str | None, progress: bool, decode: str = "auto",
 ) -> StepResult:
     """Shared body of the two training steps: profile, device, child run, per-epoch metrics, the
     training curves, the best model and the result file in MLflow.
@@ -124,6 +124,7 @@ def _abid_train_step(
     with distributed.session(device, settings.amp) as (context, setup), \
             distributed.writer_lock(out, context, what=f"{out} (abid train {task})"):
         params = {"profile": profile, "seed": seed, "device": str(setup.device), "amp_dtype": str(setup.amp_dtype),
+                  "decode": decode,
                   "architecture": architecture, "task": f"{task}-moderate", "world_size": context.world_size,
                   **settings.model_dump()}
         started = time.perf_counter()
@@ -138,7 +139,7 @@ def _abid_train_step(
                 # counting's best epoch: trained into this --out, or into runs/counting beside runs/siamese.
                 extra["trunk_checkpoint"] = counting_trunk_for(Path(out))
             run = train(Path(tasks), Path(images), Path(out), settings, setup, seed=seed, on_epoch_end=log_epoch,
-                        progress=progress and context.is_main, context=context, **extra)
+                        progress=progress and context.is_main, context=context, decode=decode, **extra)
             # The validation score of the chosen epoch, and how it was chosen (param epoch_selection,
             # manifest epoch_choice): "val" picks it on the very questions it is reported on.
             metrics = {"chosen_val_accuracy": run.fit.best_score, "chosen_epoch": float(run.fit.best_epoch),
@@ -155,7 +156,7 @@ def _abid_train_step(
                         "profile": settings.model_dump(), "resumed_from_epoch": run.fit.resumed_from,
                         "epoch_choice": run.fit.describe_choice(),
                         "checkpoint_identity": run.fit.extra.get("identity_sha256"),
-                        "world_size": context.world_size}
+                        "world_size": context.world_size, "decode": {"mode": decode, **run.decode}}
             if os.environ.get(JOB_ENV):  # a node of a TrainJob: its submitter checks the manifest is this job's
                 manifest["trainjob"] = os.environ[JOB_ENV]
             if not context.is_main:
@@ -175,7 +176,7 @@ def abid_train_counting_step(tasks: str, images: str, out: str, **kwargs: Any) -
     run's checkpoint) and write counting_result.txt.
 
     Keyword arguments: profile ("demo"/"full"), seed, device, overrides, parent_run_id, manifest_path,
-    progress."""
+    progress, decode (where the JPEGs are decoded: vsbench.imaging.modes.DECODE_MODES)."""
     return _abid_train_step("counting", tasks, images, out, **{**_TRAIN_DEFAULTS, **kwargs})
 
 
@@ -202,7 +203,8 @@ def abid_train_step(task: str, tasks: str, images: str, out: str, *, backend: st
     request = check_request(TrainJobRequest(
         task=task, tasks=Path(tasks), images=Path(images), out=Path(out), profile=options["profile"],
         overrides=json.dumps(options["overrides"] or {}), seed=options["seed"], device=options["device"],
-        parent_run_id=options["parent_run_id"], nodes=nodes, gpus_per_node=gpus_per_node), engine)
+        parent_run_id=options["parent_run_id"], decode=options["decode"], nodes=nodes,
+        gpus_per_node=gpus_per_node), engine)
     # Stop now, in one line, when another run writes ``out``; released at once: the job's rank 0
     # holds the lock while it trains (a submitter holding it would block a job run on this machine).
     with output_lock(request.out, what=f"{request.out} (abid train {task})"):
@@ -218,7 +220,7 @@ def abid_train_step(task: str, tasks: str, images: str, out: str, *, backend: st
 
 
 _TRAIN_DEFAULTS: dict[str, Any] = {"profile": "demo", "seed": 0, "device": "auto", "overrides": None,
-                                   "parent_run_id": "", "manifest_path": None, "progress": True}
+                                   "parent_run_id": "", "manifest_path": None, "progress": True, "decode": "auto"}
 
 
 def _export_and_register(tracker: Tracker, model: Any, example: Any, task: str, score: float,

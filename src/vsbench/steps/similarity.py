@@ -51,21 +51,24 @@ def similarity_embed_step(
     run: SimilarityRun, out: str, *, shard: int = 0, batch_size: int = 64, device: str = "auto",
     parent_run_id: str = "", manifest_path: str | None = None, progress: bool = True, engine: Engine | None = None,
     compile: str = "auto",
+    decode: str = "auto",
 ) -> StepResult:
     """Embed shard ``shard`` of ``run.num_shards`` of every image set; the run's ``seed`` draws
     ``{"weights": "random"}`` and is a param of the step's run. Per set, ``<set>_images_per_second``
     (images over the seconds after the model was built, as before), ``<set>_images_per_second_steady``
-    and ``<set>_startup_seconds`` (vsbench.runtime.throughput)."""
+    and ``<set>_startup_seconds`` (vsbench.runtime.throughput). ``decode``: where the JPEGs are
+    decoded (vsbench.imaging.modes); metric ``decode_cpu_fallbacks`` counts the images the CPU
+    decoded one by one instead of the GPU."""
     engine = engine or Engine(run, Path(out))
     params = {"benchmark": run.benchmark, "model": run.model, "shard": shard, "num_shards": run.num_shards,
               "batch_size": batch_size, "device": device, "model_options": json.dumps(run.model_options),
-              "seed": run.seed, "compile": compile}
+              "seed": run.seed, "compile": compile, "decode": decode}
     started = time.perf_counter()
     with step_lock(out, f"embed-shard-{shard}-of-{run.num_shards}"), \
             child_run(parent_run_id, f"embed-shard-{shard}-of-{run.num_shards}", params) as tracker:
         written = engine.embed_shard(run.model, shard=shard, num_shards=run.num_shards,
                                      model_options=run.model_options, batch_size=batch_size, device=device,
-                                     progress=progress, seed=run.seed, compile=compile)
+                                     progress=progress, seed=run.seed, compile=compile, decode=decode)
         manifests = {name: _read_manifest(path) for name, path in written.items()}
         metrics = {f"{name}_images": float(m.get("count", 0)) for name, m in manifests.items()}
         metrics.update({f"{name}_images_per_second": float(m.get("images_per_second", 0.0))
@@ -76,6 +79,9 @@ def similarity_embed_step(
                                            ("startup_seconds", "startup_seconds"))
                         if isinstance(m.get(field), (int, float))})
         metrics["failed_images"] = float(sum(len(m.get("failed", [])) for m in manifests.values()))
+        decoded = [m["decode"] for m in manifests.values() if (m.get("decode") or {}).get("on_device")]
+        if decoded:
+            metrics["decode_cpu_fallbacks"] = float(sum(d.get("cpu_fallbacks", 0) for d in decoded))
         # The embedding cache: its key (the same for every set of one model) goes to the run's
         # params, in full to the manifest artifact; hits say how much was not embedded again.
         caches = {name: m["cache"] for name, m in manifests.items() if (m.get("cache") or {}).get("enabled")}
@@ -185,7 +191,8 @@ def similarity_score_step(
 
 
 def run_inline(run: SimilarityRun, out: Path, *, batch_size: int = 64, device: str = "auto",
-               progress: bool = True, bench: Benchmark | None = None, compile: str = "auto") -> StepResult:
+               progress: bool = True, bench: Benchmark | None = None, compile: str = "auto",
+               decode: str = "auto") -> StepResult:
     """Every step of the similarity pipeline in this process, in the pipeline's order and fan-out,
     with one engine: the benchmark's files, the merged features and the search requests are read
     once. Returns the score step's result. The run holds ``out`` exclusively (one writer per
@@ -193,15 +200,15 @@ def run_inline(run: SimilarityRun, out: Path, *, batch_size: int = 64, device: s
     this process's (locks are re-entrant within a process)."""
     with output_lock(out, what=str(out)):
         return _run_steps(run, Path(out), batch_size=batch_size, device=device, progress=progress, compile=compile,
-                          bench=bench)
+                          decode=decode, bench=bench)
 
 
 def _run_steps(run: SimilarityRun, out: Path, *, batch_size: int, device: str, progress: bool,
-               compile: str = "auto", bench: Benchmark | None = None) -> StepResult:
+               compile: str = "auto", decode: str = "auto", bench: Benchmark | None = None) -> StepResult:
     engine = Engine(run, Path(out), bench=bench)  # the benchmark the run's checks read: not read twice
     for shard in embed_shards(run.num_shards):
         similarity_embed_step(run, str(out), shard=shard, batch_size=batch_size, device=device, progress=progress,
-                              engine=engine, compile=compile)
+                              engine=engine, compile=compile, decode=decode)
     similarity_index_step(run, str(out), model=run.model, engine=engine)
     for task in search_tasks(run.search_shards, run.reference_shards, run.merge_ondisk):
         similarity_search_step(run, str(out), task=task, model=run.model, engine=engine)
