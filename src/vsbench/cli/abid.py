@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -299,7 +299,8 @@ def _check_launch(task: str, tasks: Path, profile: str, overrides: dict, world_s
             fail(user_message(exc) or str(exc))
 
 
-def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Path, out: Path, profile: str) -> None:
+def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Path, out: Path,
+            profile: str) -> NoReturn:
     """torchrun with ``nproc`` workers here, after the checks that need no worker (batch against the
     training set, task files, profile, --out free); the terminal shows the workers' lines and, on a failure, their
     one-line error and where torchrun's whole output is, not its 40 lines of bookkeeping."""
@@ -321,6 +322,7 @@ def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Pa
         for line in output.failure(f"abid train {task} --nproc {nproc}"):
             typer.echo(line, err=True)
         raise typer.Exit(output.exit_code)
+    raise typer.Exit(0)  # the workers trained: this launcher must not train again in one process
 
 
 def _refuse_busy(out: Path, task: str) -> None:
