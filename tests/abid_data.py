@@ -15,3 +15,20 @@ def tiny_abid(root: Path, bins: int) -> tuple[Path, Path]:
     prepare_abid(root / "raw", root / "tasks", seed=1, val_fraction=0.25, progress=False)
     resize_abid(root / "raw", root / "images", size=32, workers=1, progress=False)
     return root / "tasks", root / "images"
+
+
+def images_missing_first_rows(tasks: Path, images: Path, folder: Path, rows: int = 3) -> Path:
+    """``folder``: hard links to ``images`` without the images of the first ``rows`` counting training
+    rows, so the training set is smaller than its rows (only the training workers can find that)."""
+    import json
+    import os
+
+    from vsbench.abid.data import image_path
+
+    folder.mkdir()
+    listed = json.loads((tasks / "counting_train.json").read_text())
+    gone = {image_path(folder, int(i)).name for i, _ in listed[:rows]}
+    for path in images.glob("*.jpg"):
+        if path.name not in gone:
+            os.link(path, folder / path.name)
+    return folder

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.abid_data import tiny_abid
-from vsbench.abid.data import image_path
+from tests.abid_data import images_missing_first_rows, tiny_abid
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 OVERRIDES = {"epochs": 1, "batch_size": 8, "image_size": 32, "workers": 0, "optimizer": "sgd", "lr": 0.01}
@@ -75,13 +74,7 @@ def test_relative_paths_train_and_log_under_a_parent_run_the_command_made(root, 
 def test_a_failed_job_names_the_first_failing_nodes_own_error_and_where_the_logs_are(root, tmp_path) -> None:
     # 8 training rows pass the check before submitting (batch 8), but 3 of their images are missing:
     # only the nodes find that the 5 left cannot fill the global batch.
-    partial = root / "images-partial"
-    partial.mkdir()
-    rows = json.loads((root / "tasks" / "counting_train.json").read_text())
-    gone = {image_path(partial, int(i)).name for i, _ in rows[:3]}
-    for path in (root / "images").glob("*.jpg"):
-        if path.name not in gone:
-            os.link(path, partial / path.name)
+    images_missing_first_rows(root / "tasks", root / "images", root / "images-partial")
     ran = _train(root, tmp_path / "home", "runs/too-big", OVERRIDES, images="images-partial")
     assert ran.returncode == 2, (ran.stdout + ran.stderr)[-4000:]
     last = ran.stderr.strip().splitlines()[-1]

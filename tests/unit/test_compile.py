@@ -22,17 +22,9 @@ from vsbench.runtime import compile as compiling
 from vsbench.runtime.compile import compile_status, compile_wanted, network_for, use_inductor_cache
 from vsbench.runtime.device import setup_device
 
+from .test_embed import TinyDescriptor
+
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")
-
-
-class Tiny(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 6, 3, stride=2)
-        self.fc = nn.Linear(6, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +40,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def _model() -> Embedder:
     torch.manual_seed(3)
-    return Embedder("tiny", Tiny(), 5, Preprocessing(input_size=16, resize_size=20, mean=IMAGENET_MEAN,
+    return Embedder("tiny", TinyDescriptor(), 5, Preprocessing(input_size=16, resize_size=20, mean=IMAGENET_MEAN,
                                                      std=IMAGENET_STD))
 
 
@@ -124,7 +116,7 @@ def test_one_compile_per_network_and_only_the_first_shape(monkeypatch: pytest.Mo
         return call
 
     monkeypatch.setattr(torch, "compile", fake)
-    network = Tiny()
+    network = TinyDescriptor()
     wrapped = network_for(network, "on", torch.device("cpu"))
     assert network_for(network, "on", torch.device("cpu")) is wrapped  # a second set or shard: no new compile
     for batch in (4, 4, 2):
@@ -140,7 +132,7 @@ def test_the_embed_step_builds_and_compiles_once_for_every_set(tmp_path: Path, p
     monkeypatch.setattr(torch, "compile", lambda module, **kwargs: compiled.append(type(module).__name__) or module)
     monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
     scripted = tmp_path / "tiny.pt"
-    torch.jit.script(Tiny().eval()).save(str(scripted))
+    torch.jit.script(TinyDescriptor().eval()).save(str(scripted))
     options = {"path": str(scripted), "input_size": 16, "resize_size": 20, "preserve_aspect_ratio": False}
     images = ImageSet(tuple(p.stem for p in paths), tuple(paths))
     networks: dict = {}  # what an Engine keeps for its run

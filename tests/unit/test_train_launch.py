@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.abid_data import tiny_abid
-from vsbench.abid.data import image_path
+from tests.abid_data import images_missing_first_rows, tiny_abid
 from vsbench.abid.launch import JobOutput
 from vsbench.abid.profiles import get_profile
 from vsbench.cli.app import app
@@ -75,13 +74,7 @@ def test_a_worker_failure_is_its_one_line_and_the_log_of_torchrun(tiny, tmp_path
     """Images missing on disk make the training set smaller than its rows: only the workers can know,
     so torchrun starts; its failure ends in the workers' one line, naming the log."""
     tasks, images = tiny
-    partial = tmp_path / "images"
-    partial.mkdir()
-    rows = json.loads((tasks / "counting_train.json").read_text())
-    gone = {image_path(partial, int(i)).name for i, _ in rows[:3]}
-    for path in images.glob("*.jpg"):
-        if path.name not in gone:
-            os.link(path, partial / path.name)
+    partial = images_missing_first_rows(tasks, images, tmp_path / "images")
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MLFLOW_TRACKING_URI")}
     overrides = json.dumps({"epochs": 1, "batch_size": 8, "image_size": 32, "workers": 0})
@@ -164,13 +157,7 @@ def test_a_trainjob_of_processes_that_fails_says_the_workers_error_once(tiny, tm
     """The nodes' torchrun bookkeeping stays in their logs: the last line says the first node's error,
     once, and where the logs are."""
     tasks, images = tiny
-    partial = tmp_path / "images"
-    partial.mkdir()
-    rows = json.loads((tasks / "counting_train.json").read_text())
-    gone = {image_path(partial, int(i)).name for i, _ in rows[:3]}
-    for path in images.glob("*.jpg"):
-        if path.name not in gone:
-            os.link(path, partial / path.name)
+    partial = images_missing_first_rows(tasks, images, tmp_path / "images")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
