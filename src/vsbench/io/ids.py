@@ -13,6 +13,7 @@ so its numbers, and the example a message quotes, stay the same.
 
 from __future__ import annotations
 
+import mmap
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,7 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-CHUNK_ROWS = 1 << 16  # rows a column holds as Python strings before packing them
+CHUNK_ROWS = 1 << 13  # rows a column holds as Python strings before packing them (under 2**16: 2-byte numbers)
+BLOCK = 1 << 12  # ids a step of :meth:`IdColumn.finish` looks at together
+SEGMENT_BYTES = 1 << 16  # text :meth:`IdColumn.finish` moves at a time (16 bytes of index a byte: 1 MiB)
 
 
 def text_array(texts: Iterable[str]) -> pa.LargeStringArray:
@@ -57,6 +60,44 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _TRIM = _malloc_trim()
+_MALLOC_POOL = pa.system_memory_pool()  # temporaries from malloc: malloc_trim hands them back, Arrow's own pool kept them
+
+
+def _sort_order(values: pa.Array) -> np.ndarray:
+    """Indices that sort ``values``, 4 bytes each while they can be (Arrow gives 8), with Arrow's
+    8-byte ones handed back before anything else is allocated."""
+    indices = pc.array_sort_indices(values, memory_pool=_MALLOC_POOL)
+    order = _fresh_array(len(values), np.int64 if len(values) >= 2**31 else np.int32)
+    order[:] = indices.to_numpy()
+    del indices
+    release_memory()
+    return order
+
+
+def _codes_and_offsets(order: np.ndarray, new: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From the sort's ``order`` and ``new`` (the first of equal neighbours): each id's code (its
+    rank among the distinct ids) by place, and the offsets of the distinct ids' text in code order;
+    a block at a time, so no full-length temporary."""
+    code_of = _fresh_array(order.size, order.dtype)
+    sorted_offsets = _fresh_array(int(np.count_nonzero(new)) + 1, offsets.dtype)
+    sorted_offsets[0] = 0
+    seen = 0  # distinct ids before the block
+    for start in range(0, order.size, BLOCK):
+        firsts, chosen = new[start:start + BLOCK], order[start:start + BLOCK]
+        rank = np.cumsum(firsts, dtype=order.dtype)
+        rank += seen - 1
+        code_of[chosen] = rank
+        kept = chosen[firsts]
+        lengths = np.cumsum(offsets[kept + 1] - offsets[kept], dtype=np.int64)
+        sorted_offsets[seen + 1:seen + 1 + kept.size] = lengths + sorted_offsets[seen]
+        seen += kept.size
+    return code_of, sorted_offsets
+
+
+def _differs_from_previous(values: pa.Array, chosen: np.ndarray) -> np.ndarray:
+    """For each of ``values[chosen]`` but the first: it is not equal to the one before it."""
+    block = pc.take(values, pa.array(chosen), memory_pool=_MALLOC_POOL)
+    return pc.not_equal(block.slice(1), block.slice(0, len(block) - 1), memory_pool=_MALLOC_POOL).to_numpy(zero_copy_only=False)
 
 
 def _sorted(codes: np.ndarray, values: pa.Array) -> Ids:
@@ -139,20 +180,81 @@ class Ids:
         return marks[self.codes]
 
 
-class IdColumn:
-    """Ids appended a row at a time; every :data:`CHUNK_ROWS` rows the chunk's distinct ids go, as
-    UTF-8, into one growing buffer, and each row keeps an int32 (its id's place in that buffer);
-    :meth:`finish` sorts the buffer's ids once into :class:`Ids`.
+def _anonymous(size: int) -> mmap.mmap:
+    """Private anonymous memory (a shared one could not grow: pages past its first size fault), in
+    small pages (a 2 MiB huge page would be resident whole at a region's growing end)."""
+    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # 4 KiB pages: resident as written, whatever the system's huge page policy
+        memory.madvise(mmap.MADV_NOHUGEPAGE)
+    return memory
 
-    Why these shapes: a few large buffers grown in place leave nothing behind, where one Arrow
-    array per chunk (``pa.array``) left ~4.5x its size resident and interleaved small blocks kept
-    freed heap pages; and sorting, not hashing (``unify_dictionaries``, ~60 bytes a distinct id),
-    merges the chunks, since a ground truth names each query once (nearly every id distinct)."""
+
+def _fresh_array(count: int, dtype: type[np.generic] | np.dtype) -> np.ndarray:
+    """An uninitialized array in memory of its own, handed back to the system the moment the array
+    goes: a big temporary from the C allocator could stay resident after it was freed, and count
+    in the next step's peak."""
+    size = count * np.dtype(dtype).itemsize
+    return np.frombuffer(_anonymous(max(size, 1)), dtype=dtype, count=count)
+
+
+class _Region:
+    """Bytes appended to an anonymous memory map that grows in place (``mremap``, doubling).
+
+    Why not a bytearray or ``array``: growing those reallocates on the heap, where a copy of the
+    old block coexists with the new one and freed blocks stay resident; that, not the ids, was a
+    third of a big ground truth's peak. Here growth copies nothing, only the pages written are
+    resident, and the whole map goes back to the system when its last view is dropped."""
+
+    def __init__(self, size: int = 1 << 16) -> None:
+        self.map = _anonymous(size)
+        self.used = 0
+        self.released = 0  # bytes at the start handed back (release_before)
+
+    def extend(self, data: bytes | memoryview) -> None:
+        end = self.used + len(data)
+        if end > len(self.map):
+            size = max(end, 2 * len(self.map))
+            try:
+                self.map.resize(size)
+            except (OSError, SystemError, ValueError):  # no mremap (not Linux): a new map, one copy
+                grown = _anonymous(size)
+                grown[:self.used] = self.map[:self.used]
+                self.map = grown
+        self.map[self.used:end] = data
+        self.used = end
+
+    def array(self, dtype: type[np.generic]) -> np.ndarray:
+        """What was written, as a (writable) numpy view of the map."""
+        return np.frombuffer(self.map, dtype=dtype, count=self.used // np.dtype(dtype).itemsize)
+
+    def release_before(self, end: int) -> None:
+        """Hand the whole pages before byte ``end`` back to the system (they read as zeros after)."""
+        end -= end % mmap.PAGESIZE
+        if end > self.released and hasattr(self.map, "madvise"):
+            self.map.madvise(mmap.MADV_DONTNEED, self.released, end - self.released)
+            self.released = end
+
+
+class IdColumn:
+    """Ids appended a row at a time. Every :data:`CHUNK_ROWS` rows the chunk's distinct ids go, as
+    UTF-8, into one growing text region and their lengths into another; each row keeps a 2-byte
+    number (its id among the chunk's distinct ids), or nothing when every id of its chunk is new to
+    the chunk (a ground truth names each query once). :meth:`finish` sorts all chunks' ids once
+    into :class:`Ids`.
+
+    Why these shapes: memory regions grown in place leave nothing behind (see :class:`_Region`);
+    the lengths become the Arrow offsets in place; and sorting, not hashing
+    (``unify_dictionaries``, ~60 bytes a distinct id), merges the chunks, since in a ground truth
+    nearly every id is distinct. A big file's read then peaks under 3x its size
+    (docs/reliability.md, 'Limits')."""
 
     def __init__(self) -> None:
-        self._text = bytearray()  # the distinct ids of each chunk, UTF-8, one after the other
-        self._lengths = array("i")  # bytes of each of them (a line is at most 4 MiB)
-        self._rows = array("i")  # each row: its id's place among them (a 1 GiB file has fewer than 2**31)
+        self._text = _Region()  # the distinct ids of each chunk, UTF-8, one after the other
+        self._lengths = _Region()  # int32: 0, then the bytes of each of them (a line is at most 4 MiB)
+        self._lengths.extend(bytes(4))
+        self._count = 0  # ids in the text region
+        self._rows = _Region()  # uint16: each row of a chunk that repeats an id, its id's number in its chunk
+        self._chunks = array("q")  # per chunk: its first id's number, its rows, where its row numbers start (-1: none)
         self._pending: list[str] = []
 
     def append(self, text: str) -> None:
@@ -161,44 +263,97 @@ class IdColumn:
             self._pack()
 
     def _pack(self) -> None:
-        if self._pending:
-            first_row: dict[str, int] = {}
-            start = len(self._lengths)
-            self._rows.extend(first_row.setdefault(text, start + len(first_row)) for text in self._pending)
-            encoded = [text.encode() for text in first_row]
-            self._text += b"".join(encoded)
-            self._lengths.extend(map(len, encoded))
-            self._pending = []
+        if not self._pending:
+            return
+        first_row: dict[str, int] = {}
+        local = [first_row.setdefault(text, len(first_row)) for text in self._pending]
+        if len(first_row) == len(local):
+            self._chunks.extend((self._count, len(local), -1))
+        else:
+            self._chunks.extend((self._count, len(local), self._rows.used // 2))
+            self._rows.extend(memoryview(np.array(local, dtype=np.uint16)).cast("B"))
+        encoded = [text.encode() for text in first_row]
+        self._text.extend(b"".join(encoded))
+        self._lengths.extend(memoryview(np.fromiter(map(len, encoded), dtype=np.int32, count=len(encoded))).cast("B"))
+        self._count += len(encoded)
+        self._pending = []
 
     def finish(self) -> Ids:
-        """Every chunk's distinct ids, sorted once; equal neighbours are one id."""
+        """Every chunk's distinct ids, sorted once; equal neighbours are one id.
+
+        Memory: the text is moved into sorted order a segment at a time, each segment of the
+        unsorted text handed back as soon as it is copied, so the text is held about once, not
+        twice; beside it a 4-byte number per id (the sort's order, then each id's code) and the
+        sort's own indices, freed before anything else is allocated."""
         self._pack()
-        count = len(self._lengths)
-        small = len(self._text) < 2**31  # 4-byte offsets while they can address the text
-        offsets = np.zeros(count + 1, dtype=np.int32 if small else np.int64)
-        np.cumsum(np.frombuffer(self._lengths, dtype=np.int32), out=offsets[1:])
-        self._lengths = array("i")
-        kind = pa.StringArray if small else pa.LargeStringArray
-        values = kind.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(self._text))
-        order = pc.array_sort_indices(values).to_numpy().astype(np.int64 if count >= 2**31 else np.int32)
-        ordered = values.take(pa.array(order))
-        del values, offsets
-        self._text = bytearray()
-        new = np.ones(count, dtype=bool)
-        if count > 1:
-            new[1:] = pc.not_equal(ordered.slice(1), ordered.slice(0, count - 1)).to_numpy(zero_copy_only=False)
-        distinct = ordered.filter(pa.array(new))
-        del ordered
-        rank = np.cumsum(new, dtype=order.dtype)
-        rank -= 1
-        del new
-        code_of = np.empty_like(rank)
-        code_of[order] = rank  # place among the chunks' ids -> code
-        del order, rank
-        codes = code_of[np.frombuffer(self._rows, dtype=np.int32)] if len(self._rows) else code_of[:0]
-        self._rows = array("i")
+        count = self._count
+        values, offsets = self._values()
+        order = _sort_order(values)
+        new = _fresh_array(count, np.bool_)  # the first of equal neighbours in sorted order
+        new[:1] = True
+        for start in range(0, count - 1, BLOCK):
+            new[start + 1:start + BLOCK + 1] = _differs_from_previous(values, order[start:start + BLOCK + 1])
+        del values
         release_memory()
-        return Ids(codes, distinct)
+        code_of, sorted_offsets = _codes_and_offsets(order, new, offsets)
+        del order, new
+        release_memory()
+        text = self._move_sorted(offsets, code_of, sorted_offsets)
+        del offsets
+        self._text, self._lengths = _Region(), _Region()  # their maps go back to the system
+        codes = self._codes(code_of)
+        del code_of
+        self._rows, self._chunks = _Region(), array("q")
+        release_memory()
+        kind = pa.LargeStringArray if sorted_offsets.dtype == np.int64 else pa.StringArray
+        return Ids(codes, kind.from_buffers(sorted_offsets.size - 1, pa.py_buffer(sorted_offsets), pa.py_buffer(text)))
+
+    def _values(self) -> tuple[pa.Array, np.ndarray]:
+        """The text region's ids as an Arrow string array, without copying the text, and its offsets."""
+        offsets = self._lengths.array(np.int32)
+        if self._text.used < 2**31:  # the lengths become 4-byte offsets in place
+            np.cumsum(offsets, out=offsets)
+            kind: Any = pa.StringArray
+        else:
+            offsets, kind = np.cumsum(offsets, dtype=np.int64), pa.LargeStringArray
+        values = kind.from_buffers(self._count, pa.py_buffer(offsets), pa.py_buffer(self._text.array(np.uint8)))
+        return values, offsets
+
+    def _move_sorted(self, offsets: np.ndarray, code_of: np.ndarray, sorted_offsets: np.ndarray) -> np.ndarray:
+        """The distinct ids' text in code order: each id of the text region is copied to where its
+        code puts it (equal ids write the same bytes), a segment of about :data:`SEGMENT_BYTES` at a
+        time, and each segment handed back once copied."""
+        source = self._text.array(np.uint8)
+        moved = _fresh_array(int(sorted_offsets[-1]), np.uint8)
+        start = 0
+        while start < self._count:
+            stop = start + int(np.searchsorted(offsets[start:], offsets[start] + SEGMENT_BYTES, side="right")) - 1
+            stop = min(max(stop, start + 1), self._count)
+            first, last = int(offsets[start]), int(offsets[stop])
+            targets = sorted_offsets[code_of[start:stop]].astype(np.int64)
+            if stop == start + 1:  # one id (perhaps a long one): a plain copy
+                moved[targets[0]:targets[0] + last - first] = source[first:last]
+            else:
+                where = np.repeat(targets - offsets[start:stop], offsets[start + 1:stop + 1] - offsets[start:stop])
+                where += np.arange(first, last)
+                moved[where] = source[first:last]
+            self._text.release_before(last)
+            self._lengths.release_before(stop * offsets.itemsize)
+            start = stop
+        return moved
+
+    def _codes(self, code_of: np.ndarray) -> np.ndarray:
+        """Each row's code, chunk by chunk (``code_of`` itself when no chunk repeats an id)."""
+        chunks = np.frombuffer(self._chunks, dtype=np.int64).reshape(-1, 3) if self._chunks else np.zeros((0, 3), int)
+        if (chunks[:, 2] < 0).all():
+            return code_of
+        codes = _fresh_array(int(chunks[:, 1].sum()), code_of.dtype)
+        local = self._rows.array(np.uint16)
+        row = 0
+        for first, rows, at in chunks.tolist():
+            codes[row:row + rows] = code_of[first:first + rows] if at < 0 else code_of[local[at:at + rows].astype(np.int64) + first]
+            row += rows
+        return codes
 
 
 def shared_codes(first: Ids, second: Ids) -> tuple[np.ndarray, np.ndarray, int]:

@@ -230,13 +230,17 @@ def read_copy_detection_ground_truth(path: str | Path, *, normalize_ids: bool = 
         queries.append(q)
         references.append(db)
         positive.append((normalize_id(db) if normalize_ids else db) != "")
-    pairs = np.frombuffer(positive, dtype=np.int8).astype(bool) if positive else np.zeros(0, dtype=bool)
+    pairs = np.frombuffer(positive, dtype=np.bool_) if positive else np.zeros(0, dtype=bool)  # 0 or 1 a byte
     if not pairs.any():
         raise InputError(path, "no (query, reference) pair: nothing to score against (isc2021 fails on it too)")
+    # Each column is finished, and what it no longer needs dropped, before the next is: the peak is
+    # one column's sort beside the other's compact state (docs/reliability.md, 'Limits').
     listed, pair_lines = queries.finish(), line_numbers.subset(pairs)
-    query_ids, id_notes = _id_notes(path, listed[pairs], pair_lines, normalize_ids)
-    reference_ids, more = _id_notes(path, references.finish()[pairs], pair_lines, normalize_ids)
     distinct = (listed.mapped(normalize_id) if normalize_ids else listed).used()
+    listed = listed[pairs]
+    query_ids, id_notes = _id_notes(path, listed, pair_lines, normalize_ids)
+    del listed
+    reference_ids, more = _id_notes(path, references.finish()[pairs], pair_lines, normalize_ids)
     return CopyDetectionGroundTruth(query_ids, reference_ids, Ids(np.arange(len(distinct), dtype=np.int32), distinct),
                                     tuple(notes + id_notes + more))
 
