@@ -151,6 +151,12 @@ def test_similarity_run_in_the_image_prints_the_inline_table(cpu_image, tmp_path
              "--runner", runner], capture_output=True, text=True, timeout=900, env=dict(os.environ), check=False)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert "codec,score_norm,uAP" in result.stdout, "the benchmark's own table is printed"
+        access = [line for line in result.stdout.splitlines() if line.startswith("note: the steps run as user and group")]
+        if runner == "container":  # the folders opened to the steps' group are said once, before the steps
+            assert len(access) == 1 and str(out) in access[0], result.stdout[-3000:]
+            assert (out.stat().st_gid, out.stat().st_mode & 0o2070) == (10001, 0o2070)
+        else:
+            assert access == [] and out.stat().st_gid != 10001
         tables[runner] = list(csv.DictReader((out / "disc_metrics.csv").open()))
     _assert_nothing_left_running()
     assert len(tables["inline"]) == 4

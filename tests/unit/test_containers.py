@@ -19,10 +19,12 @@ from vsbench.platform.containers import (
     RUN_LABEL,
     ContainerPlan,
     ContainerRunError,
+    access_note,
     covering,
     grant_step_access,
     image_identity,
     remove_containers,
+    step_access_changes,
     step_environment,
 )
 from vsbench.runtime.images import HOST_VENV, running_image
@@ -224,3 +226,21 @@ def test_a_step_that_fails_fast_fails_and_its_container_is_removed(capsys) -> No
     assert containers.run_step_container(client, "img", ["false"], {}, user="10001:10001") == 3
     assert events == ["wait", "remove"]
     assert "step output" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="changing a file's group to 10001 needs root")
+def test_the_access_a_container_run_grants_is_said_in_one_line_before_anything_changes(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    (data / "raw" / "1.jpg").write_bytes(b"x")
+    os.chmod(data / "raw" / "1.jpg", 0o600)
+    before = {path: (path.stat().st_gid, stat.S_IMODE(path.stat().st_mode)) for path in (data, data / "raw", data / "raw" / "1.jpg")}
+    changes = step_access_changes([data], gid=10001)
+    assert sorted(changes) == sorted(before), "every path that would change, and nothing changed yet"
+    assert {path: (path.stat().st_gid, stat.S_IMODE(path.stat().st_mode)) for path in before} == before
+    line = access_note(changes, [data, tmp_path / "out"], gid=10001)
+    assert line.startswith("note: the steps run as user and group 10001") and "\n" not in line
+    assert f"3 file(s) and folder(s) under {data} get group 10001" in line and str(tmp_path / "out") not in line
+    assert sorted(grant_step_access([data], gid=10001)) == sorted(before)
+    assert step_access_changes([data], gid=10001) == [] and grant_step_access([data], gid=10001) == []
+    assert (data / "raw" / "1.jpg").stat().st_mode & 0o777 == 0o660, "the owner's bits stay, the group's are added"

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,41 +192,71 @@ def covering(paths: Iterable[Path]) -> list[Path]:
     return sorted(kept)
 
 
-def _group_writable(path: Path, gid: int) -> None:
+def _wanted_access(path: Path, gid: int) -> tuple[int, int] | None:
+    """(group, mode) ``path`` needs for the steps' group, or None when it has them (or is a link)."""
     info = path.lstat()
     if stat.S_ISLNK(info.st_mode):
-        return
+        return None
     wanted = info.st_mode | stat.S_IRGRP | stat.S_IWGRP
     if stat.S_ISDIR(info.st_mode):
         wanted |= stat.S_IXGRP | stat.S_ISGID  # new files inherit the group, as on an fsGroup volume
-    if info.st_gid != gid:
-        os.chown(path, -1, gid)
-    if stat.S_IMODE(info.st_mode) != stat.S_IMODE(wanted):
-        os.chmod(path, stat.S_IMODE(wanted))
+    if info.st_gid == gid and stat.S_IMODE(info.st_mode) == stat.S_IMODE(wanted):
+        return None
+    return gid, stat.S_IMODE(wanted)
 
 
-def grant_step_access(folders: Iterable[Path], files: Iterable[Path] = (), gid: int = RUNTIME_UID) -> None:
+def _access_paths(folders: Iterable[Path], files: Iterable[Path]) -> Iterator[Path]:
+    """Every path :func:`grant_step_access` looks at: the folders (created) and all under them; a
+    single file's folder, the file and its sqlite side files."""
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        for current, _dirs, names in os.walk(folder):
+            yield Path(current)
+            yield from (Path(current) / name for name in names)
+    for file in files:
+        yield file.parent
+        for sibling in (file, file.with_name(file.name + "-journal"), file.with_name(file.name + "-wal"),
+                        file.with_name(file.name + "-shm")):
+            if sibling.exists():
+                yield sibling
+
+
+def step_access_changes(folders: Iterable[Path], files: Iterable[Path] = (), gid: int = RUNTIME_UID) -> list[Path]:
+    """The host paths :func:`grant_step_access` would change (their group or mode), to say so first."""
+    return [path for path in _access_paths(folders, files) if _wanted_access(path, gid) is not None]
+
+
+def access_note(changes: list[Path], roots: Iterable[Path], gid: int = RUNTIME_UID) -> str:
+    """One line saying, before it happens, what giving the steps' group access changes on the host."""
+    touched = [root for root in roots if any(path == root or root in path.parents for path in changes)]
+    shown = ", ".join(str(root) for root in touched[:3]) + (f" and {len(touched) - 3} more" if len(touched) > 3 else "")
+    return (f"note: the steps run as user and group {gid} ({group_name(gid)}), as in a pod: {len(changes):,} "
+            f"file(s) and folder(s) under {shown or 'the mounted folders'} get group {gid}, group read-write and "
+            "set-gid folders (what Kubernetes' fsGroup does to a volume); owners and other permissions stay; "
+            "`--runner subprocess` changes nothing")
+
+
+def grant_step_access(folders: Iterable[Path], files: Iterable[Path] = (), gid: int = RUNTIME_UID) -> list[Path]:
     """What Kubernetes does to a volume for ``fsGroup: 10001``: group 10001, group-writable,
     set-gid folders, so the step's user can write what the host created and the host keeps
     reading what the step writes. ``files`` are single files (an MLflow sqlite store) whose folder
-    is made writable without walking it."""
+    is made writable without walking it. Returns the paths it changed."""
+    changed = []
     try:
-        for folder in folders:
-            folder.mkdir(parents=True, exist_ok=True)
-            for current, _dirs, names in os.walk(folder):
-                _group_writable(Path(current), gid)
-                for name in names:
-                    _group_writable(Path(current) / name, gid)
-        for file in files:
-            _group_writable(file.parent, gid)
-            for sibling in (file, file.with_name(file.name + "-journal"), file.with_name(file.name + "-wal"),
-                            file.with_name(file.name + "-shm")):
-                if sibling.exists():
-                    _group_writable(sibling, gid)
+        for path in _access_paths(folders, files):
+            access = _wanted_access(path, gid)
+            if access is None:
+                continue
+            if path.lstat().st_gid != gid:
+                os.chown(path, -1, gid)
+            if stat.S_IMODE(path.lstat().st_mode) != access[1]:
+                os.chmod(path, access[1])
+            changed.append(path)
     except PermissionError as exc:
         raise ContainerRunError(
             f"cannot give the steps' user (GID {gid}) write access to {exc.filename}: run as root or as the "
             f"owner of that folder, or `chgrp -R {gid} PATH && chmod -R g+rwX PATH` it yourself") from None
+    return changed
 
 
 def group_name(gid: int) -> str:
@@ -353,8 +383,10 @@ class ContainerPlan:
 
 
 @contextlib.contextmanager
-def container_runner(plan: ContainerPlan, pipeline_root: Path) -> Iterator[tuple[Any, ImageIdentity]]:
-    """A ``kfp.local.DockerRunner`` for ``plan``, with the engine, clean-up and image swap around it."""
+def container_runner(plan: ContainerPlan, pipeline_root: Path,
+                     note: Callable[[str], None] = print) -> Iterator[tuple[Any, ImageIdentity]]:
+    """A ``kfp.local.DockerRunner`` for ``plan``, with the engine, clean-up and image swap around it.
+    ``note`` gets one line, before any host folder's group or mode changes, saying what changes."""
     import docker
     from docker.types import Mount
     from kfp import local
@@ -367,7 +399,10 @@ def container_runner(plan: ContainerPlan, pipeline_root: Path) -> Iterator[tuple
         stack.callback(client.close)
         identity = image_identity(client, plan.image)
         remove_containers(client, stale_only=True)
-        grant_step_access([*plan.folders, pipeline_root], plan.files)
+        writable = [*plan.folders, pipeline_root]
+        if changes := step_access_changes(writable, plan.files):
+            note(access_note(changes, [*writable, *(file.parent for file in plan.files)]))
+            grant_step_access(writable, plan.files)
         # Folders and files this process creates from now on (kfp.local's task folders, say) stay
         # writable for the steps' group, as the set-gid folders give them that group.
         previous_umask = os.umask(0o002)

@@ -19,9 +19,10 @@ import builtins
 import contextlib
 import json
 import os
+import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,9 +253,11 @@ def embedding_cache_mount() -> Path | None:
 
 @contextlib.contextmanager
 def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, data: tuple[Path, ...] = (),
-               read_only: tuple[Path, ...] = (), experiment: str = "") -> Iterator[tuple[Any, str]]:
+               read_only: tuple[Path, ...] = (), experiment: str = "",
+               note: Callable[[str], None] = print) -> Iterator[tuple[Any, str]]:
     """(kfp.local runner, where the steps run) for ``runner``; ``data`` are the folders the steps
-    write, ``read_only`` those they only read (both mounted at the same path in a container)."""
+    write, ``read_only`` those they only read (both mounted at the same path in a container);
+    ``note`` gets the line saying which host folders a container run opens to the steps' group."""
     from kfp import local
 
     if runner == "subprocess":
@@ -272,7 +275,7 @@ def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, da
     plan = ContainerPlan(image=image or CPU_IMAGE, folders=(*data, *folders), files=tuple(files),
                          read_only=read_only,
                          environment=tuple({**step_environment(), **environment}.items()))
-    with container_runner(plan, pipeline_root) as (docker_runner, identity):
+    with container_runner(plan, pipeline_root, note) as (docker_runner, identity):
         yield docker_runner, f"{identity.name} ({identity.image_id[:19]})"
 
 
@@ -300,10 +303,17 @@ def run_pipeline_locally(pipeline_name: str, pipeline_root: Path, arguments: dic
     print(f"kfp.local executor logs: {log_path}" + ("" if verbose else " (--verbose streams them)"), flush=True)
     sink = StepLog(log_path, steps, verbose=verbose)
     real_print = builtins.print
+    terminal = sys.stdout
+
+    def note(line: str) -> None:  # to the terminal (and the log), past the redirection of kfp.local's output
+        sink.write(line + "\n")
+        if not verbose:
+            print(line, file=terminal, flush=True)
+
     try:
         with contextlib.redirect_stdout(sink), root_logging_to(sink):
             with kfp_runner(runner, pipeline_root, image=image, data=data, read_only=read_only,
-                            experiment=str(arguments.get("experiment", ""))) as (chosen, ran_in):
+                            experiment=str(arguments.get("experiment", "")), note=note) as (chosen, ran_in):
                 local.init(runner=chosen, pipeline_root=str(pipeline_root),
                            raise_on_error=True)  # a failed task fails the run, after the exit handler ran
                 load_pipeline(pipeline_name, suite_path=suite_path)(**arguments)
