@@ -23,7 +23,8 @@ def probe(out: Output[Artifact]):
             return False
 
     report = {"uid": os.getuid(), "gid": os.getgid(), "tmp": writable("/tmp"), "home": writable(os.environ["HOME"]),
-              "root": writable("/"), "venv": writable("/opt/venv"), "environment": dict(os.environ)}
+              "root": writable("/"), "venv": writable("/opt/venv"), "environment": dict(os.environ),
+              "pass_root": os.access("/root", os.X_OK), "list_root": os.access("/root", os.R_OK)}
     Path(out.path).write_text(json.dumps(report))
 
 

@@ -55,6 +55,7 @@ def test_a_step_runs_as_a_pod_would(cpu_image, tmp_path, monkeypatch):
     assert cpu_image in ran_in
     assert (report["uid"], report["gid"]) == (10001, 10001)
     assert report["tmp"] and not report["home"] and not report["root"] and not report["venv"]
+    assert report["pass_root"] and not report["list_root"], "a root user's folders, mounted at their path, are reachable"
     env = report["environment"]
     assert env["VSBENCH_IMAGE"] == CPU_IMAGE, "the CUDA-named step ran in the runner's CPU image"
     assert env["VSBENCH_IMAGE_ID"].startswith("sha256:")

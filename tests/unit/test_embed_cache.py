@@ -179,6 +179,25 @@ def test_an_unwritable_cache_warns_and_keeps_the_embeddings(tmp_path: Path, imag
     assert load_features(tmp_path / "out" / manifest["features"]).features.shape[0] == 5
 
 
+def test_a_cache_the_step_cannot_reach_warns_and_embeds(tmp_path: Path, images: ImageSet,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """As a step container's user found a root user's cache, mounted under /root (not passable in
+    the image before): looking in the cache is refused; that is a warning and a miss, not a failed step."""
+    monkeypatch.setenv(cache_module.CACHE_ENV, str(tmp_path / "cache"))
+    real_is_dir = Path.is_dir
+
+    def refused(path: Path) -> bool:
+        if path.parent == tmp_path / "cache":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_is_dir(path)
+
+    monkeypatch.setattr(Path, "is_dir", refused)
+    manifest = run(images, tmp_path / "out")
+    assert manifest["complete"] is True and manifest["cache"]["hits"] == 0 and manifest["cache"]["embedded"] == 5
+    assert "not used: cannot reach it (Permission denied); the images are embedded" in caplog.text
+
+
 # --- issue 26: the key holds the model's code, configuration and seed ----------------------------
 
 class Pooled(torch.nn.Module):

@@ -203,7 +203,13 @@ class EmbeddingCache:
         digest; a chunk or folder that fails is set aside with one log line and counts as a miss."""
         wanted = {d for d in digests if d}
         found: dict[str, np.ndarray] = {}
-        if not wanted or not self.folder.is_dir() or not self._key_file_matches():
+        try:
+            present = bool(wanted) and self.folder.is_dir()
+        except OSError as exc:  # a folder the step's user cannot reach (a mount under another's home): all misses
+            logger.warning("embedding cache %s not used: cannot reach it (%s); the images are embedded",
+                           self.folder, exc.strerror or exc)
+            return found
+        if not present or not self._key_file_matches():
             return found
         for chunk in sorted(self.folder.glob("chunk-*.npz")):
             try:

@@ -230,8 +230,9 @@ def access_note(changes: list[Path], roots: Iterable[Path], gid: int = RUNTIME_U
     """One line saying, before it happens, what giving the steps' group access changes on the host."""
     touched = [root for root in roots if any(path == root or root in path.parents for path in changes)]
     shown = ", ".join(str(root) for root in touched[:3]) + (f" and {len(touched) - 3} more" if len(touched) > 3 else "")
-    return (f"note: the steps run as user and group {gid} ({group_name(gid)}), as in a pod: {len(changes):,} "
-            f"file(s) and folder(s) under {shown or 'the mounted folders'} get group {gid}, group read-write and "
+    name = group_name(gid)
+    who = f"{gid} ({name})" if name != str(gid) else str(gid)
+    return (f"note: the steps run as user and group {who}, as in a pod: {len(changes):,} file(s) and folder(s) under {shown or 'the mounted folders'} get group {gid}, group read-write and "
             "set-gid folders (what Kubernetes' fsGroup does to a volume); owners and other permissions stay; "
             "`--runner subprocess` changes nothing")
 
