@@ -44,9 +44,9 @@ def images(tmp_path: Path) -> ImageSet:
 
 
 def run(images: ImageSet, out: Path, *, model: str = MODEL, options: dict | None = None, amp: bool = True,
-        set_name: str = "s") -> dict:
+        set_name: str = "s", compile: str = "auto") -> dict:
     path = embed_image_set(model, images, out, set_name=set_name, workers=0, progress=False, device="cpu",
-                           amp=amp, model_options={"weights": "random", **(options or {})})
+                           amp=amp, model_options={"weights": "random", **(options or {})}, compile=compile)
     return json.loads(path.with_suffix(".json").read_text())
 
 
@@ -111,6 +111,11 @@ def test_every_part_of_the_key_misses(tmp_path: Path, images: ImageSet, monkeypa
     monkeypatch.setattr(cache_module, "library_versions", lambda: {**real_versions(), "timm": "0.0.1"})
     keys.add(_miss(images, tmp_path / "versions")["cache"]["key_sha256"])
     monkeypatch.setattr(cache_module, "library_versions", real_versions)
+    # a compiled network (Inductor sums in other orders); not compiled for real here, only keyed
+    real_network_for = embed.network_for
+    monkeypatch.setattr(embed, "network_for", lambda network, mode, device: network)
+    keys.add(_miss(images, tmp_path / "compiled", compile="on")["cache"]["key_sha256"])
+    monkeypatch.setattr(embed, "network_for", real_network_for)
 
     # preprocessing and output layer: the same network, described differently
     real_build = embed.build_model
@@ -130,7 +135,7 @@ def test_every_part_of_the_key_misses(tmp_path: Path, images: ImageSet, monkeypa
     for field in ("resize_size", "interpolation", "crop_offset", "mean", "resize_mode", "output"):
         monkeypatch.setattr(embed, "build_model", altered(field))
         keys.add(_miss(images, tmp_path / f"pre-{field}", field=field)["cache"]["key_sha256"])
-    assert len(keys) == 11
+    assert len(keys) == 12
 
     # the image bytes: one changed image misses alone
     monkeypatch.setattr(embed, "build_model", real_build)

@@ -375,8 +375,9 @@ def embed_with_cache(
     ``digests`` are the images' sha256 (None where unreadable), as the shard's input key hashed
     them: each image is read once per run. Returns the descriptors in input order, the failures and what
     the manifest records about the cache (its key in full, the key's digest, hits and images embedded).
-    The batched device decode (``decoder``) feeds the network other pixels (docs/fidelity.md): its
-    descriptors are cached under a key of their own.
+    The batched device decode (``decoder``) feeds the network other pixels (docs/fidelity.md), and a
+    compiled network (``compile_mode``) sums in other orders: the descriptors of each are cached under
+    a key of their own.
     """
 
     root = cache_root()
@@ -385,7 +386,8 @@ def embed_with_cache(
                                         workers=workers, progress=progress, desc=desc, compile_mode=compile_mode,
                                         meter=meter, decoder=decoder)
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
-    precision = _precision(setup, use_amp) + ("+device-decode" if decoder is not None else "")
+    precision = (_precision(setup, use_amp) + ("+device-decode" if decoder is not None else "")
+                 + ("+compiled" if compile_wanted(compile_mode, setup.device) else ""))  # Inductor's kernels: other last bits
     cache = EmbeddingCache(root, model_key(model_name, options, model, precision, seed=seed))
     hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
