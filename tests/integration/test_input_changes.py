@@ -16,6 +16,7 @@ the later steps.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -249,6 +250,26 @@ def test_features_of_two_models_in_one_folder_are_refused_by_the_later_steps(wor
     assert result.exit_code == 2 and len(errors) == 1, result.output[-2000:]
     assert "come from different embeddings" in errors[0] and "reference" in errors[0]
     assert not (mixed / "index" / "manifest.json").exists()
+
+
+def test_shards_decoded_two_ways_are_refused_with_the_decode_to_use(world: Path, tmp_path: Path) -> None:
+    """One run whose embed tasks landed on a GPU node and a CPU node with ``--decode auto``: the
+    references' pixels came from the batched device decode, the queries' from Pillow
+    (docs/fidelity.md). The index step refuses the mix in one line saying how to embed them one way."""
+    out = tmp_path / "out"
+    code, output, _ = _run(world / "disc", out, "torchscript", f'{{"path": "{world / "model.pt"}"}}', None)
+    assert code == 0, output[-2000:]
+    manifest_path = out / "features" / "reference.shard-0-of-1.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["key"]["decode"] = "device"  # what a shard embedded with the device decode records
+    manifest_path.write_text(json.dumps(manifest))
+    shutil.rmtree(out / "index")
+    result = CliRunner().invoke(app, ["similarity", "index", "--benchmark", "disc", "--root", str(world / "disc"),
+                                      "--out", str(out), "--codecs", "Flat", "--reference-shards", "2"])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output[-2000:]
+    assert "reference shard 0 was decoded on the device (batched) and " in errors[0] and " by Pillow, " in errors[0]
+    assert "--decode cpu" in errors[0]
 
 
 def test_a_step_naming_another_model_than_the_features_is_refused(world: Path, tmp_path: Path) -> None:

@@ -720,12 +720,17 @@ def open_shards(out_dir: Path, set_name: str) -> FeatureSet:
 
 
 def _embedding_identity(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What makes two sets' descriptors comparable: one model, options, seed, AMP and libraries."""
+    """What makes two sets' descriptors comparable: one model, options, seed, AMP, libraries and
+    decode (the batched device decode feeds the network other pixels: docs/fidelity.md)."""
     key = manifest.get("key") if isinstance(manifest.get("key"), dict) else {}
     inputs = key.get("inputs") if isinstance(key.get("inputs"), dict) else {}
     return {"model": manifest.get("model"), "options": manifest.get("options"), "dim": manifest.get("dim"),
             "seed": manifest.get("seed", RANDOM_SEED), "amp": key.get("amp"),
-            "option_files": inputs.get("option_files"), "libraries": inputs.get("libraries")}
+            "option_files": inputs.get("option_files"), "libraries": inputs.get("libraries"),
+            "decode": key.get("decode", "pillow")}
+
+
+_DECODED = {"device": "on the device (batched)", "pillow": "by Pillow"}
 
 
 def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
@@ -743,6 +748,11 @@ def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
     for name, identity in identities:
         if identity != first:
             differ = sorted(k for k in identity if identity[k] != first[k])
+            if differ == ["decode"]:  # one run, its shards on nodes with and without a GPU (--decode auto)
+                raise FeatureError(
+                    f"{out_dir}: {name} was decoded {_DECODED.get(identity['decode'], identity['decode'])} and {first_name} "
+                    f"{_DECODED.get(first['decode'], first['decode'])}, which give other pixels (docs/fidelity.md); embed every shard "
+                    "one way: run the embed step again with --decode cpu (or --decode gpu on GPU nodes only)")
             raise FeatureError(
                 f"{out_dir}: the features of {name} and {first_name} come from different embeddings ("
                 f"{', '.join(differ)} differ: {identity['model']} {json.dumps(identity['options'])} vs "
