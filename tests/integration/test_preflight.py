@@ -179,3 +179,35 @@ def test_a_relative_model_file_is_refused_when_the_steps_run_elsewhere(data, tmp
     assert result.exit_code == 2 and result.output.strip().splitlines() == [
         f"error: --model-options: path '{data[1].name}' is a relative path, which the pipeline's steps (--runner "
         f"subprocess) do not resolve from here; give '{data[1].resolve()}'"], result.output
+
+
+@pytest.mark.parametrize("step", ["index", "search", "score"])
+def test_a_step_command_checks_its_options_in_one_pass_before_reading_anything(data, tmp_path: Path, step: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's tasks as commands (`similarity index|search|score`): an unknown benchmark option
+    was an unexpected TypeError with a traceback file; search parameters that fit no codec were found
+    after the search had started (and had set aside the finished result). Now every problem is a line
+    before the step reads the benchmark, a feature or a result."""
+    def spy(*args, **kwargs):
+        raise AssertionError("the step started before the checks ended")
+
+    monkeypatch.setattr("vsbench.steps.similarity.similarity_index_step", spy)
+    monkeypatch.setattr("vsbench.steps.similarity.similarity_search_step", spy)
+    monkeypatch.setattr("vsbench.steps.similarity.similarity_score_step", spy)
+    monkeypatch.setattr("vsbench.retrieval.engine.Engine.__init__", spy)
+    monkeypatch.setenv("VSBENCH_ERROR_DIR", str(tmp_path / "errors"))
+    extra = ["--search-params", "nprobe=8"] if step != "index" else []
+    result = CliRunner().invoke(app, [
+        "similarity", step, "--benchmark", "disc", "--root", str(data[0]), "--out", str(tmp_path / "nothing"),
+        "--benchmark-options", '{"nosuch": 1}', "--codecs", "Flat;IVF4x,Flat", *extra])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and "Traceback" not in result.output and "unexpected" not in result.output, \
+        result.output
+    assert not (tmp_path / "errors").exists()
+    expected = ["--benchmark-options: benchmark 'disc' has no option 'nosuch'", f"--out {tmp_path / 'nothing'}: no such folder",
+                "--codecs: codec 'IVF4x,Flat' is not a FAISS index_factory string"]
+    if step != "index":
+        expected.append("--search-params: search parameters 'nprobe=8' do not apply to codec 'Flat'")
+    assert len(errors) == len(expected), result.output
+    for start in expected:
+        assert any(line.startswith(f"error: {start}") for line in errors), (start, errors)

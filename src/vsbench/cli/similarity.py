@@ -224,13 +224,20 @@ def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:
     return files
 
 
-def _benchmark_run(**fields):
-    """The benchmark side of a run from a step command's options (one line when a field is wrong)."""
+def _benchmark_run(out: Path, **fields):
+    """The benchmark side of a run from a step command's options, checked before the step reads
+    anything (:func:`~vsbench.runspec.preflight.step_problems`): every problem a line, exit 2."""
+    from vsbench.runspec.preflight import step_problems
     from vsbench.runspec.run import BenchmarkRun
 
     fields["benchmark_options"] = _json_option(fields["benchmark_options"], "--benchmark-options")
     with user_errors():
-        return BenchmarkRun.parse(**fields)
+        run = BenchmarkRun.parse(**fields)
+    if problems := step_problems(run, out):
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(BAD_INPUT_EXIT)
+    return run
 
 
 @similarity_app.command("index")
@@ -257,7 +264,7 @@ def similarity_index(
         fail("give at most one of --train, --fill --shard i, --finish (none: all three in turn); --shard goes "
              "with --fill")
     stage = stages[0] if stages else "all"
-    run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+    run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, reference_shards=reference_shards, merge_ondisk=merge_ondisk)
     with user_errors():
         result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard)
@@ -289,7 +296,7 @@ def similarity_search(
     from vsbench.retrieval.engine import Engine
     from vsbench.steps.similarity import search_tasks, similarity_search_step
 
-    run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+    run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
     engine = Engine(run, out, model=model)  # one read of the benchmark and the features for every task
@@ -312,7 +319,7 @@ def similarity_score(
     """Merge the search results under OUT/search/ and print the benchmark's own table."""
     from vsbench.steps.similarity import similarity_score_step
 
-    run = _benchmark_run(benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+    run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, global_cap=global_cap, search_shards=search_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
     with user_errors():

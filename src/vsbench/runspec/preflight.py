@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vsbench.runspec.run import SimilarityRun
+from vsbench.runspec.run import BenchmarkRun, SimilarityRun
 
 if TYPE_CHECKING:
     from vsbench.benchmarks.base import Benchmark
@@ -119,7 +119,7 @@ def _model(run: SimilarityRun, runner: str, problems: list[str], label: Callable
                             f"(--runner {runner}) do not resolve from here; give {str(Path(value).resolve())!r}")
 
 
-def _search(run: SimilarityRun, problems: list[str], label: Callable[[str], str] = _option) -> None:
+def _search(run: SimilarityRun | BenchmarkRun, problems: list[str], label: Callable[[str], str] = _option) -> None:
     from vsbench.index.codec import check_codec
     from vsbench.index.settings import parse_codecs, parse_score_norms
 
@@ -176,6 +176,28 @@ def similarity_problems(fields: dict[str, Any], *, out: Path, device: str, batch
         problems.append(f"--batch-size {batch_size}: must be at least 1 (images per forward pass)")
     _environment(problems)
     return run, bench, problems
+
+
+def step_problems(run: BenchmarkRun, out: Path) -> list[str]:
+    """What ``similarity index``, ``search`` and ``score`` (one pipeline task each) can tell before
+    reading a feature or a result: the benchmark's option names, its data folder, the output folder
+    the earlier steps wrote, each codec and the search parameters against it, the score
+    normalization. The benchmark itself is read once, by the step."""
+    from vsbench.benchmarks.registry import get
+
+    problems: list[str] = []
+    found: list[str] = []
+    _collect(found, lambda: get(run.benchmark).check_options(run.benchmark_options))
+    problems += [("--benchmark-options: " if " has no option " in line else "") + line for line in found]
+    root = Path(run.root)
+    if not root.is_dir():
+        problems.append(f"--root {root}: {'is a file, not' if root.exists() else 'no such'} folder; give the "
+                        "benchmark's data folder, as given to the embed step")
+    if not Path(out).is_dir():
+        problems.append(f"--out {out}: {'is a file, not' if Path(out).exists() else 'no such'} folder; give the "
+                        "folder the embed step wrote (vsbench similarity run --out, or the pipeline's)")
+    _search(run, problems)
+    return problems
 
 
 def submitted_problems(arguments: dict[str, Any]) -> list[str]:
