@@ -64,16 +64,16 @@ def _env() -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1", "VSBENCH_DIST_TIMEOUT_S": "120"}
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
-                          check=False)
+def _run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=ROOT, env={**_env(), **(env or {})}, capture_output=True, text=True,
+                          timeout=TIMEOUT_S, check=False)
 
 
-def _cli_train(tasks: Path, images: Path, out: Path, nproc: int,
-               overrides: dict | None = None) -> subprocess.CompletedProcess[str]:
+def _cli_train(tasks: Path, images: Path, out: Path, nproc: int, overrides: dict | None = None,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return _run([sys.executable, "-m", "vsbench", "abid", "train", "counting", "--tasks", str(tasks), "--images",
                  str(images), "--out", str(out), "--device", "cpu", "--seed", str(SEED), "--nproc", str(nproc),
-                 "--overrides", json.dumps(overrides or OVERRIDES)])
+                 "--overrides", json.dumps(overrides or OVERRIDES)], env)
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +89,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def two_processes(tiny, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted 2-process run, started the documented way (`--nproc 2` runs torchrun)."""
+    """An uninterrupted 2-process run, started the documented way (`--nproc 2` runs torchrun), tracked
+    to a store of its own (``mlflow.db`` beside the run folder)."""
     out = tmp_path_factory.mktemp("two") / "counting"
-    result = _cli_train(*tiny, out, nproc=2)
+    result = _cli_train(*tiny, out, nproc=2, env={"MLFLOW_TRACKING_URI": f"sqlite:///{out.parent / 'mlflow.db'}"})
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -251,3 +252,21 @@ def test_cli_refuses_nproc_inside_torchrun_and_an_unknown_task(tmp_path, monkeyp
     monkeypatch.delenv("WORLD_SIZE")
     result = runner.invoke(app, ["abid", "train", "quantity", *common])
     assert result.exit_code == 2 and "counting, siamese" in result.output
+
+
+def test_the_two_process_launch_makes_one_parent_run_closed_when_its_workers_finish(two_processes: Path,
+                                                                                    monkeypatch) -> None:
+    """Issue 39: the launcher opens the parent run (each rank would open its own), its workers log
+    the training's child run under it from rank 0, and the launcher's ending (exit 0 once the workers
+    trained) closes it FINISHED."""
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking.provenance import PARENT_TAG
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{two_processes.parent / 'mlflow.db'}")
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("vsbench-abid").experiment_id])
+    (parent,) = [run for run in runs if PARENT_TAG not in run.data.tags]
+    assert parent.info.status == "FINISHED" and parent.data.params["nproc"] == "2"
+    children = [run for run in runs if run.data.tags.get(PARENT_TAG) == parent.info.run_id]
+    assert [child.info.run_name for child in children] == ["abid-train-counting"]

@@ -173,3 +173,34 @@ def test_a_trainjob_of_processes_that_fails_says_the_workers_error_once(tiny, tm
     assert f"each node's log is in {tmp_path / 'out' / 'logs'}" in errors[0]  # torchrun's lines are there
     assert not [line for line in result.output.splitlines() if "ChildFailedError" in line or "exitcode" in line]
     assert "torch/distributed" not in result.output and "ChildFailedError" not in result.output
+
+
+def test_training_here_makes_a_parent_run_as_every_command_does(tiny, tmp_path, monkeypatch):
+    """Issue 39: `abid train` (the pod backend) tracked nothing without --parent-run-id, though
+    --track is its default. Now it opens a parent run in experiment vsbench-abid once its checks pass,
+    the training's child run under it, closed FINISHED; --no-track makes none."""
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking.provenance import PARENT_TAG
+
+    tasks, images = tiny
+    unused = tmp_path / "unused.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{unused}")
+    untracked = _train(tasks, images, tmp_path / "untracked", "--no-track", batch=4)
+    assert untracked.exit_code == 0, untracked.output
+    assert not unused.exists() and "MLflow: parent run" not in untracked.output
+    monkeypatch.delenv("VSBENCH_NO_TRACK")  # what --no-track set for the steps it would start
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    result = _train(tasks, images, tmp_path / "out", batch=4)
+    assert result.exit_code == 0, result.output
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name("vsbench-abid")
+    runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [run for run in runs if PARENT_TAG not in run.data.tags]
+    children = [run for run in runs if run.data.tags.get(PARENT_TAG) == parent.info.run_id]
+    assert parent.info.status == "FINISHED" and parent.data.params["backend"] == "pod"
+    assert [child.info.run_name for child in children] == ["abid-train-counting"], [c.info.run_name for c in children]
+    assert f"MLflow: parent run {parent.info.run_id} (experiment vsbench-abid)" in result.output
+    refused = _train(tasks, images, tmp_path / "refused", "--nproc", "2", batch=16)  # a batch over the 8 rows
+    assert refused.exit_code == 2
+    assert len(client.search_runs([experiment.experiment_id])) == len(runs), "a refused launch leaves no run"

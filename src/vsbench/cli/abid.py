@@ -162,8 +162,8 @@ def abid_train(
     device: Annotated[str, typer.Option(help="'auto', 'cpu' or 'cuda' (under DDP: one GPU per process).")] = "auto",
     nproc: Annotated[int, typer.Option(min=1, help="Processes on this machine: >1 starts torchrun (DDP: gloo on "
                                                    "the CPU, nccl on CUDA). Under torchrun yourself, leave it at 1.")] = 1,
-    parent_run_id: Annotated[str, typer.Option(help="MLflow parent run; empty: no tracking in a pod, a new "
-                                                    "parent run (experiment vsbench-abid) with --backend trainjob.")] = "",
+    parent_run_id: Annotated[str, typer.Option(help="MLflow parent run (a pipeline's); empty: a new parent run "
+                                                    "(experiment vsbench-abid), unless --no-track.")] = "",
     backend: Annotated[str, typer.Option(help="'pod': train here (one process, or --nproc). 'trainjob': a Kubeflow "
                                               "Trainer v2 TrainJob on --nodes nodes through the Kubeflow SDK.")] = "pod",
     nodes: Annotated[int, typer.Option(min=1, help="TrainJob nodes (--backend trainjob).")] = 2,
@@ -213,30 +213,45 @@ def abid_train(
                    f"{result.manifest['trainjob_engine']}, started in {result.manifest['trainjob_startup_seconds']:.1f} s, "
                    f"{result.manifest['trainjob_seconds']:.1f} s in all)")
         return
-    if nproc > 1:
-        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-            raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
-                                     param_hint="--nproc")
-        _launch(task, nproc, parsed, [
-            "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images), "--out", str(out),
-            "--profile", profile, "--overrides", overrides, "--seed", str(seed), "--device", device,
-            "--parent-run-id", parent_run_id, "--decode", decode], tasks, out, profile)
-    step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
-    from pydantic import ValidationError
+    under_torchrun = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    if nproc > 1 and under_torchrun:
+        raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
+                                 param_hint="--nproc")
+    # A parent run as every command makes one, unless given one (a pipeline's) or a rank of a
+    # torchrun started by hand (each rank would make its own); opened once the checks passed.
+    own_parent = not parent_run_id and not under_torchrun
+    params = {"task": task, "profile": profile, "overrides": overrides, "seed": seed, "backend": "pod",
+              "nproc": nproc, "data": str(tasks.resolve())}
+    with _trainjob_parent(track, params) as parent:
+        checked = own_parent and (tasks / TRAIN_ROWS[task]).is_file()  # else the step names what is missing
+        if checked:
+            _check_launch(task, tasks, profile, parsed, nproc)
+            if nproc > 1:
+                _refuse_busy(out, task)
+            parent_run_id = parent.open() if track else ""
+        if nproc > 1:
+            _launch(task, nproc, parsed, [
+                "-m", "vsbench", "abid", "train", task, "--tasks", str(tasks), "--images", str(images), "--out",
+                str(out), "--profile", profile, "--overrides", overrides, "--seed", str(seed), "--device", device,
+                "--parent-run-id", parent_run_id, "--decode", decode], tasks, out, profile, checked=checked)
+        step = abid_train_counting_step if task == "counting" else abid_train_siamese_step
+        from pydantic import ValidationError
 
-    with user_errors(ValidationError, FileNotFoundError):
-        result = step(str(tasks), str(images), str(out), profile=profile, seed=seed, device=device, overrides=parsed,
-                      parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"), decode=decode)
+        with user_errors(ValidationError, FileNotFoundError):
+            result = step(str(tasks), str(images), str(out), profile=profile, seed=seed, device=device,
+                          overrides=parsed, parent_run_id=parent_run_id, manifest_path=str(out / f"train_{task}.json"),
+                          decode=decode)
+        parent.finished(result.metrics)
     if int(os.environ.get("RANK", "0") or 0) == 0:
         print_summary(f"train {task}", result.metrics, list(result.metrics))
         typer.echo(f"result: {result.manifest['result']}")
 
 
 class _Parent:
-    """The MLflow parent run a TrainJob logs under when no --parent-run-id is given: opened (as a
-    pipeline's is: the store probed, the local default announced) only when the job is about to be
-    submitted, so a check that fails leaves no run; closed FINISHED with the training's numbers, or
-    FAILED."""
+    """The MLflow parent run a training logs under when no --parent-run-id is given (a TrainJob, or
+    the pod backend in one process or under --nproc): opened (as a pipeline's is: the store probed,
+    the local default announced) only once the checks passed, so a check that fails leaves no run;
+    closed FINISHED with the training's numbers, or FAILED."""
 
     EXPERIMENT = "vsbench-abid"
 
@@ -277,6 +292,9 @@ def _trainjob_parent(track: bool, params: dict) -> Iterator[_Parent]:
     try:
         yield parent
         succeeded = True
+    except typer.Exit as exc:  # the --nproc launcher ends with Exit(0) once its workers trained
+        succeeded = exc.exit_code == 0
+        raise
     except TrainJobInputError as exc:  # every problem found before submitting: one line each
         for problem in exc.problems:
             typer.echo(f"error: {problem}", err=True)
@@ -300,7 +318,7 @@ def _check_launch(task: str, tasks: Path, profile: str, overrides: dict, world_s
 
 
 def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Path, out: Path,
-            profile: str) -> NoReturn:
+            profile: str, *, checked: bool = False) -> NoReturn:
     """torchrun with ``nproc`` workers here, after the checks that need no worker (batch against the
     training set, task files, profile, --out free); the terminal shows the workers' lines and, on a failure, their
     one-line error and where torchrun's whole output is, not its 40 lines of bookkeeping."""
@@ -309,8 +327,9 @@ def _launch(task: str, nproc: int, overrides: dict, worker: list[str], tasks: Pa
 
     from vsbench.abid.launch import JobOutput, run_logged
 
-    _check_launch(task, tasks, profile, overrides, nproc)
-    _refuse_busy(out, task)
+    if not checked:  # (the caller checked before opening its parent run)
+        _check_launch(task, tasks, profile, overrides, nproc)
+        _refuse_busy(out, task)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *worker]
     typer.echo(" ".join(command[1:]), err=True)
     output = JobOutput(out / f"torchrun_{task}.log", typer.echo)
