@@ -21,7 +21,7 @@ from vsbench.benchmarks.disc.synth import procedural_image
 from vsbench.cli.app import app
 from vsbench.imaging import batched
 from vsbench.models.registry import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
-from vsbench.retrieval import embed
+from vsbench.retrieval import embed, shards
 from vsbench.runtime.device import setup_device
 
 M, S = IMAGENET_MEAN, IMAGENET_STD
@@ -142,7 +142,7 @@ def test_a_bad_decode_option_is_one_line_exit_2(tmp_path):
 def _cosines(a: Path, b: Path) -> np.ndarray:
     found = []
     for name in ("query", "reference", "train"):
-        first, second = embed.open_shards(a / "features", name), embed.open_shards(b / "features", name)
+        first, second = shards.open_shards(a / "features", name), shards.open_shards(b / "features", name)
         assert first.ids.tolist() == second.ids.tolist()
         x, y = np.asarray(first.features[:]), np.asarray(second.features[:])
         found.append((x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1))

@@ -17,7 +17,8 @@ from torch import nn
 from vsbench.io.features import FeatureError, FeatureSet, ImageSet, load_features, save_features
 from vsbench.models.registry import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from vsbench.retrieval import embed
-from vsbench.retrieval.embed import embed_image_set, load_image, merge_shards, shard_of
+from vsbench.retrieval.embed import embed_image_set, load_image
+from vsbench.retrieval.shards import merge_shards, shard_of
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")
 SIZES = [(40, 30), (30, 44), (36, 36), (50, 28), (28, 40), (64, 48), (33, 35)]

@@ -289,7 +289,7 @@ def test_train_json_and_shard_records_say_what_they_are_for(tmp_path: Path) -> N
 
 def test_a_changed_embed_shard_is_named_when_a_fill_reads_it(tmp_path: Path) -> None:
     """open_shards verifies each embed shard file against its manifest before its rows are read."""
-    from vsbench.retrieval.embed import open_shards
+    from vsbench.retrieval.shards import open_shards
 
     _, r, _ = _data()
     for number, rows in enumerate(np.array_split(r, 2)):

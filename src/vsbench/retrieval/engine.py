@@ -48,7 +48,8 @@ from vsbench.index.store import (
 from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
-from vsbench.retrieval.embed import embed_image_set, open_embeddings
+from vsbench.retrieval.embed import embed_image_set
+from vsbench.retrieval.shards import open_embeddings
 from vsbench.runspec.run import BenchmarkRun
 
 FEATURES_DIR = "features"
