@@ -202,7 +202,7 @@ def child(kind: str, data: Path, codec: str, k: int, search_params: str, folder:
         info = finish_index(request, folder / "index", codec, reference_shards=reference_shards, merge_ondisk=True)
         result["merged_mb"] = sum((info.folder / name).stat().st_size for name in info.merged_names) / 2**20
     elif kind == "vsbench-search-merged":  # one task per query shard, each probing the whole gallery once
-        from vsbench.index.store import collect, search_merged
+        from vsbench.index.results import collect, search_merged
 
         request = _request(data, codec, k, search_params, train=False)
         started = time.perf_counter()
@@ -212,7 +212,7 @@ def child(kind: str, data: Path, codec: str, k: int, search_params: str, folder:
         found = collect(request, folder / "index", folder / "search-merged", query_shards=search_shards, merged=True)
         result["ids"] = found[(codec, "none")][1].tolist()
     elif kind == "vsbench-search":
-        from vsbench.index.store import collect, search_shard, shard_tasks
+        from vsbench.index.results import collect, search_shard, shard_tasks
 
         request = _request(data, codec, k, search_params, train=False)
         started = time.perf_counter()  # the inputs are the caller's; what vsbench does with them is timed

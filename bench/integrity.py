@@ -31,24 +31,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gallery import _request, add_gallery_arguments, data_folder, run_folder  # noqa: E402
 
-from vsbench.index import store  # noqa: E402
+from vsbench.index import results, store  # noqa: E402
 
 
 @contextmanager
 def checks(on: bool):
     """Off: an index file passes when its size is the recorded one, and a search result when it
     reads: the checks of the files' content are what is measured."""
-    real_problem, real_result = store._file_problem, store._check_result
+    real_problem, real_result = store._file_problem, results._check_result
     if not on:
         def size_only(path: Path, recorded: Any) -> str | None:
             return None if path.stat().st_size == recorded["bytes"] else "size"
 
         store._file_problem = size_only
-        store._check_result = lambda *args, **kwargs: None
+        results._check_result = lambda *args, **kwargs: None
     try:
         yield
     finally:
-        store._file_problem, store._check_result = real_problem, real_result
+        store._file_problem, results._check_result = real_problem, real_result
 
 
 def main() -> None:
@@ -75,9 +75,9 @@ def main() -> None:
                 assert info.meta["reused"], "the index step must reuse the gallery's index"
                 shutil.rmtree(folder / "integrity-search", ignore_errors=True)
                 begun = time.perf_counter()
-                store.search_shard(search_request, folder / "index", folder / "integrity-search", query_shard=0,
+                results.search_shard(search_request, folder / "index", folder / "integrity-search", query_shard=0,
                                    query_shards=1, reference_shard=0)
-                store.collect(search_request, folder / "index", folder / "integrity-search", query_shards=1)
+                results.collect(search_request, folder / "index", folder / "integrity-search", query_shards=1)
                 times["search + merge"][side].append(time.perf_counter() - begun)
     shutil.rmtree(folder / "integrity-search", ignore_errors=True)
     size_mb = sum(p.stat().st_size for p in (folder / "index").rglob("*.faiss")) / 2**20

@@ -19,18 +19,9 @@ import pytest
 
 from vsbench.index import codec as codec_module
 from vsbench.index.plan import SearchRequest
+from vsbench.index.results import collect, search_shard, shard_tasks
 from vsbench.index.settings import SearchError
-from vsbench.index.store import (
-    INDEX_JSON,
-    TRAIN_JSON,
-    build_index,
-    collect,
-    fill_shard,
-    finish_index,
-    search_shard,
-    shard_tasks,
-    train_index,
-)
+from vsbench.index.store import INDEX_JSON, TRAIN_JSON, build_index, fill_shard, finish_index, train_index
 from vsbench.io.features import FeatureError, FeatureSet, MappedRows, RowSource, map_npz_member, save_features
 
 EXHAUSTIVE = ["Flat", "PCA16,Flat", "PCAW16,L2norm,Flat", "PQ4", "PQ2", "SQ8", "PCA32,SQ8"]

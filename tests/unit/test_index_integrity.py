@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from vsbench.index.plan import SearchRequest, search_inline
+from vsbench.index.results import collect, search_shard, shard_tasks
 from vsbench.index.settings import SearchError
-from vsbench.index.store import INDEX_JSON, build_index, collect, search_shard, shard_tasks
+from vsbench.index.store import INDEX_JSON, build_index
 
 QUERY_SHARDS, REFERENCE_SHARDS = 2, 2
 
@@ -137,14 +138,14 @@ def test_index_json_records_every_files_digest(finished) -> None:
 def _rewrite_result(path: Path, change) -> None:
     """Rewrite a result file with ``change`` applied to its arrays, the content digest made right
     again: the checks of the arrays themselves, not only the digest, must refuse it."""
-    from vsbench.index import store
+    from vsbench.index import results
 
     with np.load(path) as data:
         arrays = {name: data[name] for name in data.files}
     key = json.loads(str(arrays.pop("key")))
     arrays.pop("content_sha256")
     change(arrays)
-    store._write_npz(path, key, arrays)
+    results._write_npz(path, key, arrays)
 
 
 def _set(name: str, value: float) -> Callable[[dict], None]:

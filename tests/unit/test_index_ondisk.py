@@ -21,17 +21,9 @@ import pytest
 from tests.unit.test_index_fill import _cli, _data, _disc_run, _raw_faiss, _request
 from vsbench.index import codec as codec_module
 from vsbench.index import ondisk
+from vsbench.index.results import collect, search_merged, search_shard, shard_tasks
 from vsbench.index.settings import SearchError
-from vsbench.index.store import (
-    INDEX_JSON,
-    build_index,
-    collect,
-    finish_index,
-    load_index_info,
-    search_merged,
-    search_shard,
-    shard_tasks,
-)
+from vsbench.index.store import INDEX_JSON, build_index, finish_index, load_index_info
 
 IVF = ["IVF8,Flat", "IVF8,PQ8", "IVF8,SQ8", "PCA16,IVF8,Flat"]
 SHARDS = 3

@@ -17,16 +17,9 @@ import pytest
 
 from vsbench.index.codec import merge_found
 from vsbench.index.plan import SearchRequest, search_inline
+from vsbench.index.results import collect, search_shard, shard_tasks
 from vsbench.index.settings import SearchError
-from vsbench.index.store import (
-    build_index,
-    collect,
-    query_bounds,
-    reference_bounds,
-    search_shard,
-    shard_bounds,
-    shard_tasks,
-)
+from vsbench.index.store import build_index, query_bounds, reference_bounds, shard_bounds
 from vsbench.io.features import FeatureSet, save_features
 from vsbench.retrieval.engine import Engine
 from vsbench.runspec.run import BenchmarkRun

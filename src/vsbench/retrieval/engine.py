@@ -36,15 +36,8 @@ from typing import Any
 from vsbench.benchmarks.base import Benchmark, EvalResult
 from vsbench.benchmarks.registry import load_benchmark
 from vsbench.index.plan import SearchRequest
-from vsbench.index.store import (
-    build_index,
-    collect,
-    fill_shard,
-    finish_index,
-    search_merged,
-    search_shard,
-    train_index,
-)
+from vsbench.index.results import collect, search_merged, search_shard
+from vsbench.index.store import build_index, fill_shard, finish_index, train_index
 from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
