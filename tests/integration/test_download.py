@@ -160,7 +160,7 @@ def test_a_resume_logs_each_refetch_with_its_reason_and_each_failing_key(local_s
     import builtins
     import errno
 
-    from vsbench.abid import download
+    from vsbench.abid import fetch
 
     objects = _put_dataset(local_s3, public_bucket, n=8)
     source = f"s3://{public_bucket}"
@@ -177,7 +177,7 @@ def test_a_resume_logs_each_refetch_with_its_reason_and_each_failing_key(local_s
             raise OSError(errno.EIO, "Input/output error", str(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(download, "open", failing_open, raising=False)
+    monkeypatch.setattr(fetch, "open", failing_open, raising=False)  # where local copies are verified
     with FlakyProxy(local_s3.endpoint_url) as proxy:
         proxy.missing_keys = {"metadata/6.json", "metadata/7.json"}
         again = download_abid(source, tmp_path, endpoint_url=proxy.url, retries=2, backoff=0.01, progress=False)

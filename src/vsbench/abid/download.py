@@ -19,11 +19,9 @@ the folders it created.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
-import random
 import re
 import signal
 import threading
@@ -31,24 +29,27 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
 from typing import Any
 
+from vsbench.abid.fetch import (
+    Breaker,
+    Fetcher,
+    ObjectResult,
+    PlannedObject,
+    max_connection_failures,
+    stall_timeout,
+    start_workers,
+    verify_local,
+)
 from vsbench.abid.ids import AbidKey, parse_key, relative_path
 from vsbench.abid.s3_get import (
     AnonymousHttpGetter,
     BotoGetter,
-    connection_failure,
-    describe_error,
-    is_permanent,
-    short_error,
 )
 from vsbench.io.locks import LOCK_FILE, lock_path, output_lock, step_lock
 from vsbench.io.storage import (
     TMP_MARKER,
     S3AccessError,
-    _env_number,
-    atomic_write_bytes,
     atomic_write_json,
     explain_s3_error,
     has_aws_credentials,
@@ -63,9 +64,6 @@ PUBLIC_SOURCE = "s3://aft-vbi-pds"
 PROBE_OBJECTS = 20  # when this many first objects all fail for one job-wide cause, the rest are not tried
 MANIFEST_NAME = "_manifests/download.json"
 MAX_LISTED_CONFLICTS = 10_000  # bounds the manifest; the count is always exact
-MAX_CONNECTION_FAILURES = 100  # VSBENCH_S3_MAX_CONNECTION_FAILURES: requests in a row with no answer, job-wide
-STALL_TIMEOUT_S = 60.0  # VSBENCH_S3_STALL_TIMEOUT: seconds with requests in flight and no answer at all
-VERIFY_BLOCK = 1 << 20  # bytes hashed per read when checking a local copy
 KEEP_RULE = "the unpadded key is the canonical spelling (the challenge's ids are integers)"
 
 
@@ -95,32 +93,6 @@ def conflict_kinds(conflicts: Iterable[SpellingConflict]) -> dict[str, int]:
 
 def _listed(key: AbidKey, obj: dict[str, Any]) -> dict[str, Any]:
     return {"key": key.key, "size": obj["Size"], "etag": obj["ETag"]}
-
-
-@dataclass(frozen=True)
-class PlannedObject:
-    """One object to have on disk: the chosen source key and where it lands."""
-
-    bin_id: int
-    kind: str
-    key: str
-    size: int
-    etag: str
-    path: str  # relative to the destination root
-    alternate_keys: tuple[str, ...] = ()
-
-
-@dataclass
-class ObjectResult:
-    bin_id: int
-    kind: str
-    key: str
-    path: str
-    size: int
-    status: str  # fetched | skipped | failed | stopped (not tried: the job stopped first)
-    attempts: int = 0
-    reason: str = ""
-    permanent: bool = False  # an answer that retrying cannot change (denied, not found)
 
 
 @dataclass
@@ -301,199 +273,6 @@ def no_abid_objects(source: str, prefix: str, keys: list[str]) -> str:
     listed = f"{len(keys)} key listed" if len(keys) == 1 else f"{len(keys)} keys listed"
     return (f"no ABID objects under {source}: {listed}, none named {prefix}bin-images/<id>.jpg or "
             f"{prefix}metadata/<id>.json (e.g. {keys[0]}){hint}")
-
-
-def _etag_is_md5(etag: str) -> bool:
-    return len(etag) == 32 and "-" not in etag and all(c in "0123456789abcdef" for c in etag.lower())
-
-
-def verify_bytes(data: bytes, size: int, etag: str) -> str:
-    """Return "" when ``data`` matches the listing, else the reason it does not."""
-    if len(data) != size:
-        return f"size {len(data)} != listed {size}"
-    if _etag_is_md5(etag) and hashlib.md5(data, usedforsecurity=False).hexdigest() != etag.lower():
-        return "md5 does not match the ETag"
-    return ""
-
-
-def verify_local(path: Path, size: int, etag: str) -> str:
-    """Like :func:`verify_bytes` for a file already on disk: "" means complete and intact, "missing"
-    that nothing is there, anything else why the local copy cannot be kept (a folder in its place, a
-    size or MD5 mismatch, a read error: "unreadable (...)"), so a resumed run can say why it fetched
-    the file again. The MD5 is read in blocks: memory stays flat whatever the file's size."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:  # a file where a folder should be (ENOTDIR), a name too long, I/O errors
-        return f"unreadable ({_os_error(exc)})"
-    if not S_ISREG(stat.st_mode):
-        return "a folder, not a file" if S_ISDIR(stat.st_mode) else "not a regular file"
-    if stat.st_size != size:
-        return f"size {stat.st_size} != listed {size}"
-    if not _etag_is_md5(etag):
-        return ""
-    digest = hashlib.md5(usedforsecurity=False)
-    try:
-        with open(path, "rb", buffering=0) as handle:
-            while block := handle.read(VERIFY_BLOCK):
-                digest.update(block)
-    except OSError as exc:
-        return f"unreadable ({_os_error(exc)})"
-    return "" if digest.hexdigest() == etag.lower() else "md5 does not match the ETag"
-
-
-def _os_error(exc: OSError) -> str:
-    """``[Errno 13] Permission denied`` without the path (the key log names the file already)."""
-    if exc.errno is not None and exc.strerror:
-        return f"[Errno {exc.errno}] {exc.strerror}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def max_connection_failures() -> int:
-    """Requests in a row, job-wide, that may fail with no answer before the download stops."""
-    return int(_env_number("VSBENCH_S3_MAX_CONNECTION_FAILURES", MAX_CONNECTION_FAILURES, "requests", integer=True))
-
-
-def stall_timeout() -> float:
-    """Seconds with requests in flight and no answer before the download stops."""
-    return _env_number("VSBENCH_S3_STALL_TIMEOUT", STALL_TIMEOUT_S, "seconds")
-
-
-class _Breaker:
-    """Job-wide circuit breaker: trips after ``limit`` requests in a row without an answer, or after
-    ``stall`` seconds without any answer while requests are in flight. Any HTTP answer (even a 404, a
-    503 or a body failing its MD5) proves the endpoint alive and resets both."""
-
-    def __init__(self, limit: int, stall: float) -> None:
-        self.limit, self.stall = limit, stall
-        self.stop = threading.Event()
-        self.consecutive = 0
-        self.last_answer = time.monotonic()
-        self.what = ""  # what the endpoint did on the last failure, in words
-        self.detail = ""  # the last failure's exception
-        self.tripped = ""  # "breaker" or "stall" once tripped
-        self.tripped_at = 0  # requests in a row without an answer when it tripped
-        self._lock = threading.Lock()
-
-    def answered(self) -> None:
-        with self._lock:
-            self.consecutive = 0
-            self.last_answer = time.monotonic()
-
-    def failed(self, what: str, exc: BaseException) -> None:
-        with self._lock:
-            self.consecutive += 1
-            self.what, self.detail = what, short_error(exc)
-            if self.consecutive >= self.limit and not self.tripped:
-                self.tripped, self.tripped_at = "breaker", self.consecutive
-                self.stop.set()
-
-    def check_stall(self) -> None:
-        with self._lock:
-            if not self.tripped and time.monotonic() - self.last_answer >= self.stall:
-                self.tripped = "stall"
-                self.stop.set()
-
-
-class _Fetcher:
-    """Fetch one object with bounded, jittered exponential backoff."""
-
-    def __init__(self, get, dest: Path, retries: int, backoff: float,
-                 explain: Callable[[BaseException], str | None] = lambda exc: None,
-                 breaker: _Breaker | None = None) -> None:
-        self.get = get
-        self.dest = dest
-        self.retries = retries
-        self.backoff = backoff
-        self.explain = explain
-        self.breaker = breaker or _Breaker(MAX_CONNECTION_FAILURES, STALL_TIMEOUT_S)
-        self.stop = self.breaker.stop  # set by the breaker or by the caller (a signal): no new request starts
-        self.causes: list[str] = []  # job-wide causes met (first one kept per kind)
-        self._lock = threading.Lock()
-
-    def fatal(self, exc: BaseException) -> bool:
-        """Errors that name a job-wide cause although not an HTTP answer (no credentials). An endpoint
-        that stops answering part-way is the breaker's to judge (the listing already reached it)."""
-        from botocore import exceptions as boto
-
-        return isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError)
-
-    def note_permanent(self, exc: BaseException) -> None:
-        cause = self.explain(exc)
-        if cause:
-            with self._lock:
-                if cause not in self.causes:
-                    self.causes.append(cause)
-
-    def __call__(self, obj: PlannedObject) -> ObjectResult:
-        target = self.dest / obj.path
-        reason = ""
-        for attempt in range(1, self.retries + 1):
-            if self.stop.is_set():
-                return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "stopped", attempt - 1, reason)
-            try:
-                data = self.get(obj.key)
-                self.breaker.answered()
-                reason = verify_bytes(data, obj.size, obj.etag)
-                if not reason:
-                    if self.stop.is_set():  # the job has stopped (and may be cleaning up): write nothing more
-                        return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "stopped", attempt)
-                    try:
-                        atomic_write_bytes(target, data)
-                    except OSError as exc:  # a folder in the way, a full or read-only disk: not the endpoint's
-                        return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt,
-                                            f"cannot write {obj.path} under the destination: {_os_error(exc)}",
-                                            permanent=True)
-                    return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, len(data), "fetched", attempt)
-            except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported
-                reason = describe_error(exc)
-                what = connection_failure(exc)
-                if what:
-                    self.breaker.failed(what, exc)
-                else:
-                    self.breaker.answered()
-                if is_permanent(exc):
-                    self.note_permanent(exc)
-                    return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason,
-                                        permanent=True)
-                if self.fatal(exc):  # missing credentials: no retry can help
-                    self.note_permanent(exc)
-                    return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", attempt, reason,
-                                        permanent=True)
-            if attempt < self.retries:
-                self.stop.wait(self.backoff * (2 ** (attempt - 1)) * (0.5 + random.random()))
-        return ObjectResult(obj.bin_id, obj.kind, obj.key, obj.path, 0, "failed", self.retries, reason)
-
-
-def _start_workers(fn: Callable[[PlannedObject], ObjectResult], items: list[PlannedObject], workers: int,
-                   stop: threading.Event) -> queue.SimpleQueue:
-    """Run ``fn`` over ``items`` on ``workers`` daemon threads; each ``(index, result or exception)`` is
-    put on the returned queue, and no item is started once ``stop`` is set. The index lets the caller
-    keep a byte per item, not a set of paths, for what has an answer. One queue, not a future per item waited
-    on together: ``concurrent.futures.wait`` over a million pending futures costs O(n) per call.
-    Daemon threads, unlike ThreadPoolExecutor's, do not hold the process at exit: after a stop
-    (breaker, SIGTERM) a request still waiting on a silent endpoint must not delay the exit by a read
-    timeout. A thread cut short at exit leaves at most a temporary file, which the next run ignores."""
-    results: queue.SimpleQueue = queue.SimpleQueue()
-    jobs = enumerate(items)
-    lock = threading.Lock()
-
-    def work() -> None:
-        while not stop.is_set():
-            with lock:
-                job = next(jobs, None)
-            if job is None:
-                return
-            index, item = job
-            try:
-                results.put((index, fn(item)))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                results.put((index, exc))
-
-    for _ in range(min(workers, len(items))):
-        threading.Thread(target=work, name="abid-download", daemon=True).start()
-    return results
 
 
 class DownloadInterrupted(RuntimeError):
@@ -809,8 +588,8 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
         getter_client = client or s3_client(endpoint_url, max_pool_connections=max(concurrency, 10), attempts=1)
         get = BotoGetter(getter_client, location.bucket)
         summary.endpoint = endpoint_url or getattr(getattr(getter_client, "meta", None), "endpoint_url", "") or ""
-    breaker = _Breaker(limit_failures, stall)
-    fetcher = _Fetcher(get, dest, retries, backoff, explain, breaker)
+    breaker = Breaker(limit_failures, stall)
+    fetcher = Fetcher(get, dest, retries, backoff, explain, breaker)
     probe = min(len(todo), PROBE_OBJECTS)
     results: queue.SimpleQueue | None = None
 
@@ -854,7 +633,7 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
     try:
         with bar:
             fetch_started = time.perf_counter()
-            results = _start_workers(fetcher, todo, concurrency, fetcher.stop)
+            results = start_workers(fetcher, todo, concurrency, fetcher.stop)
             received = 0
             while received < len(todo):
                 received += drain(0.25)
@@ -891,7 +670,7 @@ def _log_not_tried(log: KeyLog, todo: list[PlannedObject], answered: bytearray, 
             log.write(obj, "not_tried", why)
 
 
-def _account(summary: DownloadSummary, fetcher: _Fetcher, breaker: _Breaker, todo: list[PlannedObject],
+def _account(summary: DownloadSummary, fetcher: Fetcher, breaker: Breaker, todo: list[PlannedObject],
              interrupted: str = "") -> None:
     """Count the objects never tried and name the job-wide cause (one line), if any."""
     if fetcher.causes and (summary.fetched == 0 or summary.stopped_early):
