@@ -217,9 +217,10 @@ def abid_train(
     if nproc > 1 and under_torchrun:
         raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
                                  param_hint="--nproc")
-    # A parent run as every command makes one, unless given one (a pipeline's) or a rank of a
-    # torchrun started by hand (each rank would make its own); opened once the checks passed.
-    own_parent = not parent_run_id and not under_torchrun
+    # A parent run as every command makes one, unless given one (a pipeline's) or started by torchrun
+    # (a TrainJob's node, a job by hand: each rank would make its own; torchrun sets LOCAL_RANK even
+    # for one process); opened once the checks passed.
+    own_parent = not parent_run_id and not under_torchrun and "LOCAL_RANK" not in os.environ
     params = {"task": task, "profile": profile, "overrides": overrides, "seed": seed, "backend": "pod",
               "nproc": nproc, "data": str(tasks.resolve())}
     with _trainjob_parent(track, params) as parent:
