@@ -95,7 +95,8 @@ def test_the_registrys_own_tests_pass_for_the_plugin(plugin_site: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-k", "colour_match",
                            str(root / "tests" / "unit" / "test_registry.py")],
-                          env=environment(plugin_site), cwd=root, capture_output=True, text=True, timeout=600)
+                          env={k: v for k, v in environment(plugin_site).items() if k != "PYTEST_ADDOPTS"},
+                          cwd=root, capture_output=True, text=True, timeout=600)  # (no --durations lines to parse)
     assert done.returncode == 0, done.stdout[-3000:]
     ran = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("[colour_match]")]
     assert len(ran) >= 3 and set(ran) == {"PASSED"}, done.stdout[-3000:]  # spellings, synth names, end to end
