@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -48,13 +49,19 @@ def private_embedding_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatc
 
 
 @pytest.fixture(autouse=True)
-def private_tracking_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def private_tracking_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Commands track to MLFLOW_TRACKING_URI or else a local default store under VSBENCH_HOME. A test
     that names no store tracks nothing (VSBENCH_DEFAULT_STORE=off: a store per test costs seconds),
-    and none writes to the user's ~/.vsbench. Tests of the default store clear the variable."""
+    and none writes to the user's ~/.vsbench. Tests of the default store clear the variable.
+
+    A command run in the test's process that finds tracking off sets VSBENCH_NO_TRACK for the steps
+    it starts (``disable_tracking``); it is removed after the test too, since a module-scoped fixture
+    made before the next test's own fixtures would otherwise inherit it."""
     monkeypatch.setenv("VSBENCH_HOME", str(tmp_path_factory.mktemp("vsbench-home")))
     monkeypatch.setenv("VSBENCH_DEFAULT_STORE", "off")
     monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
+    yield
+    os.environ.pop("VSBENCH_NO_TRACK", None)
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,8 @@ SEED = 0
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MLFLOW_TRACKING_URI")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MLFLOW_TRACKING_URI", "VSBENCH_NO_TRACK")}
     return {**env, "OMP_NUM_THREADS": "1", "VSBENCH_DIST_TIMEOUT_S": "120"}
 
 

@@ -92,15 +92,15 @@ def test_one_inline_run_reads_the_benchmark_and_opens_the_features_once(tmp_path
     """The walk of one `similarity run` (issue 27): the native files are parsed once, each image
     set's embed shards are opened once (in place: no merged copy is written or read back), the
     search requests are built once."""
-    import vsbench.retrieval.embed as embed_module
     import vsbench.retrieval.engine as engine_module
+    import vsbench.retrieval.shards as shards_module
 
     root, options = _generated("disc", tmp_path / "data")
     features = tmp_path / "features.npz"
     _random_features(SPECS["disc"], root, options, features)
     calls = {"load_benchmark": 0, "search_requests": 0}
     opened: list[str] = []
-    real_load, real_open = engine_module.load_benchmark, embed_module._open_shards
+    real_load, real_open = engine_module.load_benchmark, shards_module._open_shards
 
     def counting_load(*args, **kwargs):
         calls["load_benchmark"] += 1
@@ -119,7 +119,7 @@ def test_one_inline_run_reads_the_benchmark_and_opens_the_features_once(tmp_path
         return real_open(folder, set_name)
 
     monkeypatch.setattr(engine_module, "load_benchmark", counting_load)
-    monkeypatch.setattr(embed_module, "_open_shards", counting_open)
+    monkeypatch.setattr(shards_module, "_open_shards", counting_open)
     run = SimilarityRun(benchmark="disc", root=str(root), model="precomputed", model_options={"path": str(features)},
                         codecs="Flat;PCA4,Flat", num_shards=2, search_shards=2, reference_shards=2)
     run_inline(run, tmp_path / "run", progress=False)
