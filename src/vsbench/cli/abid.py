@@ -199,7 +199,7 @@ def abid_train(
                                      param_hint="--nproc")
         params = {"task": task, "profile": profile, "overrides": overrides, "seed": seed, "nodes": nodes,
                   "gpus_per_node": gpus_per_node, "engine": engine, "data": str(tasks.resolve())}
-        with user_errors(TrainJobError, ContainerRunError), _trainjob_parent(track, params) as parent:
+        with user_errors(TrainJobError, ContainerRunError), _training_parent(track, params) as parent:
             if (tasks / TRAIN_ROWS[task]).is_file():  # what would stop every node, before any starts
                 _check_launch(task, tasks, profile, parsed, nodes * max(1, gpus_per_node))
             result = abid_train_step(task, str(tasks), str(images), str(out), backend="trainjob", nodes=nodes,
@@ -223,7 +223,7 @@ def abid_train(
     own_parent = not parent_run_id and not under_torchrun and "LOCAL_RANK" not in os.environ
     params = {"task": task, "profile": profile, "overrides": overrides, "seed": seed, "backend": "pod",
               "nproc": nproc, "data": str(tasks.resolve())}
-    with _trainjob_parent(track, params) as parent:
+    with _training_parent(track, params) as parent:
         checked = own_parent and (tasks / TRAIN_ROWS[task]).is_file()  # else the step names what is missing
         if checked:
             _check_launch(task, tasks, profile, parsed, nproc)
@@ -280,7 +280,7 @@ class _Parent:
 
 
 @contextmanager
-def _trainjob_parent(track: bool, params: dict) -> Iterator[_Parent]:
+def _training_parent(track: bool, params: dict) -> Iterator[_Parent]:
     """A :class:`_Parent` for the block; ``--no-track`` turns tracking off for the job's nodes too."""
     from vsbench.platform.trainjob import TrainJobInputError
     from vsbench.tracking.config import disable_tracking
