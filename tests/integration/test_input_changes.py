@@ -232,6 +232,15 @@ def test_two_runs_at_once_into_one_folder_never_print_a_mixed_table(world: Path,
     assert succeeded >= 1
 
 
+def _index_step_errors(root: Path, out: Path) -> list[str]:
+    """The `error:` lines of `similarity index` over ``out``, which must refuse with exactly one."""
+    result = CliRunner().invoke(app, ["similarity", "index", "--benchmark", "disc", "--root", str(root),
+                                      "--out", str(out), "--codecs", "Flat", "--reference-shards", "2"])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output[-2000:]
+    return errors
+
+
 def test_features_of_two_models_in_one_folder_are_refused_by_the_later_steps(world: Path, tmp_path: Path) -> None:
     """What two pipeline runs into one folder could leave: queries of one model, references of the
     other. The index, search and score steps refuse it in one line instead of scoring it."""
@@ -244,10 +253,7 @@ def test_features_of_two_models_in_one_folder_are_refused_by_the_later_steps(wor
     for path in (runs["model-other.pt"] / "features").glob("reference.shard-*"):
         shutil.copy2(path, mixed / "features" / path.name)
     shutil.rmtree(mixed / "index")
-    result = CliRunner().invoke(app, ["similarity", "index", "--benchmark", "disc", "--root", str(world / "disc"),
-                                      "--out", str(mixed), "--codecs", "Flat", "--reference-shards", "2"])
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert result.exit_code == 2 and len(errors) == 1, result.output[-2000:]
+    errors = _index_step_errors(world / "disc", mixed)
     assert "come from different embeddings" in errors[0] and "reference" in errors[0]
     assert not (mixed / "index" / "manifest.json").exists()
 
@@ -264,10 +270,7 @@ def test_shards_decoded_two_ways_are_refused_with_the_decode_to_use(world: Path,
     manifest["key"]["decode"] = "device"  # what a shard embedded with the device decode records
     manifest_path.write_text(json.dumps(manifest))
     shutil.rmtree(out / "index")
-    result = CliRunner().invoke(app, ["similarity", "index", "--benchmark", "disc", "--root", str(world / "disc"),
-                                      "--out", str(out), "--codecs", "Flat", "--reference-shards", "2"])
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert result.exit_code == 2 and len(errors) == 1, result.output[-2000:]
+    errors = _index_step_errors(world / "disc", out)
     assert "reference shard 0 was decoded on the device (batched) and " in errors[0] and " by Pillow, " in errors[0]
     assert "--decode cpu" in errors[0]
 

@@ -59,12 +59,18 @@ def test_covering_mounts_a_folder_once_with_what_is_inside_it(tmp_path: Path) ->
     assert plan.read_only_mounts() == [(tmp_path / "bench").resolve()], "inputs inside a writable mount go with it"
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="changing a file's group to 10001 needs root")
-def test_step_access_is_what_fsgroup_gives_a_pod_volume(tmp_path: Path) -> None:
+def _data_with_a_private_file(tmp_path: Path) -> Path:
+    """A data folder holding ``raw/1.jpg``, readable by its owner only (as a camera's export may be)."""
     data = tmp_path / "data"
     (data / "raw").mkdir(parents=True)
     (data / "raw" / "1.jpg").write_bytes(b"x")
     os.chmod(data / "raw" / "1.jpg", 0o600)
+    return data
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="changing a file's group to 10001 needs root")
+def test_step_access_is_what_fsgroup_gives_a_pod_volume(tmp_path: Path) -> None:
+    data = _data_with_a_private_file(tmp_path)
     store = tmp_path / "store" / "mlflow.db"
     store.parent.mkdir()
     store.write_bytes(b"")
@@ -230,10 +236,7 @@ def test_a_step_that_fails_fast_fails_and_its_container_is_removed(capsys) -> No
 
 @pytest.mark.skipif(os.getuid() != 0, reason="changing a file's group to 10001 needs root")
 def test_the_access_a_container_run_grants_is_said_in_one_line_before_anything_changes(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    (data / "raw").mkdir(parents=True)
-    (data / "raw" / "1.jpg").write_bytes(b"x")
-    os.chmod(data / "raw" / "1.jpg", 0o600)
+    data = _data_with_a_private_file(tmp_path)
     before = {path: (path.stat().st_gid, stat.S_IMODE(path.stat().st_mode)) for path in (data, data / "raw", data / "raw" / "1.jpg")}
     changes = step_access_changes([data], gid=10001)
     assert sorted(changes) == sorted(before), "every path that would change, and nothing changed yet"

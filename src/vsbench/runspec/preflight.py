@@ -82,16 +82,24 @@ def _benchmark(run: SimilarityRun, problems: list[str]) -> Benchmark | None:
 
     spec = get(run.benchmark)
     before = len(problems)
+    _options_and_root(run, problems, f" (vsbench synth similarity {run.benchmark} --out DIR makes one)")
+    if len(problems) > before:
+        return None
+    return _collect(problems, lambda: spec.load(Path(run.root), **run.benchmark_options))
+
+
+def _options_and_root(run: SimilarityRun | BenchmarkRun, problems: list[str], root_hint: str) -> None:
+    """The benchmark's option names against its loader, and its data folder (``root_hint`` ends
+    the line: where one comes from)."""
+    from vsbench.benchmarks.registry import get
+
     found: list[str] = []  # an unknown option, or a plugin whose loader cannot be found (named as it is)
-    _collect(found, lambda: spec.check_options(run.benchmark_options))
+    _collect(found, lambda: get(run.benchmark).check_options(run.benchmark_options))
     problems += [("--benchmark-options: " if " has no option " in line else "") + line for line in found]
     root = Path(run.root)
     if not root.is_dir():
         problems.append(f"--root {root}: {'is a file, not' if root.exists() else 'no such'} folder; give the "
-                        f"benchmark's data folder (vsbench synth similarity {run.benchmark} --out DIR makes one)")
-    if len(problems) > before:
-        return None
-    return _collect(problems, lambda: spec.load(root, **run.benchmark_options))
+                        f"benchmark's data folder{root_hint}")
 
 
 def _option(field: str) -> str:
@@ -183,16 +191,8 @@ def step_problems(run: BenchmarkRun, out: Path) -> list[str]:
     reading a feature or a result: the benchmark's option names, its data folder, the output folder
     the earlier steps wrote, each codec and the search parameters against it, the score
     normalization. The benchmark itself is read once, by the step."""
-    from vsbench.benchmarks.registry import get
-
     problems: list[str] = []
-    found: list[str] = []
-    _collect(found, lambda: get(run.benchmark).check_options(run.benchmark_options))
-    problems += [("--benchmark-options: " if " has no option " in line else "") + line for line in found]
-    root = Path(run.root)
-    if not root.is_dir():
-        problems.append(f"--root {root}: {'is a file, not' if root.exists() else 'no such'} folder; give the "
-                        "benchmark's data folder, as given to the embed step")
+    _options_and_root(run, problems, ", as given to the embed step")
     if not Path(out).is_dir():
         problems.append(f"--out {out}: {'is a file, not' if Path(out).exists() else 'no such'} folder; give the "
                         "folder the embed step wrote (vsbench similarity run --out, or the pipeline's)")
