@@ -237,14 +237,18 @@ def access_note(changes: list[Path], roots: Iterable[Path], gid: int = RUNTIME_U
             "`--runner subprocess` changes nothing")
 
 
-def grant_step_access(folders: Iterable[Path], files: Iterable[Path] = (), gid: int = RUNTIME_UID) -> list[Path]:
+def grant_step_access(folders: Iterable[Path], files: Iterable[Path] = (), gid: int = RUNTIME_UID,
+                      changes: list[Path] | None = None) -> list[Path]:
     """What Kubernetes does to a volume for ``fsGroup: 10001``: group 10001, group-writable,
     set-gid folders, so the step's user can write what the host created and the host keeps
     reading what the step writes. ``files`` are single files (an MLflow sqlite store) whose folder
-    is made writable without walking it. Returns the paths it changed."""
+    is made writable without walking it. ``changes``: :func:`step_access_changes` of the same
+    folders, already walked (to say them first). Returns the paths it changed."""
+    if changes is None:
+        changes = step_access_changes(folders, files, gid)
     changed = []
     try:
-        for path in _access_paths(folders, files):
+        for path in changes:
             access = _wanted_access(path, gid)
             if access is None:
                 continue
@@ -403,7 +407,7 @@ def container_runner(plan: ContainerPlan, pipeline_root: Path,
         writable = [*plan.folders, pipeline_root]
         if changes := step_access_changes(writable, plan.files):
             note(access_note(changes, [*writable, *(file.parent for file in plan.files)]))
-            grant_step_access(writable, plan.files)
+            grant_step_access(writable, plan.files, changes=changes)  # (the folders walked once)
         # Folders and files this process creates from now on (kfp.local's task folders, say) stay
         # writable for the steps' group, as the set-gid folders give them that group.
         previous_umask = os.umask(0o002)
