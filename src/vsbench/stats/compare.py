@@ -1,0 +1,239 @@
+"""Intervals and comparisons over per-unit outcomes: what every headline number and every gap carries.
+
+* :func:`intervals`: each metric's 95% percentile bootstrap interval over the units (over clusters
+  of units where the units name one), seeded, all metrics from the same draws.
+* :func:`compare`: two evaluations of the same units (the same ids) are compared *paired*: the
+  difference (second minus first), its interval from a paired bootstrap (the same resampled units
+  for both runs) and a two-sided p-value from a paired permutation test (each unit's two outcomes
+  swapped or not; every one of the ``2**clusters`` swaps when there are at most
+  :data:`EXACT_CLUSTERS` clusters, else ``resamples`` random ones); accuracy-like metrics (a mean of
+  0/1 outcomes) add McNemar's exact test. Two evaluations of different units are compared unpaired
+  (two independent bootstraps) and say so.
+
+The p-value follows ``scipy.stats.permutation_test`` (``permutation_type='samples'``): the share of
+swaps whose difference is at least as extreme as the one observed, each tail counted and doubled,
+capped at 1; ``(count + 1) / (swaps + 1)`` when the swaps are drawn. Identical runs give a
+difference of 0 and p = 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vsbench.stats.resample import Resampling, count_blocks, percentile_interval
+from vsbench.stats.statistics import evaluate
+from vsbench.stats.units import Units, UnitsError
+
+EXACT_CLUSTERS = 12  # at most 4,096 swaps are enumerated, not drawn
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Interval:
+    metric: str
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``second - first`` for one metric, with its interval and p-value; ``paired`` says which kind."""
+
+    metric: str
+    first: float
+    second: float
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    paired: bool
+    test: str  # how the p-value was made, in words
+    mcnemar: tuple[int, int, float] | None = None  # (first right & second wrong, the reverse, exact p)
+
+    @property
+    def significant(self) -> bool:
+        return self.p_value < ALPHA
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"metric": self.metric, "first": self.first, "second": self.second, "difference": self.difference,
+               "ci_low": self.low, "ci_high": self.high, "p_value": self.p_value, "paired": self.paired,
+               "test": self.test}
+        if self.mcnemar is not None:
+            out["mcnemar"] = {"first_only": self.mcnemar[0], "second_only": self.mcnemar[1], "p_value": self.mcnemar[2]}
+        return out
+
+
+def replicates(units: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Each metric's bootstrap replicates: units resampled (by cluster) with the seeded draws."""
+    specs = _specs(units, metrics)
+    cluster, n_clusters = units.cluster_index()
+    parts: dict[str, list[np.ndarray]] = {m: [] for m in specs}
+    for counts in count_blocks(n_clusters, resampling.resamples, resampling.seed):
+        values = evaluate(units, counts[:, cluster], specs)
+        for metric, v in values.items():
+            parts[metric].append(v)
+    return {m: np.concatenate(v) for m, v in parts.items()}
+
+
+def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, Interval]:
+    """Each metric's percentile interval (NaN bounds when intervals are off)."""
+    if not resampling.enabled:
+        return {m: Interval(m, math.nan, math.nan) for m in _specs(units, metrics)}
+    return {m: Interval(m, *percentile_interval(v, resampling.confidence))
+            for m, v in replicates(units, resampling, metrics).items()}
+
+
+def interval_fields(found: dict[str, Interval], percent: int = 95) -> dict[str, float]:
+    """Record fields ``<metric>_ci95_low`` / ``_high``: the plain names MLflow shows for every model."""
+    out: dict[str, float] = {}
+    for metric, interval in found.items():
+        if math.isfinite(interval.low) and math.isfinite(interval.high):
+            out[f"{metric}_ci{percent}_low"] = interval.low
+            out[f"{metric}_ci{percent}_high"] = interval.high
+    return out
+
+
+def same_units(first: Units, second: Units) -> bool:
+    """Whether two evaluations scored the same units (the same set of ids, each once)."""
+    a, b = np.asarray(first.ids, dtype=str), np.asarray(second.ids, dtype=str)
+    return a.size == b.size and np.unique(a).size == a.size and np.array_equal(np.sort(a), np.sort(b))
+
+
+def align(first: Units, second: Units) -> Units:
+    """``second``'s rows in ``first``'s unit order (call only when :func:`same_units`)."""
+    order_a = np.argsort(np.asarray(first.ids, dtype=str), kind="stable")
+    order_b = np.argsort(np.asarray(second.ids, dtype=str), kind="stable")
+    rows = np.empty_like(order_b)
+    rows[order_a] = order_b
+    return second.take(rows)
+
+
+def compare(first: Units, second: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, Difference]:
+    """Every shared metric of two evaluations: paired when they scored the same units, else unpaired."""
+    if first.metrics != second.metrics and set(first.metrics) & set(second.metrics):
+        specs = {m: first.metrics[m] for m in first.metrics if second.metrics.get(m) == first.metrics[m]}
+    else:
+        specs = dict(first.metrics)
+    names = [m for m in (metrics or list(specs)) if m in specs]
+    if not names:
+        raise UnitsError("the two evaluations share no metric computed the same way")
+    ones_a = evaluate(first, np.ones((1, len(first)), dtype=np.int32), {m: specs[m] for m in names})
+    ones_b = evaluate(second, np.ones((1, len(second)), dtype=np.int32), {m: specs[m] for m in names})
+    resampling = resampling if resampling.enabled else Resampling()
+    if same_units(first, second):
+        second = align(first, second)
+        return _paired(first, second, names, {m: specs[m] for m in names}, resampling, ones_a, ones_b)
+    return _unpaired(first, second, names, resampling, ones_a, ones_b)
+
+
+def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any], resampling: Resampling,
+            ones_a: dict[str, np.ndarray], ones_b: dict[str, np.ndarray]) -> dict[str, Difference]:
+    cluster, n_clusters = first.cluster_index()
+    diffs: dict[str, list[np.ndarray]] = {m: [] for m in names}
+    for counts in count_blocks(n_clusters, resampling.resamples, resampling.seed):
+        weights = counts[:, cluster]
+        a, b = evaluate(first, weights, specs), evaluate(second, weights, specs)
+        for m in names:
+            diffs[m].append(b[m] - a[m])
+    p_values, test = permutation_p_values(first, second, specs, resampling)
+    out = {}
+    for m in names:
+        low, high = percentile_interval(np.concatenate(diffs[m]), resampling.confidence)
+        diff = float(ones_b[m][0] - ones_a[m][0])
+        out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), diff, low, high, p_values[m], True, test,
+                            _mcnemar_if_accuracy(first, second, specs[m]))
+    return out
+
+
+def _unpaired(first: Units, second: Units, names: list[str], resampling: Resampling,
+              ones_a: dict[str, np.ndarray], ones_b: dict[str, np.ndarray]) -> dict[str, Difference]:
+    a = replicates(first, resampling, names)
+    b = replicates(second, Resampling(resampling.resamples, resampling.seed + 1, resampling.confidence), names)
+    out = {}
+    for m in names:
+        d = b[m] - a[m]
+        d = d[~np.isnan(d)]
+        low, high = percentile_interval(d, resampling.confidence)
+        p = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0)))) if d.size else math.nan
+        out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), float(ones_b[m][0] - ones_a[m][0]), low, high,
+                            p, False, f"unpaired bootstrap ({resampling.resamples} resamples each): the runs scored "
+                                      "different units")
+    return out
+
+
+def permutation_p_values(first: Units, second: Units, specs: dict[str, Any],
+                         resampling: Resampling) -> tuple[dict[str, float], str]:
+    """Two-sided paired permutation p-values (see the module docstring) of ``second - first``."""
+    cluster, n_clusters = first.cluster_index()
+    pool = first.concat(second)
+    observed = {m: float(v[0]) for m, v in _swapped(pool, np.zeros((1, n_clusters), np.int32), cluster, specs).items()}
+    exact = n_clusters <= EXACT_CLUSTERS
+    if exact:
+        blocks = [np.array(list(itertools.product((0, 1), repeat=n_clusters)), dtype=np.int32)]
+        total = 1 << n_clusters
+        test = f"exact paired permutation test ({total} swaps)"
+    else:
+        rng = np.random.default_rng(resampling.seed)
+        total = resampling.resamples
+        rows = max(1, min(total, (1 << 20) // max(n_clusters, 1)))
+        blocks = [rng.integers(0, 2, (min(rows, total - start), n_clusters), dtype=np.int32)
+                  for start in range(0, total, rows)]
+        test = f"paired permutation test ({total} random swaps, seed {resampling.seed})"
+    less = {m: 0 for m in specs}
+    greater = {m: 0 for m in specs}
+    for swaps in blocks:
+        for m, t in _swapped(pool, swaps, cluster, specs).items():
+            gamma = abs(observed[m]) * 100 * np.finfo(np.float64).eps
+            less[m] += int(np.count_nonzero(t <= observed[m] + gamma))
+            greater[m] += int(np.count_nonzero(t >= observed[m] - gamma))
+    extra = 0 if exact else 1
+    p = {m: min(1.0, 2 * min((less[m] + extra) / (total + extra), (greater[m] + extra) / (total + extra)))
+         for m in specs}
+    return p, test
+
+
+def _swapped(pool: Units, swaps: np.ndarray, cluster: np.ndarray, specs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``M(second') - M(first')`` where ``first'`` takes the second run's outcome for swapped clusters."""
+    s = swaps[:, cluster]
+    first_w = np.concatenate([1 - s, s], axis=1)
+    second_w = np.concatenate([s, 1 - s], axis=1)
+    a, b = evaluate(pool, first_w, specs), evaluate(pool, second_w, specs)
+    return {m: b[m] - a[m] for m in specs}
+
+
+def mcnemar(first_correct: np.ndarray, second_correct: np.ndarray) -> tuple[int, int, float]:
+    """McNemar's exact test: (units only the first got right, only the second, two-sided p), the
+    binomial test of the discordant units at 1/2."""
+    a = np.asarray(first_correct, dtype=bool)
+    b = np.asarray(second_correct, dtype=bool)
+    only_first, only_second = int(np.count_nonzero(a & ~b)), int(np.count_nonzero(~a & b))
+    n = only_first + only_second
+    if n == 0:
+        return only_first, only_second, 1.0
+    from scipy.stats import binom
+
+    return only_first, only_second, float(min(1.0, 2 * binom.cdf(min(only_first, only_second), n, 0.5)))
+
+
+def _mcnemar_if_accuracy(first: Units, second: Units, spec: Any) -> tuple[int, int, float] | None:
+    """McNemar for a mean of 0/1 outcomes per unit (accuracy), None for any other metric."""
+    if spec.get("statistic") != "ratio" or spec.get("den") or spec.get("transform"):
+        return None
+    a, b = first.values(spec["num"]), second.values(spec["num"])
+    if not (np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all()):
+        return None
+    return mcnemar(a, b)
+
+
+def _specs(units: Units, metrics: list[str] | None) -> dict[str, Any]:
+    if metrics is None:
+        return dict(units.metrics)
+    unknown = [m for m in metrics if m not in units.metrics]
+    if unknown:
+        raise UnitsError(f"{units.benchmark} units carry no statistic for {', '.join(unknown)}")
+    return {m: units.metrics[m] for m in metrics}

@@ -1,0 +1,120 @@
+"""Seeded resampling, drawn exactly as ``scipy.stats.bootstrap`` draws it, in bounded blocks.
+
+A bootstrap replicate is a multiset of the benchmark's units (queries, questions, or clusters of
+pairs) drawn with replacement. vsbench never materializes the resampled data: a replicate is a row
+of *counts* (how often each unit was drawn), and every statistic in :mod:`vsbench.stats.statistics`
+evaluates a whole block of such rows at once with weighted sums over data sorted once. The counts
+come from ``numpy.random.default_rng(seed).integers(0, n, (resamples, n))``, the call scipy makes
+for ``bootstrap(..., rng=default_rng(seed), batch=None)``, so that an interval here equals scipy's
+percentile interval over the same draws (tests/unit/test_intervals.py). Blocks hold an even number
+of draws: numpy's bounded 64-bit draw of a range under 2**32 uses each 64-bit word twice, and an odd
+block would throw half a word away and leave the stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+RESAMPLES_ENV = "VSBENCH_RESAMPLES"
+SEED_ENV = "VSBENCH_RESAMPLE_SEED"
+DEFAULT_RESAMPLES = 1000
+DEFAULT_SEED = 0
+CONFIDENCE = 0.95
+BLOCK_CELLS = 1 << 21  # counts held at once: block rows x units (int64 draws: 16 MiB)
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """How intervals are drawn: ``resamples`` replicates (0: no intervals), a seed, the confidence.
+
+    ``method`` is what the tables and MLflow params say the interval is."""
+
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+    confidence: float = CONFIDENCE
+
+    def __post_init__(self) -> None:
+        if self.resamples < 0 or (0 < self.resamples < 10):
+            raise ValueError(f"resamples must be 0 (no intervals) or at least 10, got {self.resamples}")
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.resamples > 0
+
+    @property
+    def percent(self) -> int:
+        return round(self.confidence * 100)
+
+    @property
+    def method(self) -> str:
+        return f"percentile bootstrap, {self.resamples} resamples, seed {self.seed}"
+
+    def params(self) -> dict[str, str]:
+        """What an evaluation run's params say of its intervals."""
+        if not self.enabled:
+            return {"ci_method": "off"}
+        return {"ci_method": "percentile bootstrap", "ci_resamples": str(self.resamples), "ci_seed": str(self.seed),
+                "ci_level": f"{self.confidence:g}"}
+
+    @classmethod
+    def from_env(cls, resamples: int | None = None, seed: int | None = None) -> Resampling:
+        """Explicit values first, then ``VSBENCH_RESAMPLES`` / ``VSBENCH_RESAMPLE_SEED``, then the defaults."""
+        def read(name: str, default: int) -> int:
+            text = os.environ.get(name, "").strip()
+            if not text:
+                return default
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"{name}={text!r} is not a whole number (0 turns intervals off)") from None
+        return cls(resamples=read(RESAMPLES_ENV, DEFAULT_RESAMPLES) if resamples is None else resamples,
+                   seed=read(SEED_ENV, DEFAULT_SEED) if seed is None else seed)
+
+
+def block_rows(n: int, total: int) -> int:
+    """Rows per block: about :data:`BLOCK_CELLS` counts, and an even number of draws per block."""
+    rows = max(1, min(total, BLOCK_CELLS // max(n, 1)))
+    if (rows * n) % 2 and rows < total:
+        rows = rows + 1 if rows + 1 <= total else rows - 1
+    return max(rows, 1)
+
+
+def count_blocks(n: int, resamples: int, seed: int | np.random.Generator, *,
+                 rows: int | None = None) -> Iterator[np.ndarray]:
+    """Blocks of replicate counts: int32 arrays ``(rows, n)``, each row summing to ``n``, drawn as
+    ``default_rng(seed).integers(0, n, (resamples, n))`` draws them (row by row, the same numbers)."""
+    if n <= 0:
+        raise ValueError("no units to resample")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    step = rows or block_rows(n, resamples)
+    done = 0
+    while done < resamples:
+        size = min(step, resamples - done)
+        yield counts_of(rng.integers(0, n, (size, n)), n)
+        done += size
+
+
+def counts_of(indices: np.ndarray, n: int) -> np.ndarray:
+    """Per row of drawn indices, how often each of the ``n`` units was drawn (int32)."""
+    rows = indices.shape[0]
+    flat = (indices + (np.arange(rows, dtype=np.int64) * n)[:, None]).ravel()
+    return np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(np.int32)
+
+
+def percentile_interval(replicates: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The percentile interval of a statistic's replicates (linear interpolation, as scipy and numpy
+    quantiles default to). Replicates where the statistic is undefined (NaN: a resample without any
+    positive) are left out; none left gives (nan, nan)."""
+    values = np.asarray(replicates, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return float("nan"), float("nan")
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(values, [alpha, 1 - alpha])
+    return float(low), float(high)
