@@ -6,7 +6,12 @@ An adapter reads a benchmark's native files (``load(root, **options)``) and expo
   ``train``; paths come from the dataset, so adapters build them with ``storage.safe_join``;
 * ``evaluate(features, settings)``: the benchmark's own metrics from one FeatureSet per image
   set (and, for retrieval benchmarks, the search vsbench.index provides), as flat result records
-  (one per codec / variant), with MLflow-safe keys, plus optional figures.
+  (one per codec / variant), with MLflow-safe keys, plus optional figures, and, per record, its
+  per-unit outcomes (:class:`vsbench.stats.units.Units`: the queries, pairs or questions the
+  record's metrics are computed over, and the statistic that recomputes each metric from them).
+  The runner writes those as Parquet, adds each metric's 95% interval to its record
+  (``<metric>_ci95_low``, ``<metric>_ci95_high``) and logs them with the evaluation; a benchmark
+  that gives no units gets numbers without intervals (docs/intervals.md).
 
 Benchmarks that rank with FAISS (DISC, Copydays, ABID as a gallery) split ``evaluate`` in two, so
 that index, search and score can be pipeline steps of their own (:mod:`vsbench.retrieval.engine`):
@@ -33,8 +38,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from vsbench.io.features import FeatureSet, ImageSet
+from vsbench.stats.units import ListColumn, Units
 
-__all__ = ["Benchmark", "EvalResult", "EvalSettings", "FeatureSet", "ImageSet", "option_path", "unit_rows"]
+__all__ = ["Benchmark", "EvalResult", "EvalSettings", "FeatureSet", "ImageSet", "ListColumn", "Units", "option_path",
+           "unit_rows"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class EvalResult:
     csv_columns: tuple[str, ...] = ()
     csv_rows: list[dict[str, Any]] | None = None  # rows under the original column names; None: derived from records
     figures: dict[str, Any] = field(default_factory=dict)  # artifact name -> matplotlib Figure
+    # Per record (same order as ``records``), its per-unit outcomes, or None; empty: none at all.
+    units: list[Units | None] = field(default_factory=list)
 
 
 class Benchmark(Protocol):
