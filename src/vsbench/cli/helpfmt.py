@@ -166,10 +166,11 @@ class HelpCommand(TyperCommand):
         if help_option is None or not any(getattr(p, "rich_help_panel", None) and not p.hidden for p in params):
             return params
         if self._help_all_option is None:  # one object: click orders eager callbacks by identity
+            # typer 0.29's options carry a type_descriptor; older ones (0.27, on the CUDA image) have none
+            extra = {"type_descriptor": help_option.type_descriptor} if hasattr(help_option, "type_descriptor") else {}
             self._help_all_option = TyperOption(
                 param_decls=[HELP_ALL], is_flag=True, expose_value=False, is_eager=True, callback=_show_all,
-                help="Show all options and exit.",
-                type_descriptor=help_option.type_descriptor)
+                help="Show all options and exit.", **extra)
         return [*params, self._help_all_option]
 
     def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
