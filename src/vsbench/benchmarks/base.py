@@ -65,6 +65,8 @@ class EvalResult:
     figures: dict[str, Any] = field(default_factory=dict)  # artifact name -> matplotlib Figure
     # Per record (same order as ``records``), its per-unit outcomes, or None; empty: none at all.
     units: list[Units | None] = field(default_factory=list)
+    # Set by the runner: per record, the unit file it wrote (vsbench.stats.records.add_intervals) or None.
+    unit_files: list[dict[str, Any] | None] = field(default_factory=list)
 
 
 class Benchmark(Protocol):

@@ -197,7 +197,7 @@ def _evaluations(run, out: Path, manifest: dict, tags: dict[str, str]) -> list:
     from vsbench.steps.evaluate import evaluations_for
 
     return evaluations_for(run, run.model, manifest.get("records", []), out, model_options=run.model_options,
-                           seed=run.seed, data=tags)
+                           seed=run.seed, data=tags, units=manifest.get("units"))
 
 
 def _parent_params(run) -> dict:
@@ -353,6 +353,10 @@ def _print_similarity_table(out: Path, manifest: dict) -> None:
             typer.echo(f"... {len(records) - TABLE_ROWS} more records in metrics.json")
     if table is not None:
         typer.echo(f"table: {table} ({rows} rows, not printed: more than {TABLE_ROWS})")
+    from vsbench.stats.records import interval_lines
+
+    for line in interval_lines(records[:TABLE_ROWS], (manifest.get("units") or [])[:TABLE_ROWS]):
+        typer.echo(line)
     typer.echo(f"metrics: {out / 'metrics.json'}")
 
 

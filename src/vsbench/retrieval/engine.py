@@ -225,7 +225,13 @@ class Engine:
                              "index; run vsbench similarity index --finish --merge-ondisk, or search without it")
 
     def _write(self, result: EvalResult) -> EvalResult:
-        atomic_write_json(self.out / "metrics.json", {"benchmark": self.run.benchmark, "records": result.records})
+        """``metrics.json`` (the records, each headline metric with its interval, and the unit files) and
+        the benchmark's own CSV (the original's columns: no interval there)."""
+        from vsbench.stats.records import add_intervals
+
+        result.unit_files = add_intervals(self.run.benchmark, result.records, result.units, self.out)
+        atomic_write_json(self.out / "metrics.json", {"benchmark": self.run.benchmark, "records": result.records,
+                                                      "units": result.unit_files})
         if result.csv_name:
             rows = result.csv_rows if result.csv_rows is not None else result.records
             atomic_write_text(self.out / result.csv_name, records_to_csv(rows, result.csv_columns))

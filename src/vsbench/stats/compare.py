@@ -73,7 +73,7 @@ def replicates(units: Units, resampling: Resampling, metrics: list[str] | None =
     specs = _specs(units, metrics)
     cluster, n_clusters = units.cluster_index()
     parts: dict[str, list[np.ndarray]] = {m: [] for m in specs}
-    for counts in count_blocks(n_clusters, resampling.resamples, resampling.seed):
+    for counts in count_blocks(n_clusters, resampling.resamples, resampling.seed, width=len(units)):
         values = evaluate(units, counts[:, cluster], specs)
         for metric, v in values.items():
             parts[metric].append(v)
@@ -135,7 +135,7 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
             ones_a: dict[str, np.ndarray], ones_b: dict[str, np.ndarray]) -> dict[str, Difference]:
     cluster, n_clusters = first.cluster_index()
     diffs: dict[str, list[np.ndarray]] = {m: [] for m in names}
-    for counts in count_blocks(n_clusters, resampling.resamples, resampling.seed):
+    for counts in count_blocks(n_clusters, resampling.resamples, resampling.seed, width=len(first)):
         weights = counts[:, cluster]
         a, b = evaluate(first, weights, specs), evaluate(second, weights, specs)
         for m in names:
@@ -180,7 +180,7 @@ def permutation_p_values(first: Units, second: Units, specs: dict[str, Any],
     else:
         rng = np.random.default_rng(resampling.seed)
         total = resampling.resamples
-        rows = max(1, min(total, (1 << 20) // max(n_clusters, 1)))
+        rows = max(1, min(total, (1 << 20) // max(2 * len(pool), 1)))
         blocks = [rng.integers(0, 2, (min(rows, total - start), n_clusters), dtype=np.int32)
                   for start in range(0, total, rows)]
         test = f"paired permutation test ({total} random swaps, seed {resampling.seed})"

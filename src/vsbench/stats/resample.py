@@ -77,22 +77,25 @@ class Resampling:
                    seed=read(SEED_ENV, DEFAULT_SEED) if seed is None else seed)
 
 
-def block_rows(n: int, total: int) -> int:
-    """Rows per block: about :data:`BLOCK_CELLS` counts, and an even number of draws per block."""
-    rows = max(1, min(total, BLOCK_CELLS // max(n, 1)))
+def block_rows(n: int, total: int, width: int = 0) -> int:
+    """Rows per block: about :data:`BLOCK_CELLS` cells of the widest array a block makes (the draws, or
+    ``width``: the units the clusters' counts expand to), and an even number of draws per block."""
+    rows = max(1, min(total, BLOCK_CELLS // max(n, width, 1)))
     if (rows * n) % 2 and rows < total:
         rows = rows + 1 if rows + 1 <= total else rows - 1
     return max(rows, 1)
 
 
 def count_blocks(n: int, resamples: int, seed: int | np.random.Generator, *,
-                 rows: int | None = None) -> Iterator[np.ndarray]:
+                 rows: int | None = None, width: int = 0) -> Iterator[np.ndarray]:
     """Blocks of replicate counts: int32 arrays ``(rows, n)``, each row summing to ``n``, drawn as
-    ``default_rng(seed).integers(0, n, (resamples, n))`` draws them (row by row, the same numbers)."""
+    ``default_rng(seed).integers(0, n, (resamples, n))`` draws them (row by row, the same numbers).
+    ``width``: how many units a row becomes (clusters expanded to their units), so that few clusters
+    of many units still make small blocks."""
     if n <= 0:
         raise ValueError("no units to resample")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    step = rows or block_rows(n, resamples)
+    step = rows or block_rows(n, resamples, width)
     done = 0
     while done < resamples:
         size = min(step, resamples - done)

@@ -27,23 +27,42 @@ RANDOM_FEATURES = "random-features"
 
 def evaluations_for(run: BenchmarkRun, model: str, records: Sequence[Mapping[str, Any]], out: Path, *,
                     model_options: Mapping[str, Any] | None = None, seed: int = 0,
-                    data: Mapping[str, str] | None = None) -> list[Evaluation]:
+                    data: Mapping[str, str] | None = None,
+                    units: Sequence[Mapping[str, Any] | None] | None = None) -> list[Evaluation]:
     """One :class:`~vsbench.tracking.evaluations.Evaluation` per record of ``run`` scored with ``model``
-    from the features under ``out``; ``data``: the provenance tags of the data (its digest and root)."""
+    from the features under ``out``; ``data``: the provenance tags of the data (its digest and root);
+    ``units``: per record, the unit file entry the score wrote (``metrics.json``'s ``units``; read from
+    there when not given)."""
     embedder = Embedder.from_features(Path(out) / FEATURES_DIR, model, model_options, seed)
     data = data or {}
     run_params = {"codecs": run.codecs, "k": run.k, "score_norm": run.score_norm or "none",
                   "search_params": run.search_params, "global_cap": run.global_cap,
                   "benchmark_options": json.dumps(run.benchmark_options, sort_keys=True)}
     baseline = RANDOM_FEATURES if str(embedder.options.get("weights", "")) == "random" else ""
+    entries = list(units) if units is not None else unit_entries(Path(out), records)
     return evaluations_of(run.benchmark, records, embedder, run_params=run_params,
                           data_digest=data.get(DATA_DIGEST_TAG, ""),
                           data_root=data.get(DATA_ROOT_TAG) or str(run.root),
-                          declared_lower=benchmark_spec(run.benchmark).lower_is_better, baseline=baseline)
+                          declared_lower=benchmark_spec(run.benchmark).lower_is_better, baseline=baseline,
+                          units=[None if entry is None else {**entry, "path": str(Path(out) / entry["file"])}
+                                 for entry in entries])
+
+
+def unit_entries(out: Path, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any] | None]:
+    """The unit file entries ``metrics.json`` holds for ``records`` (one per record), or none when it
+    holds none or holds them for other records (a score written before issue 45)."""
+    try:
+        written = json.loads((Path(out) / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return []
+    entries = written.get("units") if isinstance(written, dict) else None
+    if not isinstance(entries, list) or written.get("records") != list(records) or len(entries) != len(records):
+        return []
+    return entries
 
 
 def log_step_evaluations(parent_run_id: str, run: BenchmarkRun, model: str, records: Sequence[Mapping[str, Any]],
-                         out: Path) -> list[str]:
+                         out: Path, units: Sequence[Mapping[str, Any] | None] | None = None) -> list[str]:
     """The score step's records as evaluation runs under the pipeline's parent run; never raises (a
     tracking failure is said once on stderr, as every step's tracking says it). Returns the run ids."""
     if not parent_run_id or tracking_disabled():
@@ -56,7 +75,7 @@ def log_step_evaluations(parent_run_id: str, run: BenchmarkRun, model: str, reco
         client = MlflowClient()
         parent_tags = client.get_run(parent_run_id).data.tags
         data = {k: parent_tags[k] for k in (DATA_DIGEST_TAG, DATA_ROOT_TAG) if k in parent_tags}
-        evaluations = evaluations_for(run, model, records, Path(out), data=data)
+        evaluations = evaluations_for(run, model, records, Path(out), data=data, units=units)
         return log_evaluations(client, parent_run_id, evaluations, tags={**code_tags(), **_image_tags(), **data})
     except Exception as exc:  # noqa: BLE001 - tracking never fails a step
         Tracker(None, None)._go_offline(f"evaluation runs: {type(exc).__name__}: {exc}")

@@ -184,8 +184,9 @@ def similarity_score_step(
             plots.close(figure)
         # One MLflow run per record under the parent, plain metric names (issue 38); this step's own
         # run keeps the files and its timing, the KFP Metrics output the flat names.
-        log_step_evaluations(parent_run_id, run, model or engine.model, result.records, Path(out))
-        manifest = {"records": result.records, "csv": result.csv_name, "plots": saved}
+        log_step_evaluations(parent_run_id, run, model or engine.model, result.records, Path(out),
+                             units=result.unit_files)
+        manifest = {"records": result.records, "csv": result.csv_name, "plots": saved, "units": result.unit_files}
         return finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started,
                       tracked=("step_seconds",))
 

@@ -183,6 +183,10 @@ class Evaluation(BaseModel):
     metrics: dict[Short, Annotated[float, Field(allow_inf_nan=False)]]
     lower_is_better: list[Short] = Field(default_factory=list)
     baseline: Annotated[str, StringConstraints(max_length=100)] = ""  # "random-features" for untrained weights
+    # The record's per-unit outcomes (issue 45): the Parquet file the score wrote and its sha256, logged
+    # under the run's units/ (vsbench.tracking.units); empty when the benchmark gives none.
+    units_file: Text = ""
+    units_sha256: Annotated[str, StringConstraints(max_length=64)] = ""
 
     @property
     def model(self) -> str:
@@ -263,14 +267,17 @@ def _metric_name(name: str) -> str:
 
 def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedder: Embedder, *,
                    run_params: Mapping[str, Any], data_digest: str = "", data_root: str = "",
-                   declared_lower: Collection[str] = (), baseline: str = "") -> list[Evaluation]:
+                   declared_lower: Collection[str] = (), baseline: str = "",
+                   units: Sequence[Mapping[str, Any] | None] = ()) -> list[Evaluation]:
     """One evaluation per record: its text fields are the variant, its numbers the metrics (values as
     scored: never changed, only named). ``run_params`` are the run's (``k``, ``codecs``, ``score_norm``,
     ``search_params``, ``global_cap``, ``benchmark_options``); a record's own ``codec`` and
     ``score_norm`` win (DISC scores each codec unnormalized and normalized). ``declared_lower``: the
-    metrics the benchmark declares lower-is-better (plus the usual words: rmse, loss, error, seconds)."""
+    metrics the benchmark declares lower-is-better (plus the usual words: rmse, loss, error, seconds).
+    ``units``: per record, its unit file entry (``path``, ``sha256``, ``ci``: the interval's params) or None."""
     evaluations = []
-    for record in records:
+    for index, record in enumerate(records):
+        unit = units[index] if index < len(units) else None
         variant = {str(k): str(v) for k, v in record.items() if isinstance(v, str)}
         metrics = {_metric_name(str(k)): float(v) for k, v in record.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
@@ -285,10 +292,14 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
                   "global_cap": str(run_params.get("global_cap") or 0),
                   "benchmark_options": str(run_params.get("benchmark_options") or "{}")}
         params.update({key: value for key, value in variant.items() if key not in params})
+        params.update({str(k): str(v) for k, v in ((unit or {}).get("ci") or {"ci_method": "none"}).items()})
+        lower = [m for m in metrics if lower_is_better(m.removesuffix("_ci95_low").removesuffix("_ci95_high"),
+                                                       declared_lower)]
         evaluations.append(Evaluation(
             benchmark=benchmark, data_digest=data_digest[:64], data_root=data_root[:6000], embedder=embedder,
             variant=variant, params={k: str(v)[:6000] for k, v in params.items()}, metrics=metrics,
-            lower_is_better=[m for m in metrics if lower_is_better(m, declared_lower)], baseline=baseline))
+            lower_is_better=lower, baseline=baseline,
+            units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or "")))
     return evaluations
 
 
@@ -417,12 +428,35 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
                        for name, value in evaluation.metrics.items() if name not in have_metrics]
             if params or metrics:
                 client.log_batch(run_id, params=params, metrics=metrics)
+            _log_units(client, run_id, evaluation)
             client.set_terminated(run_id, "FINISHED", end_time=now)
         run_ids.append(run_id)
         model_ids.append(model_id)
     summarize_parent(client, parent_run_id, experiment_id, model_ids)
     save_shared_view(client, experiment_id, EVALUATIONS_VIEW, evaluations_view_state())
     return run_ids
+
+
+def _log_units(client: Any, run_id: str, evaluation: Evaluation) -> None:
+    """The evaluation's unit file under the run's ``units/`` (verified first: a file changed since the
+    score wrote it is not logged, and one line says so; the metrics stand, without a paired comparison)."""
+    from vsbench.stats.units import digest_of
+    from vsbench.tracking.units import log_unit_files
+
+    if not evaluation.units_file:
+        return
+    path = Path(evaluation.units_file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        print(f"vsbench: {evaluation.run_name}: unit file {path} not logged ({exc.strerror or exc}); its run "
+              "keeps its intervals but cannot be compared paired", file=sys.stderr)
+        return
+    if digest_of(data) != evaluation.units_sha256:
+        print(f"vsbench: {evaluation.run_name}: unit file {path} changed since the score wrote it; not logged "
+              "(score again to compare this run paired)", file=sys.stderr)
+        return
+    log_unit_files(client, run_id, {str(path): evaluation.units_sha256})
 
 
 def evaluations_view_state() -> dict[str, Any]:
