@@ -162,30 +162,31 @@ def _clustered(seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
     return files, clusters
 
 
-def test_clustered_intervals_equal_scipy_bootstrap() -> None:
+@pytest.mark.parametrize("variant", ["easy_sameseq", "mean"])
+def test_clustered_intervals_equal_scipy_bootstrap(variant: str) -> None:
     files, clusters = _clustered(3)
-    all_units = patch_pair_units({p: files[p] for p in POS}, {n: files[n] for n in NEG}, clusters=clusters)
+    units = patch_pair_units({p: files[p] for p in POS}, {n: files[n] for n in NEG}, clusters=clusters)[variant]
     resamples, seed = 200, 11
-    for variant in ("easy_sameseq", "mean"):
-        units = all_units[variant]
-        cluster, n_clusters = units.cluster_index()
-        names = np.unique(units.clusters)
-        sets = [i.split(":")[0] for i in units.ids]
+    cluster, n_clusters = units.cluster_index()
+    assert n_clusters == np.unique(units.clusters).size == 5
+    sets = [i.split(":")[0] for i in units.ids]
+    lines = [int(i.split(":")[1]) - 1 for i in units.ids]
 
-        def statistic(drawn: np.ndarray, metric: str) -> float:
-            per_cluster = np.bincount(drawn, minlength=n_clusters)
-            counts = {name: np.zeros(files[name].size, int) for name in files}
-            for row, (s, i) in enumerate(zip(sets, units.ids)):
-                counts[s][int(i.split(":")[1]) - 1] = per_cluster[cluster[row]]
-            return _expected(files, counts)[f"{variant}.{metric}"]
+    def statistic(drawn: np.ndarray, metric: str) -> float:
+        """The scorer on the pairs of the drawn sequences, each pair as often as its sequence was drawn."""
+        per_cluster = np.bincount(drawn, minlength=n_clusters)
+        counts = {name: np.zeros(files[name].size, int) for name in files}
+        for row, (name, line) in enumerate(zip(sets, lines)):
+            counts[name][line] = per_cluster[cluster[row]]
+        return _expected(files, counts)[f"{variant}.{metric}"]
 
-        found = intervals(units, Resampling(resamples, seed))
-        assert n_clusters == names.size == 5
-        for metric in units.metrics:
-            res = bootstrap((np.arange(n_clusters),), lambda d, m=metric: statistic(d, m), method="percentile",
-                            n_resamples=resamples, batch=None, vectorized=False, rng=np.random.default_rng(seed))
-            assert found[metric].low == pytest.approx(res.confidence_interval.low, abs=1e-9)
-            assert found[metric].high == pytest.approx(res.confidence_interval.high, abs=1e-9)
+    found = intervals(units, Resampling(resamples, seed))
+    for metric in units.metrics:
+        res = bootstrap((np.arange(n_clusters),), lambda d, m=metric: statistic(d, m), method="percentile",
+                        n_resamples=resamples, batch=None, vectorized=False, rng=np.random.default_rng(seed))
+        assert found[metric].low == pytest.approx(res.confidence_interval.low, abs=1e-9)
+        assert found[metric].high == pytest.approx(res.confidence_interval.high, abs=1e-9)
+        assert found[metric].low < found[metric].high
 
 
 def test_sequence_rule() -> None:

@@ -20,7 +20,6 @@ from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.vsd.adapter import load_vsd
 from vsbench.benchmarks.vsd.metrics import binary_average_precision, binary_roc_auc, vsd_metrics
 from vsbench.benchmarks.vsd.units import vsd_units
-from vsbench.io.features import FeatureSet
 from vsbench.stats.compare import intervals
 from vsbench.stats.resample import Resampling
 from vsbench.stats.statistics import evaluate
