@@ -67,9 +67,9 @@ def _text(units: Units, name: str) -> np.ndarray:
 def _pair_layout(units: Units, positive: str | None, negative: str | None) -> dict[str, np.ndarray]:
     """The rows of one (positives, negatives) combination, sorted once and cached on ``units``.
 
-    ``rank``: the rows in curve order (ascending distance, negatives first on ties, then file
-    line); ``label``/``retrieved`` along it; ``positive_file``: the positive rows in file order,
-    and ``positive_slot``: where each of those sits in ``rank``.
+    Curve order is ascending distance, negatives first on ties, then file line. Kept: the negative
+    rows in curve order (and whether each is retrieved), the positive rows in file order, each
+    positive's place in curve order and the number of negatives ranked before it.
     """
     key = f"pp:{positive}:{negative}"
     if key in units._cache:
@@ -92,31 +92,46 @@ def _pair_layout(units: Units, positive: str | None, negative: str | None) -> di
     line = units.values("line", np.int64)[rows]
     lab = label[rows]
     order = np.lexsort((line, lab, distance))  # distance first, then negatives, then file order
-    rank = rows[order]
+    ranked_lab = lab[order]
+    negatives_before = np.cumsum(ranked_lab == 0)  # at a positive: the negatives ranked before it
     slot = np.empty(rows.size, dtype=np.int64)
     slot[order] = np.arange(rows.size)
     pos = np.flatnonzero(lab == 1)
-    pos = pos[np.argsort(line[pos], kind="stable")]
-    layout = {"rank": rank, "label": lab[order], "retrieved": np.isfinite(distance[order]),
-              "positive_file": rows[pos], "positive_slot": slot[pos]}
+    pos = pos[np.argsort(line[pos], kind="stable")]  # positives in file order
+    neg = order[ranked_lab == 0]
+    layout = {"negative_rows": rows[neg], "negative_retrieved": np.isfinite(distance[neg]).astype(np.float64),
+              "positive_rows": rows[pos], "positive_slot": slot[pos],
+              "positive_retrieved": np.isfinite(distance[pos]), "negatives_before": negatives_before[slot[pos]]}
     units._cache[key] = layout
     return layout
 
 
+def _negatives_before(layout: dict[str, np.ndarray], w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(negative weight in all, retrieved negative weight in all, cumulative retrieved negative
+    weight with a leading 0: entry ``j`` is the weight of the first ``j`` negatives in curve order)."""
+    neg = w[:, layout["negative_rows"]].astype(np.float64)
+    retrieved = neg * layout["negative_retrieved"]
+    cumulative = np.zeros((w.shape[0], neg.shape[1] + 1))
+    np.cumsum(retrieved, axis=1, out=cumulative[:, 1:])
+    return neg.sum(axis=1), cumulative[:, -1], cumulative
+
+
 def pair_roc_auc(units: Units, weights: np.ndarray, *, positive: str | None = None,
                  negative: str | None = None) -> np.ndarray:
-    """Balanced-protocol ROC AUC of the pairs (of the ``positive`` and ``negative`` sets when named)."""
+    """Balanced-protocol ROC AUC of the pairs (of the ``positive`` and ``negative`` sets when named).
+
+    ``sum over negatives of w * (positive weight before it)`` is summed the other way round, over the
+    positives: ``w * (retrieved negative weight after it)``; both are sums of whole numbers, exact."""
     layout = _pair_layout(units, positive, negative)
     w_all = np.asarray(weights)
     out = np.empty(w_all.shape[0])
-    is_pos = layout["label"] == 1
-    for block in _row_blocks(w_all.shape[0], layout["rank"].size):
-        w = w_all[block][:, layout["rank"]].astype(np.float64)
-        pos_w = np.where(is_pos, w, 0.0)
-        neg_w = w - pos_w
-        p, n = pos_w.sum(axis=1), neg_w.sum(axis=1)
-        above = np.cumsum(pos_w, axis=1)  # at a negative: the positive weight ranked before it
-        area = (neg_w * above * layout["retrieved"]).sum(axis=1)
+    for block in _row_blocks(w_all.shape[0], len(layout["negative_rows"]) + len(layout["positive_rows"])):
+        w = w_all[block]
+        n, n_retrieved, cumulative = _negatives_before(layout, w)
+        pos = w[:, layout["positive_rows"]].astype(np.float64)
+        p = pos.sum(axis=1)
+        after = n_retrieved[:, None] - cumulative[:, layout["negatives_before"]]
+        area = np.einsum("ij,ij->i", pos, after)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[block] = np.where((p > 0) & (n > 0), area / (np.maximum(p, SMALL) * np.maximum(n, SMALL)), np.nan)
     return out
@@ -129,31 +144,32 @@ def _precision(tp: np.ndarray, fp: np.ndarray) -> np.ndarray:
 def pair_pr_ap(units: Units, weights: np.ndarray, *, positive: str | None = None, negative: str | None = None,
                fraction: int = 5) -> np.ndarray:
     """Imbalanced-protocol PR AP: all negatives and the first ``1/fraction`` of the expanded positives
-    file (see the module docstring for what that means under resampling)."""
+    file (see the module docstring for what that means under resampling). Only the positives that
+    some replicate of the block keeps are looked at: a prefix of the file, about a fifth of it."""
     layout = _pair_layout(units, positive, negative)
     w_all = np.asarray(weights)
     out = np.empty(w_all.shape[0])
-    is_pos = layout["label"] == 1
-    retrieved_pos = layout["retrieved"][layout["positive_slot"]]
-    for block in _row_blocks(w_all.shape[0], layout["rank"].size):
-        w = w_all[block][:, layout["rank"]].astype(np.float64)
-        wp = w_all[block][:, layout["positive_file"]].astype(np.int64)  # positives in file order
+    for block in _row_blocks(w_all.shape[0], len(layout["negative_rows"]) + len(layout["positive_rows"])):
+        w = w_all[block]
+        wp = w[:, layout["positive_rows"]].astype(np.int64)  # positives in file order
         total_pos = wp.sum(axis=1)
         kept = total_pos // fraction  # n_imb of the expanded positives file
         before = np.cumsum(wp, axis=1) - wp
-        v = np.clip(kept[:, None] - before, 0, wp)  # copies of each positive inside the first 20%
-        kept_w = np.zeros_like(w)
-        kept_w[:, layout["positive_slot"]] = v
-        neg_w = np.where(is_pos, 0.0, w)
-        tp0 = (np.cumsum(kept_w, axis=1) - kept_w)[:, layout["positive_slot"]]  # kept positives before it
-        fp = np.cumsum(neg_w, axis=1)[:, layout["positive_slot"]]  # negatives before it (ties: first)
-        v = np.where(retrieved_pos, v, 0)
+        prefix = int(np.count_nonzero(before < kept[:, None], axis=1).max(initial=0))
+        v = np.clip(kept[:, None] - before[:, :prefix], 0, wp[:, :prefix])  # copies inside the first 20%
+        by_rank = np.argsort(layout["positive_slot"][:prefix], kind="stable")
+        v = v[:, by_rank]
+        tp0 = np.cumsum(v, axis=1) - v  # kept positives ranked before it
+        n, _, cumulative = _negatives_before(layout, w)
+        fp = cumulative[:, layout["negatives_before"][:prefix][by_rank]]  # negatives before it (ties: first)
+        v = np.where(layout["positive_retrieved"][:prefix][by_rank], v, 0)
         area = np.zeros(w.shape[0])
+        previous = _precision(tp0.astype(np.float64), fp)
         for m in range(1, int(v.max(initial=0)) + 1):
-            step = (_precision(tp0 + m - 1, fp) + _precision(tp0 + m, fp)) / 2.0
-            area += np.where(v >= m, step, 0.0).sum(axis=1)
-        has_neg = neg_w.sum(axis=1) > 0
-        out[block] = np.where((total_pos > 0) & has_neg, area / np.maximum(kept, SMALL), np.nan)
+            current = _precision(tp0 + float(m), fp)
+            area += np.where(v >= m, (previous + current) / 2.0, 0.0).sum(axis=1)
+            previous = current
+        out[block] = np.where((total_pos > 0) & (n > 0), area / np.maximum(kept, SMALL), np.nan)
     return out
 
 
