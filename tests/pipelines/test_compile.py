@@ -310,7 +310,8 @@ def test_benchmark_option_keys_come_from_the_loaders(tmp_path: Path):
 
     keys = benchmark_option_keys()
     assert keys["copydays"] == ["distractors", "codec_train", "k"]  # the loader's own keywords
-    assert keys["patch_pairs"] == ["split", "patches", "patch_ext", "distance", "descriptor", "results_dir"]  # its class's
+    assert keys["patch_pairs"] == ["split", "patches", "patch_ext", "distance", "descriptor", "results_dir",
+                                    "sequence_pattern"]  # its class's
     for spec in builtin_specs():  # the form's "a loader refuses keys it does not take"
         with pytest.raises(TypeError, match="no_such_option"):
             spec.load(tmp_path, no_such_option=1)

@@ -20,6 +20,7 @@ HPatches paper's single figure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path
+from vsbench.benchmarks.base import EvalResult, EvalSettings, Units, option_path
 from vsbench.benchmarks.patch_pairs.metrics import PatchPairMetrics, mean_pr_ap, patch_pair_grid
+from vsbench.benchmarks.patch_pairs.units import pair_sequences, patch_pair_units
 from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, quote, read_lines
 from vsbench.io.storage import UnsafePathError, atomic_write_text, safe_join
@@ -139,7 +141,8 @@ class PatchPairsBenchmark:
     name = NAME
 
     def __init__(self, root: Path, *, split: str = "test", patches: str = "patches", patch_ext: str = ".png",
-                 distance: str = "l2", descriptor: str = "descriptor", results_dir: str | Path | None = None) -> None:
+                 distance: str = "l2", descriptor: str = "descriptor", results_dir: str | Path | None = None,
+                 sequence_pattern: str | None = None) -> None:
         if distance not in DISTANCES:
             raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
         self.root = Path(root)
@@ -148,6 +151,9 @@ class PatchPairsBenchmark:
         self.distance = distance
         self.descriptor = descriptor
         self.results_dir = None if results_dir is None else option_path(self.root, results_dir)
+        if sequence_pattern is not None:
+            re.compile(sequence_pattern)  # a bad pattern stops the load, not the evaluation
+        self.sequence_pattern = sequence_pattern
         self.positives = {name: read_pairs(self.root / f"{split}_{infix}.pairs", 1) for name, infix in POSITIVES.items()}
         self.negatives = {name: read_pairs(self.root / f"{split}_{infix}.pairs", 0) for name, infix in NEGATIVES.items()}
         seen: dict[str, Path] = {}
@@ -181,7 +187,17 @@ class PatchPairsBenchmark:
         records: list[dict[str, Any]] = [{"variant": variant, "distance": self.distance, **m.as_dict()}
                                          for variant, m in grid.items()]
         records.append({"variant": "mean", "distance": self.distance, "mean_pr_ap": mean_pr_ap(grid)})
-        return EvalResult(records=records, figures=curve_figures(grid))
+        units = self.units(by_stem)
+        return EvalResult(records=records, figures=curve_figures(grid), units=[units[r["variant"]] for r in records])
+
+    def units(self, by_stem: Mapping[str, np.ndarray]) -> dict[str, Units]:
+        """Per record variant, its pairs (:mod:`vsbench.benchmarks.patch_pairs.units`), clustered by the
+        sequence of each pair's first patch."""
+        files = {**self.positives, **self.negatives}
+        return patch_pair_units({name: by_stem[p.stem] for name, p in self.positives.items()},
+                                {name: by_stem[n.stem] for name, n in self.negatives.items()},
+                                clusters={name: pair_sequences(f.first, self.sequence_pattern)
+                                          for name, f in files.items()})
 
 
 
@@ -189,5 +205,7 @@ class PatchPairsBenchmark:
 def load_patch_pairs(root: Path, **options: Any) -> PatchPairsBenchmark:
     """Options: ``split`` ("test": the ``<split>_*.pairs`` files), ``patches`` (folder, "patches"),
     ``patch_ext`` (".png"), ``distance`` ("l2" | "l1"), ``descriptor`` (results folder name),
-    ``results_dir`` (write ``.results`` files there; none by default)."""
+    ``results_dir`` (write ``.results`` files there; none by default), ``sequence_pattern`` (regular
+    expression naming a patch id's sequence, which clusters the pairs for intervals; default: see
+    :mod:`vsbench.benchmarks.patch_pairs.units`)."""
     return PatchPairsBenchmark(Path(root), **options)

@@ -37,6 +37,7 @@ from vsbench.benchmarks.product_search.readers import (
     read_product_features,
     read_product_queries,
 )
+from vsbench.benchmarks.product_search.units import product_search_units, query_ids
 from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError
 from vsbench.io.storage import safe_join
@@ -127,7 +128,9 @@ class ProductSearchBenchmark:
                     for q_rows in self.candidate_rows]
         metrics = product_search_metrics(query_feats, gallery_feats, rows, self.labels)
         record: dict[str, Any] = {"mode": self.mode, **metrics.as_dict()}
-        return EvalResult(records=[record], figures={"product_search_ap.png": ap_histogram(metrics)})
+        units = product_search_units(query_feats, gallery_feats, rows, self.labels, ids=query_ids(self.queries),
+                                     variant=self.mode)
+        return EvalResult(records=[record], figures={"product_search_ap.png": ap_histogram(metrics)}, units=[units])
 
 
 

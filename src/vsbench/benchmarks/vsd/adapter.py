@@ -56,8 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path
+from vsbench.benchmarks.base import EvalResult, EvalSettings, Units, option_path
 from vsbench.benchmarks.vsd.metrics import DEFAULT_KS, candidate_rank, unique_product_topk, vsd_metrics
+from vsbench.benchmarks.vsd.units import vsd_units
 from vsbench.io.features import FeatureSet, ImageSet
 from vsbench.io.inputs import InputError, read_json
 from vsbench.io.storage import atomic_write_bytes, safe_join
@@ -263,14 +264,18 @@ class VsdBenchmark:
         """One record per protocol: HR@5/9, MRR@5/9, ROC-AUC, PR-AUC and the counts behind them."""
         feats = features[IMAGE_SET]
         feats.check_finite(IMAGE_SET)
-        records = []
+        records, units = [], []
         for protocol in self.protocols:
-            record = {"protocol": protocol.name}
-            record.update(self._score(protocol, feats, settings.use_gpu))
+            record: dict[str, Any] = {"protocol": protocol.name}
+            metrics, seeds = self._score(protocol, feats, settings.use_gpu)
+            record.update(metrics)
             records.append(record)
-        return EvalResult(records=records)
+            units.append(seeds)
+        return EvalResult(records=records, units=units)
 
-    def _score(self, protocol: Protocol, feats: FeatureSet, use_gpu: bool | None) -> dict[str, float | int]:
+    def _score(self, protocol: Protocol, feats: FeatureSet, use_gpu: bool | None
+               ) -> tuple[dict[str, float | int], Units]:
+        """The protocol's record and its seeds (:func:`vsbench.benchmarks.vsd.units.vsd_units`)."""
         if not protocol.tags:
             raise ValueError(f"{protocol.name}: no tag has both images in this protocol "
                              f"({protocol.skipped_tags} skipped)")
@@ -300,7 +305,7 @@ class VsdBenchmark:
         metrics = vsd_metrics(seeds, labels, ranks["torch"], scores, DEFAULT_KS,
                               tie_ranks=(ranks["worst"], ranks["best"])).as_dict()
         metrics["num_skipped_tags"] = protocol.skipped_tags
-        return metrics
+        return metrics, vsd_units(seeds, labels, ranks["torch"], scores, DEFAULT_KS, variant=protocol.name)
 
     def _filtered_top(self, protocol: Protocol, similarity: np.ndarray, positives: Mapping[int, set[int]], k: int,
                       positives_first: bool | None) -> list[np.ndarray]:

@@ -1,0 +1,66 @@
+"""Per-seed outcomes of a VSD evaluation: what recomputes HR@k, MRR@k, ROC-AUC and PR-AUC from a resample.
+
+Units are seeds (the queries), resampled independently. A seed keeps its tagged pairs (cosine score,
+tag, rank of the candidate in the seed's filtered list) and its contributions to the hit rates:
+
+* ``hr_at_k`` = (its positives ranked within k) / k and ``mrr_at_k`` = (sum of their 1/rank) / H_k,
+  with ``has_positive`` 1 when the seed has a positive tag. ``HR@k = sum_P [rank <= k] / (k |S|)``
+  is then ``sum(w * hr_at_k) / sum(w * has_positive)``, a ratio, and so is MRR@k: a seed drawn twice
+  is two seeds of ``S`` with their tags twice, as :func:`~vsbench.benchmarks.vsd.metrics.vsd_metrics`
+  counts them. A seed without a positive tag adds to neither (its negatives still count for the AUCs).
+* ``roc_auc`` / ``pr_auc``: :func:`vsbench.stats.curves.tagged_roc_auc` and
+  :func:`~vsbench.stats.curves.tagged_average_precision` over the ``score`` / ``label`` list
+  columns, each pair weighted by its seed's draw count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from vsbench.benchmarks.vsd.metrics import DEFAULT_KS
+from vsbench.stats.units import ListColumn, Units
+
+NAME = "vsd"
+
+
+def harmonic(k: int) -> float:
+    """``H_k`` exactly as :mod:`vsbench.benchmarks.vsd.metrics` computes it."""
+    return float(np.sum(1.0 / np.arange(1, k + 1)))
+
+
+def vsd_units(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, scores: ArrayLike,
+              ks: Sequence[int] = DEFAULT_KS, *, variant: str = "") -> Units:
+    """Units from the arguments :func:`~vsbench.benchmarks.vsd.metrics.vsd_metrics` takes (one entry per
+    tagged pair); one unit per seed, in order of first appearance, its id the seed's name."""
+    y = np.asarray(labels, dtype=np.int8)
+    r = np.asarray(ranks, dtype=np.int64)
+    s = np.asarray(scores, dtype=np.float64)
+    if not (y.shape == r.shape == s.shape == (len(seeds),)):
+        raise ValueError("seeds, labels, ranks and scores must have one entry per tagged pair")
+    names, owner = np.unique(np.asarray([str(seed) for seed in seeds], dtype=str), return_inverse=True)
+    first = np.full(names.size, len(seeds))
+    np.minimum.at(first, owner, np.arange(len(seeds)))
+    order = np.argsort(first, kind="stable")  # seeds in order of first appearance
+    row = np.empty_like(order)
+    row[order] = np.arange(order.size)
+    owner = row[owner]
+    n = names.size
+    positive = y == 1
+    columns: dict[str, object] = {"has_positive": (np.bincount(owner, weights=positive, minlength=n) > 0).astype(np.int8)}
+    for k in ks:
+        inside = positive & (r >= 1) & (r <= k)
+        columns[f"hr_at_{k}"] = np.bincount(owner[inside], minlength=n) / k
+        columns[f"mrr_at_{k}"] = np.bincount(owner[inside], weights=1.0 / r[inside], minlength=n) / harmonic(k)
+    columns["score"] = ListColumn.from_owner(s, owner, n)
+    columns["label"] = ListColumn.from_owner(y, owner, n)
+    columns["rank"] = ListColumn.from_owner(r, owner, n)
+    metrics: dict[str, dict[str, object]] = {}
+    for k in ks:
+        metrics[f"hr_at_{k}"] = {"statistic": "ratio", "num": f"hr_at_{k}", "den": "has_positive"}
+        metrics[f"mrr_at_{k}"] = {"statistic": "ratio", "num": f"mrr_at_{k}", "den": "has_positive"}
+    metrics["roc_auc"] = {"statistic": "tagged_roc_auc", "score": "score", "label": "label"}
+    metrics["pr_auc"] = {"statistic": "tagged_average_precision", "score": "score", "label": "label"}
+    return Units("seed", NAME, names[order], columns, metrics, None, variant)
