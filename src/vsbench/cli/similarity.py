@@ -346,15 +346,15 @@ def _print_similarity_table(out: Path, manifest: dict) -> None:
             typer.echo(table.read_text().rstrip())
             table = None
     records = manifest.get("records", [])
+    from vsbench.stats.records import interval_lines, is_interval_field
+
     if table is not None or not csv_name:
-        columns = tuple(dict.fromkeys(key for record in records for key in record))
+        columns = tuple(dict.fromkeys(key for record in records for key in record if not is_interval_field(key)))
         typer.echo(records_to_csv(records[:TABLE_ROWS], columns).rstrip() if records else "(no records)")
         if len(records) > TABLE_ROWS:
             typer.echo(f"... {len(records) - TABLE_ROWS} more records in metrics.json")
     if table is not None:
         typer.echo(f"table: {table} ({rows} rows, not printed: more than {TABLE_ROWS})")
-    from vsbench.stats.records import interval_lines
-
     for line in interval_lines(records[:TABLE_ROWS], (manifest.get("units") or [])[:TABLE_ROWS]):
         typer.echo(line)
     typer.echo(f"metrics: {out / 'metrics.json'}")

@@ -68,6 +68,11 @@ def warn_without_units(benchmark: str, entries: Sequence[Mapping[str, Any] | Non
         print(f"vsbench: {benchmark}: {intervals_note(entries)}", file=sys.stderr)
 
 
+def is_interval_field(key: str) -> bool:
+    """``uap_ci95_low`` and the like: printed beside their metric, not as columns of their own."""
+    return "_ci" in key and (key.endswith("_low") or key.endswith("_high")) and key.rsplit("_ci", 1)[1][:2].isdigit()
+
+
 def format_interval(value: float, low: float | None, high: float | None) -> str:
     """``0.6094 [0.5812, 0.6370]``; the bare value when there is no interval."""
     if low is None or high is None:
@@ -87,7 +92,9 @@ def interval_lines(records: Sequence[Mapping[str, Any]], entries: Sequence[Mappi
     ci = first.get("ci") or {}
     if ci.get("ci_method", "off") == "off":
         return [f"intervals off (VSBENCH_RESAMPLES=0); per-unit outcomes kept in {first['file']}"]
-    lines.append(f"{percent}% intervals: {ci.get('ci_method')} over {first['units']} {first['kind']}s, "
+    counts = {entry["units"] for _, entry in shown}
+    over = f"{first['units']} {first['kind']}s" if len(counts) == 1 else f"each record's {first['kind']}s"
+    lines.append(f"{percent}% intervals: {ci.get('ci_method')} over {over}, "
                  f"{ci.get('ci_resamples')} resamples, seed {ci.get('ci_seed')}")
     rows = []
     for record, entry in shown:
