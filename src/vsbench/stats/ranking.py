@@ -40,7 +40,7 @@ class RankedPositives:
 
     owner: np.ndarray  # (P,) the unit row of each positive, best rank first
     group: np.ndarray  # (P,) its group: positives with the same negatives before them
-    before: sparse.csr_matrix  # (G, units): negatives counted before group g and every later group
+    before: sparse.csc_matrix  # (G, units): negatives counted before group g and every later group
     n_units: int
 
     @property
@@ -65,12 +65,12 @@ class RankedPositives:
         return own, positives_before, negatives
 
 
-def rank_groups(owner: np.ndarray, first_group: np.ndarray, groups: int, n_units: int) -> sparse.csr_matrix:
+def rank_groups(owner: np.ndarray, first_group: np.ndarray, groups: int, n_units: int) -> sparse.csc_matrix:
     """``M[g, q]``: how many of query ``q``'s negatives are first counted at group ``g`` (negatives with
     ``first_group >= groups`` are ranked after every positive and are left out)."""
     keep = first_group < groups
     counts = sparse.coo_matrix((np.ones(int(keep.sum())), (first_group[keep], owner[keep])), shape=(groups, n_units))
-    return counts.tocsr()  # duplicates summed
+    return counts.tocsc()  # duplicates summed; a CSC product streams each query's weights once
 
 
 def _weights(weights: np.ndarray, n_units: int) -> np.ndarray:
@@ -139,11 +139,13 @@ def _micro_ap_parts(units: Units, weights: np.ndarray, precision: float) -> dict
         w = np.asarray(w_all[start:start + step], dtype=np.float64)
         rows = w.shape[0]
         own, before, negatives = ranking.block(w)
+        # copy j of a positive is true positive number before + j, with every tied negative ahead of it;
+        # the first copies, most of the work, in whole arrays, the few later ones by index
+        found = before + 1.0
+        total = np.where(own >= 1, found / (found + negatives), 0.0).sum(axis=0)
         own, before, negatives = own.ravel(), before.ravel(), negatives.ravel()
-        total = np.zeros(rows)
-        # copy j of a positive is true positive number before + j, with every tied negative ahead of it
-        index = np.flatnonzero(own >= 1)
-        j = 1
+        index = np.flatnonzero(own >= 2)
+        j = 2
         while index.size:
             found = before[index] + j
             total += _by_column(rows, index, found / (found + negatives[index]))

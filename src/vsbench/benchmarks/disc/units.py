@@ -84,10 +84,13 @@ def copy_detection_units(
     n_positives = np.bincount(gt_unit, weights=matched.multiplicity, minlength=n).astype(np.int64)
     first = rank_zero_pairs(matched)
     correct = np.bincount(gt_unit[first], weights=matched.multiplicity[first], minlength=n).astype(np.int64)
+    order = np.argsort(unit, kind="stable")  # by unit, the given order within one (one sort for every list)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(unit, minlength=n), out=offsets[1:])
     columns = {
-        "scores": ListColumn.from_owner(matched.scores, unit, n),
-        "positive": ListColumn.from_owner(matched.is_tp, unit, n),
-        "references": ListColumn.from_owner(_texts(matched.pred_reference), unit, n),
+        "scores": ListColumn(matched.scores[order], offsets),
+        "positive": ListColumn(matched.is_tp[order], offsets),
+        "references": ListColumn(_texts(matched.pred_reference, order), offsets),
         "n_positives": n_positives,
         "correct_at_1": correct,
     }
@@ -116,17 +119,22 @@ def _code_texts(matched: Any, codes: np.ndarray) -> list[str]:
     return texts
 
 
-def _texts(ids: Any) -> np.ndarray:
-    """An id column as a numpy text array (distinct ids converted once)."""
+def _texts(ids: Any, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of an id column as a numpy text array, each distinct id converted once (ten
+    million integer ids: a lookup table over their range, or over their distinct values)."""
     if _is_ids(ids):
         distinct = np.asarray(ids.values.to_numpy(zero_copy_only=False), dtype=str)
-        return distinct[ids.codes]
-    values = np.asarray(ids)
+        return distinct[ids.codes[rows]]
+    values = np.asarray(ids)[rows]
     if values.dtype.kind in "US":
         return values.astype(str)
-    if values.dtype.kind in "iub" and values.size:
+    if values.dtype.kind in "iu" and values.size:
+        low, high = int(values.min()), int(values.max())
+        width = max(len(str(low)), len(str(high)))
+        if high - low <= 4 * values.size:
+            return np.arange(low, high + 1).astype(f"U{width}")[values - low]
         distinct, inverse = np.unique(values, return_inverse=True)
-        return distinct.astype(str)[inverse.ravel()]
+        return distinct.astype(f"U{width}")[inverse.ravel()]
     return np.asarray([str(v) for v in values.tolist()], dtype=str)
 
 
