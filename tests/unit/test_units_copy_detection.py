@@ -211,3 +211,31 @@ def test_adapter_returns_units_aligned_with_records(disc_root: Path) -> None:  #
             assert values[metric][0] == pytest.approx(record[metric], abs=TOLERANCE)
         assert units.columns["references"][1].tolist() == ["R000002", "R000000"]
     _close(result.figures)
+
+
+def test_reader_ids_give_the_same_units() -> None:
+    """The file scorer's readers give ``Ids`` (codes into distinct text), not arrays: same units."""
+    from vsbench.io.ids import Ids
+
+    case = _case(5)
+    pq, pr, ps, gq, gr = case
+    plain = copy_detection_units(*case)
+    coded = copy_detection_units(Ids.from_strings(pq), Ids.from_strings(pr), ps, Ids.from_strings(gq),
+                                 Ids.from_strings(gr))
+    assert coded.ids.tolist() == plain.ids.tolist()
+    for name in ("scores", "positive", "references"):
+        assert coded.columns[name].values.tolist() == plain.columns[name].values.tolist()
+        assert coded.columns[name].offsets.tolist() == plain.columns[name].offsets.tolist()
+    weights = np.random.default_rng(1).integers(0, 3, (5, len(plain)))
+    for metric, values in evaluate(plain, weights).items():
+        np.testing.assert_allclose(evaluate(coded, weights)[metric], values, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("predictions", [([], [], []), (["q1"], ["x"], [0.5])])
+def test_no_true_positive_or_no_prediction_at_all(predictions: tuple) -> None:
+    case = (*predictions, ["q0", "q2"], ["a", ""])
+    units = copy_detection_units(*case)
+    found = evaluate(units, np.array([[1] * len(units), [0] * len(units)]))
+    assert found["uap"][0] == found["recall_at_p90"][0] == found["accuracy_at_1"][0] == 0.0
+    assert np.isnan(found["uap"][1]) and np.isnan(found["accuracy_at_1"][1])
+    assert copy_detection_metrics(*case).uap == 0.0

@@ -47,17 +47,18 @@ def copy_detection_units(
     gt_reference: ArrayLike,
     *,
     ground_truth_duplicates: GroundTruthDuplicates = "count",
-    queries: Iterable[str] | None = None,
+    queries: Iterable[str] | Any | None = None,
     benchmark: str = "disc",
     variant: str = "",
 ) -> Units:
     """The queries of one copy-detection scoring as :class:`~vsbench.stats.units.Units` (kind ``query``).
 
     Takes exactly what :func:`~vsbench.benchmarks.disc.metrics.copy_detection_metrics` takes (and
-    raises where it raises); ``queries`` names every query of the evaluation (all query images), so
-    that those with neither a prediction nor a copy are units too; ground-truth rows with an empty
-    reference name theirs. Unit ids are the query ids as text; units follow ``queries``' order,
-    then the other queries in id order. Columns: ``scores``, ``positive`` and ``references`` (lists,
+    raises where it raises); ``queries`` names every query of the evaluation (the query images; for a
+    file, the ground truth reader's ``listed_queries``), so that those with neither a prediction nor
+    a copy are units too; ground-truth rows with an empty reference given here name theirs. Unit ids
+    are the query ids as text; units follow ``queries``' order, then the other queries in id order
+    (codes order: isc2021's id order for text ids). Columns: ``scores``, ``positive`` and ``references`` (lists,
     one entry per prediction), ``n_positives`` and ``correct_at_1`` (per query)."""
     matched = match_predictions(pred_query, pred_reference, pred_score, gt_query, gt_reference,
                                 ground_truth_duplicates=ground_truth_duplicates)
@@ -68,6 +69,8 @@ def copy_detection_units(
     codes = np.flatnonzero(used)
     texts = _code_texts(matched, codes)
 
+    if queries is not None and _is_ids(queries):
+        queries = queries.tolist()  # type: ignore[attr-defined]  # e.g. the reader's listed_queries
     named = [str(q) for q in queries] if queries is not None else []
     ids = list(dict.fromkeys([*named, *_no_copy_queries(gt_query, gt_reference)]))
     position = {text: row for row, text in enumerate(ids)}
