@@ -82,7 +82,9 @@ def test_generated_and_run_with_the_plugins_model_gives_the_numbers_computed_fro
     table = f"distance,top1_accuracy,mean_rank\nl2,{expected['top1_accuracy']!r},{expected['mean_rank']!r}\n"
     assert table in ran.stdout
     assert json.loads((out / "metrics.json").read_text()) == {"benchmark": "colour_match",
-                                                              "records": [{"distance": "l2", **expected}]}
+                                                              "records": [{"distance": "l2", **expected}],
+                                                              "units": [None]}
+    assert "no intervals: this benchmark declares no per-unit outcomes" in ran.stdout  # the table says so
     assert (out / "colour_match_metrics.csv").read_text() == table
 
 

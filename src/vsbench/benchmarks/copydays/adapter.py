@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark
+from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark, Units
 from vsbench.benchmarks.copydays.metrics import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
+from vsbench.benchmarks.copydays.units import copydays_units
 from vsbench.benchmarks.disc.adapter import aligned_features, list_images
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.index.settings import NO_NORM_LABEL, parse_codecs
@@ -109,7 +110,12 @@ class CopydaysBenchmark(SearchedBenchmark):
         found = results_for(results, "copydays")
         blocks = np.asarray(self.blocks)
         num_positives = np.asarray([len(p) for p in self.positives])
+        index_ids = np.asarray([*self.queries.ids[: self.num_originals],
+                                *(self.distractors.ids if self.distractors is not None else ())], dtype=str)
+        block_metrics = {f"map_{block.replace('/', '_')}": block for block in dict.fromkeys(self.blocks)
+                         if block != STRONG}
         records = []
+        units: list[Units | None] = []
         for codec in parse_codecs(settings.codecs):
             # FAISS's own result lists, as SSCD scores them: ties keep FAISS's order (merged reference
             # shards: the lower id first), and the pooled sort sees the float32 distances SSCD sorts.
@@ -124,9 +130,13 @@ class CopydaysBenchmark(SearchedBenchmark):
                 if block != STRONG:  # its mAP is strong_map
                     record[f"map_{block.replace('/', '_')}"] = float(aps[blocks == block].mean())
             records.append(record)
+            result_ids = np.where(ids >= 0, index_ids[np.clip(ids, 0, max(index_ids.size - 1, 0))], "")
+            units.append(copydays_units(self.queries.ids, hits, distances, num_positives, self.blocks,
+                                        strong_block=STRONG, block_metrics=block_metrics, result_ids=result_ids,
+                                        benchmark=self.name, variant=codec))
         return EvalResult(records=records, csv_name=CSV_NAME, csv_columns=tuple(CSV_FIELDS.values()),
                           csv_rows=copydays_csv_rows(records),
-                          figures={"copydays_blocks.png": _blocks_figure(records)})
+                          figures={"copydays_blocks.png": _blocks_figure(records)}, units=units)
 
 
 def load_copydays(

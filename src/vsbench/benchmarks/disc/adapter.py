@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark
+from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark, Units
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
+from vsbench.benchmarks.disc.units import copy_detection_units
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.index.settings import parse_score_norms
 from vsbench.io.features import FeatureError, FeatureSet, ImageSet
@@ -165,10 +166,14 @@ class DiscBenchmark(SearchedBenchmark):
         query_ids, reference_ids = np.asarray(self.queries.ids), np.asarray(self.references.ids)
         gt_keys = self._ground_truth_keys()
         records: list[dict[str, Any]] = []
+        units: list[Units | None] = []
         curves: dict[str, list[tuple[str, float, np.ndarray, np.ndarray]]] = {}
         for codec, score_norm, found in runs:
-            metrics = copy_detection_metrics(query_ids[found.query], reference_ids[found.reference], found.score,
-                                             self.gt_query, self.gt_reference)
+            predictions = (query_ids[found.query], reference_ids[found.reference], found.score,
+                           self.gt_query, self.gt_reference)
+            metrics = copy_detection_metrics(*predictions)
+            units.append(copy_detection_units(*predictions, queries=self.queries.ids, benchmark=self.name,
+                                              variant=f"{codec} {score_norm}"))
             records.append({"codec": codec, "score_norm": score_norm, "uap": metrics.uap,
                             "accuracy_at_1": metrics.accuracy_at_1, "recall_at_p90": metrics.recall_at_p90,
                             **tie_fields(metrics.ties)})
@@ -177,7 +182,7 @@ class DiscBenchmark(SearchedBenchmark):
             curves.setdefault(codec, []).append((score_norm, metrics.uap, precision, recall))
         figures = {f"disc_pr_{_slug(codec)}.png": _pr_figure(codec, variants) for codec, variants in curves.items()}
         return EvalResult(records=records, csv_name=CSV_NAME, csv_columns=tuple(CSV_FIELDS.values()),
-                          csv_rows=disc_csv_rows(records), figures=figures)
+                          csv_rows=disc_csv_rows(records), figures=figures, units=units)
 
     def _ground_truth_keys(self) -> np.ndarray:
         """Each findable positive pair as ``query_row * n_references + reference_row`` (rows of the image

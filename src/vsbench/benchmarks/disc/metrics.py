@@ -109,6 +109,57 @@ def copy_detection_metrics(
     positive. Raises ValueError on mismatched lengths, NaN scores, duplicate predictions, or when
     the ground truth holds no positive pair.
     """
+    m = match_predictions(pred_query, pred_reference, pred_score, gt_query, gt_reference,
+                          ground_truth_duplicates=ground_truth_duplicates)
+    scores, is_tp, multiplicity, n_gt = m.scores, m.is_tp, m.multiplicity, m.n_gt
+    positives = np.sort(scores[is_tp])[::-1]
+    negatives = np.sort(scores[~is_tp])  # the one large sort, shared by both tie orders
+    uap, recall_p90, threshold = _micro_ap(positives, negatives, n_gt, negatives_first=True)
+    best_uap, best_recall, _ = _micro_ap(positives, negatives, n_gt, negatives_first=False)
+    acc1, best_acc1 = _accuracy_at_1(m.q_codes, scores, m.n_queries, m.gt_query_codes, m.predicted, m.gt_scores,
+                                     multiplicity)
+    return CopyDetectionMetrics(
+        uap=uap,
+        accuracy_at_1=acc1 / n_gt,
+        recall_at_p90=recall_p90,
+        threshold_at_p90=threshold,
+        num_predictions=int(scores.size),
+        num_ground_truth=n_gt,
+        num_true_positives=int(np.count_nonzero(is_tp)),
+        ties={"uap": TieRange(uap, best_uap), "accuracy_at_1": TieRange(acc1 / n_gt, best_acc1 / n_gt),
+              "recall_at_p90": TieRange(recall_p90, best_recall)},
+        notes=m.notes,
+    )
+
+
+@dataclass(frozen=True)
+class Matched:
+    """Predictions matched to the ground truth as isc2021 matches them: what the metrics (and the
+    per-query units of :mod:`.units`) are computed from. Query codes are equal exactly when the ids
+    are; the ``gt_*`` arrays, ``multiplicity`` and ``predicted`` hold one row per distinct ground-truth pair."""
+
+    pred_query: np.ndarray  # the ids as the scorer compares them (numpy array or Ids)
+    pred_reference: np.ndarray
+    gt_query: np.ndarray  # positive pairs only
+    scores: np.ndarray
+    q_codes: np.ndarray  # per prediction: its query's code
+    gt_codes: np.ndarray  # per positive ground-truth row: its query's code
+    n_queries: int  # every code is below it
+    is_tp: np.ndarray  # per prediction: it is a ground-truth pair
+    gt_query_codes: np.ndarray  # per distinct pair: its query's code
+    multiplicity: np.ndarray  # per distinct pair: how often it counts
+    predicted: np.ndarray  # per distinct pair: whether it was predicted
+    gt_scores: np.ndarray  # per distinct pair: its prediction's score (0 when not predicted)
+    n_gt: int
+    notes: tuple[str, ...]
+
+
+def match_predictions(pred_query: ArrayLike, pred_reference: ArrayLike, pred_score: ArrayLike, gt_query: ArrayLike,
+                      gt_reference: ArrayLike, *,
+                      ground_truth_duplicates: GroundTruthDuplicates = "count") -> Matched:
+    """The checks and the matching :func:`copy_detection_metrics` starts with (ids coded, duplicates
+    refused, each prediction marked a ground-truth pair or not), shared with the per-query units so
+    that both see the same positives. Raises as the scorer does."""
     if ground_truth_duplicates not in ("count", "once"):
         raise ValueError(f"ground_truth_duplicates must be 'count' or 'once', got {ground_truth_duplicates!r}")
     scores = _scores(pred_score)
@@ -150,24 +201,8 @@ def copy_detection_metrics(
     gt_scores = np.zeros(unique_gt.size)
     gt_scores[predicted] = scores[tp_rows]
     gt_query_codes = gq_codes[first_row]
-
-    positives = np.sort(scores[is_tp])[::-1]
-    negatives = np.sort(scores[~is_tp])  # the one large sort, shared by both tie orders
-    uap, recall_p90, threshold = _micro_ap(positives, negatives, n_gt, negatives_first=True)
-    best_uap, best_recall, _ = _micro_ap(positives, negatives, n_gt, negatives_first=False)
-    acc1, best_acc1 = _accuracy_at_1(q_codes, scores, n_queries, gt_query_codes, predicted, gt_scores, multiplicity)
-    return CopyDetectionMetrics(
-        uap=uap,
-        accuracy_at_1=acc1 / n_gt,
-        recall_at_p90=recall_p90,
-        threshold_at_p90=threshold,
-        num_predictions=int(scores.size),
-        num_ground_truth=n_gt,
-        num_true_positives=int(np.count_nonzero(is_tp)),
-        ties={"uap": TieRange(uap, best_uap), "accuracy_at_1": TieRange(acc1 / n_gt, best_acc1 / n_gt),
-              "recall_at_p90": TieRange(recall_p90, best_recall)},
-        notes=tuple(notes),
-    )
+    return Matched(pq, pr, gq, scores, q_codes, gq_codes, n_queries, is_tp, gt_query_codes, multiplicity,
+                   predicted, gt_scores, n_gt, tuple(notes))
 
 
 def _ids(values: ArrayLike) -> np.ndarray:
@@ -365,14 +400,28 @@ def _accuracy_at_1(q_codes: np.ndarray, scores: np.ndarray, n_queries: int, gt_q
     ties it. Best order: a query whose top score is shared by one of its true pairs can put that pair
     first (only one pair per query; a pair listed k times in the ground truth counts k times).
     """
+    on_top, alone = _top_pairs(q_codes, scores, n_queries, gt_q_codes, predicted, gt_scores)
+    worst = int(multiplicity[alone].sum())
+    per_query = np.zeros(n_queries, dtype=np.int64)
+    np.maximum.at(per_query, gt_q_codes[on_top], multiplicity[on_top])
+    return worst, int(per_query.sum())
+
+
+def _top_pairs(q_codes: np.ndarray, scores: np.ndarray, n_queries: int, gt_q_codes: np.ndarray,
+               predicted: np.ndarray, gt_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct ground-truth pair: predicted with its query's top score (``on_top``), and that
+    with no other prediction of the query tying it (``alone``: isc2021's rank 0)."""
     best = np.full(n_queries, -np.inf)
     np.maximum.at(best, q_codes, scores)
     at_best = np.bincount(q_codes, weights=scores == best[q_codes], minlength=n_queries)
     on_top = predicted & (gt_scores == best[gt_q_codes])
-    worst = int(multiplicity[on_top & (at_best[gt_q_codes] == 1)].sum())
-    per_query = np.zeros(n_queries, dtype=np.int64)
-    np.maximum.at(per_query, gt_q_codes[on_top], multiplicity[on_top])
-    return worst, int(per_query.sum())
+    return on_top, on_top & (at_best[gt_q_codes] == 1)
+
+
+def rank_zero_pairs(matched: Matched) -> np.ndarray:
+    """Per distinct ground-truth pair of ``matched``: isc2021 ranks it first (what accuracy at 1 counts)."""
+    return _top_pairs(matched.q_codes, matched.scores, matched.n_queries, matched.gt_query_codes, matched.predicted,
+                      matched.gt_scores)[1]
 
 
 # ------------------------------------------------------------------- plain-Python reference

@@ -1,0 +1,75 @@
+"""Per-query outcomes of a Copydays evaluation: what strong mAP, overall uAP and each block's mAP
+are recomputed from under any resample of the queries.
+
+One unit per Copydays query (every image of every block): its result list as searched (distances,
+whether each result is a positive, the index ids), its number of positives, its trapezoidal AP and
+its block. Overall uAP pools every query's results and sorts them by distance with numpy's default
+(unstable) sort, whose order of tied distances depends on the numpy build; each result's place in
+that sort, computed here with the very call :func:`~vsbench.benchmarks.copydays.metrics.copydays_metrics`
+makes, is kept (``pooled_rank``), so the statistic orders ties as the recorded value did, on any
+machine, and copies of a query's results sit side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from vsbench.benchmarks.copydays.metrics import _row_aps
+from vsbench.stats.units import ListColumn, Units
+
+STRONG_MAP = "strong_map"
+OVERALL_UAP = "overall_uap"
+
+
+def copydays_units(query_ids: Sequence[str], hits: ArrayLike, distances: ArrayLike, num_positives: ArrayLike,
+                   blocks: Sequence[str], *, strong_block: str = "strong", block_metrics: Mapping[str, str] | None = None,
+                   result_ids: Sequence[Sequence[str]] | np.ndarray | None = None, benchmark: str = "copydays",
+                   variant: str = "") -> Units:
+    """The queries of one Copydays scoring as :class:`~vsbench.stats.units.Units` (kind ``query``).
+
+    ``hits``, ``distances`` and ``num_positives`` are what
+    :func:`~vsbench.benchmarks.copydays.metrics.copydays_metrics` takes (distances in the search's
+    dtype); ``blocks`` each query's block, ``strong_block`` the one strong mAP averages over;
+    ``block_metrics`` maps a record key to a block whose mAP it holds (``map_original``:
+    ``original``); ``result_ids`` the index id at each place of each result list (text)."""
+    hit = np.asarray(hits, dtype=bool)
+    dist = np.asarray(distances)
+    if not np.issubdtype(dist.dtype, np.floating):
+        dist = dist.astype(np.float64)  # as copydays_metrics does
+    n_pos = np.asarray(num_positives, dtype=np.float64)
+    block = np.asarray(blocks, dtype=str)
+    n, k = hit.shape
+    if dist.shape != hit.shape or n_pos.shape != (n,) or block.shape != (n,) or len(query_ids) != n:
+        raise ValueError(f"shapes differ: hits {hit.shape}, distances {dist.shape}, num_positives {n_pos.shape}, "
+                         f"blocks {block.shape}, {len(query_ids)} query ids")
+    pooled_rank = np.empty(hit.size, dtype=np.int64)
+    pooled_rank[np.argsort(dist.ravel())] = np.arange(hit.size)  # SSCD: np.reshape(dis, (-1)).argsort()
+    ap = _row_aps(hit, n_pos)
+    strong = (block == strong_block).astype(np.float64)
+    offsets = np.arange(n + 1, dtype=np.int64) * k
+    columns: dict[str, Any] = {
+        "distances": ListColumn(dist.ravel(), offsets),
+        "hits": ListColumn(hit.ravel(), offsets),
+        "pooled_rank": ListColumn(pooled_rank, offsets),
+        "n_positives": n_pos,
+        "ap": ap,
+        "strong": strong,
+        "strong_ap": ap * strong,
+        "block": block,
+    }
+    if result_ids is not None:
+        ids = np.asarray(result_ids, dtype=str)
+        if ids.shape != hit.shape:
+            raise ValueError(f"result ids of shape {ids.shape} for results of shape {hit.shape}")
+        columns["references"] = ListColumn(ids.ravel(), offsets)
+    metrics: dict[str, dict[str, Any]] = {
+        STRONG_MAP: {"statistic": "ratio", "num": "strong_ap", "den": "strong"},
+        OVERALL_UAP: {"statistic": "copydays_uap"},
+    }
+    for metric, name in (block_metrics or {}).items():
+        metrics[metric] = {"statistic": "mean_where", "value": "ap", "column": "block", "equals": name}
+    return Units("query", benchmark, np.asarray(query_ids, dtype=str), columns, metrics, variant=variant)

@@ -1,0 +1,153 @@
+"""Per-query outcomes of a copy-detection evaluation (DISC2021, ``vsbench score copy-detection``).
+
+One unit per query: its predictions (reference ids, scores, whether each is a ground-truth pair),
+its number of ground-truth pairs as isc2021 counts them (retrieved or not; a pair listed twice
+counts twice unless ``ground_truth_duplicates="once"``) and how many of those isc2021 ranks first.
+That is all uAP, recall at precision 0.9 (:func:`vsbench.stats.ranking.micro_ap`) and accuracy at 1
+(:func:`vsbench.stats.statistics.ratio`) need to be recomputed from any resample of the queries,
+with the positives matched exactly as :func:`~vsbench.benchmarks.disc.metrics.copy_detection_metrics`
+matches them (the same :func:`~vsbench.benchmarks.disc.metrics.match_predictions`).
+
+Queries are the units whatever they hold: a query with predictions and no copy (its predictions
+are false positives), a query whose copy was never retrieved (it holds ground truth and no true
+positive), and, when named (``queries``, the ground truth's rows with an empty reference), a query
+with neither, which changes no number but is drawn like the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from vsbench.benchmarks.disc.metrics import (
+    GroundTruthDuplicates,
+    _ids,
+    _is_ids,
+    match_predictions,
+    rank_zero_pairs,
+)
+from vsbench.stats.units import ListColumn, Units
+
+# record key -> the statistic that recomputes it from the units
+COPY_DETECTION_METRICS: dict[str, dict[str, Any]] = {
+    "uap": {"statistic": "micro_ap", "part": "uap"},
+    "accuracy_at_1": {"statistic": "ratio", "num": "correct_at_1", "den": "n_positives"},
+    "recall_at_p90": {"statistic": "micro_ap", "part": "recall_at_p90"},
+}
+
+
+def copy_detection_units(
+    pred_query: ArrayLike,
+    pred_reference: ArrayLike,
+    pred_score: ArrayLike,
+    gt_query: ArrayLike,
+    gt_reference: ArrayLike,
+    *,
+    ground_truth_duplicates: GroundTruthDuplicates = "count",
+    queries: Iterable[str] | Any | None = None,
+    benchmark: str = "disc",
+    variant: str = "",
+) -> Units:
+    """The queries of one copy-detection scoring as :class:`~vsbench.stats.units.Units` (kind ``query``).
+
+    Takes exactly what :func:`~vsbench.benchmarks.disc.metrics.copy_detection_metrics` takes (and
+    raises where it raises); ``queries`` names every query of the evaluation (the query images; for a
+    file, the ground truth reader's ``listed_queries``), so that those with neither a prediction nor
+    a copy are units too; ground-truth rows with an empty reference given here name theirs. Unit ids
+    are the query ids as text; units follow ``queries``' order, then the other queries in id order
+    (codes order: isc2021's id order for text ids). Columns: ``scores``, ``positive`` and ``references`` (lists,
+    one entry per prediction), ``n_positives`` and ``correct_at_1`` (per query)."""
+    matched = match_predictions(pred_query, pred_reference, pred_score, gt_query, gt_reference,
+                                ground_truth_duplicates=ground_truth_duplicates)
+    n_codes = matched.n_queries
+    used = np.zeros(n_codes, dtype=bool)
+    used[matched.q_codes] = True
+    used[matched.gt_codes] = True
+    codes = np.flatnonzero(used)
+    texts = _code_texts(matched, codes)
+
+    if queries is not None and _is_ids(queries):
+        queries = queries.tolist()  # type: ignore[attr-defined]  # e.g. the reader's listed_queries
+    named = [str(q) for q in queries] if queries is not None else []
+    ids = list(dict.fromkeys([*named, *_no_copy_queries(gt_query, gt_reference)]))
+    position = {text: row for row, text in enumerate(ids)}
+    for text in texts:
+        if text not in position:
+            position[text] = len(ids)
+            ids.append(text)
+    row_of = np.full(n_codes, -1, dtype=np.int64)
+    row_of[codes] = [position[t] for t in texts]
+    n = len(ids)
+
+    unit = row_of[matched.q_codes]
+    gt_unit = row_of[matched.gt_query_codes]
+    n_positives = np.bincount(gt_unit, weights=matched.multiplicity, minlength=n).astype(np.int64)
+    first = rank_zero_pairs(matched)
+    correct = np.bincount(gt_unit[first], weights=matched.multiplicity[first], minlength=n).astype(np.int64)
+    order = np.argsort(unit, kind="stable")  # by unit, the given order within one (one sort for every list)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(unit, minlength=n), out=offsets[1:])
+    columns = {
+        "scores": ListColumn(matched.scores[order], offsets),
+        "positive": ListColumn(matched.is_tp[order], offsets),
+        "references": ListColumn(_texts(matched.pred_reference, order), offsets),
+        "n_positives": n_positives,
+        "correct_at_1": correct,
+    }
+    return Units("query", benchmark, np.asarray(ids, dtype=str), columns, COPY_DETECTION_METRICS, variant=variant)
+
+
+def _code_texts(matched: Any, codes: np.ndarray) -> list[str]:
+    """The id of each query code, as text: read from a prediction naming it, else a ground-truth row.
+    Two ids that print alike but are different ids for isc2021 (``1`` and ``"1"``) get their repr."""
+    row = np.full(matched.n_queries, -1, dtype=np.int64)
+    row[matched.gt_codes[::-1]] = np.arange(matched.gt_codes.size, dtype=np.int64)[::-1]
+    from_gt = row[codes]
+    row[:] = -1
+    row[matched.q_codes[::-1]] = np.arange(matched.q_codes.size, dtype=np.int64)[::-1]
+    from_pred = row[codes]
+    values: list[Any] = [None] * codes.size
+    in_pred = np.flatnonzero(from_pred >= 0)
+    in_gt = np.flatnonzero(from_pred < 0)
+    for places, source, rows in ((in_pred, matched.pred_query, from_pred), (in_gt, matched.gt_query, from_gt)):
+        if places.size:
+            for place, value in zip(places.tolist(), source[rows[places]].tolist()):
+                values[place] = value
+    texts = [str(v) for v in values]
+    if len(set(texts)) < len(texts):
+        texts = [repr(v) for v in values]
+    return texts
+
+
+def _texts(ids: Any, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of an id column as a numpy text array, each distinct id converted once (ten
+    million integer ids: a lookup table over their range, or over their distinct values)."""
+    if _is_ids(ids):
+        distinct = np.asarray(ids.values.to_numpy(zero_copy_only=False), dtype=str)
+        return distinct[ids.codes[rows]]
+    values = np.asarray(ids)[rows]
+    if values.dtype.kind in "US":
+        return values.astype(str)
+    if values.dtype.kind in "iu" and values.size:
+        low, high = int(values.min()), int(values.max())
+        width = max(len(str(low)), len(str(high)))
+        if high - low <= 4 * values.size:
+            return np.arange(low, high + 1).astype(f"U{width}")[values - low]
+        distinct, inverse = np.unique(values, return_inverse=True)
+        return distinct.astype(f"U{width}")[inverse.ravel()]
+    return np.asarray([str(v) for v in values.tolist()], dtype=str)
+
+
+def _no_copy_queries(gt_query: ArrayLike, gt_reference: ArrayLike) -> list[str]:
+    """Queries the ground truth lists with an empty reference (isc2021: no copy in the database)."""
+    query, reference = _ids(gt_query), _ids(gt_reference)
+    if _is_ids(reference):
+        empty = reference.value_index("")  # type: ignore[attr-defined]
+        if empty is None:
+            return []
+        return [str(q) for q in query[reference.codes == empty].tolist()]  # type: ignore[attr-defined]
+    rows = [n for n, ref in enumerate(reference.tolist()) if ref is None or (isinstance(ref, str) and ref == "")]
+    return [str(q) for q in query[np.asarray(rows, dtype=np.int64)].tolist()] if rows else []

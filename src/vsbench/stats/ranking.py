@@ -1,0 +1,264 @@
+"""Ranking statistics over reweighted queries: micro AP (isc2021's uAP and recall at precision 0.9),
+Copydays' pooled trapezoidal uAP, and a mean over the units of one group.
+
+Each recomputes a pooled ranking metric under a block of replicate weights (how often each query
+was drawn) without writing the resampled predictions out: a query drawn ``w`` times is ``w``
+queries whose predictions tie copy for copy (THE contract of :mod:`vsbench.stats.statistics`). What
+a pooled AP needs of the expanded ranking is, at each positive, the weight of the positives and of
+the negatives ranked before it. So the predictions are sorted once per unit file, and the
+negatives are aggregated once into a sparse ``(group x query)`` matrix of counts: ``M[g, q]`` is how
+many negatives of query ``q`` are first ranked before the positives of group ``g`` (a group: the
+positives that have the same negatives before them). For a block of replicates ``W (B x queries)``
+the negatives before each group are ``cumsum(M @ W.T)``, one sparse product (work: the matrix's
+non-zeros, at most the number of negatives ranked above the last positive, times B); the
+positives' own weights are a gather and a cumulative sum over the positives. A positive of weight
+``w`` then adds its ``w`` copies' terms, looping over ``j = 1..w`` (the largest count drawn, a
+handful), never over units. Replicate blocks are cut so that no ``(positives x replicates)``
+array holds more than :data:`~vsbench.stats.resample.BLOCK_CELLS` numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from vsbench.stats.resample import BLOCK_CELLS
+from vsbench.stats.units import Units, UnitsError
+
+PRECISION_TARGET = 0.9  # isc2021's recall at precision 0.9
+MICRO_AP_PARTS = ("uap", "recall_at_p90")
+
+
+@dataclass(frozen=True)
+class RankedPositives:
+    """The positives of a pooled ranking in rank order and, per group of positives, the negatives
+    ranked before it (module docstring). Built once per unit file; :meth:`block` evaluates a block
+    of replicate weights."""
+
+    owner: np.ndarray  # (P,) the unit row of each positive, best rank first
+    group: np.ndarray  # (P,) its group: positives with the same negatives before them
+    before: sparse.csc_matrix  # (G, units): negatives counted before group g and every later group
+    n_units: int
+
+    @property
+    def size(self) -> int:
+        return int(self.owner.size)
+
+    def rows_per_block(self) -> int:
+        """Replicates evaluated together: bounded (positives, groups, units) x replicates arrays."""
+        return max(1, BLOCK_CELLS // max(self.size, self.before.shape[0], self.n_units, 1))
+
+    def block(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For float64 ``weights (B, units)``, each ``(P, B)``: each positive's weight, the weight of the
+        positives ranked before it, and the weight of the negatives ranked before it."""
+        columns = np.ascontiguousarray(weights.T)  # (units, B): the layout a sparse product streams
+        if self.before.shape[0]:
+            negatives = np.cumsum(self.before @ columns, axis=0)[self.group]
+        else:
+            negatives = np.zeros((0, weights.shape[0]))
+        own = columns[self.owner]
+        positives_before = np.cumsum(own, axis=0)
+        positives_before -= own
+        return own, positives_before, negatives
+
+
+def rank_groups(owner: np.ndarray, first_group: np.ndarray, groups: int, n_units: int) -> sparse.csc_matrix:
+    """``M[g, q]``: how many of query ``q``'s negatives are first counted at group ``g`` (negatives with
+    ``first_group >= groups`` are ranked after every positive and are left out)."""
+    keep = first_group < groups
+    counts = sparse.coo_matrix((np.ones(int(keep.sum())), (first_group[keep], owner[keep])), shape=(groups, n_units))
+    return counts.tocsc()  # duplicates summed; a CSC product streams each query's weights once
+
+
+def _weights(weights: np.ndarray, n_units: int) -> np.ndarray:
+    w = np.asarray(weights)
+    if w.ndim != 2 or w.shape[1] != n_units:
+        raise UnitsError(f"weights of shape {w.shape} for {n_units} units")
+    return w
+
+
+def _by_column(rows: int, flat_index: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sums of ``values`` per replicate (column) of a C-ordered ``(P, rows)`` array's flat indices."""
+    return np.bincount(flat_index % rows, weights=values, minlength=rows)
+
+
+def _cached_block(units: Units, name: str, weights: np.ndarray,
+                  compute: Callable[[np.ndarray], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """All parts of one statistic for this block of weights, computed once: ``evaluate`` asks for uAP
+    and recall at P90 with the same weights array, and both come out of one pass. The array itself is
+    kept (so its id cannot be reused) and compared by identity and content."""
+    key = f"ranking:{name}:last"
+    last = units._cache.get(key)
+    if last is not None and (last[0] is weights or (last[0].shape == weights.shape
+                                                   and np.array_equal(last[0], weights))):
+        return last[1]
+    out = compute(weights)
+    units._cache[key] = (weights, out)
+    return out
+
+
+# ----------------------------------------------------------------------------- micro AP (DISC)
+
+
+def _micro_ap_ranking(units: Units) -> RankedPositives:
+    """Positives by score descending; a group per distinct positive score; a negative is before a
+    group when its score is ``>=`` the group's (isc2021: negatives first on ties)."""
+    key = "ranking:micro_ap"
+    if key not in units._cache:
+        scores, owner = units.lists("scores")
+        positive, _ = units.lists("positive", bool)
+        if np.isnan(scores).any():
+            raise UnitsError(f"{units.benchmark} units: a NaN score has no rank")
+        rows = np.flatnonzero(positive)
+        order = rows[np.argsort(-scores[rows], kind="stable")]
+        ranked = scores[order]
+        new = np.ones(ranked.size, dtype=bool)
+        new[1:] = ranked[1:] != ranked[:-1]
+        group = np.cumsum(new) - 1
+        distinct_ascending = ranked[new][::-1]
+        groups = int(distinct_ascending.size)
+        negatives = np.flatnonzero(~positive)
+        # the first group a negative precedes: the number of positive scores strictly above its own
+        first = groups - np.searchsorted(distinct_ascending, scores[negatives], side="right")
+        units._cache[key] = RankedPositives(owner[order], group, rank_groups(owner[negatives], first, groups, len(units)),
+                                            len(units))
+    return units._cache[key]
+
+
+def _micro_ap_parts(units: Units, weights: np.ndarray, precision: float) -> dict[str, np.ndarray]:
+    ranking = _micro_ap_ranking(units)
+    truth = units.values("n_positives")
+    w_all = _weights(weights, len(units))
+    uap = np.empty(w_all.shape[0])
+    recall = np.empty(w_all.shape[0])
+    step = ranking.rows_per_block()
+    for start in range(0, w_all.shape[0], step):
+        w = np.asarray(w_all[start:start + step], dtype=np.float64)
+        rows = w.shape[0]
+        own, before, negatives = ranking.block(w)
+        # copy j of a positive is true positive number before + j, with every tied negative ahead of it;
+        # the first copies, most of the work, in whole arrays, the few later ones by index
+        found = before + 1.0
+        total = np.where(own >= 1, found / (found + negatives), 0.0).sum(axis=0)
+        own, before, negatives = own.ravel(), before.ravel(), negatives.ravel()
+        index = np.flatnonzero(own >= 2)
+        j = 2
+        while index.size:
+            found = before[index] + j
+            total += _by_column(rows, index, found / (found + negatives[index]))
+            j += 1
+            index = index[own[index] >= j]
+        # precision grows over a positive's copies: its last copy is the one to test, at recall `through`
+        through = before + own
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reached = (own > 0) & (through / (through + negatives) >= precision)
+        best = np.where(reached, through, 0.0).reshape(-1, rows).max(axis=0, initial=0.0)
+        n_gt = w @ truth
+        with np.errstate(invalid="ignore", divide="ignore"):
+            uap[start:start + rows] = np.where(n_gt > 0, total / np.where(n_gt > 0, n_gt, 1), np.nan)
+            recall[start:start + rows] = np.where(n_gt > 0, best / np.where(n_gt > 0, n_gt, 1), np.nan)
+    return {"uap": uap, "recall_at_p90": recall}
+
+
+def micro_ap(units: Units, weights: np.ndarray, *, part: str = "uap", precision: float = PRECISION_TARGET) -> np.ndarray:
+    """isc2021's micro AP (``part="uap"``) or recall at precision 0.9 (``part="recall_at_p90"``) of
+    the pooled predictions of the drawn queries.
+
+    Columns: ``scores`` and ``positive`` (list columns: each prediction's score and whether it is a
+    ground-truth pair) and ``n_positives`` (the query's ground-truth pairs, retrieved or not, as the
+    scorer counts them). Scores descending, negatives first on ties; the t-th true positive with
+    ``NB`` negatives at or above its score has precision ``t / (t + NB)``; uAP is their sum over the
+    ground-truth count, recall at P90 the largest ``t / N_gt`` whose precision reaches 0.9 (0 when
+    none does). A replicate without any ground-truth pair is NaN (isc2021 refuses such an input)."""
+    if part not in MICRO_AP_PARTS:
+        raise UnitsError(f"micro_ap: unknown part {part!r} (expected one of {', '.join(MICRO_AP_PARTS)})")
+    parts = _cached_block(units, f"micro_ap:{precision!r}", weights,
+                          lambda w: _micro_ap_parts(units, w, precision))
+    return parts[part]
+
+
+# ----------------------------------------------------------------------------- Copydays pooled uAP
+
+
+def _pooled_ranking(units: Units) -> RankedPositives:
+    """Results by distance ascending, ties in the original's pooled order (``pooled_rank``: each
+    result's place in SSCD's sort, machine-independent once recorded); every positive is its own group."""
+    key = "ranking:copydays_uap"
+    if key not in units._cache:
+        distances, owner = units.lists("distances")
+        hits, _ = units.lists("hits", bool)
+        if np.isnan(distances).any():
+            raise UnitsError(f"{units.benchmark} units: a NaN distance has no rank")
+        if "pooled_rank" in units.columns:
+            order = np.lexsort((units.lists("pooled_rank", np.int64)[0], distances))
+        else:
+            order = np.argsort(distances, kind="stable")
+        ranked_hits = hits[order]
+        places = np.flatnonzero(ranked_hits)
+        misses = np.flatnonzero(~ranked_hits)
+        first = np.searchsorted(places, misses)  # positives ranked before the miss: it precedes the next one
+        units._cache[key] = RankedPositives(owner[order[places]], np.arange(places.size),
+                                            rank_groups(owner[order[misses]], first, places.size, len(units)),
+                                            len(units))
+    return units._cache[key]
+
+
+def copydays_uap(units: Units, weights: np.ndarray) -> np.ndarray:
+    """Copydays' ``overall_uAP`` (SSCD ``score_macro_AP``) of the drawn queries: every (query, result)
+    pair pooled and ranked by distance, the k-th positive (0-based) at 0-based rank r adding
+    ``(p_left + p_right) / 2`` with ``p_left = k / r`` (1 at r = 0) and ``p_right = (k + 1) / (r + 1)``,
+    the sum divided by the number of queries (upstream's choice of denominator).
+
+    Columns: ``distances`` and ``hits`` (list columns), optionally ``pooled_rank`` (the result's place
+    in the original's pooled sort, which orders tied distances as the recorded value did). Copies of
+    a result are adjacent; a replicate without any query is NaN."""
+    ranking = _pooled_ranking(units)
+    w_all = _weights(weights, len(units))
+    out = np.empty(w_all.shape[0])
+    step = ranking.rows_per_block()
+    for start in range(0, w_all.shape[0], step):
+        w = np.asarray(w_all[start:start + step], dtype=np.float64)
+        rows = w.shape[0]
+        own, before, negatives = (a.ravel() for a in ranking.block(w))
+        total = np.zeros(rows)
+        index = np.flatnonzero(own >= 1)
+        j = 0
+        while index.size:
+            found = before[index] + j  # positives before this copy
+            rank = found + negatives[index]
+            left = np.where(rank == 0, 1.0, found / np.maximum(rank, 1.0))
+            right = (found + 1.0) / (rank + 1.0)
+            total += _by_column(rows, index, (left + right) / 2.0)
+            j += 1
+            index = index[own[index] >= j + 1]
+        queries = w.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[start:start + rows] = np.where(queries > 0, total / np.where(queries > 0, queries, 1), np.nan)
+    return out
+
+
+# ----------------------------------------------------------------------------- mean within a group
+
+
+def mean_where(units: Units, weights: np.ndarray, *, value: str, column: str, equals: str) -> np.ndarray:
+    """The mean of ``value`` over the drawn units whose ``column`` equals ``equals`` (a Copydays block's
+    mAP: per-query AP over the queries of that block); NaN when none was drawn."""
+    key = f"ranking:mean_where:{column}={equals}"
+    if key not in units._cache:
+        units._cache[key] = (np.asarray(units.values(column, dtype=object) == equals, dtype=np.float64))
+    inside = units._cache[key]
+    w = np.asarray(_weights(weights, len(units)), dtype=np.float64)
+    top = w @ (units.values(value) * inside)
+    bottom = w @ inside
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1), np.nan)
+
+
+STATISTICS: dict[str, Callable[..., np.ndarray]] = {
+    "micro_ap": micro_ap,
+    "copydays_uap": copydays_uap,
+    "mean_where": mean_where,
+}
