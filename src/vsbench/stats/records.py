@@ -21,6 +21,7 @@ from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units
 
 UNITS_DIR = "units"
+PLURAL = {"query": "queries", "question": "questions", "pair": "pairs", "seed": "seeds"}
 
 
 def unit_file_name(benchmark: str, record: Mapping[str, Any], index: int) -> str:
@@ -93,7 +94,8 @@ def interval_lines(records: Sequence[Mapping[str, Any]], entries: Sequence[Mappi
     if ci.get("ci_method", "off") == "off":
         return [f"intervals off (VSBENCH_RESAMPLES=0); per-unit outcomes kept in {first['file']}"]
     counts = {entry["units"] for _, entry in shown}
-    over = f"{first['units']} {first['kind']}s" if len(counts) == 1 else f"each record's {first['kind']}s"
+    kinds = PLURAL.get(first["kind"], f"{first['kind']}s")
+    over = f"{first['units']} {kinds}" if len(counts) == 1 else f"each record's {kinds}"
     lines.append(f"{percent}% intervals: {ci.get('ci_method')} over {over}, "
                  f"{ci.get('ci_resamples')} resamples, seed {ci.get('ci_seed')}")
     rows = []
