@@ -331,7 +331,7 @@ def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_bett
     colors = _colors(sorted(frame["model"].unique()) if not frame.empty else [])
     generated = datetime.now(UTC)
     sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors)
-                for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [
+                for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [] if pairs else [
         '<p class="note">No finished pipeline runs with metrics yet.</p>']
     run_count = len({r.run_id for r in runs})
     document = f"""<!DOCTYPE html>

@@ -136,7 +136,7 @@ def render_pair(pair: RunPair) -> str:
         lines.append(f"  first   {format_interval(row.first, *row.first_interval)}")
         lines.append(f"  second  {format_interval(row.second, *row.second_interval)}")
         if row.difference is not None:
-            lines.append(f"  second - first  {difference_line(row.difference, row.higher_is_better)}")
+            lines.append(f"  second - first  {difference_line(row.difference)}")
         else:
             lines.append(f"  second - first  {row.second - row.first:+.4g} ({row.note})")
     if pair.notes:

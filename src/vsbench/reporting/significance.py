@@ -113,7 +113,7 @@ def bad_direction(difference: Difference, higher_is_better: bool) -> bool:
     return bool(below and difference.p_value < ALPHA)
 
 
-def difference_line(difference: Difference, higher_is_better: bool = True) -> str:
+def difference_line(difference: Difference) -> str:
     """One line: ``-0.031 [-0.052, -0.011], p=0.004 (paired permutation test ...)`` plus McNemar's counts."""
     text = (f"{difference.difference:+.4g} [{difference.low:+.4g}, {difference.high:+.4g}], "
             f"{format_p(difference.p_value)} ({difference.test})")
@@ -137,6 +137,7 @@ class UnitsReader:
         self._units: dict[str, dict[str, Units]] = {}
         self._runs: dict[str, Any] = {}
         self._score_runs: dict[str, str] = {}
+        self._differences: dict[tuple[str, str, str, Resampling | None], Difference | None] = {}
         self.refused: dict[str, str] = {}
         self.downloads = 0  # runs whose files were fetched (tests check the cache)
         if self.cache is None:
@@ -200,12 +201,17 @@ class UnitsReader:
                    ) -> Difference | None:
         """``second - first`` of ``metric`` from the two runs' unit files (each the run naming them, see
         :meth:`units_run_id`); None when either lacks a unit file for it or its file was refused."""
+        key = (first, second, metric, resampling)
+        if key in self._differences:  # the terminal's leaderboard and the report ask the same
+            return self._differences[key]
         a, b = self.units(first).get(metric), self.units(second).get(metric)
-        if a is None or b is None:
-            return None
-        chosen = resampling or resampling_of(dict(self.run(second).data.params), dict(self.run(first).data.params))
-        try:
-            return compare_metric(a, b, metric, chosen, same_data=self.same_data(first, second))
-        except UnitsError as exc:  # the two files compute the metric differently
-            self.refused.setdefault(f"{first} vs {second}", f"{metric}: {exc}")
-            return None
+        found = None
+        if a is not None and b is not None:
+            chosen = resampling or resampling_of(dict(self.run(second).data.params),
+                                                 dict(self.run(first).data.params))
+            try:
+                found = compare_metric(a, b, metric, chosen, same_data=self.same_data(first, second))
+            except UnitsError as exc:  # the two files compute the metric differently
+                self.refused.setdefault(f"{first} vs {second}", f"{metric}: {exc}")
+        self._differences[key] = found
+        return found
