@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -15,14 +16,16 @@ from vsbench.cli.common import (
 
 def compare(
     experiment: Annotated[str | None, typer.Option(help="MLflow experiment (from MLFLOW_TRACKING_URI): its "
-                                                        "leaderboard.")] = None,
+                                                        "leaderboard (default: none, with --runs).")] = None,
     last: Annotated[int | None, typer.Option(min=1, help="Only the newest N pipeline runs (default: all).")] = None,
     report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
     runs: Annotated[tuple[str, str] | None, typer.Option(
         "--runs", metavar="FIRST SECOND",
         help="Two MLflow run ids (evaluation runs, or an ABID pipeline run) compared metric by metric: "
-             "second minus first, its 95% interval and p-value, paired when both scored the same units.")] = None,
-    metric: Annotated[list[str] | None, typer.Option(help="With --runs: only this metric (repeatable).")] = None,
+             "second minus first, its 95% interval and p-value, paired when both scored the same units "
+             "(default: none).")] = None,
+    metric: Annotated[list[str] | None, typer.Option(help="With --runs: only this metric (repeatable; default: every metric "
+                                                              "both hold).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="With --runs: one JSON object instead of text; "
                                                          "no report.")] = False,
     tests: Annotated[bool, typer.Option(help="Test each model against the best from the runs' unit files "
@@ -41,6 +44,8 @@ def compare(
     from vsbench.reporting.runs import collect_runs
     from vsbench.reporting.significance import UnitsReader
 
+    # MLflow's download bars would interleave with the tables (and with --json); a unit file is small.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if experiment is None and runs is None:
         raise typer.BadParameter("name an --experiment (its leaderboard) or --runs FIRST SECOND (two runs compared)")
     reader = UnitsReader(MlflowClient()) if tests or runs else None
