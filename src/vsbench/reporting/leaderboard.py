@@ -149,10 +149,10 @@ def _cell(row: Any) -> Cell:
                 float(get("p_value", math.nan)), str(get("test", "") or ""))
 
 
-def _text_table(rows: list[list[str]]) -> str:
-    """Columns padded to their widest cell: the first (metric names) left-aligned, the rest right."""
+def _text_table(rows: list[list[str]], left: tuple[int, ...] = (0,)) -> str:
+    """Columns padded to their widest cell: those in ``left`` (metric names) left-aligned, the rest right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+    return "\n".join("  ".join(cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in
                                enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
@@ -170,14 +170,19 @@ def _wide(models: list[str], rows: list[tuple[str, str, list[Cell | None]]]) -> 
     return _text_table(lines)
 
 
-def _long(models: list[str], rows: list[tuple[str, str, list[Cell | None]]]) -> str:
+def _long(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], width: int = 80) -> str:
     """A block per metric, a row per model (what fits 80 columns when the models are many or their
-    names long): ``  model  value [low, high] mark  p=... (paired)``."""
+    names long): ``  model  value [low, high] mark  p=... paired``; names too long for that get the
+    value on the line below them."""
     blocks = []
     for metric, better, cells in rows:
         lines = [[f"  {model}", _cell_text(cell), _versus(cell)] for model, cell in zip(models, cells)
                  if cell is not None]
-        blocks.append(f"{metric} ({better} is better)\n{_text_table(lines)}")
+        table = _text_table(lines, left=(0, 2))
+        if max(len(line) for line in table.splitlines()) > width:
+            values = _text_table([["", *line[1:]] for line in lines], left=(0, 2)).splitlines()
+            table = "\n".join(f"{name}\n    {value.strip()}" for (name, *_), value in zip(lines, values))
+        blocks.append(f"{metric} ({better} is better)\n{table}")
     return "\n".join(blocks)
 
 
@@ -202,7 +207,7 @@ def render_leaderboard(frame: pd.DataFrame, width: int = 80) -> str:
         models, rows = table_cells(group)
         table = _wide(models, rows)
         if max(len(line) for line in table.splitlines()) > width:
-            table = _long(models, rows)
+            table = _long(models, rows, width)
         blocks.append(f"== {benchmark} ==\n{table}")
     blocks.append(textwrap.fill(FOOTER, width=width))
     return "\n\n".join(blocks)
