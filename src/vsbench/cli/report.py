@@ -1,7 +1,9 @@
-"""``vsbench compare``: the leaderboard and HTML report of pipeline runs in MLflow."""
+"""``vsbench compare``: the leaderboard and HTML report of pipeline runs in MLflow, or two runs compared."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,24 +15,68 @@ from vsbench.cli.common import (
 
 
 def compare(
-    experiment: Annotated[str, typer.Option(help="MLflow experiment (from MLFLOW_TRACKING_URI).")],
+    experiment: Annotated[str | None, typer.Option(help="MLflow experiment (from MLFLOW_TRACKING_URI): its "
+                                                        "leaderboard (default: none, with --runs).")] = None,
     last: Annotated[int | None, typer.Option(min=1, help="Only the newest N pipeline runs (default: all).")] = None,
     report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
+    runs: Annotated[tuple[str, str] | None, typer.Option(
+        "--runs", metavar="FIRST SECOND",
+        help="Two MLflow run ids (evaluation runs, or an ABID pipeline run) compared metric by metric: "
+             "second minus first, its 95% interval and p-value, paired when both scored the same units "
+             "(default: none).")] = None,
+    metric: Annotated[list[str] | None, typer.Option(help="With --runs: only this metric (repeatable; default: every metric "
+                                                              "both hold).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="With --runs: one JSON object instead of text; "
+                                                         "no report.")] = False,
+    tests: Annotated[bool, typer.Option(help="Test each model against the best from the runs' unit files "
+                                             "(marks ≈); --no-tests reads no unit file.")] = True,
 ) -> None:
-    """Leaderboard of pipeline runs (model x benchmark x metric, best marked) and an HTML report."""
+    """Leaderboard of pipeline runs (model x benchmark x metric, each value with its 95% interval, the best
+    marked * and the models indistinguishable from it ≈) and an HTML report; or, with --runs, two runs
+    compared."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
     from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.reporting.html_report import write_report
-    from vsbench.reporting.leaderboard import leaderboard, render_leaderboard, render_runs
+    from vsbench.reporting.leaderboard import leaderboard, mark_indistinguishable, render_leaderboard, render_runs
+    from vsbench.reporting.pairs import compare_runs, render_pair
     from vsbench.reporting.runs import collect_runs
+    from vsbench.reporting.significance import UnitsReader
 
-    with user_errors(LookupError):  # a missing experiment; a broken benchmark plugin
-        runs = collect_runs(experiment, last=last)
-        lower = lower_is_better_metrics()  # the benchmarks' own directions, a plugin's included
-    if not runs:
-        typer.echo(f"no finished pipeline runs in experiment {experiment!r}", err=True)
-        raise typer.Exit(1)
-    typer.echo(render_leaderboard(leaderboard(runs, lower)))
-    typer.echo("")
-    typer.echo(render_runs(runs))
-    write_report(runs, report, title=f"{experiment}" + (f": last {last} runs" if last else ""), lower_is_better=lower)
+    # MLflow's download bars would interleave with the tables (and with --json); a unit file is small.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if experiment is None and runs is None:
+        raise typer.BadParameter("name an --experiment (its leaderboard) or --runs FIRST SECOND (two runs compared)")
+    reader = UnitsReader(MlflowClient()) if tests or runs else None
+    pairs = []
+    if runs is not None:
+        with user_errors(LookupError, MlflowException):  # an unknown run id; a refused unit file (UnitsError)
+            pair = compare_runs(reader, runs[0], runs[1], metric or None)
+        if as_json:
+            typer.echo(json.dumps(pair.as_dict(), indent=2))
+            return
+        typer.echo(render_pair(pair))
+        pairs.append(pair)
+    records = []
+    if experiment is not None:
+        with user_errors(LookupError):  # a missing experiment; a broken benchmark plugin
+            records = collect_runs(experiment, last=last)
+            lower = lower_is_better_metrics()  # the benchmarks' own directions, a plugin's included
+        if not records:
+            typer.echo(f"no finished pipeline runs in experiment {experiment!r}", err=True)
+            raise typer.Exit(1)
+        frame = leaderboard(records, lower)
+        if tests and reader is not None:
+            frame = mark_indistinguishable(frame, reader)
+        typer.echo(render_leaderboard(frame))
+        typer.echo("")
+        typer.echo(render_runs(records))
+        for why in (reader.refused.values() if reader is not None else ()):
+            typer.echo(f"unit files refused (no test for their cells): {why}", err=True)
+    else:
+        lower = None
+    title = (f"{experiment}" + (f": last {last} runs" if last else "")) if experiment else "runs compared"
+    write_report(records, report, title=title, lower_is_better=lower, reader=reader if tests else None,
+                 pairs=pairs)
     typer.echo(f"report: {report}")

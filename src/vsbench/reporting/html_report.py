@@ -7,7 +7,7 @@ import base64
 import html
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,15 @@ from typing import Any
 import pandas as pd
 
 from vsbench.io.storage import atomic_write_text
-from vsbench.reporting.leaderboard import format_value, leaderboard, table_cells
+from vsbench.reporting.leaderboard import (
+    SAME_MARK,
+    Cell,
+    format_value,
+    leaderboard,
+    mark_indistinguishable,
+    table_cells,
+)
+from vsbench.reporting.pairs import RunPair, pair_table
 from vsbench.reporting.runs import (
     BASELINE_OF,
     BASELINES,
@@ -27,6 +35,7 @@ from vsbench.reporting.runs import (
     runs_by_id,
     source,
 )
+from vsbench.reporting.significance import UnitsReader, format_p, split_intervals
 from vsbench.tracking.names import SEPARATOR
 from vsbench.tracking.views import run_page
 
@@ -37,6 +46,8 @@ table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; font-family: monospace; }
 td.best { background: #d8f0d8; font-weight: bold; }
+td.same { background: #eef7ee; }
+span.ci { color: #555; font-size: 0.85em; white-space: nowrap; }
 td.missing { color: #999; }
 td a.run-link { color: inherit; text-decoration: none; border-bottom: 1px dotted #888; }
 td.provenance { text-align: left; font-size: 0.85em; color: #444; }
@@ -106,8 +117,8 @@ def time_limits(times: list[datetime]) -> tuple[datetime, datetime]:
 
 def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[str, Any],
                   higher: Mapping[str, bool]) -> Any:
-    """One panel per metric, one line per model over the runs' start times; a score's trivial
-    baselines and random-features runs as dashed grey lines."""
+    """One panel per metric, one line per model over the runs' start times, each point's 95% interval
+    as an error bar; a score's trivial baselines and random-features runs as dashed grey lines."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 
     figure, axes = _grid(len(metrics))
@@ -119,6 +130,13 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
             if points:
                 axis.plot(*zip(*points), marker="o", color=color,
                           linestyle="--" if model.endswith(RANDOM_FEATURES) else "-")
+            spans = [(r.start_time, r.metrics[metric], *bounds[metric]) for r in ordered if r.model == model
+                     and metric in (bounds := split_intervals(r.metrics)[1])]
+            if spans:  # each night's 95% interval as an error bar on its point
+                times, values, lows, highs = zip(*spans)
+                axis.errorbar(times, values, yerr=[[max(v - lo, 0) for v, lo in zip(values, lows)],
+                                                   [max(hi - v, 0) for v, hi in zip(values, highs)]],
+                              fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.6)
         for shade, (baseline, label) in enumerate(BASELINES.get(metric, {}).items()):
             points = [(r.start_time, r.metrics[baseline]) for r in ordered if baseline in r.metrics]
             if points:
@@ -146,18 +164,26 @@ def _legend_handles(colors: Mapping[str, Any]) -> list[Any]:
 
 def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, Any],
                  higher: Mapping[str, bool]) -> Any:
-    """One panel per metric: each model's latest value, the best bar outlined in black."""
+    """One panel per metric: each model's latest value with its 95% interval as an error bar, the best
+    bar outlined in black, those indistinguishable from it labelled ``≈``."""
     figure, axes = _grid(len(metrics))
     for axis, metric in zip(axes, metrics):
         rows = frame[frame["metric"] == metric].sort_values("model")
         bars = axis.bar(range(len(rows)), rows["value"], width=0.6, color=[colors[m] for m in rows["model"]],
                         edgecolor=["black" if b else "none" for b in rows["best"]], linewidth=2)
+        known = rows["low"].notna() & rows["high"].notna()
+        if known.any():  # the 95% intervals as error bars
+            below = (rows["value"] - rows["low"]).where(known, 0).clip(lower=0)
+            above = (rows["high"] - rows["value"]).where(known, 0).clip(lower=0)
+            axis.errorbar(range(len(rows)), rows["value"], yerr=[below.to_numpy(), above.to_numpy()], fmt="none",
+                          ecolor="0.2", elinewidth=1, capsize=3)
         center, half = (len(rows) - 1) / 2, max(len(rows), 3) / 2  # one or two models: bars, not walls
         axis.set_xlim(center - half, center + half)
         for bar, model in zip(bars, rows["model"]):
             if model.endswith(RANDOM_FEATURES):
                 bar.set_hatch("//")
-        axis.bar_label(bars, labels=[format_value(v) for v in rows["value"]], fontsize=8)
+        axis.bar_label(bars, labels=[format_value(v) + (f" {SAME_MARK}" if same else "")
+                                     for v, same in zip(rows["value"], rows["indistinguishable"])], fontsize=8)
         for shade, (value, label) in enumerate(_reference_lines(frame, metric)):
             axis.axhline(value, linestyle="--", color=str(0.3 + 0.2 * shade), linewidth=1.2)
             axis.annotate(f"{label} {format_value(value)}", (1.0, value), xycoords=("axes fraction", "data"),
@@ -195,15 +221,33 @@ def _link(text: str, run_id: str, experiment_id: str) -> str:
             f'title="MLflow run {html.escape(run_id)}">{text}</a>')
 
 
+def _html_cell(cell: Cell | None) -> str:
+    """A value linked to its run, its interval beside it; best ``*``, indistinguishable from it ``≈``
+    (the test and its p-value in the cell's tooltip)."""
+    if cell is None:
+        return '<td class="missing">-</td>'
+    interval = f' <span class="ci">{html.escape(cell.interval)}</span>' if cell.interval else ""
+    if cell.best:
+        return f'<td class="best">{_link(cell.text + " *", cell.run_id, cell.experiment_id)}{interval}</td>'
+    title = f' title="{html.escape(_test_words(cell))}"' if cell.test else ""
+    if cell.indistinguishable:
+        return (f'<td class="same"{title}>{_link(cell.text + " " + SAME_MARK, cell.run_id, cell.experiment_id)}'
+                f"{interval}</td>")
+    return f"<td{title}>{_link(cell.text, cell.run_id, cell.experiment_id)}{interval}</td>"
+
+
+def _test_words(cell: Cell) -> str:
+    if cell.test == "intervals disjoint":
+        return "vs the best: the 95% intervals do not overlap"
+    return f"vs the best: {format_p(cell.p_value)}, {cell.test}"
+
+
 def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
     models, rows = table_cells(frame)
     head = "".join(f"<th>{html.escape(name)}</th>" for name in ["metric", "better", *models])
     body = []
     for metric, better, cells in rows:
-        tds = "".join('<td class="missing">-</td>' if cell is None else
-                      f'<td class="best">{_link(cell.text + " *", cell.run_id, cell.experiment_id)}</td>' if cell.best
-                      else f"<td>{_link(cell.text, cell.run_id, cell.experiment_id)}</td>"
-                      for cell in cells)
+        tds = "".join(_html_cell(cell) for cell in cells)
         score = BASELINE_OF.get(metric)
         marker = f' data-baseline-for="{html.escape(score)}"' if score else ""
         note = f" (baseline of {html.escape(score)})" if score else ""
@@ -211,6 +255,28 @@ def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
                     f"<td>{better}</td>{tds}</tr>")
     return (f'<table class="leaderboard" data-benchmark="{html.escape(benchmark)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def _versus_best_table(frame: pd.DataFrame) -> str:
+    """Each model tested against the best (:func:`~vsbench.reporting.leaderboard.mark_indistinguishable`):
+    the difference from the best, its 95% interval, the p-value and the test; "" when none was made."""
+    tested = frame[frame["test"].astype(bool)].sort_values(["metric", "model"])
+    if tested.empty:
+        return ""
+    best = {metric: group[group["best"]].iloc[0] for metric, group in frame.groupby("metric") if group["best"].any()}
+    rows = []
+    for row in tested.itertuples():
+        top = best[row.metric]
+        interval = (f"[{row.diff_low:+.4g}, {row.diff_high:+.4g}]" if math.isfinite(row.diff_low) else "-")
+        verdict = "indistinguishable (≈)" if row.indistinguishable else "different"
+        rows.append(f'<tr data-metric="{html.escape(str(row.metric))}" data-model="{html.escape(row.model)}">'
+                    f"<td>{html.escape(str(row.metric))}</td><td>{html.escape(row.model)}</td>"
+                    f"<td>{html.escape(top.model)}</td><td>{row.value - top.value:+.4g}</td><td>{interval}</td>"
+                    f"<td>{html.escape(format_p(row.p_value))}</td><td>{html.escape(row.test)}</td>"
+                    f"<td>{verdict}</td></tr>")
+    return ('<h3>Compared with the best</h3><table class="versus-best"><thead><tr><th>metric</th><th>model</th>'
+            "<th>best</th><th>model - best</th><th>95% interval</th><th>p</th><th>test</th><th></th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 
 def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataFrame,
@@ -223,13 +289,19 @@ def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataF
     bars = _png(_bars_figure(frame, metrics, used, higher))
     name = html.escape(benchmark)
     return (f'<section class="benchmark" id="benchmark-{name}"><h2>{name}</h2>'
-            f"{_html_table(frame, benchmark)}"
+            f"{_html_table(frame, benchmark)}{_versus_best_table(frame)}"
             f"<h3>Over time</h3>"
             f'<img class="plot trend" alt="{name}: each metric over time per model" '
             f'src="data:image/png;base64,{trend}">'
             f"<h3>Latest value per model</h3>"
             f'<img class="plot bars" alt="{name}: latest value per model" src="data:image/png;base64,{bars}">'
             f"</section>")
+
+
+def _pairs_section(pairs: Sequence[RunPair]) -> str:
+    if not pairs:
+        return ""
+    return '<h2>Runs compared</h2><section class="pairs">' + "".join(pair_table(p) for p in pairs) + "</section>"
 
 
 def _runs_table(records: list[RunRecord]) -> str:
@@ -246,14 +318,20 @@ def _runs_table(records: list[RunRecord]) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_better: LowerIsBetter | None = None) -> Path:
-    """One self-contained HTML file: per benchmark the leaderboard table, each metric over time per
-    model and the latest values as bars; then the runs it covers. Returns ``path``."""
+def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_better: LowerIsBetter | None = None,
+                 reader: UnitsReader | None = None, pairs: Sequence[RunPair] = ()) -> Path:
+    """One self-contained HTML file: per benchmark the leaderboard table (values with their 95%
+    intervals), each metric over time per model and the latest values as bars (intervals as error
+    bars); then the runs it covers. With ``reader``, each model is tested against the best from the
+    runs' unit files (marked ``≈`` where indistinguishable, and a table of the tests); ``pairs``
+    (``vsbench compare --runs``) add a table of paired differences each. Returns ``path``."""
     frame = leaderboard(runs, lower_is_better)
+    if reader is not None and not frame.empty:
+        frame = mark_indistinguishable(frame, reader)
     colors = _colors(sorted(frame["model"].unique()) if not frame.empty else [])
     generated = datetime.now(UTC)
     sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors)
-                for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [
+                for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [] if pairs else [
         '<p class="note">No finished pipeline runs with metrics yet.</p>']
     run_count = len({r.run_id for r in runs})
     document = f"""<!DOCTYPE html>
@@ -261,9 +339,12 @@ def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_bett
 <body>
 <h1>{html.escape(title)}</h1>
 <p class="note">{run_count} runs (pipelines and commands); generated {generated:%Y-%m-%d %H:%M} UTC. In each table the highlighted
-value marked * is the best latest value among the models (higher is better unless the column says lower).</p>
+value marked * is the best latest value among the models (higher is better unless the column says lower);
+≈ marks a value the runs' per-unit outcomes cannot tell from the best (p &ge; 0.05: a paired test when both runs
+scored the same units, else an unpaired bootstrap); [low, high] is a value's 95% bootstrap interval.</p>
 <p id="plot-warning">Some plots did not load.</p>
 {"".join(sections)}
+{_pairs_section(pairs)}
 <h2>Runs</h2>
 {_runs_table(runs)}
 <script>{_CHECK_IMAGES}</script>

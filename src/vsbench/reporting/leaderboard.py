@@ -4,6 +4,7 @@ direction its benchmark declares), as a table for the terminal."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from vsbench.reporting.runs import (
     ran_in,
     runs_by_id,
 )
+from vsbench.reporting.significance import ALPHA, UnitsReader, format_p, intervals_disjoint, split_intervals
+from vsbench.stats.resample import Resampling
 
 
 def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None = None) -> pd.DataFrame:
@@ -25,23 +28,29 @@ def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None
     "Best" compares the models' latest values for the same benchmark and metric (the highest, or the
     lowest where the newest run's ``vsbench.lower_is_better`` tag says so; for runs without it, errors,
     losses, timings and the metrics ``lower_is_better`` names for the benchmark; ties are all best).
-    ``runs`` counts the runs with a value.
+    ``runs`` counts the runs with a value. A metric's ``<metric>_ci95_low`` / ``_high`` are its
+    row's ``low`` and ``high`` (NaN when the run logged none), never rows of their own; the test
+    against the best is :func:`mark_indistinguishable`'s.
     """
     lower = lower_is_better or {}
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for record in sorted(runs, key=lambda r: r.start_time, reverse=True):
-        for metric, value in record.metrics.items():
+        metrics, bounds = split_intervals(record.metrics)
+        for metric, value in metrics.items():
             if not math.isfinite(value):
                 continue
             key = (record.benchmark, metric, record.model)
             if key in latest:
                 latest[key]["runs"] += 1
             else:
+                low, high = bounds.get(metric, (math.nan, math.nan))
                 latest[key] = {"benchmark": record.benchmark, "metric": metric, "model": record.model,
                                "value": float(value), "best": False,
                                "higher_is_better": record.higher_is_better(metric, lower),
                                "runs": 1, "run_id": record.run_id, "start_time": record.start_time,
-                               "experiment_id": record.experiment_id}
+                               "experiment_id": record.experiment_id, "low": float(low), "high": float(high),
+                               "units_run_id": record.units_run_id, "p_value": math.nan, "test": "",
+                               "indistinguishable": False, "diff_low": math.nan, "diff_high": math.nan}
     frame = pd.DataFrame(list(latest.values()), columns=LEADERBOARD_COLUMNS)
     if frame.empty:
         return frame
@@ -52,8 +61,49 @@ def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None
     return frame.sort_values(["benchmark", "metric", "model"], ignore_index=True)
 
 
+def mark_indistinguishable(frame: pd.DataFrame, reader: UnitsReader, resampling: Resampling | None = None,
+                           ) -> pd.DataFrame:
+    """Each model's latest run tested against the best's, per (benchmark, metric): ``p_value``,
+    ``test`` and ``indistinguishable`` (p >= 0.05: the data cannot tell it from the best), and the
+    interval of its difference from the best (``diff_low``, ``diff_high``: this model minus the best).
+
+    Paired when both runs' unit files hold the same units of the same data, else unpaired
+    (:meth:`UnitsReader.difference`). Unit files are read only for the cells that need them: a
+    metric with two or more models, a best run and another run that both name unit files, and
+    intervals that overlap (disjoint 95% intervals already say "distinguishable", test
+    ``intervals disjoint``); each run's files are downloaded once. Cells without unit files keep no
+    test (``test`` empty)."""
+    frame = frame.copy()
+    for _, group in frame.groupby(["benchmark", "metric"], sort=False):
+        if len(group) < 2:
+            continue
+        best = group[group["best"]].sort_values("start_time", ascending=False).iloc[0]
+        if not best.units_run_id:
+            continue
+        for index, row in group.iterrows():
+            if row.best or not row.units_run_id:
+                continue
+            if intervals_disjoint((best.low, best.high), (row.low, row.high)):
+                frame.loc[index, ["test", "indistinguishable"]] = ["intervals disjoint", False]
+                continue
+            difference = reader.difference(best.units_run_id, row.units_run_id, str(row.metric), resampling)
+            if difference is None:
+                continue
+            frame.loc[index, ["p_value", "test", "indistinguishable", "diff_low", "diff_high"]] = [
+                difference.p_value, difference.test, bool(difference.p_value >= ALPHA), difference.low,
+                difference.high]
+    return frame
+
+
 def format_value(value: float) -> str:
     return f"{value:.4g}"
+
+
+BEST_MARK = "*"
+SAME_MARK = "≈"
+FOOTER = ("* best latest value among the models (higher is better unless the column says lower); "
+          "≈ not distinguishable from the best (p >= 0.05, paired test on the same units, else unpaired "
+          "bootstrap); [low, high]: 95% bootstrap interval")
 
 
 @dataclass(frozen=True)
@@ -62,6 +112,23 @@ class Cell:
     best: bool
     run_id: str = ""
     experiment_id: str = ""
+    value: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    indistinguishable: bool = False
+    p_value: float = math.nan
+    test: str = ""
+
+    @property
+    def mark(self) -> str:
+        return BEST_MARK if self.best else SAME_MARK if self.indistinguishable else ""
+
+    @property
+    def interval(self) -> str:
+        """``[0.41, 0.49]`` or "" when the run logged no interval."""
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return ""
+        return f"[{format_value(self.low)}, {format_value(self.high)}]"
 
 
 def table_cells(frame: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, list[Cell | None]]]]:
@@ -69,32 +136,80 @@ def table_cells(frame: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, li
     models = sorted(frame["model"].unique())
     rows = []
     for metric, group in frame.groupby("metric", sort=True):
-        by_model = {row.model: Cell(format_value(row.value), bool(row.best), row.run_id, row.experiment_id)
-                    for row in group.itertuples()}
+        by_model = {row.model: _cell(row) for row in group.itertuples()}
         better = "higher" if group["higher_is_better"].iloc[0] else "lower"
         rows.append((str(metric), better, [by_model.get(model) for model in models]))
     return models, rows
 
 
-def _text_table(rows: list[list[str]]) -> str:
-    """Columns padded to their widest cell: the first (metric names) left-aligned, the rest right."""
+def _cell(row: Any) -> Cell:
+    get = row._asdict().get
+    return Cell(format_value(row.value), bool(row.best), row.run_id, row.experiment_id, float(row.value),
+                float(get("low", math.nan)), float(get("high", math.nan)), bool(get("indistinguishable", False)),
+                float(get("p_value", math.nan)), str(get("test", "") or ""))
+
+
+def _text_table(rows: list[list[str]], left: tuple[int, ...] = (0,)) -> str:
+    """Columns padded to their widest cell: those in ``left`` (metric names) left-aligned, the rest right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+    return "\n".join("  ".join(cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in
                                enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
-def render_leaderboard(frame: pd.DataFrame) -> str:
-    """Plain text for the terminal: per benchmark, metrics x models, the best value marked with ``*``."""
+def _cell_text(cell: Cell | None) -> str:
+    if cell is None:
+        return "- "
+    interval = f" {cell.interval}" if cell.interval else ""
+    return f"{cell.text}{interval}{cell.mark or ' '}"
+
+
+def _wide(models: list[str], rows: list[tuple[str, str, list[Cell | None]]]) -> str:
+    """Metrics as rows, a column per model: the table as it always was."""
+    lines = [["metric", "better", *models]] + [[metric, better, *(_cell_text(cell) for cell in cells)]
+                                               for metric, better, cells in rows]
+    return _text_table(lines)
+
+
+def _long(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], width: int = 80) -> str:
+    """A block per metric, a row per model (what fits 80 columns when the models are many or their
+    names long): ``  model  value [low, high] mark  p=... paired``; names too long for that get the
+    value on the line below them."""
+    blocks = []
+    for metric, better, cells in rows:
+        lines = [[f"  {model}", _cell_text(cell), _versus(cell)] for model, cell in zip(models, cells)
+                 if cell is not None]
+        table = _text_table(lines, left=(0, 2))
+        if max(len(line) for line in table.splitlines()) > width:
+            values = _text_table([["", *line[1:]] for line in lines], left=(0, 2)).splitlines()
+            table = "\n".join(f"{name}\n    {value.strip()}" for (name, *_), value in zip(lines, values))
+        blocks.append(f"{metric} ({better} is better)\n{table}")
+    return "\n".join(blocks)
+
+
+def _versus(cell: Cell) -> str:
+    """The test against the best, in a few words: ``p=0.21 paired``, ``disjoint``, or ""."""
+    if cell.best or not cell.test:
+        return ""
+    if cell.test == "intervals disjoint":
+        return "intervals disjoint"
+    kind = "unpaired" if cell.test.startswith("unpaired") else "paired"
+    return f"{format_p(cell.p_value)} {kind}"
+
+
+def render_leaderboard(frame: pd.DataFrame, width: int = 80) -> str:
+    """Plain text for the terminal: per benchmark, metrics x models with each value's interval, the
+    best marked ``*`` and those indistinguishable from it ``≈``. A benchmark whose table would be
+    wider than ``width`` columns is written as a block per metric with a row per model (issue 48)."""
     if frame.empty:
         return "no finished pipeline runs with metrics"
     blocks = []
     for benchmark, group in frame.groupby("benchmark", sort=True):
         models, rows = table_cells(group)
-        lines = [["metric", "better", *models]] + [
-            [metric, better, *(cell.text + ("*" if cell.best else " ") if cell else "- " for cell in cells)]
-            for metric, better, cells in rows]
-        blocks.append(f"== {benchmark} ==\n{_text_table(lines)}")
-    blocks.append("* best latest value among the models (higher is better unless the column says lower)")
+        table = _wide(models, rows)
+        if max(len(line) for line in table.splitlines()) > width:
+            table = _long(models, rows, width)
+        blocks.append(f"== {benchmark} ==\n{table}")
+    blocks.append(textwrap.fill(FOOTER, width=width))
     return "\n\n".join(blocks)
 
 

@@ -11,6 +11,16 @@ The baseline is the newest FINISHED parent run of the same pipeline in the exper
 before tonight's run. A night that failed (a regression included) is never a baseline, so a drop
 cannot become tomorrow's normal by failing once.
 
+A metric worse beyond the threshold and its spread is also tested when both nights name unit files
+for it (issue 45: per-unit outcomes, :mod:`vsbench.tracking.units`): it drops only when tonight is
+worse beyond chance, the 95% interval of ``tonight - baseline`` excluding 0 on the worse side and
+p < 0.05: paired (a paired bootstrap interval, a paired permutation p-value; McNemar's exact test is
+recorded beside it for an accuracy) when both nights scored the same units of the same data (the same
+``vsbench.data.digest`` and unit ids), else unpaired (two independent bootstraps). A move that is not
+beyond chance is reported (``within_noise``), not failed. Nights without unit files keep the rule
+above exactly. Unit files are read only for the metrics that moved beyond the threshold, each run's
+once; a file refused for its digest leaves its metric to the threshold rule (it can only fail more).
+
 The same seed gives other digits on another CPU (issue 39: the ABID demo's counting accuracy
 0.5039 here, 0.4724 on an Intel Xeon), so a metric drops only when it got worse by more than the
 threshold *and* by more than its measured spread over seeds and machines (the rule's ``spread``,
@@ -25,6 +35,9 @@ recorded on tonight's run, where whoever looks at the run in MLflow sees it:
 * tag ``vsbench.regression.rule`` = the threshold and whether it is absolute or relative
 * tag ``vsbench.regression.machine`` = what changed in the machine (``cpu: A -> B; ...``), when it did
 * tag ``vsbench.regression.message`` = the alert's one line (:meth:`RegressionReport.message`)
+* tag ``vsbench.regression.test`` = which test decided each metric worse beyond the threshold, with
+  its p-value (``disc__...__uap: paired permutation test (1000 random swaps, seed 0), p=0.0010``),
+  or ``threshold`` when no metric needed one or none had unit files
 * metric ``regression_drops`` = how many metrics dropped (or went missing, when named)
 * artifact ``regression.json`` = :meth:`RegressionReport.as_dict`
 
@@ -47,16 +60,26 @@ from vsbench.reporting.runs import (
     experiment_id,
     higher_is_better,
     parent_run_filter,
+    split_metrics,
+)
+from vsbench.reporting.significance import (
+    ABID_SCORE_STEP,
+    UnitsReader,
+    bad_direction,
+    format_p,
+    split_intervals,
 )
 from vsbench.tracking.evaluations import MODEL_OPTIONS_TAG, MODEL_TAG, NAME_JOIN, VARIANT_TAG
 from vsbench.tracking.names import SEPARATOR, split_run_metric
-from vsbench.tracking.provenance import MACHINE_TAG, machine_parts
+from vsbench.tracking.provenance import MACHINE_TAG, PARENT_TAG, PIPELINE_TAG, STEP_TAG, machine_parts
+from vsbench.tracking.units import UNITS_TAG
 
 REGRESSION_TAG = "vsbench.regression"
 BASELINE_TAG = "vsbench.regression.baseline"
 RULE_TAG = "vsbench.regression.rule"
 MACHINE_CHANGE_TAG = "vsbench.regression.machine"
 MESSAGE_TAG = "vsbench.regression.message"
+TEST_TAG = "vsbench.regression.test"
 DROPS_METRIC = "regression_drops"
 ARTIFACT = "regression.json"
 DEFAULT_PIPELINE = "vsbench-nightly"
@@ -76,7 +99,9 @@ class RegressionReport:
     ``missing``: metrics the baseline had and tonight lacks (they fail the check only when named).
     ``within_spread``: metrics worse by more than the threshold but not by more than their spread
     (same keys as a drop): reported, not failing. ``machine``: the two nights' ``vsbench.machine``
-    (``previous``, ``current``; None where unrecorded) and ``changed``, part -> [before, after]."""
+    (``previous``, ``current``; None where unrecorded) and ``changed``, part -> [before, after].
+    A drop or move tested on unit files also carries ``test``, ``p_value``, ``paired``, ``ci_low`` /
+    ``ci_high`` (the 95% interval of current - previous) and, for an accuracy, ``mcnemar``."""
 
     current_run_id: str
     previous_run_id: str | None
@@ -88,6 +113,10 @@ class RegressionReport:
     missing: list[str] = field(default_factory=list)
     within_spread: list[dict[str, Any]] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
+    # issue 45: moved beyond the threshold and spread but not beyond chance (a test on unit files said
+    # so; same keys as a drop plus the test's), and the tag's line of which test decided
+    within_noise: list[dict[str, Any]] = field(default_factory=list)
+    test: str = "threshold"
 
     @property
     def machine_changed(self) -> bool:
@@ -119,6 +148,9 @@ class RegressionReport:
         named_missing = [m for m in self.missing if not any(d["metric"] == m for d in self.drops)]
         if not self.passed and named_missing:
             parts.append(f"named metrics missing: {', '.join(named_missing[:5])}")
+        if self.within_noise:
+            parts.append(f"{len(self.within_noise)} moved beyond {rule} but not beyond chance: "
+                         + ", ".join(_describe(d) for d in self.within_noise[:5]))
         if self.within_spread:
             parts.append(f"{len(self.within_spread)} moved beyond {rule} but within their measured spread: "
                          + ", ".join(_describe(d) for d in self.within_spread[:5]))
@@ -137,7 +169,11 @@ def _describe(drop: Mapping[str, Any]) -> str:
     if drop["current"] is None:
         return f"{drop['metric']} missing"
     spread = f", spread {drop['spread']:g}" if drop.get("spread") else ""
-    return f"{drop['metric']} {drop['previous']:.4g} -> {drop['current']:.4g}{spread}"
+    tested = ""
+    if drop.get("p_value") is not None:
+        kind = "paired" if drop.get("paired") else "unpaired"
+        tested = f", {format_p(drop['p_value'])} {kind}"
+    return f"{drop['metric']} {drop['previous']:.4g} -> {drop['current']:.4g}{spread}{tested}"
 
 
 def _worse_by(previous: float, current: float, higher: bool, relative: bool) -> float:
@@ -187,6 +223,7 @@ def compare_metrics(previous: Mapping[str, float], current: Mapping[str, float],
     """
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
+    previous, current = split_intervals(previous)[0], split_intervals(current)[0]  # bounds are no metrics
     candidates = [name for name in previous if name not in BOOKKEEPING_METRICS]
     if metrics is None:
         selected = candidates
@@ -246,11 +283,20 @@ def night_metrics(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bo
     names a parent run held before (``disc__efficientnet_lite0__Flat__none__uap``: rules written for
     them keep matching, and a night logged before compares with one logged after), plus the parent's
     own (the ABID scores, and every number of a night logged before)."""
+    metrics, directions, _ = night(client, run)
+    return metrics, directions
+
+
+def night(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bool], dict[str, tuple[str, str]]]:
+    """:func:`night_metrics` and, per name, where its unit files are: (the run naming them, the
+    metric's name there). An evaluation run names its own; the parent's ABID scores are its one
+    ``abid-score`` step's when the parent holds one ABID model's scores."""
     from vsbench.tracking.evaluations import evaluation_children
     from vsbench.tracking.names import safe_part
 
     metrics = {name: value for name, value in run.data.metrics.items()}
     directions: dict[str, bool] = {}
+    sources: dict[str, tuple[str, str]] = {}
     for child in evaluation_children(client, run.info.run_id, run.info.experiment_id):
         record = evaluation_record(child)
         tags = child.data.tags
@@ -261,7 +307,69 @@ def night_metrics(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bo
         for metric, value in record.metrics.items():
             metrics[f"{prefix}{SEPARATOR}{metric}"] = value
             directions[f"{prefix}{SEPARATOR}{metric}"] = record.higher_is_better(metric)
-    return metrics, directions
+            if record.units_run_id:
+                sources[f"{prefix}{SEPARATOR}{metric}"] = (record.units_run_id, metric)
+    sources.update(_abid_sources(client, run))
+    return metrics, directions, sources
+
+
+def _abid_sources(client: Any, run: Any) -> dict[str, tuple[str, str]]:
+    """The parent's ABID scores (``counting_accuracy``, or ``abid__<model>__counting_accuracy`` on a
+    night) -> its one ``abid-score`` step naming unit files; nothing when the parent holds no ABID
+    score, several ABID models' scores, or not exactly one such step."""
+    pairs = split_metrics(run.data.metrics, dict(run.data.params), run.data.tags.get(PIPELINE_TAG, ""))
+    abid = [model for model, benchmark in pairs if benchmark == "abid"]
+    if len(abid) != 1:
+        return {}
+    steps = [r for r in client.search_runs([run.info.experiment_id], filter_string=(
+        f"tags.`{PARENT_TAG}` = '{run.info.run_id}' and tags.`{STEP_TAG}` = '{ABID_SCORE_STEP}'"), max_results=10)
+        if r.data.tags.get(UNITS_TAG)]
+    if len(steps) != 1:
+        return {}
+    sources = {}
+    for name in run.data.metrics:
+        split = split_run_metric(name)
+        metric = split[2] if split else name
+        if (split is None or split[0] == "abid") and metric in pairs[(abid[0], "abid")]:
+            sources[name] = (steps[0].info.run_id, metric)
+    return sources
+
+
+def judge_drops(drops: Sequence[dict[str, Any]], before: Mapping[str, tuple[str, str]],
+               now: Mapping[str, tuple[str, str]], reader: Any,
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(drops, within_noise): each drop whose metric both nights hold unit files for, tested
+    (:meth:`~vsbench.reporting.significance.UnitsReader.difference`, ``tonight - baseline``): a drop
+    stays one only when worse beyond chance (:func:`~vsbench.reporting.significance.bad_direction`);
+    the rest moved within the noise of their units. Drops without unit files (or whose files were
+    refused) stay drops, untested: the rule before issue 45."""
+    kept: list[dict[str, Any]] = []
+    noise: list[dict[str, Any]] = []
+    for drop in drops:
+        name = drop["metric"]
+        if drop["current"] is None or name not in before or name not in now or before[name][1] != now[name][1]:
+            kept.append(drop)
+            continue
+        difference = reader.difference(before[name][0], now[name][0], before[name][1])
+        if difference is None:
+            kept.append(drop)
+            continue
+        tested = {**drop, "test": difference.test, "p_value": difference.p_value, "paired": difference.paired,
+                  "ci_low": difference.low, "ci_high": difference.high}
+        if difference.mcnemar is not None:
+            first_only, second_only, p = difference.mcnemar
+            tested["mcnemar"] = {"previous_only": first_only, "current_only": second_only, "p_value": p}
+        (kept if bad_direction(difference, drop["higher_is_better"]) else noise).append(tested)
+    return kept, noise
+
+
+def deciding_tests(drops: Sequence[dict[str, Any]], noise: Sequence[dict[str, Any]]) -> str:
+    """The ``vsbench.regression.test`` tag: per tested metric the test that decided and its p-value;
+    ``threshold`` when none was tested."""
+    tested = [d for d in [*drops, *noise] if d.get("test")]
+    if not tested:
+        return "threshold"
+    return "; ".join(f"{d['metric']}: {d['test']}, p={d['p_value']:.4g}" for d in tested)
 
 
 def night_machines(client: Any, run: Any) -> tuple[str | None, dict[str, str]]:
@@ -329,16 +437,17 @@ def check_regression(experiment: str, current_run_id: str, *, threshold: float =
     if baseline is None:
         report = RegressionReport(current_run_id, None, threshold, [], True, relative)
     else:
-        (before, before_directions), (now, now_directions) = (night_metrics(client, baseline),
-                                                              night_metrics(client, current))
+        (before, before_directions, before_units), (now, now_directions, now_units) = (night(client, baseline),
+                                                                                       night(client, current))
         drops, missing, compared = compare_metrics(before, now, threshold=threshold, relative=relative,
                                                    metrics=metrics, lower_is_better=lower_is_better,
                                                    directions={**before_directions, **now_directions})
         drops, tolerated = split_by_spread(drops, spread)
+        drops, noise = judge_drops(drops, before_units, now_units, UnitsReader(client)) if drops else ([], [])
         failed_named = bool(metrics is not None and missing)
         report = RegressionReport(current_run_id, baseline.info.run_id, threshold, drops,
                                   not drops and not failed_named, relative, compared, missing, tolerated,
-                                  compare_machines(client, baseline, current))
+                                  compare_machines(client, baseline, current), noise, deciding_tests(drops, noise))
     _record(client, report)
     return report
 
@@ -352,5 +461,6 @@ def _record(client: Any, report: RegressionReport) -> None:
     if report.machine_changed:
         client.set_tag(report.current_run_id, MACHINE_CHANGE_TAG, report.machine_line()[:5000])
     client.set_tag(report.current_run_id, MESSAGE_TAG, report.message()[:5000])
+    client.set_tag(report.current_run_id, TEST_TAG, report.test[:5000])
     client.log_metric(report.current_run_id, DROPS_METRIC, float(len(report.drops)))
     client.log_dict(report.current_run_id, report.as_dict(), ARTIFACT)

@@ -40,10 +40,11 @@ and the report see a single shape whatever pipeline produced the run.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from vsbench.reporting.significance import ABID_SCORE_STEP, interval_of
 from vsbench.tracking.evaluations import (
     BENCHMARK_TAG,
     EVALUATION_STEP,
@@ -73,6 +74,7 @@ from vsbench.tracking.provenance import (
     STEP_TAG,
     VERSION_TAG,
 )
+from vsbench.tracking.units import UNITS_TAG
 
 ABID_PIPELINE = "vsbench-abid"
 
@@ -99,7 +101,10 @@ RANDOM_FEATURES = " (random features)"
 
 
 LEADERBOARD_COLUMNS = ["benchmark", "metric", "model", "value", "best", "higher_is_better", "runs", "run_id",
-                       "start_time", "experiment_id"]
+                       "start_time", "experiment_id",
+                       # issue 45: the value's 95% interval (NaN: none logged), the run holding its unit files
+                       # ("" : none), and the test against the best (leaderboard.mark_indistinguishable)
+                       "low", "high", "units_run_id", "p_value", "test", "indistinguishable", "diff_low", "diff_high"]
 
 
 # benchmark -> the metrics its spec declares lower-is-better (benchmarks.registry.lower_is_better_metrics():
@@ -130,6 +135,9 @@ class RunRecord:
     # its directions come from the benchmark registry and the words), and the run it is nested under.
     lower_is_better: frozenset[str] | None = None
     parent_run_id: str = ""
+    # The run whose unit files (tag vsbench.units) recompute these metrics: an evaluation run itself,
+    # the ABID pipeline's score step for its parent's scores; "" when none (issue 45).
+    units_run_id: str = ""
 
     def higher_is_better(self, metric: str, lower: LowerIsBetter | None = None) -> bool:
         """The metric's direction: the run's own tag when it has one, else its benchmark's declaration
@@ -227,7 +235,7 @@ def evaluation_record(run: Any, parent: Any | None = None) -> RunRecord:
                      tags.get(BENCHMARK_TAG, "-"), dict(run.data.metrics), tags, dict(run.data.params),
                      str(run.info.experiment_id),
                      frozenset(filter(None, tags.get(LOWER_TAG, "").split(","))),
-                     tags.get(PARENT_TAG, ""))
+                     tags.get(PARENT_TAG, ""), run.info.run_id if run.data.tags.get(UNITS_TAG) else "")
 
 
 def evaluation_runs(client: Any, experiment_ids: list[str]) -> dict[str, list[Any]]:
@@ -271,8 +279,42 @@ def collect_runs(experiment: str, *, last: int | None = None, pipeline: str | No
         runs.sort(key=lambda run: run.info.start_time, reverse=True)
         runs = runs[:last] if last else runs
     children = evaluation_runs(client, ids)
-    return [record for run in runs
-            for record in [*_records(run), *(evaluation_record(child, run) for child in children.get(run.info.run_id, []))]]
+    scored = score_runs(client, ids)
+    records: list[RunRecord] = []
+    for run in runs:
+        own = _records(run)
+        if sum(r.benchmark == "abid" for r in own) == 1:  # several ABID models on one parent: whose units?
+            own = [with_score_run(r, scored.get(run.info.run_id, [])) for r in own]
+        records += [*own, *(evaluation_record(child, run) for child in children.get(run.info.run_id, []))]
+    return records
+
+
+def score_runs(client: Any, experiment_ids: list[str]) -> dict[str, list[Any]]:
+    """parent run id -> its FINISHED ``abid-score`` step runs that name unit files (issue 45): the ABID
+    pipeline keeps its scores on the parent and their per-question outcomes on this step."""
+    found: dict[str, list[Any]] = {}
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string=f"tags.`{STEP_TAG}` = '{ABID_SCORE_STEP}' and "
+                                  "attributes.status = 'FINISHED'", max_results=1000, page_token=token)
+        for run in page:
+            if run.data.tags.get(UNITS_TAG):
+                found.setdefault(run.data.tags.get(PARENT_TAG, ""), []).append(run)
+        token = page.token
+        if not token:
+            return found
+
+
+def with_score_run(record: RunRecord, scored: list[Any]) -> RunRecord:
+    """An ABID parent's record with its score step's unit files and the intervals the step logged
+    beside each score (when the parent lacks them). Only when the parent has exactly one such step and
+    the record is ABID's: a night scoring several ABID models leaves them unattributed."""
+    if record.benchmark != "abid" or len(scored) != 1 or record.units_run_id:
+        return record
+    step = scored[0]
+    bounds = {name: value for name, value in step.data.metrics.items()
+              if (split := interval_of(name)) is not None and split[0] in record.metrics and name not in record.metrics}
+    return replace(record, units_run_id=step.info.run_id, metrics={**record.metrics, **bounds})
 
 
 def ran_in(record: RunRecord) -> str:

@@ -1,0 +1,169 @@
+"""Two MLflow runs compared metric by metric: ``vsbench compare --runs FIRST SECOND``.
+
+Per metric both values with their 95% intervals, the difference (second minus first), its 95%
+interval, the p-value and the test that made it: paired (a paired bootstrap interval, a paired
+permutation p-value, and McNemar's exact test for an accuracy) when both runs' unit files hold the
+same units of the same data; unpaired (two independent bootstraps), said in one line, when the units
+differ; no test when either run lacks a unit file for the metric (then only the values are shown).
+
+A run is an evaluation run (its own unit files), an ABID pipeline's parent (its ``abid-score`` step's
+unit files) or any run that names unit files itself.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from vsbench.reporting.runs import evaluation_record
+from vsbench.reporting.significance import (
+    UnitsReader,
+    difference_line,
+    format_interval,
+    format_p,
+    resampling_of,
+    split_intervals,
+)
+from vsbench.stats.compare import Difference
+from vsbench.tracking.evaluations import EVALUATION_STEP, LOWER_TAG
+from vsbench.tracking.names import lower_is_better
+from vsbench.tracking.provenance import STEP_TAG
+
+
+@dataclass(frozen=True)
+class MetricPair:
+    metric: str
+    higher_is_better: bool
+    first: float
+    second: float
+    first_interval: tuple[float, float]
+    second_interval: tuple[float, float]
+    difference: Difference | None  # None: no unit files for it in one of the runs
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"metric": self.metric, "higher_is_better": self.higher_is_better,
+                               "first": _number(self.first), "second": _number(self.second),
+                               "first_ci95": [_number(v) for v in self.first_interval],
+                               "second_ci95": [_number(v) for v in self.second_interval]}
+        if self.difference is not None:
+            out.update({k: _number(v) if isinstance(v, float) else v for k, v in self.difference.as_dict().items()
+                        if k not in ("metric", "first", "second")})
+        else:
+            out["difference"] = _number(self.second - self.first)
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True)
+class RunPair:
+    """The comparison of two runs (``second - first`` throughout)."""
+
+    first_run_id: str
+    second_run_id: str
+    first_label: str
+    second_label: str
+    metrics: list[MetricPair] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # unpaired because the units differ; refused files
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"first": {"run_id": self.first_run_id, "label": self.first_label},
+                "second": {"run_id": self.second_run_id, "label": self.second_label},
+                "metrics": [m.as_dict() for m in self.metrics], "notes": self.notes}
+
+
+def _number(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _label(run: Any) -> str:
+    if run.data.tags.get(STEP_TAG) == EVALUATION_STEP:
+        record = evaluation_record(run)
+        return f"{record.benchmark} · {record.model}"
+    return run.data.tags.get("mlflow.runName") or run.info.run_name or run.info.run_id
+
+
+def _higher(metric: str, run: Any) -> bool:
+    tag = run.data.tags.get(LOWER_TAG)
+    if tag is not None:
+        return metric not in tag.split(",")
+    return not lower_is_better(metric)
+
+
+def compare_runs(reader: UnitsReader, first_run_id: str, second_run_id: str,
+                 metrics: list[str] | None = None) -> RunPair:
+    """Every metric both runs hold (or those named), ``second - first``; see the module docstring."""
+    first, second = reader.run(first_run_id), reader.run(second_run_id)
+    values_a, bounds_a = split_intervals(first.data.metrics)
+    values_b, bounds_b = split_intervals(second.data.metrics)
+    units_a, units_b = reader.units_run_id(first_run_id), reader.units_run_id(second_run_id)
+    if units_a and units_a != first_run_id:  # an ABID parent: its scores' intervals are on its score step
+        bounds_a = {**split_intervals(reader.run(units_a).data.metrics)[1], **bounds_a}
+    if units_b and units_b != second_run_id:
+        bounds_b = {**split_intervals(reader.run(units_b).data.metrics)[1], **bounds_b}
+    shared = [m for m in values_a if m in values_b and (metrics is None or m in metrics)]
+    if metrics:
+        unknown = [m for m in metrics if m not in shared]
+        if unknown:
+            raise LookupError(f"runs {first_run_id} and {second_run_id} do not both hold {', '.join(unknown)}")
+    resampling = resampling_of(dict(second.data.params), dict(first.data.params))
+    nan2 = (math.nan, math.nan)
+    rows: list[MetricPair] = []
+    notes: list[str] = []
+    for metric in sorted(shared):
+        difference = (reader.difference(units_a, units_b, metric, resampling) if units_a and units_b else None)
+        note = "" if difference is not None else "no unit files for it in both runs: no test"
+        rows.append(MetricPair(metric, _higher(metric, second), float(values_a[metric]), float(values_b[metric]),
+                               bounds_a.get(metric, nan2), bounds_b.get(metric, nan2), difference, note))
+    if any(r.difference is not None and not r.difference.paired for r in rows):
+        why = ("the two runs scored other data (data digests differ)" if not reader.same_data(units_a, units_b)
+               else "the two runs scored different units")
+        notes.append(f"unpaired: {why}; each run bootstrapped on its own")
+    notes += [f"unit files refused: {why}" for why in reader.refused.values()]
+    return RunPair(first_run_id, second_run_id, _label(first), _label(second), rows, notes)
+
+
+def render_pair(pair: RunPair) -> str:
+    """The terminal text: a block per metric (values, difference, test), then the notes."""
+    lines = [f"first:  {pair.first_label} ({pair.first_run_id})",
+             f"second: {pair.second_label} ({pair.second_run_id})", ""]
+    for row in pair.metrics:
+        better = "higher" if row.higher_is_better else "lower"
+        lines.append(f"{row.metric} ({better} is better)")
+        lines.append(f"  first   {format_interval(row.first, *row.first_interval)}")
+        lines.append(f"  second  {format_interval(row.second, *row.second_interval)}")
+        if row.difference is not None:
+            lines.append(f"  second - first  {difference_line(row.difference)}")
+        else:
+            lines.append(f"  second - first  {row.second - row.first:+.4g} ({row.note})")
+    if pair.notes:
+        lines += ["", *pair.notes]
+    lines += ["", "[low, high]: 95% interval; the difference's from a paired bootstrap (the same resampled units "
+              "for both runs) when paired"]
+    return "\n".join(lines)
+
+
+def pair_table(pair: RunPair) -> str:
+    """The report's table of the difference per metric (second minus first)."""
+    rows = []
+    for row in pair.metrics:
+        d = row.difference
+        if d is None:
+            cells = (f"<td>{row.second - row.first:+.4g}</td><td>-</td><td>-</td>"
+                     f"<td>{html.escape(row.note)}</td><td>-</td>")
+        else:
+            mcnemar = (f"{d.mcnemar[0]} / {d.mcnemar[1]}, {format_p(d.mcnemar[2])}" if d.mcnemar else "-")
+            cells = (f"<td>{d.difference:+.4g}</td><td>[{d.low:+.4g}, {d.high:+.4g}]</td>"
+                     f"<td>{html.escape(format_p(d.p_value))}</td><td>{html.escape(d.test)}</td>"
+                     f"<td>{html.escape(mcnemar)}</td>")
+        rows.append(f'<tr data-metric="{html.escape(row.metric)}"><td>{html.escape(row.metric)}</td>'
+                    f"<td>{html.escape(format_interval(row.first, *row.first_interval))}</td>"
+                    f"<td>{html.escape(format_interval(row.second, *row.second_interval))}</td>{cells}</tr>")
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in pair.notes)
+    return (f'<h3>{html.escape(pair.second_label)} minus {html.escape(pair.first_label)}</h3>'
+            '<table class="pair"><thead><tr><th>metric</th><th>first [95% interval]</th>'
+            "<th>second [95% interval]</th><th>difference</th><th>95% interval</th><th>p</th><th>test</th>"
+            f"<th>McNemar (first only / second only)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{notes}")

@@ -1,0 +1,84 @@
+"""The readers' side of issue 45 without MLflow: interval metrics read as intervals, the leaderboard's
+layout within 80 columns, and the tests the readers make (paired, unpaired for other data)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import numpy as np
+
+from vsbench.reporting.leaderboard import leaderboard, render_leaderboard
+from vsbench.reporting.regression import compare_metrics
+from vsbench.reporting.runs import RunRecord
+from vsbench.reporting.significance import (
+    bad_direction,
+    compare_metric,
+    intervals_disjoint,
+    resampling_of,
+    split_intervals,
+)
+from vsbench.stats.resample import Resampling
+from vsbench.stats.units import Units
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _units(correct: np.ndarray, prefix: str = "q") -> Units:
+    return Units("query", "disc", np.array([f"{prefix}{i}" for i in range(len(correct))]),
+                 {"correct": np.asarray(correct, dtype=float)}, {"acc": {"statistic": "ratio", "num": "correct"}})
+
+
+def test_split_intervals_keeps_only_the_bounds_of_present_metrics():
+    plain, bounds = split_intervals({"uap": 0.5, "uap_ci95_low": 0.4, "uap_ci95_high": 0.6,
+                                     "orphan_ci95_low": 0.1, "map": 0.3, "map_ci95_low": 0.2})
+    assert plain == {"uap": 0.5, "orphan_ci95_low": 0.1, "map": 0.3}  # map has one bound: no interval
+    assert bounds == {"uap": (0.4, 0.6)}
+    # The regression check never compares a bound as a metric of its own.
+    drops, _, compared = compare_metrics({"uap": 0.5, "uap_ci95_low": 0.4}, {"uap": 0.5, "uap_ci95_low": 0.1},
+                                         threshold=0.0)
+    assert drops == [] and compared == 1
+
+
+def test_leaderboard_cells_carry_intervals_and_fit_80_columns():
+    long_names = [f"efficientnet_lite0 {{\"bins\":{b}}} · PCAW64,L2norm,Flat · 1.00[0,2]" for b in (4, 8, 16)]
+    records = [RunRecord(f"r{i}", START, "p", name, "disc",
+                         {"uap": 0.5 + i / 10, "uap_ci95_low": 0.45 + i / 10, "uap_ci95_high": 0.55 + i / 10,
+                          "accuracy_at_1": 0.3}, {})
+               for i, name in enumerate(long_names)]
+    frame = leaderboard(records)
+    assert sorted(frame.metric.unique()) == ["accuracy_at_1", "uap"]
+    uap = frame[frame.metric == "uap"].set_index("model")
+    assert math.isclose(uap.loc[long_names[2], "low"], 0.65) and uap.loc[long_names[2], "best"]
+    assert frame[frame.metric == "accuracy_at_1"].low.isna().all()
+    text = render_leaderboard(frame)
+    print(text)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert f"uap (higher is better)\n  {long_names[2]}\n    0.7 [0.65, 0.75]*\n" in text
+
+    short = [RunRecord("r", START, "p", m, "b", {"uap": v, "uap_ci95_low": v - 0.1, "uap_ci95_high": v + 0.1}, {})
+             for m, v in (("a", 0.5), ("c", 0.4))]
+    wide = render_leaderboard(leaderboard(short)).splitlines()
+    assert wide[1].split() == ["metric", "better", "a", "c"]  # fits: the table as it always was
+    assert wide[2].split() == ["uap", "higher", "0.5", "[0.4,", "0.6]*", "0.4", "[0.3,", "0.5]"]
+
+
+def test_the_readers_tests_pair_only_the_same_units_of_the_same_data():
+    rng = np.random.default_rng(0)
+    base = (rng.random(300) < 0.6).astype(float)
+    worse = base.copy()
+    worse[np.flatnonzero(base == 1)[:40]] = 0
+    resampling = Resampling(200, 0)
+
+    paired = compare_metric(_units(base), _units(worse), "acc", resampling)
+    assert paired.paired and paired.high < 0 and bad_direction(paired, higher_is_better=True)
+    assert not bad_direction(paired, higher_is_better=False)
+    other_data = compare_metric(_units(base), _units(worse), "acc", resampling, same_data=False)
+    assert not other_data.paired and other_data.test.startswith("unpaired")
+    same = compare_metric(_units(base), _units(base), "acc", resampling)
+    assert same.difference == 0 and same.p_value == 1 and not bad_direction(same, True)
+
+    assert intervals_disjoint((0.1, 0.2), (0.3, 0.4)) and not intervals_disjoint((0.1, 0.35), (0.3, 0.4))
+    assert not intervals_disjoint((math.nan, 0.2), (0.3, 0.4))
+    assert resampling_of({"ci_resamples": "500", "ci_seed": "7"}) == Resampling(500, 7)
+    assert resampling_of({"ci_method": "off"}, {"ci_resamples": "50"}).resamples == 50
