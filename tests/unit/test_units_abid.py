@@ -219,7 +219,8 @@ def test_unit_file_round_trip_keeps_the_metrics_and_the_per_class_statistic(tmp_
     assert back.kind == "question" and back.benchmark == "abid_counting" and back.variant == "moderate"
     assert dict(back.metrics) == {k: dict(v) for k, v in units.metrics.items()}
     ones = np.ones((1, 50), np.int32)
-    assert {k: float(v[0]) for k, v in evaluate(back, ones).items()} == pytest.approx(_counting_dict(pred, truth, "counting_"))
+    recomputed = {k: float(v[0]) for k, v in evaluate(back, ones).items()}
+    assert recomputed == pytest.approx(_counting_dict(pred, truth, "counting_"))
     assert units_from_bytes(units.to_parquet_bytes()).ids.tolist() == ids.tolist()
 
 
@@ -265,7 +266,8 @@ def test_score_step_writes_unit_files_and_intervals_named_as_its_metrics(tmp_pat
     client = MlflowClient()
     parent = client.create_run(client.create_experiment("abid-units", str(tmp_path / "artifacts"))).info.run_id
     results = _task_files(tmp_path / "tasks", np.random.default_rng(1))
-    scored = abid_score_step(str(tmp_path / "tasks"), *(str(results[t]) for t in ("counting", "verification", "quantity")),
+    answers = [str(results[t]) for t in ("counting", "verification", "quantity")]
+    scored = abid_score_step(str(tmp_path / "tasks"), *answers,
                              parent_run_id=parent, manifest_path=str(tmp_path / "out" / "score.json"))
     metrics = scored.metrics
     for metric in ("counting_accuracy", "counting_rmse", "verification_accuracy", "quantity_accuracy",
@@ -273,7 +275,7 @@ def test_score_step_writes_unit_files_and_intervals_named_as_its_metrics(tmp_pat
         assert metrics[f"{metric}_ci95_low"] <= metrics[metric] <= metrics[f"{metric}_ci95_high"], metric
     files = {task: tmp_path / "out" / name for task, name in UNIT_FILES.items()}
     assert set(scored.manifest["units"]) == {p.name for p in files.values()}
-    for task, path in files.items():
+    for path in files.values():
         units = read_units(path, scored.manifest["units"][path.name]["sha256"])
         ones = evaluate(units, np.ones((1, len(units)), np.int32))
         for name, value in ones.items():  # each unit metric is a logged metric, by the same name
@@ -287,7 +289,7 @@ def test_score_step_writes_unit_files_and_intervals_named_as_its_metrics(tmp_pat
     assert client.get_run(parent).data.metrics["quantity_accuracy_ci95_low"] == metrics["quantity_accuracy_ci95_low"]
 
     # Two runs over the same task files are compared paired, by question.
-    again = abid_score_step(str(tmp_path / "tasks"), *(str(results[t]) for t in ("counting", "verification", "quantity")),
+    again = abid_score_step(str(tmp_path / "tasks"), *answers,
                             units_dir=str(tmp_path / "again"), resamples=0)
     assert not any("_ci95_" in k for k in again.metrics)  # intervals off
     first = read_units(files["counting"])

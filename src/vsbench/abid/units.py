@@ -41,7 +41,7 @@ def class_ratio(units: Units, weights: np.ndarray, *, num: str, classes: str, cl
     replicate drew none of them: the class has no example there, as the scorer's 0/0); ``transform``
     ``sqrt`` for a per-class RMSE. Costs the class's own rows, so all classes together cost one pass."""
     rows = np.flatnonzero(units.values(classes, np.int64) == cls)
-    w = np.asarray(weights, dtype=np.float64)[:, rows]
+    w = np.asarray(weights)[:, rows].astype(np.float64)  # the class's columns only, then floats
     top = w @ units.values(num)[rows]
     bottom = w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -113,5 +113,5 @@ def answer_units(pred: ArrayLike, truth: ArrayLike, ids: ArrayLike, *, task: str
         raise ValueError(f"answer_units: task must be verification or quantity, not {task!r}")
     p, g, names = _checked(pred, truth, ids)
     columns = {"prediction": p, "truth": g, "correct": (p == g).astype(np.float64)}
-    return Units(KIND, BENCHMARKS[task], names, columns, {f"{prefix}accuracy": {"statistic": "ratio", "num": "correct"}},
-                 variant=variant)
+    metrics = {f"{prefix}accuracy": {"statistic": "ratio", "num": "correct"}}
+    return Units(KIND, BENCHMARKS[task], names, columns, metrics, variant=variant)

@@ -249,7 +249,8 @@ def abid_counting(
     units = counting_units(result.values, truth[: result.values.size], ids)
     units_file = _add_units(record, units, resampling, output)
     _report("abid counting", record, output, units, resampling)
-    _track("abid_counting", record, output, {"pred": pred, "gt": gt}, {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment, units_file, resampling)
+    _track("abid_counting", record, output, {"pred": pred, "gt": gt},
+           {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment, units_file, resampling)
 
 
 def _listed(values: list[int], most: int = 10) -> str:
