@@ -157,7 +157,7 @@ def abid_score(
     result = abid_score_step(f"{data_root}/tasks", f"{runs}/counting/counting_result.txt",
                              f"{runs}/siamese/obj_verification_result.txt",
                              f"{runs}/quantity/obj_num_verification_result.txt",
-                             parent_run_id=parent_run_id, manifest_path=manifest.path)
+                             parent_run_id=parent_run_id, manifest_path=manifest.path, units_dir=f"{runs}/score")
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
     counting_confusion.log_confusion_matrix([str(c) for c in range(6)], result.manifest["counting_confusion_matrix"])

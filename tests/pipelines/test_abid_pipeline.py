@@ -74,6 +74,12 @@ def test_pipeline_runs_end_to_end_and_is_tracked(local_s3, public_bucket, no_aws
     assert [m.step for m in epochs_logged] == [1]
     artifacts = {a.path for a in client.list_artifacts(children["abid-score"].info.run_id, "plots")}
     assert artifacts == {"plots/counting_per_class.png", "plots/counting_confusion.png"}
+    # Issue 45: each score with its interval, and the per-question outcomes on the score run.
+    assert (parent.data.metrics["counting_accuracy_ci95_low"] <= scores["counting_accuracy"]
+            <= parent.data.metrics["counting_accuracy_ci95_high"])
+    units_tag = json.loads(children["abid-score"].data.tags["vsbench.units"])
+    assert set(units_tag) == {f"units/abid_{t}_units.parquet" for t in ("counting", "verification", "quantity")}
+    assert (tmp_path / "data" / "runs" / "score" / "abid_counting_units.parquet").is_file()
     models = {a.path for a in client.list_artifacts(children["abid-train-siamese"].info.run_id)}
     assert {"siamese_model_weights", "obj_verification_result.txt"} <= models
     # The trivial baselines ride beside the scores on the parent run (the report draws them there).

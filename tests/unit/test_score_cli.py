@@ -43,8 +43,10 @@ def test_abid_counting(tmp_path: Path) -> None:
     pred = _write(tmp_path / "counting_result.txt", "0\n1\n2\n2\n5\n")
     out = tmp_path / "m.json"
     record = _ok(_run("abid-counting", "--pred", pred, "--gt", gt, "--output", out, "--num-classes", 6), out)
-    assert list(record) == ["accuracy", "rmse", "per_class_accuracy", "per_class_rmse", "confusion_matrix",
-                            "num_examples"]
+    assert list(record)[:6] == ["accuracy", "rmse", "per_class_accuracy", "per_class_rmse", "confusion_matrix",
+                                "num_examples"]
+    assert record["accuracy_ci95_low"] <= record["accuracy"] <= record["accuracy_ci95_high"]  # then the intervals
+    assert record["units"]["path"] == str(tmp_path / "m.units.parquet")  # and the per-question outcomes
     assert record["accuracy"] == pytest.approx(0.6) and record["rmse"] == pytest.approx(1.0)
     assert record["per_class_accuracy"] == [1.0, 0.5, 1.0, 0.0, None, None]  # classes 4, 5: no example
     assert record["confusion_matrix"][3][5] == 1
@@ -70,12 +72,14 @@ def test_abid_verification_and_quantity(tmp_path: Path) -> None:
     pred = _write(tmp_path / "obj_verification_result.txt", "1\n1\n0\n")
     out = tmp_path / "v_m.json"
     record = _ok(_run("abid-verification", "--pred", pred, "--gt", gt, "--output", out), out)
-    assert record == pytest.approx({"accuracy": 1 / 3, "precision": 1 / 2, "recall": 1 / 2})
+    assert {k: record[k] for k in ("accuracy", "precision", "recall")} == pytest.approx(
+        {"accuracy": 1 / 3, "precision": 1 / 2, "recall": 1 / 2})
 
     qgt = _write(tmp_path / "q.json", json.dumps([[1, "A", 1, 2, 2, []], [1, "B", 0, 1, 3, []]]))
     qpred = _write(tmp_path / "quantity_result.txt", "1\n1\n")
-    record = _ok(_run("abid-quantity", "--pred", qpred, "--gt", qgt, "--output", out), out)
-    assert record == {"accuracy": 0.5}
+    record = _ok(_run("abid-quantity", "--pred", qpred, "--gt", qgt, "--output", out, "--resamples", 0), out)
+    assert record == {"accuracy": 0.5, "units": {"path": str(tmp_path / "v_m.units.parquet"),
+                                                 "sha256": record["units"]["sha256"]}}  # no intervals asked for
 
 
 def test_abid_verification_bad_line(tmp_path: Path) -> None:

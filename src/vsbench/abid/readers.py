@@ -135,6 +135,17 @@ def read_quantity_ground_truth(path: str | Path) -> np.ndarray:
     return np.asarray(labels, dtype=np.int64)
 
 
+@names_memory_errors
+def read_question_ids(path: str | Path, task: str) -> np.ndarray:
+    """Stable ids of a task file's questions, in file order (:func:`vsbench.abid.units.question_ids`):
+    what two runs over the same task file are paired on. ``task``: counting, verification, quantity."""
+    from vsbench.abid.units import question_ids
+
+    path = Path(path)
+    least = {"counting": 2, "verification": 3, "quantity": 5}.get(task, 0)
+    return question_ids(_entries(path, least, f"an ABID {task} question"), task)
+
+
 @dataclass(frozen=True)
 class AbidResult:
     """A result file as the challenge scripts score it: ``values[i]`` answers ground-truth entry i."""

@@ -72,40 +72,146 @@ def _warn(notes: tuple[str, ...] | list[str]) -> None:
 
 
 def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[str, Path], options: dict[str, Any],
-           model: str, track: bool, experiment: str) -> None:
+           model: str, track: bool, experiment: str, units_file: tuple[Path, str] | None = None,
+           resampling: Any = None) -> None:
     """The scored record as an MLflow run (params, metrics, the metrics JSON; the inputs' digest as
-    the data tag), bounded against a store that is down; skipped with ``--no-track``."""
+    the data tag; the unit file under ``units/``, named in the ``vsbench.units`` tag as the pipelines
+    name theirs), bounded against a store that is down; skipped with ``--no-track``."""
     if not track:
         return
+    import json
     import time
 
+    from vsbench.tracking.units import UNITS_DIR, UNITS_TAG
+
+    artifacts = {str(output): ""}
+    tags = dict(data_tags(*inputs.values()))
+    if units_file is not None:
+        artifacts[str(units_file[0])] = UNITS_DIR
+        tags[UNITS_TAG] = json.dumps({f"{UNITS_DIR}/{units_file[0].name}": units_file[1]}, sort_keys=True)
     record_command_run(output.parent / (output.stem + BUNDLE_SUFFIX), experiment=experiment, pipeline=SCORE_PIPELINE,
                        params={"benchmark": benchmark, "model": model or "unnamed", **options,
+                               **(resampling.params() if resampling is not None else {}),
                                **{name: str(path) for name, path in inputs.items()}},
-                       metrics=dict(_scalar_rows(record)), tags=data_tags(*inputs.values()),
-                       artifacts={str(output): ""}, started=time.time(), kept=output, announce=typer.echo)
+                       metrics=dict(_scalar_rows(record)), tags=tags,
+                       artifacts=artifacts, started=time.time(), kept=output, announce=typer.echo)
 
 
-def _report(title: str, record: dict[str, Any], output: Path) -> None:
-    """Print the record's numbers as a two-column table, then write the whole record.
+CI_SUFFIXES = ("_low", "_high")
 
-    A metric with a ``<name>_worst``/``<name>_best`` range (ties that other orders would break
-    otherwise) shows it beside its value, and the JSON keeps both keys.
+
+def _interval_of(record: dict[str, Any], metric: str) -> tuple[float, float] | None:
+    """``(low, high)`` when the record holds ``<metric>_ci<level>_low/_high`` (any level), else None."""
+    for key in record:
+        if key.startswith(f"{metric}_ci") and key.endswith("_low"):
+            level = key[len(metric) + 3: -len("_low")]
+            high = record.get(f"{metric}_ci{level}_high")
+            if level.isdigit() and isinstance(record[key], (int, float)) and isinstance(high, (int, float)):
+                return float(record[key]), float(high)
+    return None
+
+
+def _is_interval_field(key: str) -> bool:
+    head, _, level_end = key.rpartition("_ci")
+    return bool(head) and any(level_end.endswith(s) and level_end[: -len(s)].isdigit() for s in CI_SUFFIXES)
+
+
+def print_record(title: str, record: dict[str, Any], units: Any = None, resampling: Any = None) -> None:
+    """Print a scored record: each number, with its interval ``[low, high]`` where the record holds
+    ``<metric>_ci95_low/_high``, then one line on what the intervals are, or why there are none.
+
+    ``units`` (:class:`vsbench.stats.units.Units`, or None when the benchmark keeps no per-unit
+    outcomes) also lists the metrics it recomputes that the record holds only as lists (ABID's per-class
+    scores) with their intervals. A metric with a ``<name>_worst``/``<name>_best`` range (ties that
+    other orders would break otherwise) shows it beside its value.
     """
     ranges = {key[: -len("_worst")] for key in record if key.endswith("_worst") and
               key[: -len("_worst")] + "_best" in record}
-    shown = {k: v for k, v in record.items() if not any(k in (f"{n}_worst", f"{n}_best") for n in ranges)}
-    rows = [(key, f"{value:.4f}  (ties: {record[key + '_worst']:.4f} to {record[key + '_best']:.4f})"
-             if key in ranges else value) for key, value in _scalar_rows(shown)]
+    shown = {k: v for k, v in record.items() if not _is_interval_field(k)
+             and not any(k in (f"{n}_worst", f"{n}_best") for n in ranges)}
+    rows: list[tuple[str, str]] = []
+    for key, value in _scalar_rows(shown):
+        text = f"{value:.4f}" if isinstance(value, float) else f"{value}"
+        if (interval := _interval_of(record, key)) is not None:
+            text += f" [{interval[0]:.4f}, {interval[1]:.4f}]"
+        if key in ranges:
+            text += f"  (ties: {record[key + '_worst']:.4f} to {record[key + '_best']:.4f})"
+        rows.append((key, text))
+    if units is not None:
+        rows += _unit_only_rows(record, units, {key for key, _ in rows})
     width = max((len(key) for key, _ in rows), default=0)
     typer.echo(title)
-    for key, value in rows:
-        typer.echo(f"  {key:<{width}}  {value:.4f}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+    for key, text in rows:
+        typer.echo(f"  {key:<{width}}  {text}")
     if ranges:
         typer.echo("  (ties: the range over every order of tied scores; the value is the original's order)")
+    typer.echo(_interval_note(record, units, resampling))
+
+
+def _unit_only_rows(record: dict[str, Any], units: Any, shown: set[str]) -> list[tuple[str, str]]:
+    """Metrics the units recompute and the record keeps only as lists, with their intervals (the point
+    value recomputed from the units with every weight 1: by the statistics' contract, the scorer's)."""
+    names = [m for m in units.metrics if m not in shown and _interval_of(record, m) is not None]
+    if not names:
+        return []
+    from vsbench.stats.statistics import evaluate
+
+    values = evaluate(units, np.ones((1, len(units)), dtype=np.int32), {m: units.metrics[m] for m in names})
+    rows = []
+    for metric in names:
+        low, high = _interval_of(record, metric)  # type: ignore[misc]
+        rows.append((metric, f"{float(values[metric][0]):.4f} [{low:.4f}, {high:.4f}]"))
+    return rows
+
+
+def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
+    if units is None:
+        return "  (95% intervals are not available for this benchmark here: its scorer keeps no per-unit outcomes)"
+    if resampling is None or not resampling.enabled or not any(_is_interval_field(k) for k in record):
+        return (f"  (no intervals: resampling is off (--resamples 0 or VSBENCH_RESAMPLES=0); "
+                f"{len(units):,} {units.kind}s scored)")
+    return (f"  [low, high]: {resampling.percent}% interval, percentile bootstrap over the {len(units):,} "
+            f"{units.kind}s ({resampling.resamples} resamples, seed {resampling.seed})")
+
+
+def _report(title: str, record: dict[str, Any], output: Path, units: Any = None, resampling: Any = None) -> None:
+    """Print the record (:func:`print_record`), then write the whole record."""
+    print_record(title, record, units, resampling)
     with user_errors():
         atomic_write_json(output, record)
     typer.echo(f"metrics: {output}")
+
+
+def _resampling(resamples: int | None) -> Any:
+    """The intervals' resampling (``--resamples``, else ``VSBENCH_RESAMPLES``), checked before any work."""
+    from vsbench.stats.resample import Resampling
+
+    with user_errors():
+        return Resampling.from_env(resamples)
+
+
+def units_path_for(output: Path) -> Path:
+    """The unit file beside a metrics JSON: ``m.json`` -> ``m.units.parquet``."""
+    return output.with_name(output.stem + ".units.parquet")
+
+
+def _add_units(record: dict[str, Any], units: Any, resampling: Any, output: Path) -> tuple[Path, str]:
+    """Add the interval fields of every metric ``units`` recomputes to ``record``, write the unit file
+    beside ``output`` and name it in the record (``units``: its path and sha256)."""
+    from vsbench.stats.compare import interval_fields, intervals
+
+    if resampling.enabled:
+        record.update(interval_fields(intervals(units, resampling), resampling.percent))
+    path = units_path_for(output)
+    with user_errors():
+        sha256 = units.write(path)
+    record["units"] = {"path": str(path), "sha256": sha256}
+    return path, sha256
+
+
+ResamplesOpt = Annotated[int | None, typer.Option(
+    "--resamples", min=0, help="Bootstrap resamples for the 95% intervals (0: none; else at least 10). "
+                               "Default: VSBENCH_RESAMPLES, else 1000; the seed: VSBENCH_RESAMPLE_SEED (0).")]
 
 
 @score_app.command("abid-counting")
@@ -115,17 +221,22 @@ def abid_counting(
     output: OutputOpt,
     num_classes: Annotated[int | None, typer.Option(min=1, help="Classes 0..N-1 (default: inferred).")] = None,
     strict: StrictOpt = False,
+    resamples: ResamplesOpt = None,
     model: ModelOpt = "",
     track: TrackOpt = True,
     experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
-    """ABID counting: accuracy, RMSE, per-class accuracy and RMSE, confusion matrix."""
+    """ABID counting: accuracy, RMSE, per-class accuracy and RMSE (each with its 95% bootstrap interval
+    over the questions), confusion matrix. The per-question outcomes go to <output>.units.parquet."""
     from vsbench.abid import readers as abid_readers
+    from vsbench.abid.units import counting_units
 
+    resampling = _resampling(resamples)
     with user_errors():
         truth = abid_readers.read_counting_ground_truth(gt)
         result = abid_readers.read_abid_result(pred, truth.size, gt, binary=False, strict=strict)
         m = counting_metrics(result.values, truth[: result.values.size], num_classes)
+        ids = abid_readers.read_question_ids(gt, "counting")[: result.values.size]
     _warn(list(result.notes) + _counting_notes(pred, result.values, truth[: result.values.size], m.per_class_count))
     record = {
         "accuracy": m.accuracy,
@@ -135,8 +246,11 @@ def abid_counting(
         "confusion_matrix": m.confusion_matrix.tolist(),
         "num_examples": m.num_examples,
     }
-    _report("abid counting", record, output)
-    _track("abid_counting", record, output, {"pred": pred, "gt": gt}, {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment)
+    units = counting_units(result.values, truth[: result.values.size], ids)
+    units_file = _add_units(record, units, resampling, output)
+    _report("abid counting", record, output, units, resampling)
+    _track("abid_counting", record, output, {"pred": pred, "gt": gt},
+           {"num_classes": num_classes or "inferred", "strict": strict}, model, track, experiment, units_file, resampling)
 
 
 def _listed(values: list[int], most: int = 10) -> str:
@@ -176,25 +290,33 @@ def abid_verification(
     gt: Annotated[Path, typer.Option(help="obj_verification_val.json.")],
     output: OutputOpt,
     strict: StrictOpt = False,
+    resamples: ResamplesOpt = None,
     model: ModelOpt = "",
     track: TrackOpt = True,
     experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
-    """ABID object verification: accuracy, precision and recall of "yes"."""
+    """ABID object verification: accuracy (with its 95% bootstrap interval over the questions), precision
+    and recall of "yes". The per-question outcomes go to <output>.units.parquet."""
     from vsbench.abid import readers as abid_readers
+    from vsbench.abid.units import answer_units
 
+    resampling = _resampling(resamples)
     with user_errors():
         truth = abid_readers.read_verification_ground_truth(gt)
         result = abid_readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
+        ids = abid_readers.read_question_ids(gt, "verification")[: result.values.size]
     _warn(result.notes)
     if m.precision == 0.0 and not np.any(result.values == 1):
         _warn([f"precision is 0: no answer in {pred} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
     if m.recall == 0.0 and not np.any(truth[: result.values.size] == 1):
         _warn([f"recall is 0: no scored entry of {gt} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
-    record = {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}
-    _report("abid verification", record, output)
-    _track("abid_verification", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
+    record: dict[str, Any] = {"accuracy": m.accuracy, "precision": m.precision, "recall": m.recall}
+    units = answer_units(result.values, truth[: result.values.size], ids, task="verification")
+    units_file = _add_units(record, units, resampling, output)
+    _report("abid verification", record, output, units, resampling)
+    _track("abid_verification", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment,
+           units_file, resampling)
 
 
 @score_app.command("abid-quantity")
@@ -203,21 +325,29 @@ def abid_quantity(
     gt: Annotated[Path, typer.Option(help="obj_num_verification_val.json.")],
     output: OutputOpt,
     strict: StrictOpt = False,
+    resamples: ResamplesOpt = None,
     model: ModelOpt = "",
     track: TrackOpt = True,
     experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
-    """ABID quantity verification: accuracy."""
+    """ABID quantity verification: accuracy, with its 95% bootstrap interval over the questions. The
+    per-question outcomes go to <output>.units.parquet."""
     from vsbench.abid import readers as abid_readers
+    from vsbench.abid.units import answer_units
 
+    resampling = _resampling(resamples)
     with user_errors():
         truth = abid_readers.read_quantity_ground_truth(gt)
         result = abid_readers.read_abid_result(pred, truth.size, gt, binary=True, strict=strict)
         m = verification_metrics(result.values, truth[: result.values.size])
+        ids = abid_readers.read_question_ids(gt, "quantity")[: result.values.size]
     _warn(result.notes)
-    record = {"accuracy": m.accuracy}
-    _report("abid quantity verification", record, output)
-    _track("abid_quantity", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment)
+    record: dict[str, Any] = {"accuracy": m.accuracy}
+    units = answer_units(result.values, truth[: result.values.size], ids, task="quantity")
+    units_file = _add_units(record, units, resampling, output)
+    _report("abid quantity verification", record, output, units, resampling)
+    _track("abid_quantity", record, output, {"pred": pred, "gt": gt}, {"strict": strict}, model, track, experiment,
+           units_file, resampling)
 
 
 @score_app.command("copy-detection")

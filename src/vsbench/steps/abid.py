@@ -304,32 +304,45 @@ def abid_quantity_step(
 
 def abid_score_step(
     tasks: str, counting_result: str, verification_result: str, quantity_result: str, *,
-    parent_run_id: str = "", manifest_path: str | None = None,
+    parent_run_id: str = "", manifest_path: str | None = None, units_dir: str | None = None,
+    resamples: int | None = None,
 ) -> StepResult:
-    """Score the three result files exactly as the challenge does; headline metrics go to the parent run."""
+    """Score the three result files exactly as the challenge does; headline metrics go to the parent run.
+
+    Each headline metric also gets its 95% bootstrap interval over the questions
+    (``<metric>_ci95_low/_high``; ``resamples`` else ``VSBENCH_RESAMPLES``, 0 for none), and each task's
+    per-question outcomes go to a unit file (:mod:`vsbench.abid.units`) in ``units_dir`` (default:
+    the manifest's folder; neither given: no files, the intervals still), logged on the step's run."""
     from vsbench.abid import readers as abid_readers
     from vsbench.reporting import plots
+    from vsbench.stats.resample import Resampling
 
     root = Path(tasks)
     started = time.perf_counter()
-    with child_run(parent_run_id, "abid-score", {"task_set": "moderate"}) as tracker:
+    resampling = Resampling.from_env(resamples)  # a bad VSBENCH_RESAMPLES stops here, before any work
+    with child_run(parent_run_id, "abid-score", {"task_set": "moderate", **resampling.params()}) as tracker:
         log_tasks_dataset((tracker,), root, "evaluation")
-        count_truth = abid_readers.read_counting_ground_truth(root / "counting_val.json")
-        counting = counting_metrics(abid_readers.read_abid_predictions(counting_result, count_truth.size,
-                                                                  root / "counting_val.json", binary=False),
-                                    count_truth, 6)
-        verify_truth = abid_readers.read_verification_ground_truth(root / "obj_verification_val.json")
-        verification = verification_metrics(abid_readers.read_abid_predictions(
-            verification_result, verify_truth.size, root / "obj_verification_val.json", binary=True), verify_truth)
-        quantity_truth = abid_readers.read_quantity_ground_truth(root / "obj_num_verification_val.json")
-        quantity = verification_metrics(abid_readers.read_abid_predictions(
-            quantity_result, quantity_truth.size, root / "obj_num_verification_val.json", binary=True), quantity_truth)
+        files = {task: root / name for task, name in TASK_FILES.items()}
+        count_truth = abid_readers.read_counting_ground_truth(files["counting"])
+        verify_truth = abid_readers.read_verification_ground_truth(files["verification"])
+        quantity_truth = abid_readers.read_quantity_ground_truth(files["quantity"])
+        truths = {"counting": count_truth, "verification": verify_truth, "quantity": quantity_truth}
+        results = {"counting": counting_result, "verification": verification_result, "quantity": quantity_result}
+        answers = {task: abid_readers.read_abid_predictions(results[task], truths[task].size, files[task],
+                                                            binary=task != "counting") for task in TASK_FILES}
+        counting = counting_metrics(answers["counting"], count_truth, 6)
+        verification = verification_metrics(answers["verification"], verify_truth)
+        quantity = verification_metrics(answers["quantity"], quantity_truth)
 
         metrics = {f"counting_{k}": float(v) for k, v in counting.as_dict().items()}
         metrics.update({f"verification_{k}": float(v) for k, v in verification.as_dict().items()})
         metrics["quantity_accuracy"] = quantity.accuracy
         metrics["verification_always_yes_accuracy"] = float((verify_truth == 1).mean()) if verify_truth.size else 0.0
         metrics["quantity_num_examples"] = float(quantity.num_examples)
+        units = _score_units(files, answers, truths)
+        metrics.update(_interval_metrics(units, resampling))
+        written = _write_units(units, units_dir or (str(Path(manifest_path).parent) if manifest_path else ""))
+        tracker.log_unit_files({path: sha256 for path, sha256 in written.items()})
         for figure, name in (
             (plots.per_class_bars(counting.per_class_accuracy, counting.per_class_rmse, counting.per_class_count,
                                   "counting"), "plots/counting_per_class.png"),
@@ -340,12 +353,60 @@ def abid_score_step(
             plots.close(figure)
         log_to_parent(parent_run_id, {k: v for k, v in metrics.items()
                                       if k in ("counting_accuracy", "counting_rmse", "verification_accuracy",
-                                               "verification_always_yes_accuracy", "quantity_accuracy")})
+                                               "verification_always_yes_accuracy", "quantity_accuracy")
+                                      or k.startswith(_HEADLINE_INTERVALS)})
         linked = _link_scores_to_models(tracker, parent_run_id, root, metrics)
         manifest = {"counting_confusion_matrix": counting.confusion_matrix.tolist(),
-                    "verification_confusion_matrix": _binary_confusion(verification_result, verify_truth)}
+                    "verification_confusion_matrix": _binary_confusion(verification_result, verify_truth),
+                    "units": {Path(path).name: {"path": path, "sha256": sha256} for path, sha256 in written.items()},
+                    "intervals": resampling.params()}
         return finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started,
                       tracked=[*(k for k in metrics if k not in linked), "step_seconds"])
+
+
+# The parent run shows the headline scores' intervals beside them (the per-class ones stay on the step's run).
+_HEADLINE_INTERVALS = tuple(f"{m}_ci" for m in ("counting_accuracy", "counting_rmse", "verification_accuracy",
+                                                "quantity_accuracy"))
+TASK_FILES = {"counting": "counting_val.json", "verification": "obj_verification_val.json",
+              "quantity": "obj_num_verification_val.json"}
+UNIT_FILES = {"counting": "abid_counting_units.parquet", "verification": "abid_verification_units.parquet",
+              "quantity": "abid_quantity_units.parquet"}
+
+
+def _score_units(files: dict[str, Path], answers: dict[str, Any], truths: dict[str, Any]) -> dict[str, Any]:
+    """task -> its questions' outcomes (metric names as this step logs them: ``counting_accuracy`` ...)."""
+    from vsbench.abid.readers import read_question_ids
+    from vsbench.abid.units import answer_units, counting_units
+
+    out: dict[str, Any] = {}
+    for task, path in files.items():
+        ids = read_question_ids(path, task)
+        out[task] = (counting_units(answers[task], truths[task], ids, prefix="counting_", variant="moderate")
+                     if task == "counting" else
+                     answer_units(answers[task], truths[task], ids, task=task, prefix=f"{task}_", variant="moderate"))
+    return out
+
+
+def _interval_metrics(units: dict[str, Any], resampling) -> dict[str, float]:
+    """``<metric>_ci95_low/_high`` of every metric the unit files recompute (none when intervals are off)."""
+    from vsbench.stats.compare import interval_fields, intervals
+
+    out: dict[str, float] = {}
+    if resampling.enabled:
+        for task_units in units.values():
+            out.update(interval_fields(intervals(task_units, resampling), resampling.percent))
+    return out
+
+
+def _write_units(units: dict[str, Any], folder: str) -> dict[str, str]:
+    """Each task's unit file in ``folder`` (none when no folder): ``{path: sha256}``."""
+    if not folder:
+        return {}
+    written: dict[str, str] = {}
+    for task, task_units in units.items():
+        path = Path(folder) / UNIT_FILES[task]
+        written[str(path)] = task_units.write(path)
+    return written
 
 
 # Which trained baseline each ABID score is of (the quantity answers are the counting network's counts).

@@ -134,6 +134,15 @@ class Tracker:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self._call("log_artifact", lambda: self._client.log_artifact(self.run_id, str(path), artifact_path))
 
+    def log_unit_files(self, files: Mapping[str, str]) -> None:
+        """Per-unit outcome files ``{local path: sha256}`` under ``units/`` and in the ``vsbench.units``
+        tag (:mod:`vsbench.tracking.units`); a store that fails them costs the step nothing."""
+        if not files:
+            return
+        from vsbench.tracking.units import log_unit_files
+
+        self._call("log_unit_files", lambda: log_unit_files(self._client, self.run_id, files))
+
     def log_dataset(self, name: str, digest: str, source: str, context: str,
                     profile: Mapping[str, Any] | None = None) -> None:
         """The data this run read as an MLflow dataset input (the run page's Datasets section, and
