@@ -23,6 +23,16 @@ def _ok(result, output: Path) -> dict:
     return json.loads(output.read_text())
 
 
+def _numbers(record: dict) -> dict:
+    """The record's own numbers: its metrics without the intervals and the unit file beside them."""
+    return {k: (_numbers(v) if isinstance(v, dict) else v) for k, v in record.items()
+            if k != "units" and "_ci95_" not in k}
+
+
+def _interval_holds(record: dict, metric: str) -> None:
+    assert record[f"{metric}_ci95_low"] <= record[metric] <= record[f"{metric}_ci95_high"]
+
+
 def _bad(result, *fragments: str) -> None:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
@@ -100,10 +110,14 @@ def test_copy_detection(tmp_path: Path) -> None:
     result = _run("copy-detection", "--predictions", preds, "--gt", gt, "--output", out)
     record = _ok(result, out)
     # The 0.8 tie (q1 r5 false, q2 r2 true) is ranked negative first, as isc2021; the range is reported.
-    assert record == pytest.approx({"uap": 5 / 9, "accuracy_at_1": 2 / 3, "recall_at_p90": 1 / 3,
-                                    "uap_worst": 5 / 9, "uap_best": 2 / 3,
-                                    "recall_at_p90_worst": 1 / 3, "recall_at_p90_best": 2 / 3})
-    assert "uap            0.5556  (ties: 0.5556 to 0.6667)" in result.stdout
+    assert _numbers(record) == pytest.approx({"uap": 5 / 9, "accuracy_at_1": 2 / 3, "recall_at_p90": 1 / 3,
+                                              "uap_worst": 5 / 9, "uap_best": 2 / 3,
+                                              "recall_at_p90_worst": 1 / 3, "recall_at_p90_best": 2 / 3})
+    for metric in ("uap", "accuracy_at_1", "recall_at_p90"):
+        _interval_holds(record, metric)
+    assert Path(record["units"]["path"]) == tmp_path / "m.units.parquet"  # the per-query outcomes
+    assert f"uap            0.5556 [{record['uap_ci95_low']:.4f}, {record['uap_ci95_high']:.4f}]" \
+           "  (ties: 0.5556 to 0.6667)" in result.stdout
     assert "1 predictions are for queries absent from" in result.stderr  # q9: counted as a false positive
 
 
@@ -155,8 +169,14 @@ def _pairs_dir(tmp_path: Path) -> Path:
 def test_pairs(tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     record = _ok(_run("pairs", "--results", _pairs_dir(tmp_path), "--output", out), out)
-    assert list(record) == ["easy_diffseq", "easy_sameseq", "hard_diffseq", "hard_sameseq", "mean_pr_ap"]
-    assert all(set(record[k]) == {"roc_auc", "pr_ap"} for k in list(record)[:4])
+    assert list(_numbers(record)) == ["easy_diffseq", "easy_sameseq", "hard_diffseq", "hard_sameseq", "mean_pr_ap"]
+    assert all(set(_numbers(record)[k]) == {"roc_auc", "pr_ap"} for k in list(record)[:4])
+    for variant in list(record)[:4]:
+        _interval_holds(record[variant], "roc_auc")
+        _interval_holds(record[variant], "pr_ap")
+    _interval_holds(record, "mean_pr_ap")
+    assert sorted(record["units"]) == ["easy_diffseq", "easy_sameseq", "hard_diffseq", "hard_sameseq", "mean"]
+    assert all(Path(entry["path"]).is_file() for entry in record["units"].values())
     assert record["mean_pr_ap"] == pytest.approx(np.mean([record[k]["pr_ap"] for k in list(record)[:4]]))
     assert record["easy_diffseq"]["roc_auc"] > record["hard_sameseq"]["roc_auc"]
 
@@ -197,7 +217,8 @@ def test_product_search(tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     record = _ok(_run("product-search", "--queries", queries, "--gallery", gallery, "--features",
                       tmp_path / "sub.npz", "--output", out), out)
-    assert record == pytest.approx({"map": 0.75})
+    assert _numbers(record) == pytest.approx({"map": 0.75})
+    _interval_holds(record, "map")
 
 
 def test_product_search_unnormalized_features(tmp_path: Path) -> None:

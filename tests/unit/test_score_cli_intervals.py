@@ -102,7 +102,7 @@ def test_resampling_off_or_wrong(tmp_path: Path) -> None:
     assert not (tmp_path / "b.json").exists()
 
 
-def test_a_benchmark_without_units_prints_plain_numbers_and_says_so(tmp_path: Path) -> None:
+def test_copy_detection_prints_intervals_over_its_queries(tmp_path: Path) -> None:
     predictions = tmp_path / "p.csv"
     predictions.write_text("query_id,reference_id,score\nq1,r1,0.9\nq2,r2,0.8\n")
     gt = tmp_path / "gt.csv"
@@ -110,8 +110,9 @@ def test_a_benchmark_without_units_prints_plain_numbers_and_says_so(tmp_path: Pa
     result = _run("copy-detection", "--predictions", predictions, "--gt", gt, "--output", tmp_path / "m.json",
                   "--no-track")
     assert result.exit_code == 0, result.output
-    assert re.search(r"^  uap +\d\.\d{4}$", result.stdout, re.M)
-    assert result.stdout.count("intervals are not available") == 1
+    assert re.search(rf"^  uap +{NUMBER_AND_INTERVAL}$", result.stdout, re.M), result.stdout
+    assert "percentile bootstrap over the 2 queries" in result.stdout
+    assert "intervals are not available" not in result.stdout
 
 
 def test_print_record_is_reusable(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,6 +27,7 @@ from vsbench.cli.common import user_errors
 from vsbench.cli.helpfmt import App
 from vsbench.io import inputs
 from vsbench.io.storage import atomic_write_json
+from vsbench.stats.records import PLURAL
 from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
 from vsbench.tracking.provenance import data_tags
 
@@ -72,7 +73,7 @@ def _warn(notes: tuple[str, ...] | list[str]) -> None:
 
 
 def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[str, Path], options: dict[str, Any],
-           model: str, track: bool, experiment: str, units_file: tuple[Path, str] | None = None,
+           model: str, track: bool, experiment: str, units_file: tuple[Path, str] | list[tuple[Path, str]] | None = None,
            resampling: Any = None) -> None:
     """The scored record as an MLflow run (params, metrics, the metrics JSON; the inputs' digest as
     the data tag; the unit file under ``units/``, named in the ``vsbench.units`` tag as the pipelines
@@ -86,9 +87,11 @@ def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[st
 
     artifacts = {str(output): ""}
     tags = dict(data_tags(*inputs.values()))
-    if units_file is not None:
-        artifacts[str(units_file[0])] = UNITS_DIR
-        tags[UNITS_TAG] = json.dumps({f"{UNITS_DIR}/{units_file[0].name}": units_file[1]}, sort_keys=True)
+    files = units_file if isinstance(units_file, list) else [units_file] if units_file is not None else []
+    if files:
+        for path, _ in files:
+            artifacts[str(path)] = UNITS_DIR
+        tags[UNITS_TAG] = json.dumps({f"{UNITS_DIR}/{path.name}": sha256 for path, sha256 in files}, sort_keys=True)
     record_command_run(output.parent / (output.stem + BUNDLE_SUFFIX), experiment=experiment, pipeline=SCORE_PIPELINE,
                        params={"benchmark": benchmark, "model": model or "unnamed", **options,
                                **(resampling.params() if resampling is not None else {}),
@@ -101,7 +104,11 @@ CI_SUFFIXES = ("_low", "_high")
 
 
 def _interval_of(record: dict[str, Any], metric: str) -> tuple[float, float] | None:
-    """``(low, high)`` when the record holds ``<metric>_ci<level>_low/_high`` (any level), else None."""
+    """``(low, high)`` when the record holds ``<metric>_ci<level>_low/_high`` (any level), else None;
+    ``outer.inner`` looks in the nested object ``outer`` (the pairs' record: a grid of variants)."""
+    outer, dot, inner = metric.partition(".")
+    if dot and isinstance(record.get(outer), dict):
+        return _interval_of(record[outer], inner)
     for key in record:
         if key.startswith(f"{metric}_ci") and key.endswith("_low"):
             level = key[len(metric) + 3: -len("_low")]
@@ -127,7 +134,8 @@ def print_record(title: str, record: dict[str, Any], units: Any = None, resampli
     """
     ranges = {key[: -len("_worst")] for key in record if key.endswith("_worst") and
               key[: -len("_worst")] + "_best" in record}
-    shown = {k: v for k, v in record.items() if not _is_interval_field(k)
+    shown = {k: ({i: x for i, x in v.items() if not _is_interval_field(i)} if isinstance(v, dict) else v)
+             for k, v in record.items() if not _is_interval_field(k) and k != "units"
              and not any(k in (f"{n}_worst", f"{n}_best") for n in ranges)}
     rows: list[tuple[str, str]] = []
     for key, value in _scalar_rows(shown):
@@ -169,9 +177,10 @@ def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
         return "  (95% intervals are not available for this benchmark here: its scorer keeps no per-unit outcomes)"
     if resampling is None or not resampling.enabled or not any(_is_interval_field(k) for k in record):
         return (f"  (no intervals: resampling is off (--resamples 0 or VSBENCH_RESAMPLES=0); "
-                f"{len(units):,} {units.kind}s scored)")
+                f"{len(units):,} {PLURAL.get(units.kind, units.kind)} scored)")
+    clustered = ", clustered" if units.clusters is not None else ""
     return (f"  [low, high]: {resampling.percent}% interval, percentile bootstrap over the {len(units):,} "
-            f"{units.kind}s ({resampling.resamples} resamples, seed {resampling.seed})")
+            f"{PLURAL.get(units.kind, units.kind)}{clustered} ({resampling.resamples} resamples, seed {resampling.seed})")
 
 
 def _report(title: str, record: dict[str, Any], output: Path, units: Any = None, resampling: Any = None) -> None:
@@ -195,17 +204,23 @@ def units_path_for(output: Path) -> Path:
     return output.with_name(output.stem + ".units.parquet")
 
 
-def _add_units(record: dict[str, Any], units: Any, resampling: Any, output: Path) -> tuple[Path, str]:
-    """Add the interval fields of every metric ``units`` recomputes to ``record``, write the unit file
-    beside ``output`` and name it in the record (``units``: its path and sha256)."""
+def _add_units(record: dict[str, Any], units: Any, resampling: Any, output: Path, part: str = "") -> tuple[Path, str]:
+    """Add the interval fields of every metric ``units`` recomputes to ``record`` (to its nested object
+    ``part`` when given), write the unit file beside ``output`` and name it in the record (``units``:
+    its path and sha256; with parts, one entry per part)."""
     from vsbench.stats.compare import interval_fields, intervals
 
+    target = record[part] if part and isinstance(record.get(part), dict) else record
     if resampling.enabled:
-        record.update(interval_fields(intervals(units, resampling), resampling.percent))
-    path = units_path_for(output)
+        target.update(interval_fields(intervals(units, resampling), resampling.percent))
+    path = units_path_for(output) if not part else output.with_name(f"{output.stem}.units.{part}.parquet")
     with user_errors():
         sha256 = units.write(path)
-    record["units"] = {"path": str(path), "sha256": sha256}
+    entry = {"path": str(path), "sha256": sha256}
+    if part:
+        record.setdefault("units", {})[part] = entry
+    else:
+        record["units"] = entry
     return path, sha256
 
 
@@ -359,13 +374,17 @@ def copy_detection(
         "--normalize-ids", help="Strip spaces, quotes and byte-order marks around ids (isc2021 keeps them).")] = False,
     gt_duplicates: Annotated[str, typer.Option(
         help="A ground-truth pair listed twice: 'count' it twice (isc2021) or count it 'once'.")] = "count",
+    resamples: ResamplesOpt = None,
     model: ModelOpt = "",
     track: TrackOpt = True,
     experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
-    """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them."""
+    """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them, each
+    with its 95% bootstrap interval over the queries. The per-query outcomes go to <output>.units.parquet."""
     from vsbench.benchmarks.disc import readers as disc_readers
+    from vsbench.benchmarks.disc.units import copy_detection_units
 
+    resampling = _resampling(resamples)
     with user_errors():
         preds = disc_readers.read_copy_detection_predictions(predictions, normalize_ids=normalize_ids)
         truth = disc_readers.read_copy_detection_ground_truth(gt, normalize_ids=normalize_ids)
@@ -384,10 +403,17 @@ def copy_detection(
     elif m.threshold_at_p90 is None:
         _warn(["recall_at_p90 is 0: precision never reaches 0.9 at any score threshold "
                "(isc2021 reports None there)"])
-    record = {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
-                               **tie_fields(m.ties)}
-    _report("copy detection", record, output)
-    _track("copy_detection", record, output, {"predictions": predictions, "gt": gt}, {"normalize_ids": normalize_ids, "gt_duplicates": gt_duplicates}, model, track, experiment)
+    record: dict[str, Any] = {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
+                              **tie_fields(m.ties)}
+    with user_errors():
+        units = copy_detection_units(preds.query_ids, preds.reference_ids, preds.scores, truth.query_ids,
+                                     truth.reference_ids, ground_truth_duplicates=gt_duplicates,  # type: ignore[arg-type]
+                                     queries=truth.listed_queries, benchmark="copy_detection")
+    units_file = _add_units(record, units, resampling, output)
+    _report("copy detection", record, output, units, resampling)
+    _track("copy_detection", record, output, {"predictions": predictions, "gt": gt},
+           {"normalize_ids": normalize_ids, "gt_duplicates": gt_duplicates}, model, track, experiment,
+           units_file, resampling)
 
 
 @score_app.command("pairs")
@@ -395,13 +421,19 @@ def pairs(
     results: Annotated[Path, typer.Option(
         help="Folder with test_{pos_easy,pos_hard,neg_diffseq,neg_sameseq}.results.")],
     output: OutputOpt,
+    resamples: ResamplesOpt = None,
     model: ModelOpt = "",
     track: TrackOpt = True,
     experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
-    """HPatches-style patch-pair classification: balanced ROC AUC and imbalanced PR AP."""
+    """HPatches-style patch-pair classification: balanced ROC AUC and imbalanced PR AP, each with its 95%
+    bootstrap interval over the pairs (.results files name no patch, so pairs are not clustered by
+    sequence here: `similarity run` on the patches does that). The per-pair outcomes go to
+    <output>.units.<variant>.parquet."""
     from vsbench.benchmarks.patch_pairs import readers as pairs_readers
+    from vsbench.benchmarks.patch_pairs.units import patch_pair_units
 
+    resampling = _resampling(resamples)
     with user_errors():
         if not results.is_dir():
             raise inputs.InputError(results, "not a folder")
@@ -415,8 +447,11 @@ def pairs(
         sizes = ", ".join(f"{HPATCHES_POSITIVES[name]} holds {positives[name].size}" for name in few)
         _warn([f"pr_ap is 0 for {', '.join(empty)}: the imbalanced protocol keeps the first 20% of the positives "
                f"(n // 5), none of fewer than 5 ({sizes}); give at least 5 positive pairs"])
-    _report("patch pairs", record, output)
-    _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment)
+    unit_files = []
+    for part, units in patch_pair_units(positives, negatives).items():  # the grid's variants, then "mean"
+        unit_files.append(_add_units(record, units, resampling, output, part=part))  # mean_pr_ap: top level
+    _report("patch pairs", record, output, units, resampling)
+    _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment, unit_files, resampling)
 
 
 @score_app.command("product-search")
@@ -426,13 +461,17 @@ def product_search(
     features: Annotated[Path, typer.Option(
         help=".npz (or restricted pickle) with query_feature and gallery_feature.")],
     output: OutputOpt,
+    resamples: ResamplesOpt = None,
     model: ModelOpt = "",
     track: TrackOpt = True,
     experiment: ExperimentOpt = SCORE_EXPERIMENT,
 ) -> None:
-    """Language-assisted product search: mAP of the annotated candidates ranked by cosine."""
+    """Language-assisted product search: mAP of the annotated candidates ranked by cosine, with its 95%
+    bootstrap interval over the queries. The per-query outcomes go to <output>.units.parquet."""
     from vsbench.benchmarks.product_search import readers as product_readers
+    from vsbench.benchmarks.product_search.units import product_search_units, query_ids
 
+    resampling = _resampling(resamples)
     with user_errors():
         query_list = product_readers.read_product_queries(queries)
         gallery_ids = product_readers.read_gallery_image_ids(gallery)
@@ -442,9 +481,13 @@ def product_search(
     if m.num_queries_without_positive:
         typer.echo(f"note: {m.num_queries_without_positive} queries have no fulfilling candidate "
                    "and are left out of the mean", err=True)
-    record = {"map": m.mean_average_precision}
-    _report("product search", record, output)
-    _track("product_search", record, output, {"queries": queries, "gallery": gallery, "features": features}, {}, model, track, experiment)
+    record: dict[str, Any] = {"map": m.mean_average_precision}
+    units = product_search_units(query_feats, gallery_feats, rows, [q.labels for q in query_list],
+                                 ids=query_ids(query_list), variant="submission")
+    units_file = _add_units(record, units, resampling, output)
+    _report("product search", record, output, units, resampling)
+    _track("product_search", record, output, {"queries": queries, "gallery": gallery, "features": features}, {},
+           model, track, experiment, units_file, resampling)
 
 
 def _benchmark_spellings() -> None:
