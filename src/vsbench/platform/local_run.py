@@ -128,10 +128,18 @@ def abid_ending(report: LocalRunReport, store_uri: str, experiment: str, off: st
     lines = []
     scores = report.scores()
     if scores:
-        lines += ["", "ABID scores (moderate validation set):",
-                  f"  counting accuracy        {scores['counting_accuracy']:.4f}   RMSE {scores['counting_rmse']:.3f}",
-                  f"  object verification      {scores['verification_accuracy']:.4f}",
-                  f"  quantity verification    {scores['quantity_accuracy']:.4f}"]
+        scored = report.steps.get("abid-score", {}).get("metrics", {})
+
+        def shown(metric: str) -> str:
+            """The score with its 95% interval where the step computed one (issue 45)."""
+            low, high = scored.get(f"{metric}_ci95_low"), scored.get(f"{metric}_ci95_high")
+            text = f"{scores[metric]:.4f}"
+            return text if low is None or high is None else f"{text} [{low:.4f}, {high:.4f}]"
+
+        lines += ["", "ABID scores (moderate validation set), [95% interval over the questions]:",
+                  f"  counting accuracy        {shown('counting_accuracy')}   RMSE {shown('counting_rmse')}",
+                  f"  object verification      {shown('verification_accuracy')}",
+                  f"  quantity verification    {shown('quantity_accuracy')}"]
     for task, step in PREDICTIONS:
         result = report.steps.get(step, {}).get("result")
         if result:
