@@ -1,0 +1,82 @@
+"""The runner's side of per-unit outcomes (vsbench.stats.records): intervals into records, unit files
+beside them, a plugin's own statistic by ``module:function``, and a benchmark that declares none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vsbench.stats.records import add_intervals, interval_lines, unit_file_name
+from vsbench.stats.resample import Resampling
+from vsbench.stats.units import Units, read_units
+
+
+def median_rank(units: Units, weights: np.ndarray) -> np.ndarray:
+    """A plugin's own statistic: the weighted median of ``rank`` (the lower one on an even count)."""
+    rank = units.values("rank")
+    order = np.argsort(rank, kind="stable")
+    cumulative = np.cumsum(weights[:, order], axis=1)
+    half = (cumulative[:, -1] + 1) // 2
+    return rank[order][np.argmax(cumulative >= half[:, None], axis=1)]
+
+
+def _units() -> Units:
+    ranks = np.array([1, 1, 2, 5, 1, 3, 1, 8, 1, 2], dtype=np.float64)
+    return Units("query", "colour_match", np.array([f"q{i}" for i in range(10)]),
+                 {"hit": (ranks == 1).astype(np.int8), "rank": ranks},
+                 {"top1_accuracy": {"statistic": "ratio", "num": "hit"},
+                  "median_rank": {"statistic": f"{__name__}:median_rank"}})
+
+
+def test_intervals_go_into_the_records_and_the_units_beside_them(tmp_path: Path) -> None:
+    record = {"distance": "l2", "top1_accuracy": 0.5, "median_rank": 1.0, "n": 10}
+    entries = add_intervals("colour_match", [record], [_units()], tmp_path, Resampling(200, 3))
+    assert record["top1_accuracy"] == 0.5 and record["median_rank"] == 1.0  # the values are never touched
+    assert record["top1_accuracy_ci95_low"] < 0.5 < record["top1_accuracy_ci95_high"]
+    assert record["median_rank_ci95_low"] <= 1.0 <= record["median_rank_ci95_high"]
+    assert "n_ci95_low" not in record  # only the metrics the units recompute
+    entry = entries[0]
+    assert entry is not None and entry["kind"] == "query" and entry["units"] == 10
+    assert entry["ci"] == {"ci_method": "percentile bootstrap", "ci_resamples": "200", "ci_seed": "3", "ci_level": "0.95"}
+    back = read_units(tmp_path / entry["file"], entry["sha256"])  # verified by its digest
+    assert back.metrics == _units().metrics and list(back.ids) == list(_units().ids)
+    lines = interval_lines([record], entries)
+    assert lines[0] == "95% intervals: percentile bootstrap over 10 queries, 200 resamples, seed 3"
+    assert any("top1_accuracy" in line and "0.5000 [" in line for line in lines)
+
+
+def test_a_benchmark_without_units_gets_plain_numbers_and_one_line(tmp_path: Path) -> None:
+    record = {"distance": "l2", "top1_accuracy": 0.5}
+    entries = add_intervals("colour_match", [record], [], tmp_path, Resampling(200, 0))
+    assert entries == [None] and record == {"distance": "l2", "top1_accuracy": 0.5}
+    assert interval_lines([record], entries) == [
+        "no intervals: this benchmark declares no per-unit outcomes (docs/intervals.md)"]
+    assert not (tmp_path / "units").exists()
+
+
+def test_intervals_off_still_keeps_the_units(tmp_path: Path) -> None:
+    record = {"top1_accuracy": 0.5}
+    entries = add_intervals("colour_match", [record], [_units()], tmp_path, Resampling(0, 0))
+    assert record == {"top1_accuracy": 0.5} and entries[0] is not None
+    assert (tmp_path / entries[0]["file"]).is_file()
+    assert interval_lines([record], entries)[0].startswith("intervals off")
+
+
+def test_a_changed_unit_file_is_refused_naming_it(tmp_path: Path) -> None:
+    from vsbench.stats.units import UnitsError
+
+    entries = add_intervals("colour_match", [{"top1_accuracy": 0.5}], [_units()], tmp_path, Resampling(0, 0))
+    path = tmp_path / entries[0]["file"]
+    path.write_bytes(path.read_bytes() + b"x")
+    with pytest.raises(UnitsError, match=str(path)):
+        read_units(path, entries[0]["sha256"])
+
+
+def test_unit_file_names_are_safe_and_distinct() -> None:
+    a = unit_file_name("disc", {"codec": "PCAW512,L2norm,Flat", "score_norm": "1.00[0,2]"}, 0)
+    b = unit_file_name("disc", {"codec": "PCAW512,L2norm,Flat", "score_norm": "1.00_0_2_"}, 1)
+    assert a != b and all(c.isalnum() or c in "._-" for c in a) and a.endswith(".parquet")
+    assert json.dumps(a)  # plain text
