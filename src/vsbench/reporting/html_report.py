@@ -70,8 +70,12 @@ window.addEventListener("load", function () {
 
 
 def _png(figure: Any) -> str:
+    import warnings
+
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
+    with warnings.catch_warnings():  # many models' long names can crowd a panel: the plot is still drawn,
+        warnings.filterwarnings("ignore", message="constrained_layout not applied")  # and stderr stays clean
+        figure.savefig(buffer, format="png", dpi=100)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

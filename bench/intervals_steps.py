@@ -1,0 +1,106 @@
+"""Bench: what the intervals add to the score steps of real runs (issue 45: at most 10%).
+
+Why: bench/intervals.py times the scorers alone; a user waits for the step. This times, in one
+process, alternating, the score step with intervals off (``VSBENCH_RESAMPLES=0``: the unit files are
+still written) and on (the default, 1000 resamples), on
+
+* the synthetic DISC run: ``vsbench synth similarity disc``, embedded once with ``efficientnet_lite0``
+  (random weights), then ``similarity_score_step`` (merge the searches, score, write, no tracking);
+* the demo: ``abid_score_step`` on the task files and result files of a finished ``vsbench demo``
+  (``--demo DIR``, default ``demo-output``; skipped when there is none).
+
+Each is run ``--repeats`` times per setting (median reported; the first of each discarded as a
+warm-up), so the ratio compares like with like on a shared machine.
+
+Run: ``python bench/intervals_steps.py [--demo demo-output] [--repeats 5] [--json out.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import format_table, log, machine_info, write_json
+
+
+def side_by_side(step: Callable[[], Any], repeats: int) -> dict[str, float]:
+    """Median seconds of ``step`` with intervals off and on, alternating, after one warm-up of each."""
+    seconds: dict[str, list[float]] = {"0": [], "1000": []}
+    for round_ in range(repeats + 1):
+        for resamples in ("0", "1000"):
+            os.environ["VSBENCH_RESAMPLES"] = resamples
+            started = time.perf_counter()
+            step()
+            if round_:
+                seconds[resamples].append(time.perf_counter() - started)
+    os.environ.pop("VSBENCH_RESAMPLES", None)
+    off, on = statistics.median(seconds["0"]), statistics.median(seconds["1000"])
+    return {"off_s": off, "on_s": on, "added": on / off - 1}
+
+
+def disc_step(work: Path) -> Callable[[], Any]:
+    """The score step of a finished similarity run on the disc generator's set."""
+    from vsbench.runspec.run import BenchmarkRun
+    from vsbench.steps.similarity import similarity_score_step
+
+    data, out = work / "disc", work / "disc-run"
+    vsbench = [sys.executable, "-m", "vsbench"]
+    env = {**os.environ, "TQDM_DISABLE": "1", "VSBENCH_NO_TRACK": "1"}
+    subprocess.run([*vsbench, "synth", "similarity", "disc", "--out", str(data)], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run([*vsbench, "similarity", "run", "--benchmark", "disc", "--root", str(data), "--out", str(out),
+                    "--model", "efficientnet_lite0", "--model-options", '{"weights": "random"}', "--no-track"],
+                   check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = BenchmarkRun.parse(benchmark="disc", root=str(data), benchmark_options={})
+    return lambda: similarity_score_step(run, str(out), model="efficientnet_lite0")
+
+
+def demo_step(demo: Path, work: Path) -> Callable[[], Any] | None:
+    """The ABID score step on a finished demo's files (the newest run's result files)."""
+    from vsbench.steps.abid import abid_score_step
+
+    tasks = demo / "data" / "tasks"
+    found = {name: sorted(demo.glob(f"kfp/**/{name}"), key=lambda p: p.stat().st_mtime)
+             for name in ("counting_result.txt", "obj_verification_result.txt", "obj_num_verification_result.txt")}
+    if not tasks.is_dir() or not all(found.values()):
+        return None
+    counting, verification, quantity = (paths[-1] for paths in found.values())
+    return lambda: abid_score_step(str(tasks), str(counting), str(verification), str(quantity),
+                                   units_dir=str(work / "abid-units"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--demo", type=Path, default=Path("demo-output"))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    os.environ["VSBENCH_NO_TRACK"] = "1"
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vsbench-bench-") as tmp:
+        work = Path(tmp)
+        log("preparing the synthetic DISC run (embedding once)")
+        rows.append({"step": "similarity score, synthetic DISC run", **side_by_side(disc_step(work), args.repeats)})
+        step = demo_step(args.demo, work)
+        if step is None:
+            log(f"no finished demo under {args.demo}: the ABID score step is left out (run make demo first)")
+        else:
+            rows.append({"step": f"abid score, the demo ({args.demo})", **side_by_side(step, args.repeats)})
+    print(format_table(["step", "intervals off s", "on (1000 resamples) s", "added"],
+                       [[r["step"], f"{r['off_s']:.3f}", f"{r['on_s']:.3f}", f"{100 * r['added']:+.1f}%"]
+                        for r in rows]))
+    write_json(args.json, {"machine": machine_info(), "repeats": args.repeats, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
