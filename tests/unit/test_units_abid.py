@@ -13,10 +13,10 @@ import pytest
 from scipy import stats as sps
 
 from vsbench.abid.metrics import counting_metrics, verification_metrics
-from vsbench.abid.units import answer_units, class_ratio, counting_units, question_ids, unique_ids
+from vsbench.abid.units import answer_units, counting_units, question_ids, unique_ids
 from vsbench.stats.compare import compare, intervals, mcnemar
 from vsbench.stats.resample import Resampling
-from vsbench.stats.statistics import evaluate
+from vsbench.stats.statistics import evaluate, ratio
 from vsbench.stats.units import read_units, units_from_bytes
 
 
@@ -96,11 +96,11 @@ def test_all_weights_one_give_the_records_numbers_exactly() -> None:
     assert ones == pytest.approx(_counting_dict(pred, truth), abs=1e-12)
 
 
-def test_class_ratio_refuses_an_unknown_transform() -> None:
+def test_ratio_refuses_an_unknown_transform() -> None:
     pred, truth, ids = _counting_data(np.random.default_rng(0), 5)
     with pytest.raises(ValueError, match="unknown transform"):
-        class_ratio(counting_units(pred, truth, ids), np.ones((1, 5)), num="correct", classes="truth", cls=0,
-                    transform="log")
+        ratio(counting_units(pred, truth, ids), np.ones((1, 5)), num="correct", where="truth", equals=0,
+              transform="log")
 
 
 # ------------------------------------------------------------------- intervals: scipy's bootstrap

@@ -4,8 +4,8 @@ the scorers of :mod:`vsbench.abid.metrics`, for intervals and paired comparisons
 Every ABID metric is a ratio over questions, so the plain ``ratio`` statistic recomputes it from
 reweighted questions: accuracy is the mean of ``correct`` (0/1), RMSE the square root of the mean
 ``squared_error``. A per-class score (the challenge's table by ground-truth count) is the same ratio
-over the questions of that class only: :func:`class_ratio`, which selects the rows of one class
-instead of storing a masked copy of each column per class (the hard task has as many classes as its
+over the questions of that class only: ``ratio`` with ``where="truth", equals=class``, which selects
+the rows of one class instead of storing a masked copy of each column per class (the hard task has as many classes as its
 largest count; memory stays one column per outcome).
 
 Unit ids name a question as its task file does, so that two runs over the same task files are
@@ -27,30 +27,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from vsbench.stats.units import Units, UnitsError
+from vsbench.stats.units import Units
 
-# The per-class statistic, by reference (vsbench.stats.statistics.find imports it when a file is read).
-CLASS_RATIO = "vsbench.abid.units:class_ratio"
 KIND = "question"
 BENCHMARKS = {"counting": "abid_counting", "verification": "abid_verification", "quantity": "abid_quantity"}
-
-
-def class_ratio(units: Units, weights: np.ndarray, *, num: str, classes: str, cls: int,
-                transform: str = "") -> np.ndarray:
-    """``sum(w * num) / sum(w)`` over the units whose ``classes`` column equals ``cls`` (NaN where a
-    replicate drew none of them: the class has no example there, as the scorer's 0/0); ``transform``
-    ``sqrt`` for a per-class RMSE. Costs the class's own rows, so all classes together cost one pass."""
-    rows = np.flatnonzero(units.values(classes, np.int64) == cls)
-    w = np.asarray(weights)[:, rows].astype(np.float64)  # the class's columns only, then floats
-    top = w @ units.values(num)[rows]
-    bottom = w.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1), np.nan)
-    if transform == "sqrt":
-        return np.sqrt(value)
-    if transform:
-        raise UnitsError(f"class_ratio: unknown transform {transform!r} (expected '' or 'sqrt')")
-    return value
 
 
 def unique_ids(keys: Iterable[str]) -> np.ndarray:
@@ -97,10 +77,10 @@ def counting_units(pred: ArrayLike, truth: ArrayLike, ids: ArrayLike, *, prefix:
         f"{prefix}rmse": {"statistic": "ratio", "num": "squared_error", "transform": "sqrt"},
     }
     for cls in np.unique(g).tolist():
-        metrics[f"{prefix}accuracy_class_{cls}"] = {"statistic": CLASS_RATIO, "num": "correct", "classes": "truth",
-                                                    "cls": int(cls)}
-        metrics[f"{prefix}rmse_class_{cls}"] = {"statistic": CLASS_RATIO, "num": "squared_error", "classes": "truth",
-                                                "cls": int(cls), "transform": "sqrt"}
+        metrics[f"{prefix}accuracy_class_{cls}"] = {"statistic": "ratio", "num": "correct", "where": "truth",
+                                                    "equals": int(cls)}
+        metrics[f"{prefix}rmse_class_{cls}"] = {"statistic": "ratio", "num": "squared_error", "where": "truth",
+                                                "equals": int(cls), "transform": "sqrt"}
     columns = {"prediction": p, "truth": g, "correct": correct, "squared_error": squared}
     return Units(KIND, BENCHMARKS["counting"], names, columns, metrics, variant=variant)
 

@@ -1,5 +1,5 @@
 """Ranking statistics over reweighted queries: micro AP (isc2021's uAP and recall at precision 0.9),
-Copydays' pooled trapezoidal uAP, and a mean over the units of one group.
+and Copydays' pooled trapezoidal uAP.
 
 Each recomputes a pooled ranking metric under a block of replicate weights (how often each query
 was drawn) without writing the resampled predictions out: a query drawn ``w`` times is ``w``
@@ -243,22 +243,7 @@ def copydays_uap(units: Units, weights: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- mean within a group
 
 
-def mean_where(units: Units, weights: np.ndarray, *, value: str, column: str, equals: str) -> np.ndarray:
-    """The mean of ``value`` over the drawn units whose ``column`` equals ``equals`` (a Copydays block's
-    mAP: per-query AP over the queries of that block); NaN when none was drawn."""
-    key = f"ranking:mean_where:{column}={equals}"
-    if key not in units._cache:
-        units._cache[key] = (np.asarray(units.values(column, dtype=object) == equals, dtype=np.float64))
-    inside = units._cache[key]
-    w = np.asarray(_weights(weights, len(units)), dtype=np.float64)
-    top = w @ (units.values(value) * inside)
-    bottom = w @ inside
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1), np.nan)
-
-
 STATISTICS: dict[str, Callable[..., np.ndarray]] = {
     "micro_ap": micro_ap,
     "copydays_uap": copydays_uap,
-    "mean_where": mean_where,
 }

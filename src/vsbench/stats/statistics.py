@@ -28,21 +28,38 @@ Statistic = Callable[..., np.ndarray]
 MODULES = ("vsbench.stats.statistics", "vsbench.stats.ranking", "vsbench.stats.curves")
 
 
-def ratio(units: Units, weights: np.ndarray, *, num: str, den: str | None = None, transform: str = "") -> np.ndarray:
+def ratio(units: Units, weights: np.ndarray, *, num: str, den: str | None = None, transform: str = "",
+          where: str | None = None, equals: Any = None) -> np.ndarray:
     """``sum(w * num) / sum(w * den)`` (``den`` left out: 1 per unit, a plain mean); ``transform``
-    ``sqrt`` takes its square root (RMSE from squared errors). Accuracy, accuracy at 1 (correct
-    pairs over pairs per query), mAP (per-query AP), HR@k and MRR@k are all such ratios. A replicate
-    whose denominator is 0 is NaN (the metric is undefined there)."""
-    w = np.asarray(weights, dtype=np.float64)
-    top = w @ units.values(num)
-    bottom = w @ units.values(den) if den else w.sum(axis=1)
+    ``sqrt`` takes its square root (RMSE from squared errors); ``where``/``equals`` keep only the units
+    whose column ``where`` equals ``equals`` (a class's accuracy, a Copydays block's mAP), computed on
+    those rows alone, so that all the groups of a column together cost one pass. Accuracy, accuracy at
+    1 (correct pairs over pairs per query), mAP (per-query AP), HR@k and MRR@k are all such ratios. A
+    replicate whose denominator is 0 is NaN (the metric is undefined there)."""
+    if transform not in ("", "sqrt"):
+        raise UnitsError(f"ratio: unknown transform {transform!r} (expected '' or 'sqrt')")
+    w = np.asarray(weights)
+    top_values = units.values(num)
+    bottom_values = units.values(den) if den else None
+    if where is not None:
+        rows = _rows_where(units, where, equals)
+        w, top_values = w[:, rows], top_values[rows]
+        bottom_values = None if bottom_values is None else bottom_values[rows]
+    w = w.astype(np.float64)
+    top = w @ top_values
+    bottom = w @ bottom_values if bottom_values is not None else w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         value = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1), np.nan)
-    if transform == "sqrt":
-        return np.sqrt(value)
-    if transform:
-        raise UnitsError(f"ratio: unknown transform {transform!r} (expected '' or 'sqrt')")
-    return value
+    return np.sqrt(value) if transform == "sqrt" else value
+
+
+def _rows_where(units: Units, column: str, equals: Any) -> np.ndarray:
+    """The rows whose ``column`` equals ``equals``, found once per unit file (cached)."""
+    key = f"rows:{column}={equals!r}"
+    if key not in units._cache:
+        values = units.values(column, dtype=object)
+        units._cache[key] = np.flatnonzero(np.fromiter((v == equals for v in values), dtype=bool, count=len(values)))
+    return units._cache[key]
 
 
 STATISTICS: dict[str, Statistic] = {"ratio": ratio}

@@ -71,5 +71,5 @@ def copydays_units(query_ids: Sequence[str], hits: ArrayLike, distances: ArrayLi
         OVERALL_UAP: {"statistic": "copydays_uap"},
     }
     for metric, name in (block_metrics or {}).items():
-        metrics[metric] = {"statistic": "mean_where", "value": "ap", "column": "block", "equals": name}
+        metrics[metric] = {"statistic": "ratio", "num": "ap", "where": "block", "equals": name}
     return Units("query", benchmark, np.asarray(query_ids, dtype=str), columns, metrics, variant=variant)
