@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy.stats import bootstrap
 
+from tests.statistics_contract import TOL, assert_metrics_close
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.patch_pairs.adapter import load_patch_pairs
 from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid, patch_pair_metrics
@@ -28,7 +29,6 @@ from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import units_from_bytes
 
 POS, NEG = ("easy", "hard"), ("diffseq", "sameseq")
-TOL = 1e-9
 
 
 def _files(rng: np.random.Generator, *, inf: bool = True) -> dict[str, np.ndarray]:
@@ -79,15 +79,6 @@ def _actual(units_by_variant: dict, counts_rows: list[dict[str, np.ndarray]]) ->
     return out
 
 
-def _close(actual: dict[str, float], expected: dict[str, float]) -> None:
-    assert set(actual) == set(expected)
-    for key, value in expected.items():
-        if np.isnan(value):
-            assert np.isnan(actual[key]), key
-        else:
-            assert abs(actual[key] - value) <= TOL, (key, actual[key], value)
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_statistics_equal_the_scorer_on_expanded_files(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -96,7 +87,7 @@ def test_statistics_equal_the_scorer_on_expanded_files(seed: int) -> None:
     counts_rows = [{name: rng.choice([0, 1, 1, 2, 3], size=d.size) for name, d in files.items()} for _ in range(6)]
     counts_rows.append({name: np.ones(d.size, dtype=int) for name, d in files.items()})
     for actual, counts in zip(_actual(units, counts_rows), counts_rows):
-        _close(actual, _expected(files, counts))
+        assert_metrics_close(actual, _expected(files, counts), same_keys=True)
 
 
 def test_all_ones_are_the_grid_and_row_order_does_not_matter() -> None:

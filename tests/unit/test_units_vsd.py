@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from scipy.stats import bootstrap
 
+from tests.statistics_contract import assert_metrics_close
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.vsd.adapter import load_vsd
 from vsbench.benchmarks.vsd.metrics import binary_average_precision, binary_roc_auc, vsd_metrics
@@ -26,7 +27,6 @@ from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import units_from_bytes
 
 METRICS = ("hr_at_5", "hr_at_9", "mrr_at_5", "mrr_at_9", "roc_auc", "pr_auc")
-TOL = 1e-9
 
 
 def _tags(rng: np.random.Generator, n_seeds: int, p_positive: float = 0.6) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
@@ -65,14 +65,6 @@ def _expected(seeds: list, labels: np.ndarray, ranks: np.ndarray, scores: np.nda
     return out
 
 
-def _close(actual: dict[str, float], expected: dict[str, float]) -> None:
-    for key, value in expected.items():
-        if np.isnan(value):
-            assert np.isnan(actual[key]), key
-        else:
-            assert abs(actual[key] - value) <= TOL, (key, actual[key], value)
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_statistics_equal_vsd_metrics_on_expanded_seeds(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -84,7 +76,7 @@ def test_statistics_equal_vsd_metrics_on_expanded_seeds(seed: int) -> None:
     values = evaluate(units, weights)
     for row in range(weights.shape[0]):
         count = dict(zip(units.ids, weights[row].tolist()))
-        _close({m: float(values[m][row]) for m in METRICS}, _expected(*tags, count))
+        assert_metrics_close({m: float(values[m][row]) for m in METRICS}, _expected(*tags, count))
 
 
 def test_all_ones_are_the_record_and_seeds_keep_first_appearance_order() -> None:
