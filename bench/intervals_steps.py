@@ -69,12 +69,12 @@ def demo_step(demo: Path, work: Path) -> Callable[[], Any] | None:
     """The ABID score step on a finished demo's files (the newest run's result files)."""
     from vsbench.steps.abid import abid_score_step
 
-    tasks = demo / "data" / "tasks"
-    found = {name: sorted(demo.glob(f"kfp/**/{name}"), key=lambda p: p.stat().st_mtime)
-             for name in ("counting_result.txt", "obj_verification_result.txt", "obj_num_verification_result.txt")}
-    if not tasks.is_dir() or not all(found.values()):
+    tasks, runs = demo / "data" / "tasks", demo / "data" / "runs"
+    counting, verification, quantity = (runs / "counting" / "counting_result.txt",
+                                        runs / "siamese" / "obj_verification_result.txt",
+                                        runs / "quantity" / "obj_num_verification_result.txt")
+    if not tasks.is_dir() or not all(path.is_file() for path in (counting, verification, quantity)):
         return None
-    counting, verification, quantity = (paths[-1] for paths in found.values())
     return lambda: abid_score_step(str(tasks), str(counting), str(verification), str(quantity),
                                    units_dir=str(work / "abid-units"))
 
