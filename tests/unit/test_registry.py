@@ -74,7 +74,12 @@ def test_a_generated_benchmark_runs_end_to_end_and_shards_change_no_number(tmp_p
     sharded = run.model_copy(update={"num_shards": 2, "search_shards": 2, "reference_shards": 2})
     assert run_inline(sharded, tmp_path / "sharded", progress=False).manifest["records"] == records
     written = json.loads((tmp_path / "one" / "metrics.json").read_text())
-    assert written == {"benchmark": name, "records": records}
+    assert {k: written[k] for k in ("benchmark", "records")} == {"benchmark": name, "records": records}
+    assert len(written["units"]) == len(records)  # per record, its unit file, or None (no intervals)
+    for record, entry in zip(records, written["units"]):
+        if entry is not None:  # what the units recompute is in the record, with its interval
+            assert (tmp_path / "one" / entry["file"]).is_file()
+            assert all(m in record and f"{m}_ci95_low" in record for m in entry["metrics"]), (name, entry)
     assert Engine(run, tmp_path / "one").bench is not None
 
 

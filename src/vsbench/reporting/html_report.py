@@ -7,6 +7,7 @@ import base64
 import html
 import io
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -90,12 +91,12 @@ def _wrap(name: str, width: int = 34) -> str:
     return "\n".join(lines)
 
 
-def _grid(count: int) -> tuple[Any, list[Any]]:
+def _grid(count: int, panel: tuple[float, float] = (3.9, 2.7)) -> tuple[Any, list[Any]]:
     from matplotlib.figure import Figure
 
     columns = min(3, count)
     rows = math.ceil(count / columns)
-    figure = Figure(figsize=(3.9 * columns, 2.7 * rows + 0.5), layout="constrained")
+    figure = Figure(figsize=(panel[0] * columns, panel[1] * rows + 0.5), layout="constrained")
     axes = figure.subplots(rows, columns, squeeze=False).ravel().tolist()
     for extra in axes[count:]:
         extra.set_visible(False)
@@ -168,34 +169,40 @@ def _legend_handles(colors: Mapping[str, Any]) -> list[Any]:
 
 def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, Any],
                  higher: Mapping[str, bool]) -> Any:
-    """One panel per metric: each model's latest value with its 95% interval as an error bar, the best
-    bar outlined in black, those indistinguishable from it labelled ``≈``."""
-    figure, axes = _grid(len(metrics))
+    """One panel per metric: each model's latest value as a horizontal bar with its 95% interval as an
+    error bar, the best bar outlined in black, those indistinguishable from it labelled ``≈``. The bars
+    lie down so that long model names (options, codec, score normalization) read as the axis' labels,
+    wrapped, instead of being rotated into each other."""
+    shown = frame[frame["metric"].isin(metrics)]
+    most = int(shown.groupby("metric").size().max()) if not shown.empty else 1
+    figure, axes = _grid(len(metrics), panel=(4.6, 0.5 * most + 1.2))
     for axis, metric in zip(axes, metrics):
         rows = frame[frame["metric"] == metric].sort_values("model")
-        bars = axis.bar(range(len(rows)), rows["value"], width=0.6, color=[colors[m] for m in rows["model"]],
-                        edgecolor=["black" if b else "none" for b in rows["best"]], linewidth=2)
+        places = list(range(len(rows)))
+        bars = axis.barh(places, rows["value"], height=0.6, color=[colors[m] for m in rows["model"]],
+                         edgecolor=["black" if b else "none" for b in rows["best"]], linewidth=2)
         known = rows["low"].notna() & rows["high"].notna()
         if known.any():  # the 95% intervals as error bars
             below = (rows["value"] - rows["low"]).where(known, 0).clip(lower=0)
             above = (rows["high"] - rows["value"]).where(known, 0).clip(lower=0)
-            axis.errorbar(range(len(rows)), rows["value"], yerr=[below.to_numpy(), above.to_numpy()], fmt="none",
+            axis.errorbar(rows["value"], places, xerr=[below.to_numpy(), above.to_numpy()], fmt="none",
                           ecolor="0.2", elinewidth=1, capsize=3)
-        center, half = (len(rows) - 1) / 2, max(len(rows), 3) / 2  # one or two models: bars, not walls
-        axis.set_xlim(center - half, center + half)
         for bar, model in zip(bars, rows["model"]):
             if model.endswith(RANDOM_FEATURES):
                 bar.set_hatch("//")
         axis.bar_label(bars, labels=[format_value(v) + (f" {SAME_MARK}" if same else "")
-                                     for v, same in zip(rows["value"], rows["indistinguishable"])], fontsize=8)
+                                     for v, same in zip(rows["value"], rows["indistinguishable"])],
+                       fontsize=8, padding=3)
         for shade, (value, label) in enumerate(_reference_lines(frame, metric)):
-            axis.axhline(value, linestyle="--", color=str(0.3 + 0.2 * shade), linewidth=1.2)
-            axis.annotate(f"{label} {format_value(value)}", (1.0, value), xycoords=("axes fraction", "data"),
-                          xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=7, color="0.25")
-        axis.set_xticks(range(len(rows)), rows["model"], rotation=20, ha="right", fontsize=8)
-        axis.margins(y=0.15)
+            axis.axvline(value, linestyle="--", color=str(0.3 + 0.2 * shade), linewidth=1.2)
+            axis.annotate(f"{label} {format_value(value)}", (value, 1.0), xycoords=("data", "axes fraction"),
+                          xytext=(2, -2), textcoords="offset points", ha="left", va="top", fontsize=7,
+                          color="0.25")
+        axis.set_yticks(places, [textwrap.fill(str(m), 26, break_long_words=False) for m in rows["model"]], fontsize=7)
+        axis.set_ylim(len(rows) - 0.5, -0.5)  # the first model on top, as in the tables
+        axis.margins(x=0.3)
         axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
-        axis.tick_params(axis="y", labelsize=8)
+        axis.tick_params(axis="x", labelsize=8)
     return figure
 
 
