@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -153,8 +154,9 @@ def test_run_local_ends_like_the_demo(local_s3, public_bucket, no_aws_credential
         "--train-overrides", json.dumps({"epochs": 1, "image_size": 32, "batch_size": 8, "workers": 0})])
 
     assert result.exit_code == 0, result.output
-    ending = result.stdout[result.stdout.index("ABID scores (moderate validation set):"):].splitlines()
-    assert ending[1].startswith("  counting accuracy") and "RMSE" in ending[1]
+    ending = result.stdout[result.stdout.index("ABID scores (moderate validation set)"):].splitlines()
+    assert ending[0].endswith("[95% interval over the questions]:")
+    assert re.match(r"  counting accuracy +\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\] +RMSE \d+\.\d{4} \[", ending[1]), ending[1]
     assert ending[2].startswith("  object verification") and ending[3].startswith("  quantity verification")
     answers = {line.split()[0]: Path(line.split()[-1]) for line in ending if " answers:" in line}
     assert sorted(answers) == ["counting", "quantity", "verification"]
