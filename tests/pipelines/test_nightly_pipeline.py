@@ -32,7 +32,8 @@ def test_second_night_with_a_planted_drop_fails_and_is_recorded(tmp_path, monkey
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv(ARTIFACT_LOCATION_ENV, str(tmp_path / "artifacts"))
-    generate_disc(tmp_path / "disc", references=16, queries=10, train=10, seed=4)
+    # 30 queries: a drop on 10 (4 of them with a copy) is not beyond chance (exact p 0.07, issue 45)
+    generate_disc(tmp_path / "disc", references=16, queries=30, train=10, seed=4)
     arguments = {"experiment": "nightly-test", "batch_size": 8, "report_last": 5}
 
     good, _, first_dir, error = run_pipeline_locally("nightly", tmp_path / "kfp", arguments,
