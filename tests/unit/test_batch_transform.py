@@ -65,5 +65,24 @@ def test_each_image_is_flipped_exactly_when_its_draw_says_so() -> None:
 
 
 def test_encoded_bytes_without_a_decoder_are_refused() -> None:
-    with pytest.raises(ValueError, match="without a decoder"):
+    with pytest.raises(ValueError, match="^a batch of undecoded files reached a BatchTransform without a decoder$"):
         BatchTransform(torch.device("cpu"))(EncodedBatch.__new__(EncodedBatch))
+
+
+class StackingDecoder:
+    """Stands for the device decoder: the packed batch it was given decodes to a known tensor."""
+
+    def __init__(self, packed: EncodedBatch, pixels: torch.Tensor) -> None:
+        self.packed, self.pixels = packed, pixels
+
+    def stack(self, batch: EncodedBatch) -> torch.Tensor:
+        assert batch is self.packed, "the decoder was not given the packed batch"
+        return self.pixels
+
+
+def test_a_packed_batch_is_decoded_then_normalized_the_same_way() -> None:
+    batch = _known_batch()
+    packed = EncodedBatch.__new__(EncodedBatch)
+    decoder = StackingDecoder(packed, batch)
+    result = BatchTransform(torch.device("cpu"), decoder=decoder)(packed)  # type: ignore[arg-type]
+    torch.testing.assert_close(result.double(), _by_hand(batch), rtol=0, atol=1e-5)

@@ -10,8 +10,10 @@ mutants of ``checkpoints.py`` had no fast test). Here the checkpoints are small 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +61,19 @@ def _identity(tmp_path: Path, seed: int = 0, **overrides: Any) -> TrainingIdenti
 
 def _save(path: Path, identity: TrainingIdentity | None, epoch: int, best_epoch: int = 0, **extra: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    state: dict[str, Any] = {"epoch": epoch, "best_epoch": best_epoch, **extra}
+    state: dict[str, Any] = {"epoch": epoch, "best_epoch": best_epoch, "model": {"w": torch.ones(2)}, **extra}
     if identity is not None:
         state.update(identity=identity.fields, identity_sha256=identity.digest)
     torch.save(state, path)
+
+
+def _load_error(data: bytes) -> str:
+    """What the line says of a file ``torch.load`` cannot read: the error's type and first line."""
+    try:
+        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever torch raises
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    raise AssertionError("torch.load read garbage")
 
 
 def _set_aside(directory: Path) -> list[Path]:
@@ -93,9 +104,9 @@ def test_the_identity_counts_what_it_hashed_and_an_unchanged_rerun_only_stats(
 
 def test_differences_are_worded_field_by_field(tmp_path: Path) -> None:
     mine = _identity(tmp_path)
-    theirs = dict(mine.fields, seed=3, task_files="0" * 64, trunk="1" * 64, image_count=9,
+    theirs = dict(mine.fields, seed=3, hard=True, task_files="0" * 64, trunk="1" * 64, image_count=9,
                   profile={**mine.fields["profile"], "lr": 0.5, "gone": 1})
-    assert mine.differences(theirs) == ["gone 1, here None", "lr 0.5, here 0.01", "seed 3, here 0", "other task files",
+    assert mine.differences(theirs) == ["hard True, here False", "gone 1, here None", "lr 0.5, here 0.01", "seed 3, here 0", "other task files",
                                         "other trunk"]
     assert mine.differences(dict(mine.fields, image_count=9)) == ["another identity format"]
     assert mine.differences({k: v for k, v in mine.fields.items() if k != "hard"}) == ["hard None, here False"]
@@ -125,7 +136,7 @@ def test_this_runs_checkpoint_is_resumed(tmp_path: Path, capsys: pytest.CaptureF
 
 @pytest.mark.parametrize("case", ["other work", "no identity", "unreadable", "not a dict", "past the epochs",
                                   "best without last", "best missing", "best of other work", "best of another epoch",
-                                  "best unreadable"])
+                                  "best unreadable", "best not a dict"])
 def test_what_is_not_this_runs_is_moved_aside_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                            case: str) -> None:
     identity = _identity(tmp_path)
@@ -135,14 +146,16 @@ def test_what_is_not_this_runs_is_moved_aside_in_one_line(tmp_path: Path, capsys
     expected, tag = {
         "other work": (f"{last}: a checkpoint of other work (seed 1, here 0)", other.short),
         "no identity": (f"{last}: a checkpoint of other work (no identity)", "unkeyed"),
-        "unreadable": (f"{last}: unreadable (", "unreadable"),
+        "unreadable": (f"{last}: unreadable ({_load_error(b'not a checkpoint')})", "unreadable"),
         "not a dict": (f"{last}: a checkpoint of other work (no identity)", "unreadable"),
         "past the epochs": (f"{last}: holds epoch 4, past the 3 asked", identity.short),
         "best without last": (f"{best}: a best.pt without its last.pt", identity.short),
         "best missing": (f"{best}: unreadable or missing beside last.pt", identity.short),
         "best of other work": (f"{best}: not the chosen epoch of {last} (epoch 1, chosen 1)", identity.short),
         "best of another epoch": (f"{best}: not the chosen epoch of {last} (epoch 2, chosen 1)", identity.short),
-        "best unreadable": (f"{best}: unreadable or missing beside last.pt (", identity.short),
+        "best unreadable": (f"{best}: unreadable or missing beside last.pt ({_load_error(b'garbage').split(':')[0]})",
+                            identity.short),
+        "best not a dict": (f"{best}: not the chosen epoch of {last} (epoch None, chosen 1)", identity.short),
     }[case]
     if case == "other work":
         _save(last, other, epoch=1)
@@ -166,6 +179,8 @@ def test_what_is_not_this_runs_is_moved_aside_in_one_line(tmp_path: Path, capsys
             _save(best, other, epoch=1)
         elif case == "best of another epoch":
             _save(best, identity, epoch=2)
+        elif case == "best not a dict":
+            torch.save([1], best)
         else:
             best.write_bytes(b"garbage")
     before = {p.name for p in (last, best) if p.exists()}
@@ -175,7 +190,7 @@ def test_what_is_not_this_runs_is_moved_aside_in_one_line(tmp_path: Path, capsys
     assert "not resumed; moved aside to" in out and "training from scratch" in out
     moved = _set_aside(directory)
     assert {p.name for p in moved} == before and not last.exists() and not best.exists()
-    assert moved[0].parent.name.endswith(f"-{tag}"), moved[0].parent.name
+    assert re.fullmatch(rf"\d{{8}}T\d{{6}}-{re.escape(tag)}", moved[0].parent.name), moved[0].parent.name
     assert str(moved[0].parent) in out
 
 
@@ -212,7 +227,9 @@ def test_checkpoints_of_the_layout_before_are_moved_aside(tmp_path: Path, capsys
     state = resume_state(directory, identity, epochs=3)
     assert state is not None and state["epoch"] == 1  # this run's own is still resumed
     out = capsys.readouterr().out
-    assert f"{legacy / LAST}: a checkpoint from before checkpoints were keyed" in out
+    assert f"{legacy / LAST}: a checkpoint from before checkpoints were keyed (issue 37), in the folder both " \
+           "tasks share: not resumed" in out
+    assert {p.parent.name.split("-")[-1] for p in _set_aside(directory)} == {"unkeyed"}
     assert {p.name for p in _set_aside(directory)} == {LAST, BEST}
     assert not (legacy / LAST).exists() and not (legacy / BEST).exists()
 
@@ -234,7 +251,7 @@ def test_another_rank_loads_only_what_rank_0_kept(tmp_path: Path) -> None:
     _save(directory / LAST, None, epoch=1)
     assert resume_state(directory, identity, epochs=3, context=OtherRank(False)) is None  # type: ignore[arg-type]
     assert (directory / LAST).exists(), "a rank other than 0 moved a file"
-    with pytest.raises(CheckpointMismatch, match="changed while the ranks started"):
+    with pytest.raises(CheckpointMismatch, match=r"changed while the ranks started \(not this run's checkpoint on this rank\); run again"):
         resume_state(directory, identity, epochs=3, context=OtherRank(True))  # type: ignore[arg-type]
     _save(directory / LAST, identity, epoch=2)
     state = resume_state(directory, identity, epochs=3, context=OtherRank(True))  # type: ignore[arg-type]
@@ -260,3 +277,35 @@ def test_the_siamese_trunk_comes_from_counting_in_the_same_out_or_the_sibling(tm
     own.write_bytes(b"x")
     assert counting_trunk_for(out) == own
     assert checkpoint_dir(tmp_path, "siamese") == tmp_path / "checkpoints" / "siamese"
+
+
+def test_a_checkpoint_that_runs_code_when_loaded_is_not_loaded(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``weights_only``: a pickle naming any class is refused as unreadable, never run."""
+    identity = _identity(tmp_path)
+    directory = checkpoint_dir(tmp_path / "out", "counting")
+    directory.mkdir(parents=True)
+    torch.save({"identity_sha256": identity.digest, "epoch": 1, "payload": PROFILE}, directory / LAST)
+    assert resume_state(directory, identity, epochs=3) is None
+    assert "unreadable (UnpicklingError" in capsys.readouterr().out
+
+
+def test_missing_counters_read_as_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A last.pt with no ``epoch`` or ``best_epoch`` is epoch 0 with no chosen epoch: resumed, no best.pt asked."""
+    identity = _identity(tmp_path)
+    directory = checkpoint_dir(tmp_path / "out", "counting")
+    directory.mkdir(parents=True)
+    torch.save({"identity_sha256": identity.digest, "identity": identity.fields}, directory / LAST)
+    assert resume_state(directory, identity, epochs=1) is not None
+    assert capsys.readouterr().out == ""
+
+
+def test_the_line_names_at_most_four_differences(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    identity = _identity(tmp_path)
+    directory = checkpoint_dir(tmp_path / "out", "counting")
+    other = dict(identity.fields, seed=9, hard=True, task="siamese", images="x", trunk="y")
+    directory.mkdir(parents=True)
+    torch.save({"epoch": 1, "identity": other, "identity_sha256": "f" * 64}, directory / LAST)
+    resume_state(directory, identity, epochs=3)
+    words = "; ".join(identity.differences(other)[:4])
+    assert len(identity.differences(other)) == 5
+    assert f"a checkpoint of other work ({words})" in capsys.readouterr().out

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from vsbench.abid import checkpoints
 from vsbench.abid.checkpoints import NOT_IN_IDENTITY, SIAMESE_ONLY, TrainingIdentity, training_identity
-from vsbench.abid.profiles import PROFILES, TrainProfile
+from vsbench.abid.profiles import PROFILES, TrainProfile, get_profile
 
 # What the docs promise is left out (docs/reliability.md, "Training checkpoints"): written out
 # here by hand, so that widening either set in the code fails this test until the docs say so.
@@ -133,3 +133,12 @@ def test_an_image_replaced_by_other_bytes_changes_the_identity(tmp_path: Path) -
     os.utime(image, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     after = _identity(tmp_path, memo_path=memo)
     assert after.digest != before.digest and after.differences(before.fields) == ["other images"]
+
+
+def test_a_profile_is_named_and_overridden_with_validation() -> None:
+    assert get_profile("demo") == PROFILES["demo"]
+    assert get_profile("full", lr=0.2).lr == 0.2 and get_profile("full", lr=0.2).epochs == PROFILES["full"].epochs
+    with pytest.raises(ValueError, match=r"unknown training profile 'fast'; choose from \['demo', 'full'\]"):
+        get_profile("fast")
+    with pytest.raises(ValidationError, match="not a multiple of pairs_per_row 4"):
+        get_profile("demo", batch_size=30)
