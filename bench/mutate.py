@@ -9,8 +9,7 @@ Why mutmut (3.x): it mutates a *copy* of the sources (``mutants/``), records whi
 which function in one pytest pass and then runs each mutant against those tests only, forking from
 a process that has already imported torch and the tests (a mutant costs milliseconds to start, not
 the ~3 s of a fresh ``python -m pytest``). cosmic-ray runs one test command per mutant (the import
-cost each time, and no per-function test selection); pytest-gremlins is younger and has no record
-of runs on a src layout. mutmut reads its settings from ``[tool.mutmut]``, which this script writes
+cost each time, and no per-function test selection); pytest-gremlins is younger and was not tried. mutmut reads its settings from ``[tool.mutmut]``, which this script writes
 into the copy only.
 
 Nothing of the working tree or the user's caches is touched: the tree (tracked and untracked files
