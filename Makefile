@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 BINS   ?=
 OUT    ?= demo-output
 
-.PHONY: install demo demo-container test test-fast test-containers compile bench lint clean mlflow-ui images image-cpu images-push screenshots
+.PHONY: install demo demo-container test test-fast test-containers compile bench mutate lint clean mlflow-ui images image-cpu images-push screenshots
 
 # The pins of the images (images/constraints.txt) hold here too, so a step computes the same
 # numbers in the development environment and in the image.
@@ -60,6 +60,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/download.py
 	$(BIN)/python bench/resize.py
 	$(BIN)/python bench/metrics.py
+
+# Mutation testing of the guard modules and the scorers (bench/mutate.py, docs/reliability.md):
+# mutmut in a temporary copy of the tree, each mutant against the fast tests that cover it; prints
+# the killed rate per module and the survivors. Not part of `test` (tens of minutes on 2 cores).
+# MUTATE_ARGS="--modules digests checkpoints" runs some modules only.
+MUTATE_ARGS ?=
+mutate: $(STAMP)
+	$(BIN)/python bench/mutate.py $(MUTATE_ARGS)
 
 # Both images; with no docker, podman or buildah, root gets podman and buildah from Debian's
 # packages. Layers are reused between builds on the same machine.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -308,3 +309,51 @@ def test_shards_drawn_with_two_seeds_are_not_merged(images: ImageSet, tmp_path: 
                     progress=False, seed=0)
     assert len(merge_shards(tmp_path, "x")) == 4
     assert json.loads((tmp_path / "x.json").read_text())["seed"] == 0
+
+
+# --- issue 49: the shard's key holds the images' content, tested without the slow pipeline -------
+
+def _same_size_other_jpeg(path: Path, seed: int) -> bytes:
+    """A JPEG of other pixels, padded after its end marker to ``path``'s exact size (decoders stop
+    at the marker), so neither the name nor the size nor the mtime can tell it from the old one."""
+    size = path.stat().st_size
+    with Image.open(path) as old:
+        shape = (old.height, old.width, 3)
+    pixels = np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+    for quality in range(90, 4, -5):
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
+        if buffer.tell() <= size:
+            return buffer.getvalue() + b"\0" * (size - buffer.tell())
+    raise AssertionError(f"no JPEG of {shape} fits in {size} bytes")
+
+
+def test_a_shard_whose_image_changed_under_the_same_size_and_mtime_is_redone(
+        images: ImageSet, scripted: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    paths = []
+    for path in images.paths:
+        if path.exists():
+            (folder / path.name).write_bytes(path.read_bytes())
+        paths.append(folder / path.name)
+    copied = ImageSet(images.ids, tuple(paths))
+    options = _options(scripted)
+    out = tmp_path / "out"
+    first = load_features(embed_image_set("torchscript", copied, out, set_name="q", workers=0, model_options=options,
+                                          progress=False))
+    target = folder / "img2.jpg"
+    stat = target.stat()
+    target.write_bytes(_same_size_other_jpeg(target, seed=7))
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (target.stat().st_size, target.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    caplog.clear()
+    again = load_features(embed_image_set("torchscript", copied, out, set_name="q", workers=0, model_options=options,
+                                          progress=False))
+    lines = [r.getMessage() for r in caplog.records if "not kept" in r.getMessage()]
+    assert len(lines) == 1 and "the images' bytes changed" in lines[0], lines
+    assert again.ids.tolist() == first.ids.tolist()
+    row = first.ids.tolist().index("img2")
+    assert not np.allclose(again.features[row], first.features[row]), "the changed image's row was not recomputed"
+    others = [n for n in range(len(first.ids)) if n != row]
+    np.testing.assert_allclose(again.features[others], first.features[others], rtol=1e-5, atol=1e-6)

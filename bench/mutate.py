@@ -1,0 +1,212 @@
+"""Mutation testing of the guards: the code that decides whether a number can be trusted (issue 49).
+
+Why: a guard whose test cannot fail is a guard nobody notices losing. Planted by hand, 3 of 19
+small bugs in the guard modules passed every fast test. This runs mutmut over those modules: each
+mutant (an operator flipped, a constant changed, a field dropped) is run against the fast tests
+that cover the function it lives in, and one that no test kills is printed as a survivor.
+
+Why mutmut (3.x): it mutates a *copy* of the sources (``mutants/``), records which tests reach
+which function in one pytest pass and then runs each mutant against those tests only, forking from
+a process that has already imported torch and the tests (a mutant costs milliseconds to start, not
+the ~3 s of a fresh ``python -m pytest``). cosmic-ray runs one test command per mutant (the import
+cost each time, and no per-function test selection); pytest-gremlins is younger and was not tried. mutmut reads its settings from ``[tool.mutmut]``, which this script writes
+into the copy only.
+
+Nothing of the working tree or the user's caches is touched: the tree (tracked and untracked files
+git does not ignore, so a clean clone gives the same set) is copied into a temporary folder, mutmut
+runs there with HOME, XDG_CACHE_HOME and vsbench's caches pointed inside it, and the folder is
+removed at the end (``--keep`` keeps it, to look at a survivor with ``mutmut show``).
+
+    make mutate                                  # every guard module
+    python bench/mutate.py --modules digests locks --json build/mutation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One guard module and the fast tests (unit level, no training, no server) that cover it.
+
+    ``functions``: where only part of a module is a guard (the keys in ``embed.py``, the
+    normalization in ``data.py``), the functions counted, as mutmut names them (``x_name`` for a
+    function, ``xǁClassǁ`` for a class's methods); the rest is mutated but not counted."""
+
+    name: str
+    source: str
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()
+
+    def counts(self, mutant: str) -> bool:
+        function = mutant.rsplit(".", 1)[-1]
+        return not self.functions or any(function.startswith(name) for name in self.functions)
+
+
+GUARDS: tuple[Guard, ...] = (
+    Guard("digests", "src/vsbench/io/digests.py", ("tests/unit/test_digests_locks.py",
+                                                  "tests/unit/test_digests_mutants.py")),
+    Guard("locks", "src/vsbench/io/locks.py", ("tests/unit/test_digests_locks.py", "tests/unit/test_download_lock.py")),
+    Guard("checkpoints", "src/vsbench/abid/checkpoints.py", ("tests/unit/test_training_identity.py",
+                                                          "tests/unit/test_checkpoint_resume.py")),
+    Guard("profiles", "src/vsbench/abid/profiles.py", ("tests/unit/test_training_identity.py",)),
+    Guard("bundles", "src/vsbench/tracking/bundles.py", ("tests/unit/test_bundle_integrity.py",)),
+    Guard("normalization", "src/vsbench/abid/data.py", ("tests/unit/test_batch_transform.py",
+                                                        "tests/unit/test_distributed.py"),
+          ("xǁBatchTransformǁ", "x_flip_generator")),
+    Guard("embed_keys", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed.py",),
+          ("x_input_key", "x__resume_key", "x__key_change", "x__is_complete", "x_option_file_digests",
+           "x__ids_digest", "x_inputs_path", "x_normalizer")),
+    Guard("resize_keys", "src/vsbench/abid/resize.py", ("tests/unit/test_resize_content.py",
+                                                        "tests/unit/test_resize.py")),
+    Guard("preflight", "src/vsbench/runspec/preflight.py", ("tests/unit/test_cli_errors.py",)),
+    Guard("scorer_abid", "src/vsbench/abid/metrics.py", ("tests/unit/test_metrics_abid.py",)),
+    Guard("scorer_disc", "src/vsbench/benchmarks/disc/metrics.py", ("tests/unit/test_metrics_copy_detection.py",)),
+    Guard("scorer_copydays", "src/vsbench/benchmarks/copydays/metrics.py", ("tests/unit/test_metrics_copydays.py",)),
+    Guard("scorer_patch_pairs", "src/vsbench/benchmarks/patch_pairs/metrics.py",
+          ("tests/unit/test_metrics_patch_pairs.py",)),
+    Guard("scorer_vsd", "src/vsbench/benchmarks/vsd/metrics.py", ("tests/unit/test_metrics_vsd.py",)),
+    Guard("scorer_product_search", "src/vsbench/benchmarks/product_search/metrics.py",
+          ("tests/unit/test_metrics_product_search.py",)),
+)
+KILLED = {"killed", "timeout", "caught by type check", "segfault"}
+
+
+def tree_files(root: Path) -> list[str]:
+    """The files a clean clone would hold plus untracked ones git does not ignore (no .venv, no
+    build output, no caches): what the copy is made of."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            check=True, capture_output=True).stdout.decode()
+    return sorted({name for name in listed.split("\0") if name and (root / name).is_file()})
+
+
+def copy_tree(root: Path, destination: Path) -> None:
+    for name in tree_files(root):
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target)
+
+
+def write_config(copy: Path, guards: list[Guard]) -> None:
+    """``[tool.mutmut]`` in the copy's pyproject.toml only: what to mutate and which tests may run."""
+    tests = sorted({test for guard in guards for test in guard.tests})
+    lines = ["", "[tool.mutmut]", 'source_paths = ["src"]',
+             f"only_mutate = {json.dumps([guard.source for guard in guards])}",
+             f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
+             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-m", "not slow"]',
+             # torch's threads do not survive a plain fork from a process that ran tests
+             'process_isolation = "forkserver"', "use_git_change_detection = false", ""]
+    pyproject = copy / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "\n".join(lines))
+
+
+def private_env(copy: Path) -> dict[str, str]:
+    """The environment of the run: every cache inside the copy, one torch thread per mutant."""
+    home = copy / ".mutation-home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+           "VSBENCH_EMBED_CACHE": str(home / "embedding-cache"), "VSBENCH_HOME": str(home / "vsbench"),
+           "VSBENCH_DEFAULT_STORE": "off", "MPLCONFIGDIR": str(home / "matplotlib"),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)  # mutmut puts mutants/src first; the working tree's src must not be seen
+    return env
+
+
+def mutant_results(copy: Path, guards: list[Guard], env: dict[str, str]) -> dict[str, dict[str, str]]:
+    """{module name: {mutant name: status}} from mutmut's own listing."""
+    listing = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=copy,
+                             env=env, capture_output=True, text=True).stdout
+    by_module: dict[str, dict[str, str]] = {guard.name: {} for guard in guards}
+    prefixes = {guard.source.removeprefix("src/").removesuffix(".py").replace("/", "."): guard for guard in guards}
+    for line in listing.splitlines():
+        match = re.match(r"\s*(\S+): (.+)$", line)
+        if not match:
+            continue
+        mutant, status = match.groups()
+        guard = next((g for prefix, g in prefixes.items() if mutant.startswith(prefix + ".")), None)
+        if guard is not None and guard.counts(mutant):
+            by_module[guard.name][mutant] = status.strip()
+    return by_module
+
+
+def summary(by_module: dict[str, dict[str, str]]) -> list[dict[str, object]]:
+    rows = []
+    for module, mutants in by_module.items():
+        statuses = list(mutants.values())
+        killed = sum(status in KILLED for status in statuses)
+        tested = sum(status not in {"not checked", "skipped"} for status in statuses)
+        rows.append({"module": module, "mutants": len(statuses), "tested": tested, "killed": killed,
+                     "no_tests": sum(status == "no tests" for status in statuses),
+                     "killed_rate": round(killed / tested, 3) if tested else None,
+                     "survivors": sorted(m for m, status in mutants.items() if status not in KILLED)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--modules", nargs="*", help=f"guards to mutate (default: all): {[g.name for g in GUARDS]}")
+    parser.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--json", type=Path, help="also write the figures here (outside the copy)")
+    parser.add_argument("--show", type=int, default=40, help="print the diff of at most this many survivors")
+    parser.add_argument("--keep", action="store_true", help="keep the copy (to run `mutmut show` in it)")
+    args = parser.parse_args(argv)
+    known = {guard.name: guard for guard in GUARDS}
+    unknown = sorted(set(args.modules or []) - set(known))
+    if unknown:
+        parser.error(f"unknown guard modules {unknown}; choose from {sorted(known)}")
+    guards = [known[name] for name in args.modules] if args.modules else list(GUARDS)
+
+    copy = Path(tempfile.mkdtemp(prefix="vsbench-mutation-"))
+    started = time.monotonic()
+    try:
+        copy_tree(ROOT, copy)
+        write_config(copy, guards)
+        env = private_env(copy)
+        print(f"[mutate] {len(guards)} modules in a copy at {copy}", flush=True)
+        log = copy / "mutmut-run.log"
+        with log.open("w") as sink:  # mutmut redraws a spinner per mutant: kept out of the terminal
+            run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
+                                 cwd=copy, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        if run.returncode:
+            print(log.read_text()[-4000:])
+        seconds = time.monotonic() - started
+        rows = summary(mutant_results(copy, guards, env))
+        print(f"\n[mutate] {seconds:.0f} s wall; mutmut exited {run.returncode}")
+        print(f"{'module':24} {'mutants':>8} {'killed':>7} {'rate':>6}  no tests")
+        for row in rows:
+            rate = f"{row['killed_rate']:.0%}" if row["killed_rate"] is not None else "-"
+            print(f"{row['module']:24} {row['mutants']:>8} {row['killed']:>7} {rate:>6}  {row['no_tests']}")
+        survivors = [m for row in rows for m in row["survivors"]]  # type: ignore[attr-defined]
+        print(f"\n[mutate] {len(survivors)} survivors")
+        for mutant in survivors[:args.show]:
+            shown = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], cwd=copy,
+                                   env=env, capture_output=True, text=True).stdout
+            print(shown.strip() or mutant)
+        for mutant in survivors[args.show:]:
+            print(mutant)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"seconds": round(seconds), "modules": rows}, indent=1) + "\n")
+        return 0 if run.returncode == 0 else run.returncode
+    finally:
+        if args.keep:
+            print(f"[mutate] kept {copy}")
+        else:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The digest memo's edges that mutation testing found untested (issue 49, ``make mutate``).
+
+Why: each test here kills mutants that survived every earlier test of :mod:`vsbench.io.digests`:
+a malformed memo half believed, a memo entry lost after a save or a hit, a relative path keyed
+apart from its absolute one, the garbage collector left off after a load, a file name that is not
+UTF-8, and ``path_digest`` of a single file.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from vsbench.io import digests
+from vsbench.io.digests import DigestMemo, combine, path_digest
+
+
+def _old(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    past = time.time_ns() - 10 * digests.RACY_NS
+    os.utime(path, ns=(past, past))
+    return path
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(digests, "RACY_NS", 0)
+
+
+def _memo_text(image: Path, *, digest: object = "0" * 64, names: object = None, stats: object = None,
+               digests_: object = None) -> str:
+    stat = image.stat()
+    record = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    return json.dumps({"version": digests.MEMO_VERSION,
+                       "names": names if names is not None else [str(image)],
+                       "stats": stats if stats is not None else [record],
+                       "digests": digests_ if digests_ is not None else [digest]})
+
+
+@pytest.mark.parametrize("malformed", ["lists of other lengths", "digests not a list", "stats not a list",
+                                       "names not a list"])
+def test_a_memo_whose_lists_do_not_line_up_is_no_memo(tmp_path: Path, settled: None, malformed: str) -> None:
+    image = _old(tmp_path / "a.jpg", b"a")
+    real = hashlib.sha256(b"a").hexdigest()
+    forged = json.loads(_memo_text(image))
+    if malformed == "lists of other lengths":
+        forged["names"].append(str(tmp_path / "b.jpg"))
+    else:
+        key = malformed.split()[0]
+        forged[key] = {str(n): value for n, value in enumerate(forged[key])}
+    (tmp_path / "memo.json").write_text(json.dumps(forged))
+    memo = DigestMemo(tmp_path / "memo.json")
+    assert memo.digests([image]) == [real] and memo.hashed == 1
+
+
+@pytest.mark.parametrize("entry", ["digest not a string", "name not a string", "stat not a list",
+                                   "stat of three numbers"])
+def test_a_malformed_memo_entry_is_dropped_alone(tmp_path: Path, settled: None, entry: str) -> None:
+    good, bad = _old(tmp_path / "good.jpg", b"g"), _old(tmp_path / "bad.jpg", b"b")
+    forged = json.loads(_memo_text(good))
+    stat = bad.stat()
+    record: object = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    name: object = str(bad)
+    digest: object = "0" * 64
+    if entry == "digest not a string":
+        digest = 0
+    elif entry == "name not a string":
+        name = 7
+    elif entry == "stat not a list":
+        record = "1 2 3 4"
+    else:
+        record = record[:3]  # type: ignore[index]
+    forged["names"].append(name)
+    forged["stats"].append(record)
+    forged["digests"].append(digest)
+    (tmp_path / "memo.json").write_text(json.dumps(forged))
+    memo = DigestMemo(tmp_path / "memo.json")
+    assert memo.digests([good, bad]) == ["0" * 64, hashlib.sha256(b"b").hexdigest()]
+    assert memo.hashed == 1
+
+
+def test_loading_a_memo_leaves_the_garbage_collector_as_it_was(tmp_path: Path, settled: None) -> None:
+    image = _old(tmp_path / "a.jpg", b"a")
+    (tmp_path / "memo.json").write_text(_memo_text(image))
+    assert gc.isenabled()
+    DigestMemo(tmp_path / "memo.json")
+    assert gc.isenabled(), "the memo's load left the collector off"
+    gc.disable()
+    try:
+        DigestMemo(tmp_path / "memo.json")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("call", ["digest", "digests"])
+def test_entries_answered_from_the_memo_are_kept_by_the_next_save(tmp_path: Path, settled: None, call: str) -> None:
+    image = _old(tmp_path / "a.jpg", b"abc")
+    first = DigestMemo(tmp_path / "memo.json")
+    first.digests([image])
+    first.save()
+    second = DigestMemo(tmp_path / "memo.json")
+    answer = second.digest(image) if call == "digest" else second.digests([image])[0]
+    assert answer == hashlib.sha256(b"abc").hexdigest() and second.hashed == 0
+    other = _old(tmp_path / "b.jpg", b"b")
+    second.digests([other])  # something new, so the save writes
+    second.save()
+    third = DigestMemo(tmp_path / "memo.json")
+    assert third.digests([image, other]) == [hashlib.sha256(b"abc").hexdigest(), hashlib.sha256(b"b").hexdigest()]
+    assert third.hashed == 0
+
+
+def test_a_memo_goes_on_answering_after_a_save(tmp_path: Path, settled: None) -> None:
+    image = _old(tmp_path / "a.jpg", b"a")
+    memo = DigestMemo(tmp_path / "memo.json")
+    memo.digests([image])
+    memo.save()
+    assert memo.digests([image]) == [hashlib.sha256(b"a").hexdigest()] and memo.hashed == 1
+    assert memo.digest(image) == hashlib.sha256(b"a").hexdigest() and memo.hashed == 1
+    memo.save()
+    saved = json.loads((tmp_path / "memo.json").read_text())
+    assert saved["algorithm"] == "sha256" and saved["names"] == [str(image)]
+
+
+def test_a_relative_path_is_the_same_entry_as_its_absolute_path(tmp_path: Path, settled: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    image = _old(tmp_path / "a.jpg", b"a")
+    monkeypatch.chdir(tmp_path)
+    memo = DigestMemo(tmp_path / "memo.json")
+    assert memo.digests(["a.jpg"]) == [hashlib.sha256(b"a").hexdigest()]
+    memo.save()
+    assert json.loads((tmp_path / "memo.json").read_text())["names"] == [str(image)]
+    again = DigestMemo(tmp_path / "memo.json")
+    assert again.digests([image]) == [hashlib.sha256(b"a").hexdigest()] and again.hashed == 0
+
+
+def test_combine_has_a_fixed_spelling_and_takes_names_that_are_not_utf8() -> None:
+    """The combined digest is stored in manifests and checkpoints: its spelling is a format."""
+    expected = hashlib.sha256(b"a\x00-\nb\x00" + b"f" * 64 + b"\n").hexdigest()
+    assert combine([("a", None), ("b", "f" * 64)]) == expected
+    undecodable = os.fsdecode(b"photo-\xff.jpg")  # a file name of bytes that are not UTF-8
+    assert combine([(undecodable, None)]) == hashlib.sha256(b"photo-\xff.jpg\x00-\n").hexdigest()
+
+
+def test_path_digest_of_a_file_is_its_sha256(tmp_path: Path) -> None:
+    file = tmp_path / "weights.bin"
+    file.write_bytes(b"weights")
+    assert path_digest(file) == hashlib.sha256(b"weights").hexdigest()
+    assert path_digest(tmp_path / "absent") is None
