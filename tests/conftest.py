@@ -84,3 +84,11 @@ def no_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest memo treats files as settled at once (ctime cannot be set back): tests of the memo."""
+    from vsbench.io import digests
+
+    monkeypatch.setattr(digests, "RACY_NS", 0)

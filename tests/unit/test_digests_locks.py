@@ -12,32 +12,18 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from vsbench.io import digests, locks
+from tests.digest_files import old_file
+from vsbench.io import locks
 from vsbench.io.digests import DigestMemo, combine, path_digest
 from vsbench.io.locks import OutputBusy, output_lock, step_lock
 
 
-def _old(path: Path, data: bytes) -> Path:
-    """A file written long enough ago that the memo may remember it (not "racily clean")."""
-    path.write_bytes(data)
-    past = time.time_ns() - 10 * digests.RACY_NS
-    os.utime(path, ns=(past, past))
-    return path
-
-
-@pytest.fixture
-def settled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ctime cannot be set back: let the memo treat files as settled at once."""
-    monkeypatch.setattr(digests, "RACY_NS", 0)
-
-
 def test_the_memo_hashes_once_and_answers_an_unchanged_file_from_its_stat(tmp_path: Path, settled: None) -> None:
-    image = _old(tmp_path / "a.jpg", b"abc" * 1000)
+    image = old_file(tmp_path / "a.jpg", b"abc" * 1000)
     memo = DigestMemo(tmp_path / "memo.json")
     assert memo.digest(image) == hashlib.sha256(b"abc" * 1000).hexdigest() and memo.hashed == 1
     memo.save()
@@ -47,7 +33,7 @@ def test_the_memo_hashes_once_and_answers_an_unchanged_file_from_its_stat(tmp_pa
 
 @pytest.mark.parametrize("change", ["same-size-mtime-restored", "truncated", "swapped", "replaced-by-rename"])
 def test_any_change_of_the_bytes_is_seen_whatever_the_mtime(tmp_path: Path, settled: None, change: str) -> None:
-    first, second = _old(tmp_path / "a.jpg", b"a" * 100), _old(tmp_path / "b.jpg", b"b" * 100)
+    first, second = old_file(tmp_path / "a.jpg", b"a" * 100), old_file(tmp_path / "b.jpg", b"b" * 100)
     memo = DigestMemo(tmp_path / "memo.json")
     memo.digests([first, second], threads=1)
     memo.save()
@@ -90,14 +76,14 @@ def test_a_file_hashed_right_after_it_was_written_is_not_remembered(tmp_path: Pa
                                      '{"version": 2, "names": ["X"], "stats": [[1, 2, 3]], "digests": ["0"]}',
                                      '{"version": 2, "names": ["X"], "stats": [[1, 2, 3, 4]]}'])
 def test_an_unreadable_or_foreign_memo_is_no_memo(tmp_path: Path, settled: None, content: str) -> None:
-    image = _old(tmp_path / "a.jpg", b"a")
+    image = old_file(tmp_path / "a.jpg", b"a")
     (tmp_path / "memo.json").write_text(content.replace("X", str(image)))
     memo = DigestMemo(tmp_path / "memo.json")
     assert memo.digest(image) == hashlib.sha256(b"a").hexdigest() and memo.hashed == 1
 
 
 def test_a_forged_memo_entry_for_another_stat_is_not_believed(tmp_path: Path, settled: None) -> None:
-    image = _old(tmp_path / "a.jpg", b"a")
+    image = old_file(tmp_path / "a.jpg", b"a")
     stat = image.stat()
     for ctime in (stat.st_ctime_ns - 1, stat.st_ctime_ns):
         forged = [stat.st_ino, stat.st_size, stat.st_mtime_ns, ctime]
@@ -109,7 +95,7 @@ def test_a_forged_memo_entry_for_another_stat_is_not_believed(tmp_path: Path, se
 
 
 def test_unreadable_files_are_none_and_change_the_combined_digest(tmp_path: Path) -> None:
-    present = _old(tmp_path / "a", b"a")
+    present = old_file(tmp_path / "a", b"a")
     memo = DigestMemo()
     found = memo.digests([present, tmp_path / "missing"], threads=1)
     assert found[0] and found[1] is None
@@ -128,7 +114,7 @@ def test_a_folders_digest_covers_names_and_bytes(tmp_path: Path) -> None:
 
 
 def test_many_files_hash_in_threads_in_order(tmp_path: Path) -> None:
-    paths = [_old(tmp_path / f"{i}", str(i).encode()) for i in range(200)]
+    paths = [old_file(tmp_path / f"{i}", str(i).encode()) for i in range(200)]
     assert DigestMemo().digests(paths, threads=4) == [hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)]
 
 

@@ -12,25 +12,13 @@ import gc
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.digest_files import old_file
 from vsbench.io import digests
 from vsbench.io.digests import DigestMemo, combine, path_digest
-
-
-def _old(path: Path, data: bytes) -> Path:
-    path.write_bytes(data)
-    past = time.time_ns() - 10 * digests.RACY_NS
-    os.utime(path, ns=(past, past))
-    return path
-
-
-@pytest.fixture
-def settled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(digests, "RACY_NS", 0)
 
 
 def _memo_text(image: Path, *, digest: object = "0" * 64, names: object = None, stats: object = None,
@@ -46,7 +34,7 @@ def _memo_text(image: Path, *, digest: object = "0" * 64, names: object = None, 
 @pytest.mark.parametrize("malformed", ["lists of other lengths", "digests not a list", "stats not a list",
                                        "names not a list"])
 def test_a_memo_whose_lists_do_not_line_up_is_no_memo(tmp_path: Path, settled: None, malformed: str) -> None:
-    image = _old(tmp_path / "a.jpg", b"a")
+    image = old_file(tmp_path / "a.jpg", b"a")
     real = hashlib.sha256(b"a").hexdigest()
     forged = json.loads(_memo_text(image))
     if malformed == "lists of other lengths":
@@ -62,7 +50,7 @@ def test_a_memo_whose_lists_do_not_line_up_is_no_memo(tmp_path: Path, settled: N
 @pytest.mark.parametrize("entry", ["digest not a string", "name not a string", "stat not a list",
                                    "stat of three numbers"])
 def test_a_malformed_memo_entry_is_dropped_alone(tmp_path: Path, settled: None, entry: str) -> None:
-    good, bad = _old(tmp_path / "good.jpg", b"g"), _old(tmp_path / "bad.jpg", b"b")
+    good, bad = old_file(tmp_path / "good.jpg", b"g"), old_file(tmp_path / "bad.jpg", b"b")
     forged = json.loads(_memo_text(good))
     stat = bad.stat()
     record: object = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
@@ -86,7 +74,7 @@ def test_a_malformed_memo_entry_is_dropped_alone(tmp_path: Path, settled: None, 
 
 
 def test_loading_a_memo_leaves_the_garbage_collector_as_it_was(tmp_path: Path, settled: None) -> None:
-    image = _old(tmp_path / "a.jpg", b"a")
+    image = old_file(tmp_path / "a.jpg", b"a")
     (tmp_path / "memo.json").write_text(_memo_text(image))
     assert gc.isenabled()
     DigestMemo(tmp_path / "memo.json")
@@ -101,14 +89,14 @@ def test_loading_a_memo_leaves_the_garbage_collector_as_it_was(tmp_path: Path, s
 
 @pytest.mark.parametrize("call", ["digest", "digests"])
 def test_entries_answered_from_the_memo_are_kept_by_the_next_save(tmp_path: Path, settled: None, call: str) -> None:
-    image = _old(tmp_path / "a.jpg", b"abc")
+    image = old_file(tmp_path / "a.jpg", b"abc")
     first = DigestMemo(tmp_path / "memo.json")
     first.digests([image])
     first.save()
     second = DigestMemo(tmp_path / "memo.json")
     answer = second.digest(image) if call == "digest" else second.digests([image])[0]
     assert answer == hashlib.sha256(b"abc").hexdigest() and second.hashed == 0
-    other = _old(tmp_path / "b.jpg", b"b")
+    other = old_file(tmp_path / "b.jpg", b"b")
     second.digests([other])  # something new, so the save writes
     second.save()
     third = DigestMemo(tmp_path / "memo.json")
@@ -117,7 +105,7 @@ def test_entries_answered_from_the_memo_are_kept_by_the_next_save(tmp_path: Path
 
 
 def test_a_memo_goes_on_answering_after_a_save(tmp_path: Path, settled: None) -> None:
-    image = _old(tmp_path / "a.jpg", b"a")
+    image = old_file(tmp_path / "a.jpg", b"a")
     memo = DigestMemo(tmp_path / "memo.json")
     memo.digests([image])
     memo.save()
@@ -130,7 +118,7 @@ def test_a_memo_goes_on_answering_after_a_save(tmp_path: Path, settled: None) ->
 
 def test_a_relative_path_is_the_same_entry_as_its_absolute_path(tmp_path: Path, settled: None,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    image = _old(tmp_path / "a.jpg", b"a")
+    image = old_file(tmp_path / "a.jpg", b"a")
     monkeypatch.chdir(tmp_path)
     memo = DigestMemo(tmp_path / "memo.json")
     assert memo.digests(["a.jpg"]) == [hashlib.sha256(b"a").hexdigest()]
