@@ -27,8 +27,9 @@ from vsbench.cli.common import user_errors
 from vsbench.cli.helpfmt import App
 from vsbench.io import inputs
 from vsbench.io.storage import atomic_write_json
-from vsbench.stats.records import PLURAL
+from vsbench.stats.records import PLURAL, is_interval_field
 from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
+from vsbench.tracking.names import interval_name
 from vsbench.tracking.provenance import data_tags
 
 score_app = App(no_args_is_help=True, add_completion=False,
@@ -100,9 +101,6 @@ def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[st
                        artifacts=artifacts, started=time.time(), kept=output, announce=typer.echo)
 
 
-CI_SUFFIXES = ("_low", "_high")
-
-
 def _interval_of(record: dict[str, Any], metric: str) -> tuple[float, float] | None:
     """``(low, high)`` when the record holds ``<metric>_ci<level>_low/_high`` (any level), else None;
     ``outer.inner`` looks in the nested object ``outer`` (the pairs' record: a grid of variants)."""
@@ -110,17 +108,11 @@ def _interval_of(record: dict[str, Any], metric: str) -> tuple[float, float] | N
     if dot and isinstance(record.get(outer), dict):
         return _interval_of(record[outer], inner)
     for key in record:
-        if key.startswith(f"{metric}_ci") and key.endswith("_low"):
-            level = key[len(metric) + 3: -len("_low")]
-            high = record.get(f"{metric}_ci{level}_high")
-            if level.isdigit() and isinstance(record[key], (int, float)) and isinstance(high, (int, float)):
+        if interval_name(key) == (metric, "low"):
+            high = record.get(key.removesuffix("_low") + "_high")
+            if isinstance(record[key], (int, float)) and isinstance(high, (int, float)):
                 return float(record[key]), float(high)
     return None
-
-
-def _is_interval_field(key: str) -> bool:
-    head, _, level_end = key.rpartition("_ci")
-    return bool(head) and any(level_end.endswith(s) and level_end[: -len(s)].isdigit() for s in CI_SUFFIXES)
 
 
 def print_record(title: str, record: dict[str, Any], units: Any = None, resampling: Any = None) -> None:
@@ -134,8 +126,8 @@ def print_record(title: str, record: dict[str, Any], units: Any = None, resampli
     """
     ranges = {key[: -len("_worst")] for key in record if key.endswith("_worst") and
               key[: -len("_worst")] + "_best" in record}
-    shown = {k: ({i: x for i, x in v.items() if not _is_interval_field(i)} if isinstance(v, dict) else v)
-             for k, v in record.items() if not _is_interval_field(k) and k != "units"
+    shown = {k: ({i: x for i, x in v.items() if not is_interval_field(i)} if isinstance(v, dict) else v)
+             for k, v in record.items() if not is_interval_field(k) and k != "units"
              and not any(k in (f"{n}_worst", f"{n}_best") for n in ranges)}
     rows: list[tuple[str, str]] = []
     for key, value in _scalar_rows(shown):
@@ -175,7 +167,7 @@ def _unit_only_rows(record: dict[str, Any], units: Any, shown: set[str]) -> list
 def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
     if units is None:
         return "  (95% intervals are not available for this benchmark here: its scorer keeps no per-unit outcomes)"
-    if resampling is None or not resampling.enabled or not any(_is_interval_field(k) for k in record):
+    if resampling is None or not resampling.enabled or not any(is_interval_field(k) for k in record):
         return (f"  (no intervals: resampling is off (--resamples 0 or VSBENCH_RESAMPLES=0); "
                 f"{len(units):,} {PLURAL.get(units.kind, units.kind)} scored)")
     clustered = ", clustered" if units.clusters is not None else ""

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from vsbench.reporting.significance import ABID_SCORE_STEP, interval_of
+from vsbench.reporting.significance import ABID_SCORE_STEP
 from vsbench.tracking.evaluations import (
     BENCHMARK_TAG,
     EVALUATION_STEP,
@@ -55,7 +55,7 @@ from vsbench.tracking.evaluations import (
     VARIANT_TAG,
     model_label,
 )
-from vsbench.tracking.names import LOWER_IS_BETTER_WORDS, lower_is_better, split_run_metric
+from vsbench.tracking.names import LOWER_IS_BETTER_WORDS, interval_name, lower_is_better, split_run_metric
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
     DATA_DIGEST_TAG,
@@ -313,7 +313,7 @@ def with_score_run(record: RunRecord, scored: list[Any]) -> RunRecord:
         return record
     step = scored[0]
     bounds = {name: value for name, value in step.data.metrics.items()
-              if (split := interval_of(name)) is not None and split[0] in record.metrics and name not in record.metrics}
+              if (split := interval_name(name)) is not None and split[0] in record.metrics and name not in record.metrics}
     return replace(record, units_run_id=step.info.run_id, metrics={**record.metrics, **bounds})
 
 

@@ -17,7 +17,6 @@ a file refused for its digest is remembered as refused, said once, and never use
 from __future__ import annotations
 
 import math
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -29,19 +28,13 @@ import numpy as np
 from vsbench.stats.compare import Difference, compare
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units, UnitsError
+from vsbench.tracking.names import interval_name
 from vsbench.tracking.provenance import DATA_DIGEST_TAG, PARENT_TAG, STEP_TAG
 from vsbench.tracking.units import UNITS_TAG, fetch_units
 
-INTERVAL_NAME = re.compile(r"^(?P<metric>.+)_ci(?P<percent>\d{2})_(?P<side>low|high)$")
 ALPHA = 0.05
 # The step whose run holds ABID's unit files (its parent holds the headline scores).
 ABID_SCORE_STEP = "abid-score"
-
-
-def interval_of(name: str) -> tuple[str, str] | None:
-    """``("uap", "low")`` for ``uap_ci95_low``; None for any other name."""
-    found = INTERVAL_NAME.match(name)
-    return (found["metric"], found["side"]) if found else None
 
 
 def split_intervals(metrics: Mapping[str, float]) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
@@ -50,7 +43,7 @@ def split_intervals(metrics: Mapping[str, float]) -> tuple[dict[str, float], dic
     plain: dict[str, float] = {}
     bounds: dict[str, dict[str, float]] = {}
     for name, value in metrics.items():
-        split = interval_of(name)
+        split = interval_name(name)
         if split is not None and split[0] in metrics:
             bounds.setdefault(split[0], {})[split[1]] = float(value)
         else:

@@ -89,7 +89,8 @@ def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = 
 
 
 def interval_fields(found: dict[str, Interval], percent: int = 95) -> dict[str, float]:
-    """Record fields ``<metric>_ci95_low`` / ``_high``: the plain names MLflow shows for every model."""
+    """Record fields ``<metric>_ci95_low`` / ``_high``: the plain names MLflow shows for every model
+    (read back by :func:`vsbench.tracking.names.interval_name`)."""
     out: dict[str, float] = {}
     for metric, interval in found.items():
         if math.isfinite(interval.low) and math.isfinite(interval.high):

@@ -19,6 +19,7 @@ from typing import Any
 from vsbench.stats.compare import interval_fields, intervals
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units
+from vsbench.tracking.names import interval_name
 
 UNITS_DIR = "units"
 PLURAL = {"query": "queries", "question": "questions", "pair": "pairs", "seed": "seeds"}
@@ -71,7 +72,7 @@ def warn_without_units(benchmark: str, entries: Sequence[Mapping[str, Any] | Non
 
 def is_interval_field(key: str) -> bool:
     """``uap_ci95_low`` and the like: printed beside their metric, not as columns of their own."""
-    return "_ci" in key and (key.endswith("_low") or key.endswith("_high")) and key.rsplit("_ci", 1)[1][:2].isdigit()
+    return interval_name(key) is not None
 
 
 def format_interval(value: float, low: float | None, high: float | None) -> str:

@@ -52,7 +52,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from vsbench.tracking.names import SEPARATOR, lower_is_better, safe_part
+from vsbench.tracking.names import SEPARATOR, interval_name, lower_is_better, safe_part
 from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
 from vsbench.tracking.views import EVALUATIONS_VIEW, save_shared_view
 
@@ -293,8 +293,7 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
                   "benchmark_options": str(run_params.get("benchmark_options") or "{}")}
         params.update({key: value for key, value in variant.items() if key not in params})
         params.update({str(k): str(v) for k, v in ((unit or {}).get("ci") or {"ci_method": "none"}).items()})
-        lower = [m for m in metrics if lower_is_better(m.removesuffix("_ci95_low").removesuffix("_ci95_high"),
-                                                       declared_lower)]
+        lower = [m for m in metrics if lower_is_better((interval_name(m) or (m,))[0], declared_lower)]
         evaluations.append(Evaluation(
             benchmark=benchmark, data_digest=data_digest[:64], data_root=data_root[:6000], embedder=embedder,
             variant=variant, params={k: str(v)[:6000] for k, v in params.items()}, metrics=metrics,
