@@ -240,10 +240,15 @@ def evaluation_record(run: Any, parent: Any | None = None) -> RunRecord:
 
 def evaluation_runs(client: Any, experiment_ids: list[str]) -> dict[str, list[Any]]:
     """parent run id -> its FINISHED evaluation runs, in ``experiment_ids``."""
+    return _finished_step_runs(client, experiment_ids, EVALUATION_STEP)
+
+
+def _finished_step_runs(client: Any, experiment_ids: list[str], step: str) -> dict[str, list[Any]]:
+    """parent run id -> its FINISHED runs tagged ``vsbench.step = step``, every page read."""
     found: dict[str, list[Any]] = {}
     token = None
     while True:
-        page = client.search_runs(experiment_ids, filter_string=f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and "
+        page = client.search_runs(experiment_ids, filter_string=f"tags.`{STEP_TAG}` = '{step}' and "
                                   "attributes.status = 'FINISHED'", max_results=1000, page_token=token)
         for run in page:
             found.setdefault(run.data.tags.get(PARENT_TAG, ""), []).append(run)
@@ -292,17 +297,8 @@ def collect_runs(experiment: str, *, last: int | None = None, pipeline: str | No
 def score_runs(client: Any, experiment_ids: list[str]) -> dict[str, list[Any]]:
     """parent run id -> its FINISHED ``abid-score`` step runs that name unit files (issue 45): the ABID
     pipeline keeps its scores on the parent and their per-question outcomes on this step."""
-    found: dict[str, list[Any]] = {}
-    token = None
-    while True:
-        page = client.search_runs(experiment_ids, filter_string=f"tags.`{STEP_TAG}` = '{ABID_SCORE_STEP}' and "
-                                  "attributes.status = 'FINISHED'", max_results=1000, page_token=token)
-        for run in page:
-            if run.data.tags.get(UNITS_TAG):
-                found.setdefault(run.data.tags.get(PARENT_TAG, ""), []).append(run)
-        token = page.token
-        if not token:
-            return found
+    return {parent: kept for parent, runs in _finished_step_runs(client, experiment_ids, ABID_SCORE_STEP).items()
+            if (kept := [run for run in runs if run.data.tags.get(UNITS_TAG)])}
 
 
 def with_score_run(record: RunRecord, scored: list[Any]) -> RunRecord:
