@@ -195,3 +195,12 @@ def test_a_profile_override_out_of_range_is_one_line_naming_each_field(tmp_path)
     assert result.stderr.splitlines() == [
         "error: TrainProfile: batch_size: Input should be greater than or equal to 1 (got -1); "
         "nosuch: Extra inputs are not permitted"]
+
+
+def test_demo_help_says_what_it_runs_how_long_and_where_it_writes():
+    """A new user reads `vsbench demo --help` before spending minutes on it (issue 48)."""
+    page = " ".join(_help("demo", "--help").split())
+    assert "download, prepare, resize, the two trainings, quantity, score" in page
+    assert "4 to 8 minutes" in page
+    for folder in ("synth/", "data/", "kfp/", "mlflow.db"):
+        assert folder in page, folder
