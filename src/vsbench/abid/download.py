@@ -261,7 +261,13 @@ def no_abid_objects(source: str, prefix: str, keys: list[str]) -> str:
     if not keys:
         return (f"no objects under {source}: the bucket (or prefix) is empty; check the s3:// URI")
     hint = ""
-    for key in keys:
+    *parent, last = prefix.rstrip("/").split("/") if prefix.strip("/") else [""]
+    if last in ("bin-images", "metadata"):  # one level too deep: --source s3://BUCKET/bin-images
+        bucket = source.removeprefix("s3://").split("/", 1)[0]
+        above = "/".join(["s3:/", bucket, *parent])
+        hint = (f"; {source} is ABID's {last}/ folder itself: use the folder above it, {above}, as --source "
+                f"(it holds bin-images/ and metadata/)")
+    for key in [] if hint else keys:
         for folder in ("bin-images/", "metadata/"):
             at = key.find("/" + folder)
             if at >= 0 and parse_key(key, key[: at + 1]) is not None:
