@@ -80,3 +80,18 @@ def test_unit_file_names_are_safe_and_distinct() -> None:
     b = unit_file_name("disc", {"codec": "PCAW512,L2norm,Flat", "score_norm": "1.00_0_2_"}, 1)
     assert a != b and all(c.isalnum() or c in "._-" for c in a) and a.endswith(".parquet")
     assert json.dumps(a)  # plain text
+
+
+def test_a_list_column_of_many_strings_is_written_and_read_back(tmp_path: Path) -> None:
+    """pyarrow turns a numpy string array past ~64 MB into a ChunkedArray, which a list array does not
+    take: `vsbench score copy-detection` on 3M predictions stopped with a TypeError (issue 48)."""
+    from vsbench.stats.units import ListColumn
+
+    n = 300_000
+    references = np.array([f"R{i:06d}" + "x" * 93 for i in range(n)])  # 120 MB as numpy: chunked by pyarrow
+    units = Units("query", "copy_detection", np.array([f"Q{i}" for i in range(n // 3)]),
+                  {"references": ListColumn(references, np.arange(0, n + 1, 3, dtype=np.int64))}, {})
+    path = tmp_path / "u.parquet"
+    sha = units.write(path)
+    back = read_units(path, sha)
+    assert back.columns["references"].values.tolist() == references.tolist()

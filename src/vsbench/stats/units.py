@@ -193,7 +193,7 @@ class Units:
         for name, values in self.columns.items():
             if isinstance(values, ListColumn):
                 arrays[name] = pa.LargeListArray.from_arrays(pa.array(values.offsets, type=pa.int64()),
-                                                             pa.array(np.asarray(values.values)))
+                                                             _one_chunk(pa.array(np.asarray(values.values))))
             else:
                 arrays[name] = pa.array(np.asarray(values))
         table = pa.table(arrays).replace_schema_metadata({METADATA_KEY: json.dumps(self.metadata(), sort_keys=True)})
@@ -208,6 +208,20 @@ class Units:
         data = self.to_parquet_bytes()
         atomic_write_bytes(Path(path), data)
         return hashlib.sha256(data).hexdigest()
+
+
+def _one_chunk(array: Any) -> Any:
+    """``array`` as one Arrow array: pyarrow converts a numpy string array of more than ~64 MB into a
+    ChunkedArray (3M DISC reference ids do), which a list array cannot take as its values; past 2 GB
+    of text the values become large strings, which one chunk can hold."""
+    import pyarrow as pa
+
+    if not isinstance(array, pa.ChunkedArray):
+        return array
+    try:
+        return array.combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        return array.cast(pa.large_string()).combine_chunks()
 
 
 def digest_of(data: bytes) -> str:
