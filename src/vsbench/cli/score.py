@@ -200,11 +200,14 @@ def _add_units(record: dict[str, Any], units: Any, resampling: Any, output: Path
     """Add the interval fields of every metric ``units`` recomputes to ``record`` (to its nested object
     ``part`` when given), write the unit file beside ``output`` and name it in the record (``units``:
     its path and sha256; with parts, one entry per part)."""
+    from vsbench.io.ids import release_memory
     from vsbench.stats.compare import interval_fields, intervals
 
     target = record[part] if part and isinstance(record.get(part), dict) else record
     if resampling.enabled:
         target.update(interval_fields(intervals(units, resampling), resampling.percent))
+        units.forget()  # the statistics' sorted copies: the file is written from the columns alone
+        release_memory()
     path = units_path_for(output) if not part else output.with_name(f"{output.stem}.units.{part}.parquet")
     with user_errors():
         sha256 = units.write(path)
@@ -374,22 +377,26 @@ def copy_detection(
     """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them, each
     with its 95% bootstrap interval over the queries. The per-query outcomes go to <output>.units.parquet."""
     from vsbench.benchmarks.disc import readers as disc_readers
+    from vsbench.benchmarks.disc.metrics import match_predictions
     from vsbench.benchmarks.disc.units import copy_detection_units
+    from vsbench.io.ids import release_memory
 
     resampling = _resampling(resamples)
     with user_errors():
         preds = disc_readers.read_copy_detection_predictions(predictions, normalize_ids=normalize_ids)
         truth = disc_readers.read_copy_detection_ground_truth(gt, normalize_ids=normalize_ids)
-        m = copy_detection_metrics(preds.query_ids, preds.reference_ids, preds.scores,
-                                   truth.query_ids, truth.reference_ids,
-                                   ground_truth_duplicates=gt_duplicates)  # type: ignore[arg-type]
-    _warn(preds.notes + truth.notes + m.notes)
+        columns = (preds.query_ids, preds.reference_ids, preds.scores, truth.query_ids, truth.reference_ids)
+        matched = match_predictions(*columns, ground_truth_duplicates=gt_duplicates)  # type: ignore[arg-type]
+        m = copy_detection_metrics(*columns, matched=matched)
+        release_memory()  # the matching's sort temporaries, kept by Arrow's pool and the heap
     unknown = disc_readers.count_unknown_queries(preds, truth)
+    file_notes = preds.notes + truth.notes
+    _warn(file_notes + m.notes)
     if unknown:
         typer.echo(f"warning: {unknown} predictions are for queries absent from {gt}; "
                    "they count as false positives", err=True)
     if m.num_true_positives == 0:
-        if not preds.notes + truth.notes:  # (else a note on the ids says why already)
+        if not file_notes:  # (else a note on the ids says why already)
             _warn([f"uap, accuracy_at_1 and recall_at_p90 are 0: none of the {m.num_predictions:,} predictions in "
                    f"{predictions} is a pair of {gt}; check that both files name the same queries and references"])
     elif m.threshold_at_p90 is None:
@@ -398,9 +405,12 @@ def copy_detection(
     record: dict[str, Any] = {"uap": m.uap, "accuracy_at_1": m.accuracy_at_1, "recall_at_p90": m.recall_at_p90,
                               **tie_fields(m.ties)}
     with user_errors():
-        units = copy_detection_units(preds.query_ids, preds.reference_ids, preds.scores, truth.query_ids,
-                                     truth.reference_ids, ground_truth_duplicates=gt_duplicates,  # type: ignore[arg-type]
-                                     queries=truth.listed_queries, benchmark="copy_detection")
+        units = copy_detection_units(*columns, queries=truth.listed_queries, benchmark="copy_detection",
+                                     matched=matched)
+    # The intervals need only the units: the tables and the matching go first (memory bounded at a
+    # small multiple of the predictions file, docs/reliability.md).
+    del preds, truth, columns, matched
+    release_memory()
     units_file = _add_units(record, units, resampling, output)
     _report("copy detection", record, output, units, resampling)
     _track("copy_detection", record, output, {"predictions": predictions, "gt": gt},

@@ -44,6 +44,10 @@ class ListColumn:
 
     values: np.ndarray
     offsets: np.ndarray  # int64, len = units + 1, offsets[0] = 0, non-decreasing
+    # When set, ``values`` are integer codes into these texts: 3M reference ids of seven characters
+    # are 12 MB of int32 codes and the distinct ids, not 84 MB of numpy ``U7`` (issue 48). The
+    # Parquet column is then dictionary-encoded, and is read back the same way.
+    categories: np.ndarray | None = None
 
     @classmethod
     def from_lists(cls, lists: Any, dtype: Any = np.float64) -> ListColumn:
@@ -64,17 +68,31 @@ class ListColumn:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i]:self.offsets[i + 1]]
+        """Unit ``i``'s list (as text for a coded column)."""
+        values = self.values[self.offsets[i]:self.offsets[i + 1]]
+        return values if self.categories is None else np.asarray(self.categories)[values]
 
     def owner(self) -> np.ndarray:
-        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.offsets))
+        """The unit row of each value (int32 where the units fit: half the memory of a 10M-value column)."""
+        dtype = np.int32 if len(self) < 2**31 else np.int64
+        return np.repeat(np.arange(len(self), dtype=dtype), np.diff(self.offsets))
+
+    def texts(self) -> np.ndarray:
+        """The values as text: the categories of coded values, else the values themselves."""
+        return self.values if self.categories is None else np.asarray(self.categories)[self.values]
+
+    @classmethod
+    def coded(cls, texts: Any, offsets: np.ndarray) -> ListColumn:
+        """A text list column kept as int32 codes into its distinct texts (``categories``)."""
+        categories, codes = np.unique(np.asarray(texts), return_inverse=True)
+        return cls(codes.ravel().astype(np.int32 if categories.size < 2**31 else np.int64), offsets, categories)
 
     def take(self, rows: np.ndarray) -> ListColumn:
         lengths = np.diff(self.offsets)[rows]
         starts = self.offsets[:-1][rows]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         index = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        return ListColumn(self.values[index], offsets)
+        return ListColumn(self.values[index], offsets, self.categories)
 
 
 class UnitsError(ValueError):
@@ -118,6 +136,11 @@ class Units:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def forget(self) -> None:
+        """Drop what the statistics derived and kept (sorted rankings, owner arrays): a caller done
+        with resampling hands that memory back before writing the file."""
+        self._cache.clear()
+
     # ------------------------------------------------------------------ columns as statistics read them
 
     def values(self, name: str, dtype: Any = np.float64) -> np.ndarray:
@@ -134,7 +157,13 @@ class Units:
             column = self._column(name)
             if not isinstance(column, ListColumn):
                 raise UnitsError(f"{self.benchmark} units: column {name!r} is not a list column")
-            self._cache[key] = (np.asarray(column.values, dtype=dtype), column.owner())
+            # One owner array per offsets array: a query's scores and labels share theirs.
+            shared = self._cache.setdefault("owners", [])
+            owner = next((o for offsets, o in shared if offsets is column.offsets), None)
+            if owner is None:
+                owner = column.owner()
+                shared.append((column.offsets, owner))
+            self._cache[key] = (np.asarray(column.values, dtype=dtype), owner)
         return self._cache[key]
 
     def _column(self, name: str) -> Any:
@@ -167,8 +196,11 @@ class Units:
             if isinstance(first, ListColumn) != isinstance(second, ListColumn):
                 raise UnitsError(f"column {name!r} is a list in one unit file and not in the other")
             if isinstance(first, ListColumn):
-                columns[name] = ListColumn(np.concatenate([first.values, second.values]),
-                                           np.concatenate([first.offsets, second.offsets[1:] + first.offsets[-1]]))
+                offsets = np.concatenate([first.offsets, second.offsets[1:] + first.offsets[-1]])
+                if first.categories is None and second.categories is None:
+                    columns[name] = ListColumn(np.concatenate([first.values, second.values]), offsets)
+                else:
+                    columns[name] = ListColumn.coded(np.concatenate([first.texts(), second.texts()]), offsets)
             else:
                 columns[name] = np.concatenate([np.asarray(first), np.asarray(second)])
         clusters = (None if self.clusters is None or other.clusters is None
@@ -192,14 +224,20 @@ class Units:
             arrays[CLUSTER] = pa.array([str(c) for c in self.clusters], type=pa.string())
         for name, values in self.columns.items():
             if isinstance(values, ListColumn):
-                arrays[name] = pa.LargeListArray.from_arrays(pa.array(values.offsets, type=pa.int64()),
-                                                             _one_chunk(pa.array(np.asarray(values.values))))
+                flat = _one_chunk(pa.array(np.asarray(values.values)))
+                if values.categories is not None:
+                    flat = pa.DictionaryArray.from_arrays(flat, _one_chunk(pa.array(np.asarray(values.categories))))
+                arrays[name] = pa.LargeListArray.from_arrays(pa.array(values.offsets, type=pa.int64()), flat)
             else:
                 arrays[name] = pa.array(np.asarray(values))
         table = pa.table(arrays).replace_schema_metadata({METADATA_KEY: json.dumps(self.metadata(), sort_keys=True)})
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer, compression="zstd", write_statistics=False)
-        return buffer.getvalue()
+        # Dictionary pages only for text: a dictionary of 3M float scores costs the writer a hash
+        # table as large as the column and saves nothing; one buffer, handed over without a copy.
+        texts = [name for name, column in arrays.items()
+                 if pa.types.is_string(_flat_type(column.type)) or pa.types.is_dictionary(_flat_type(column.type))]
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd", write_statistics=False, use_dictionary=texts)
+        return sink.getvalue().to_pybytes()
 
     def write(self, path: Path) -> str:
         """Write atomically; returns the file's SHA-256 (what the record names it by)."""
@@ -208,6 +246,13 @@ class Units:
         data = self.to_parquet_bytes()
         atomic_write_bytes(Path(path), data)
         return hashlib.sha256(data).hexdigest()
+
+
+def _flat_type(kind: Any) -> Any:
+    """The value type of a (large) list type, else the type itself."""
+    import pyarrow as pa
+
+    return kind.value_type if pa.types.is_list(kind) or pa.types.is_large_list(kind) else kind
 
 
 def _one_chunk(array: Any) -> Any:
@@ -265,8 +310,11 @@ def units_from_bytes(data: bytes, where: str = "unit file") -> Units:
         if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             lists = column.combine_chunks()
             offsets = np.asarray(lists.offsets, dtype=np.int64)
-            flat = lists.values.to_numpy(zero_copy_only=False)
-            columns[name] = ListColumn(flat[offsets[0]:offsets[-1]], offsets - offsets[0])
+            flat, categories = lists.values, None
+            if pa.types.is_dictionary(flat.type):
+                flat, categories = flat.indices, flat.dictionary.to_numpy(zero_copy_only=False)
+            flat = flat.to_numpy(zero_copy_only=False)
+            columns[name] = ListColumn(flat[offsets[0]:offsets[-1]], offsets - offsets[0], categories)
         else:
             columns[name] = column.to_numpy(zero_copy_only=False)
     clusters = table.column(CLUSTER).to_numpy(zero_copy_only=False) if CLUSTER in table.column_names else None

@@ -102,15 +102,18 @@ def copy_detection_metrics(
     gt_reference: ArrayLike,
     *,
     ground_truth_duplicates: GroundTruthDuplicates = "count",
+    matched: Matched | None = None,
 ) -> CopyDetectionMetrics:
     """uAP, accuracy at 1 and recall at precision 0.9, as isc2021 computes them (module docstring).
 
     A ground-truth reference equal to ``""`` (or None) marks a query without a copy and is not a
     positive. Raises ValueError on mismatched lengths, NaN scores, duplicate predictions, or when
-    the ground truth holds no positive pair.
+    the ground truth holds no positive pair. ``matched``: :func:`match_predictions` of these same
+    arguments, made once by a caller that builds the per-query units too (a 3M-row matching is
+    the largest transient of a scoring).
     """
-    m = match_predictions(pred_query, pred_reference, pred_score, gt_query, gt_reference,
-                          ground_truth_duplicates=ground_truth_duplicates)
+    m = matched or match_predictions(pred_query, pred_reference, pred_score, gt_query, gt_reference,
+                                     ground_truth_duplicates=ground_truth_duplicates)
     scores, is_tp, multiplicity, n_gt = m.scores, m.is_tp, m.multiplicity, m.n_gt
     positives = np.sort(scores[is_tp])[::-1]
     negatives = np.sort(scores[~is_tp])  # the one large sort, shared by both tie orders

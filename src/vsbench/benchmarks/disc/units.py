@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 
 from vsbench.benchmarks.disc.metrics import (
     GroundTruthDuplicates,
+    Matched,
     _ids,
     _is_ids,
     match_predictions,
@@ -50,6 +51,7 @@ def copy_detection_units(
     queries: Iterable[str] | Any | None = None,
     benchmark: str = "disc",
     variant: str = "",
+    matched: Matched | None = None,
 ) -> Units:
     """The queries of one copy-detection scoring as :class:`~vsbench.stats.units.Units` (kind ``query``).
 
@@ -59,9 +61,11 @@ def copy_detection_units(
     a copy are units too; ground-truth rows with an empty reference given here name theirs. Unit ids
     are the query ids as text; units follow ``queries``' order, then the other queries in id order
     (codes order: isc2021's id order for text ids). Columns: ``scores``, ``positive`` and ``references`` (lists,
-    one entry per prediction), ``n_positives`` and ``correct_at_1`` (per query)."""
-    matched = match_predictions(pred_query, pred_reference, pred_score, gt_query, gt_reference,
-                                ground_truth_duplicates=ground_truth_duplicates)
+    one entry per prediction), ``n_positives`` and ``correct_at_1`` (per query). ``matched``: the
+    scorer's own :func:`~vsbench.benchmarks.disc.metrics.match_predictions` of these arguments, when
+    the caller made it already."""
+    matched = matched or match_predictions(pred_query, pred_reference, pred_score, gt_query, gt_reference,
+                                           ground_truth_duplicates=ground_truth_duplicates)
     n_codes = matched.n_queries
     used = np.zeros(n_codes, dtype=bool)
     used[matched.q_codes] = True
@@ -78,7 +82,7 @@ def copy_detection_units(
         if text not in position:
             position[text] = len(ids)
             ids.append(text)
-    row_of = np.full(n_codes, -1, dtype=np.int64)
+    row_of = np.full(n_codes, -1, dtype=np.int32 if len(ids) < 2**31 else np.int64)  # 4 bytes a prediction
     row_of[codes] = [position[t] for t in texts]
     n = len(ids)
 
@@ -93,7 +97,7 @@ def copy_detection_units(
     columns = {
         "scores": ListColumn(matched.scores[order], offsets),
         "positive": ListColumn(matched.is_tp[order], offsets),
-        "references": ListColumn(_texts(matched.pred_reference, order), offsets),
+        "references": _coded(matched.pred_reference, order, offsets),
         "n_positives": n_positives,
         "correct_at_1": correct,
     }
@@ -120,6 +124,16 @@ def _code_texts(matched: Any, codes: np.ndarray) -> list[str]:
     if len(set(texts)) < len(texts):
         texts = [repr(v) for v in values]
     return texts
+
+
+def _coded(ids: Any, rows: np.ndarray, offsets: np.ndarray) -> ListColumn:
+    """Rows ``rows`` of an id column as a coded text list column: a reader's :class:`~vsbench.io.ids.Ids`
+    gives its own codes and distinct values (no text per row is ever made); other arrays are coded here."""
+    if _is_ids(ids):
+        distinct = np.asarray(ids.values.to_numpy(zero_copy_only=False), dtype=str)
+        codes = ids.codes[rows]
+        return ListColumn(codes.astype(np.int32 if distinct.size < 2**31 else np.int64, copy=False), offsets, distinct)
+    return ListColumn.coded(_texts(ids, rows), offsets)
 
 
 def _texts(ids: Any, rows: np.ndarray) -> np.ndarray:
