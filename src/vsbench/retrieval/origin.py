@@ -27,7 +27,7 @@ from typing import Any
 
 from vsbench.io.digests import DigestMemo, combine
 from vsbench.io.features import FeatureError, ImageSet
-from vsbench.retrieval.embed import inputs_path
+from vsbench.retrieval.embed import _ids_digest, inputs_path
 from vsbench.retrieval.shards import complete_shards, shard_of, shard_stem
 
 
@@ -62,9 +62,15 @@ def check_images(out_dir: Path, images: Mapping[str, ImageSet], root: str | os.P
             if checked is not None and checked.get(stem) == recorded:
                 continue
             part = shard_of(image_set.ids, shard, len(manifests))
-            todo.append((part.stop - part.start, stem, shard_file, recorded, image_set, part))
-    for _, stem, shard_file, recorded, image_set, part in sorted(todo, key=lambda item: item[0]):
-        ids, paths = image_set.ids[part], image_set.paths[part]
+            todo.append((part.stop - part.start, stem, shard_file, manifest["key"], image_set, part))
+    for _, stem, shard_file, key, image_set, part in sorted(todo, key=lambda item: item[0]):
+        ids, paths, recorded = image_set.ids[part], image_set.paths[part], key["inputs"]["images_sha256"]
+        if key.get("ids_sha256") != _ids_digest(ids):
+            raise FeatureError(
+                f"{shard_file} holds the features of other ids than --root {root} lists for it (another dataset, "
+                "other --benchmark-options, or images added or removed since the embed step): re-run the embed "
+                f"step for this root and options (vsbench similarity run --root {root} --out {out_dir.parent}), "
+                "or use the --out of the run that embedded them")
         digests = DigestMemo(inputs_path(shard_file)).digests(paths, threads=threads)  # read only: never saved
         if combine(zip(ids, digests)) != recorded:
             unreadable = [path for path, digest in zip(paths, digests) if digest is None]
