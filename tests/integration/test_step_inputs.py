@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from tests.integration.tiny_model import scripted_model
 from vsbench.benchmarks.disc.synth import generate_disc
 from vsbench.cli.app import app
-from vsbench.retrieval import origin
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")]
 
@@ -50,6 +49,16 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | list[
 def _step(command: str, root: Path, out: Path, *extra: str) -> tuple[int, str]:
     return _invoke(command, "--benchmark", "disc", "--root", str(root), "--out", str(out), "--codecs", "Flat",
                    *extra)
+
+
+def _count_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each check of the features against the root, as how many shards it checked."""
+    from vsbench.retrieval import engine, origin
+
+    checks: list[int] = []
+    monkeypatch.setattr(engine, "check_images",
+                        lambda *args, **kwargs: checks.append(origin.check_images(*args, **kwargs)) or checks[-1])
+    return checks
 
 
 def _one_error(code: int, output: str) -> str:
@@ -87,10 +96,7 @@ def test_the_step_commands_score_the_same_root_at_any_path_and_refuse_a_changed_
     shutil.copytree(embedded["out"], out)
     shutil.rmtree(out / "index")
     shutil.rmtree(out / "search")
-    checks = []
-    real = origin.check_images
-    monkeypatch.setattr("vsbench.retrieval.engine.check_images",
-                        lambda *args, **kwargs: checks.append(real(*args, **kwargs)) or checks[-1])
+    checks = _count_checks(monkeypatch)
     for command, extra in (("index", ()), ("search", ("--task", "0")), ("score", ("--no-track",))):
         code, output = _step(command, root, out, "--model", "torchscript", *extra)
         assert code == 0, output[-2000:]
@@ -105,10 +111,7 @@ def test_the_step_commands_score_the_same_root_at_any_path_and_refuse_a_changed_
 def test_an_inline_run_checks_no_image_again_after_embedding(embedded, monkeypatch) -> None:
     """`similarity run --runner inline`: the embed step has just taken the digests from this root; the
     index, search and score steps of the same engine do not stat the images again."""
-    checks = []
-    real = origin.check_images
-    monkeypatch.setattr("vsbench.retrieval.engine.check_images",
-                        lambda *args, **kwargs: checks.append(real(*args, **kwargs)) or checks[-1])
+    checks = _count_checks(monkeypatch)
     base = embedded["base"]
     code, output = _invoke("run", "--benchmark", "disc", "--root", str(base / "a"), "--out", str(embedded["out"]),
                            "--model", "torchscript", "--model-options", f'{{"path": "{base / "model.pt"}"}}',
