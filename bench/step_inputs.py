@@ -118,6 +118,8 @@ def main() -> None:
         engine_module.check_images = real
         log(f"round {round_}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in sink.items()))
     medians = {name: statistics.median(values) for name, values in times.items()}
+    print("minimum (contention only adds) / median, seconds: " + ", ".join(
+        f"{name} {min(values):.3f} / {medians[name]:.3f}" for name, values in times.items()))
     print(f"synthetic DISC, {images:,} images ({args.queries} queries, {args.references} references, "
           f"{args.train} training), median of {args.rounds} rounds:")
     print(f"  one check of every shard (a step command's or task's cost): {medians['check'] * 1000:.1f} ms "
