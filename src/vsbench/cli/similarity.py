@@ -51,6 +51,18 @@ MergeOndiskOpt = Annotated[bool, typer.Option(
     help="IVF codecs only: merge the reference shards' inverted lists into one on-disk index "
     "(index --finish), searched once per query shard instead of once per reference shard. Give it to index, "
     "search and score alike.")]
+StepModelOpt = Annotated[str, typer.Option(
+    help="The model the features must come from (checked, with --model-options and --seed where given), and "
+         "recorded; default: the features' own.")]
+StepModelOptionsOpt = Annotated[str, typer.Option(
+    rich_help_panel=MORE, help="JSON: the model options the features must have been embedded with (checked); "
+                               "default: not checked.")]
+StepSeedOpt = Annotated[int | None, typer.Option(
+    min=0, max=2**63 - 1, rich_help_panel=MORE,
+    help="The --seed the features must have been embedded with (checked); default: not checked.")]
+STEP_CHECKS = ("The features under OUT must have been embedded from the images of --root (their digests, as the "
+               "embed step recorded them; an unchanged root costs one stat per image) and, where given, with "
+               "--model, --model-options and --seed: anything else is refused in one line naming both, exit 2.")
 
 
 def _json_option(text: str, name: str) -> dict:
@@ -224,6 +236,17 @@ def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:
     return files
 
 
+def _step_help(command):  # type: ignore[no-untyped-def]
+    """A step command's help says what it checks of the features (one text for the three)."""
+    command.__doc__ = command.__doc__.replace("{checks}", STEP_CHECKS)
+    return command
+
+
+def _asked_options(model_options: str) -> dict | None:
+    """--model-options of a step command: None (not checked) when not given."""
+    return _json_option(model_options, "--model-options") if model_options.strip() else None
+
+
 def _benchmark_run(out: Path, **fields):
     """The benchmark side of a run from a step command's options, checked before the step reads
     anything (:func:`~vsbench.runspec.preflight.step_problems`): every problem a line, exit 2."""
@@ -241,11 +264,12 @@ def _benchmark_run(out: Path, **fields):
 
 
 @similarity_app.command("index")
+@_step_help
 def similarity_index(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
     reference_shards: ReferenceShardsOpt = 1,
-    model: Annotated[str, typer.Option(help="The model the features must come from (checked), and recorded.")] = "",
+    model: StepModelOpt = "", model_options: StepModelOptionsOpt = "", seed: StepSeedOpt = None,
     train: Annotated[bool, typer.Option("--train", help="Only train each codec once (the pipeline's first index task).")] = False,
     fill: Annotated[bool, typer.Option("--fill", help="Only fill reference shard --shard from the embed shards' files.")] = False,
     shard: Annotated[int | None, typer.Option(min=0, help="The reference shard --fill fills (default: none, needed "
@@ -256,7 +280,9 @@ def similarity_index(
     """Build each FAISS index the benchmark searches from the embedding shards under OUT (OUT/index/;
     reused shard by shard when built before for the same features): train each codec once, fill
     each reference shard, write index.json. --train, --fill --shard i and --finish run one of the
-    three, as the pipeline's tasks do (each fill on its own node)."""
+    three, as the pipeline's tasks do (each fill on its own node).
+
+    {checks}"""
     from vsbench.steps.similarity import similarity_index_step
 
     stages = [name for name, chosen in (("train", train), ("fill", fill), ("finish", finish)) if chosen]
@@ -267,7 +293,8 @@ def similarity_index(
     run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, reference_shards=reference_shards, merge_ondisk=merge_ondisk)
     with user_errors():
-        result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard)
+        result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard,
+                                       model_options=_asked_options(model_options), seed=seed)
     for trained in result.manifest.get("trained", []):
         typer.echo(f"{trained['search']}/{trained['codec']}: {'reused' if trained['reused'] else 'trained'}")
     for filled in result.manifest.get("filled", []):
@@ -282,6 +309,7 @@ def similarity_index(
 
 
 @similarity_app.command("search")
+@_step_help
 def similarity_search(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]",
@@ -290,16 +318,19 @@ def similarity_search(
     task: Annotated[list[int] | None, typer.Option(
         help="Search task(s) to run (query shard = task // reference shards, or = task with --merge-ondisk); "
              "default: every task.")] = None,
-    model: Annotated[str, typer.Option(help="The model the features must come from (checked), and recorded.")] = "",
+    model: StepModelOpt = "", model_options: StepModelOptionsOpt = "", seed: StepSeedOpt = None,
 ) -> None:
-    """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept)."""
+    """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept).
+
+    {checks}"""
     from vsbench.retrieval.engine import Engine
     from vsbench.steps.similarity import search_tasks, similarity_search_step
 
     run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
-    engine = Engine(run, out, model=model)  # one read of the benchmark and the features for every task
+    # One read of the benchmark and the features (and one check of them) for every task.
+    engine = Engine(run, out, model=model, model_options=_asked_options(model_options), seed=seed)
     for number in task if task else search_tasks(search_shards, reference_shards, merge_ondisk):
         with user_errors():
             result = similarity_search_step(run, str(out), task=number, model=model, engine=engine)
@@ -310,21 +341,53 @@ def similarity_search(
 
 
 @similarity_app.command("score")
+@_step_help
 def similarity_score(
     benchmark: BenchmarkOpt, root: RootOpt, out: OutOpt, benchmark_options: BenchmarkOptionsOpt = "{}",
     codecs: CodecsOpt = "Flat", k: KOpt = 10, score_norm: ScoreNormOpt = "1.00[0,2]", global_cap: GlobalCapOpt = 0,
     search_shards: SearchShardsOpt = 1, search_params: SearchParamsOpt = "", merge_ondisk: MergeOndiskOpt = False,
-    model: Annotated[str, typer.Option(help="The model the features must come from (checked), and recorded.")] = "",
+    model: StepModelOpt = "", model_options: StepModelOptionsOpt = "", seed: StepSeedOpt = None,
+    experiment: Annotated[str, typer.Option(rich_help_panel=MORE, help="MLflow experiment.")] = "vsbench-similarity",
+    track: TrackOpt = True,
 ) -> None:
-    """Merge the search results under OUT/search/ and print the benchmark's own table."""
+    """Merge the search results under OUT/search/ and print the benchmark's own table; with --track (the
+    default) record it as `similarity run` does, under the model the features were embedded with.
+
+    {checks}"""
+    import time
+
+    from vsbench.retrieval.engine import Engine
     from vsbench.steps.similarity import similarity_score_step
 
     run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, global_cap=global_cap, search_shards=search_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
+    started = time.time()
+    engine = Engine(run, out, model=model, model_options=_asked_options(model_options), seed=seed)
     with user_errors():
-        result = similarity_score_step(run, str(out), model=model)
+        result = similarity_score_step(run, str(out), model=model, engine=engine)
+        embedded = engine.embedding()
     _print_similarity_table(out, result.manifest)
+    if track:
+        _record_score(run, root, out, result.manifest, embedded, experiment=experiment, started=started)
+
+
+def _record_score(run, root: Path, out: Path, manifest: dict, embedded: dict, *, experiment: str,
+                  started: float) -> None:
+    """`similarity score`'s MLflow run: `similarity run`'s record (params, the evaluations, metrics.json,
+    the table and plots), its model the one the features were embedded with."""
+    from vsbench.runspec.run import SimilarityRun
+    from vsbench.tracking.command import BUNDLE_NAME, record_command_run
+    from vsbench.tracking.provenance import data_tags
+
+    with user_errors():
+        spec = SimilarityRun.parse(**run.model_dump(), model=embedded["model"],
+                                   model_options=embedded["options"] or {}, seed=embedded["seed"])
+    tags = {**data_tags(root.resolve()), **_baseline_tag(spec)}
+    record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity",
+                       params=_parent_params(spec), metrics={}, tags=tags,
+                       artifacts=_similarity_artifacts(out, manifest), started=started, kept=out / "metrics.json",
+                       announce=typer.echo, evaluations=_evaluations(spec, out, manifest, tags), title=_title(spec))
 
 
 TABLE_ROWS = 20  # the benchmark's CSV is printed when it has at most this many rows (docs/plugins.md)

@@ -42,7 +42,8 @@ from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
 from vsbench.retrieval.embed import embed_image_set
-from vsbench.retrieval.shards import open_embeddings
+from vsbench.retrieval.origin import check_images, recorded_images
+from vsbench.retrieval.shards import embedding_identity, open_embeddings, shard_stem
 from vsbench.runspec.run import BenchmarkRun
 
 FEATURES_DIR = "features"
@@ -55,18 +56,28 @@ INDEX_STAGES = ("all", "train", "fill", "finish")
 class Engine:
     """One run's benchmark, features and searches, each loaded once in this process."""
 
-    def __init__(self, run: BenchmarkRun, out: Path, *, model: str = "", bench: Benchmark | None = None) -> None:
+    def __init__(self, run: BenchmarkRun, out: Path, *, model: str = "", bench: Benchmark | None = None,
+                 model_options: dict[str, Any] | None = None, seed: int | None = None) -> None:
         if bench is not None:  # read already (the run's checks before any work): not read twice
             self.__dict__["bench"] = bench
         self.run = run
         self.out = Path(out)
         # The model the features must come from: the run's own (a SimilarityRun), or the one a
-        # pipeline step names (index, search and score take a BenchmarkRun and the model's name).
+        # pipeline step names (index, search and score take a BenchmarkRun and the model's name,
+        # and the step commands its options and seed where given: None is not checked).
         self.model = getattr(run, "model", "") or model
         self.model_options: dict[str, Any] | None = getattr(run, "model_options", None)
+        if self.model_options is None:
+            self.model_options = model_options
+        self.seed: int | None = getattr(run, "seed", None)
+        if self.seed is None:
+            self.seed = seed
         self.settings = run.settings()
         self._features: dict[str, FeatureSet] | None = None
         self._networks: dict[str, Any] = {}  # the embedding network, built (and compiled) once per run
+        # Shard stem -> the image digest its manifest records, known to be this run's --root's: embedded
+        # from it by this engine, or checked against it (vsbench.retrieval.origin): checked once per process.
+        self._root_checked: dict[str, str] = {}
 
     @cached_property
     def bench(self) -> Benchmark:
@@ -80,9 +91,18 @@ class Engine:
         read), opened once. No step merges them into one file: a fill task reads its reference
         shard's rows, a search task its queries, and the gallery passes whole through none."""
         if self._features is None:
-            self._features = open_embeddings(self.out / FEATURES_DIR, list(self.bench.image_sets()), model=self.model,
-                                             model_options=self.model_options)
+            sets = self.bench.image_sets()
+            features = open_embeddings(self.out / FEATURES_DIR, list(sets), model=self.model,
+                                       model_options=self.model_options, seed=self.seed)
+            # Embedded from the images of the --root this step was given (issue 46), not another's.
+            check_images(self.out / FEATURES_DIR, sets, self.run.root, checked=self._root_checked)
+            self._features = features
         return self._features
+
+    def embedding(self) -> dict[str, Any]:
+        """What the features under ``out`` were embedded with (:func:`~vsbench.retrieval.shards.embedding_identity`
+        of the first image set; :attr:`features` checks that every set agrees)."""
+        return embedding_identity(self.out / FEATURES_DIR, next(iter(self.bench.image_sets())))
 
     @cached_property
     def requests(self) -> list[SearchRequest]:
@@ -114,8 +134,11 @@ class Engine:
             written[set_name] = str(path)
         self._features = None  # opened again by the next step
         manifests = {name: Path(path).with_suffix(".json") for name, path in written.items()}
-        failed = [(name, failure) for name, manifest in manifests.items()
-                  for failure in read_json(manifest).get("failed") or []]
+        records = {name: read_json(manifest) for name, manifest in manifests.items()}
+        for name, record in records.items():  # its digests were just taken from this root: not taken again
+            if (digest := recorded_images(record)) is not None:
+                self._root_checked[shard_stem(name, shard, num_shards)] = digest
+        failed = [(name, failure) for name, record in records.items() for failure in record.get("failed") or []]
         if failed:
             raise UnreadableImages(self.run.benchmark, failed, sets, sorted({manifests[name] for name, _ in failed}))
         return written

@@ -53,7 +53,7 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) else None
 
 
-def _complete_shards(out_dir: Path, set_name: str) -> list[dict[str, Any]]:
+def complete_shards(out_dir: Path, set_name: str) -> list[dict[str, Any]]:
     """The manifests of shards 0..n-1 of ``set_name``, in order; a missing or incomplete shard,
     shards from runs with different shard counts, or shards from different models are errors."""
     out_dir = Path(out_dir)
@@ -116,12 +116,13 @@ _DECODED = {"device": "on the device (batched)", "pillow": "by Pillow"}
 
 
 def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
-                    model_options: dict[str, Any] | None = None) -> dict[str, FeatureSet]:
+                    model_options: dict[str, Any] | None = None, seed: int | None = None) -> dict[str, FeatureSet]:
     """Every set's features (:func:`open_shards`), refused in one line unless all of them, shard by
     shard, were embedded by one model (name, options, seed, AMP, the files its options name,
-    library versions) and, when given, by ``model`` with ``model_options``: queries of one model
-    searched among references of another (two runs writing one folder) would score a number no
-    run computed (issue 37)."""
+    library versions) and, when given, by ``model`` with ``model_options`` and ``seed``: queries of
+    one model searched among references of another (two runs writing one folder) would score a
+    number no run computed (issue 37), and features of another model than the step asks for (issue
+    46) a number of that model under this one's name."""
     out_dir = Path(out_dir)
     opened = {name: _open_shards(out_dir, name) for name in set_names}
     identities = [(f"{name} shard {i}", _embedding_identity(manifest))
@@ -141,13 +142,7 @@ def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
                 f"{first['model']} {json.dumps(first['options'])}); two runs wrote this folder: re-run the embed "
                 "step for this run, or use a folder of its own")
     if identities:
-        identity = first
-        wanted = json.loads(json.dumps(model_options, sort_keys=True, default=str)) if model_options is not None else None
-        if (model and identity["model"] != model) or (wanted is not None and identity["options"] != wanted):
-            raise FeatureError(
-                f"{out_dir}: the features were embedded with {identity['model']} {json.dumps(identity['options'])}, "
-                f"this run asks for {model or identity['model']} "
-                f"{json.dumps(wanted) if wanted is not None else ''}: re-run the embed step into this folder")
+        _check_asked(out_dir, first, model, model_options, seed)
     failed = [(name, failure) for name, (_, manifests) in opened.items() for manifest in manifests
               for failure in manifest.get("failed") or [] if isinstance(failure, dict)]
     if failed:  # every benchmark scores every image it lists (Engine.embed_shard): named, not "no features"
@@ -155,6 +150,34 @@ def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
         raise FeatureError(f"{out_dir}: {len(failed)} image(s) could not be embedded ({shown}); fix or replace "
                            "those files and run the embed step again")
     return {name: features for name, (features, _) in opened.items()}
+
+
+def embedding_identity(out_dir: Path, set_name: str) -> dict[str, Any]:
+    """What the features of ``set_name`` were embedded with (model, options, seed, ...): what a step that
+    was not told the model records (``similarity score --track``)."""
+    return _embedding_identity(complete_shards(Path(out_dir), set_name)[0])
+
+
+def _check_asked(out_dir: Path, identity: dict[str, Any], model: str, model_options: dict[str, Any] | None,
+                 seed: int | None) -> None:
+    """Refuse features whose model, options or seed are not the ones asked for (each only when given),
+    in one line naming both and the two fixes."""
+    wanted = json.loads(json.dumps(model_options, sort_keys=True, default=str)) if model_options is not None else None
+    differ = [what for what, asked, got in (("model", model or None, identity["model"]),
+                                            ("options", wanted, identity["options"]), ("seed", seed, identity["seed"]))
+              if asked is not None and asked != got]
+    if not differ:
+        return
+    asked = {"model": model or identity["model"], "options": identity["options"] if wanted is None else wanted,
+             "seed": identity["seed"] if seed is None else seed}
+
+    def said(spec: dict[str, Any]) -> str:
+        return f"{spec['model']} {json.dumps(spec['options'], sort_keys=True)} seed {spec['seed']}"
+
+    raise FeatureError(
+        f"{out_dir}: the features were embedded with {said(identity)}, this step asks for {said(asked)} "
+        f"({', '.join(differ)} {'differ' if len(differ) > 1 else 'differs'}): re-run the embed step with those into this folder, or use the --out of a "
+        "run that embedded with them")
 
 
 def _open_shards(out_dir: Path, set_name: str) -> tuple[FeatureSet, list[dict[str, Any]]]:
@@ -167,7 +190,7 @@ def _open_shards(out_dir: Path, set_name: str) -> tuple[FeatureSet, list[dict[st
     against its manifest before its rows are first read (once per file version: the folder's
     ``.verified.json``), so a shard changed after the embed step is named, never read."""
     out_dir = Path(out_dir)
-    manifests = _complete_shards(out_dir, set_name)
+    manifests = complete_shards(out_dir, set_name)
     ids, parts, sources = [], [], []
     for manifest in manifests:
         shard_file = out_dir / manifest["features"]
@@ -198,7 +221,7 @@ def merge_shards(out_dir: Path, set_name: str) -> FeatureSet:
     summary manifest ``<set_name>.json``); a missing or incomplete shard, shards from runs with
     different shard counts, or shards from different models are errors."""
     out_dir = Path(out_dir)
-    manifests = _complete_shards(out_dir, set_name)
+    manifests = complete_shards(out_dir, set_name)
     num_shards = len(manifests)
     for manifest in manifests:  # what the embed step vouched for, not what lies there now
         shard_file = out_dir / manifest["features"]

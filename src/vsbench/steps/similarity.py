@@ -114,10 +114,13 @@ def fill_tasks(reference_shards: int) -> list[int]:
 def similarity_index_step(
     run: BenchmarkRun, out: str, *, model: str = "", parent_run_id: str = "", manifest_path: str | None = None,
     engine: Engine | None = None, stage: str = "all", shard: int | None = None,
+    model_options: dict[str, Any] | None = None, seed: int | None = None,
 ) -> StepResult:
     """Build (or reuse) each FAISS index, its references in ``run.reference_shards``; ``stage``
-    ``train``, ``fill`` (with ``shard``) or ``finish`` runs one of its tasks, ``all`` the three."""
-    engine = engine or Engine(run, Path(out), model=model)
+    ``train``, ``fill`` (with ``shard``) or ``finish`` runs one of its tasks, ``all`` the three.
+    The features must come from ``run.root``'s images and from ``model`` (with ``model_options`` and
+    ``seed`` where given): :class:`~vsbench.retrieval.engine.Engine` checks both before using them."""
+    engine = engine or Engine(run, Path(out), model=model, model_options=model_options, seed=seed)
     params = {**_search_params(run, model), "reference_shards": run.reference_shards, "stage": stage,
               "merge_ondisk": run.merge_ondisk}
     name = f"index-{run.benchmark}" + ("" if stage == "all" else f"-{stage}") + ("" if shard is None else f"-{shard}")
@@ -144,10 +147,12 @@ def similarity_index_step(
 
 def similarity_search_step(
     run: BenchmarkRun, out: str, *, task: int = 0, model: str = "", parent_run_id: str = "",
-    manifest_path: str | None = None, engine: Engine | None = None,
+    manifest_path: str | None = None, engine: Engine | None = None, model_options: dict[str, Any] | None = None,
+    seed: int | None = None,
 ) -> StepResult:
-    """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``."""
-    engine = engine or Engine(run, Path(out), model=model)
+    """One search task: query shard ``task // reference_shards`` in reference shard ``task % reference_shards``
+    (the features checked as :func:`similarity_index_step` says)."""
+    engine = engine or Engine(run, Path(out), model=model, model_options=model_options, seed=seed)
     params = {**_search_params(run, model), "task": task, "search_shards": run.search_shards,
               "reference_shards": run.reference_shards, "search_params": run.search_params or "-",
               "merge_ondisk": run.merge_ondisk}
@@ -161,12 +166,13 @@ def similarity_search_step(
 
 def similarity_score_step(
     run: BenchmarkRun, out: str, *, model: str = "", parent_run_id: str = "", manifest_path: str | None = None,
-    engine: Engine | None = None,
+    engine: Engine | None = None, model_options: dict[str, Any] | None = None, seed: int | None = None,
 ) -> StepResult:
-    """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts."""
+    """Merge the search tasks' results, score; the original table and plots go to MLflow as artifacts
+    (the features checked as :func:`similarity_index_step` says)."""
     from vsbench.reporting import plots
 
-    engine = engine or Engine(run, Path(out), model=model)
+    engine = engine or Engine(run, Path(out), model=model, model_options=model_options, seed=seed)
     params = {**_search_params(run, model), "global_cap": run.global_cap or "none",
               "search_shards": run.search_shards, "search_params": run.search_params or "-"}
     started = time.perf_counter()

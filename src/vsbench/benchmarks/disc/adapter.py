@@ -228,15 +228,23 @@ def load_disc(
     """
     root = Path(root)
 
-    def image_set(folder_name: str, list_name: str | None, what: str) -> tuple[ImageSet, ImageSet]:
-        """(every image of the folder, the images to use)."""
+    def image_set(folder_name: str, list_name: str | None, what: str, option: str) -> tuple[ImageSet, ImageSet]:
+        """(every image of the folder, the images to use); a list file that is not there is named as
+        the benchmark option that names it (``option``), not only as a path."""
         folder = safe_join(root, folder_name)
         images = list_images(folder, what)
-        return images, images if list_name is None else restrict_to_list(images, safe_join(root, list_name), folder)
+        if list_name is None:
+            return images, images
+        list_file = safe_join(root, list_name)
+        if not list_file.exists():
+            raise InputError(list_file, f"no such file: the benchmark option {option} (--benchmark-options) "
+                                        f"names it, relative to the data folder {root}; give a list file there (one "
+                                        f"id a line), or leave {option} out")
+        return images, restrict_to_list(images, list_file, folder)
 
-    all_queries, queries = image_set(query_dir, query_list, "queries")
-    _, references = image_set(reference_dir, reference_list, "references")
-    train = None if train_dir is None else image_set(train_dir, train_list, "training images")[1]
+    all_queries, queries = image_set(query_dir, query_list, "queries", "query_list")
+    _, references = image_set(reference_dir, reference_list, "references", "reference_list")
+    train = None if train_dir is None else image_set(train_dir, train_list, "training images", "train_list")[1]
     gt_path = safe_join(root, ground_truth)
     truth = read_copy_detection_ground_truth(gt_path)
     # Rows of queries left out by the query list go; queries with no image at all stay, as in SSCD.
