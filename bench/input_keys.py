@@ -13,10 +13,15 @@ round times, taking turns so that a shared machine's load falls on all alike:
   shared, so with the cache on (the default) this is not an extra cost; with it off it is one read
   of each file, set here against the embed step's own time for the same images at
   ``--images-per-second`` (default 2,166/s, the H100's steady end-to-end rate of issue 40: the
-  fastest step there is; on a CPU the step is ~10-100x slower and the share smaller still).
+  fastest step there is; on a CPU the step is ~10-100x slower and the share smaller still);
+* **keep (full)**: the keep check of a re-run under ``--verify-inputs full`` (issue 46): every
+  image hashed again whatever its stat record, page cache warm;
+* **keep (full, cold)**: the same after each file's pages were dropped from the page cache
+  (``posix_fadvise(DONTNEED)``, not timed: no root needed), so every byte comes from the disk,
+  as on a night whose data was not read since the last one.
 
-Prints medians and ratios; ``--json`` writes them. Page cache warm (the second of two runs is the
-case that matters: the files were just read or written).
+Prints medians and ratios; ``--json`` writes them. Page cache warm except for the cold column (the
+second of two runs is the case that matters: the files were just read or written).
 
     python bench/input_keys.py [--images 100000] [--kb 50] [--rounds 3]
 """
@@ -55,6 +60,17 @@ def _files(folder: Path, count: int, kb: int) -> list[Path]:
     marker.write_text("ok")
     time.sleep(embed_racy_s())
     return paths
+
+
+def _drop_from_page_cache(paths: list[Path]) -> None:
+    """Evict the files' (clean) pages, so the next read comes from the disk."""
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def embed_racy_s() -> float:
@@ -103,15 +119,26 @@ def main() -> None:
         assert embed._is_complete(features_path, manifest_path, embed._resume_key("m", {}, ids, True, 0, now), ids) is None
         memo.save()
 
+    def keep_full() -> None:
+        atomic_write_json(manifest_path, {**manifest, "key": new_key})
+        memo = DigestMemo(memo_path, trust_stat=False)
+        now, _ = embed.input_key(paths, ids, {}, memo, threads=args.threads)
+        assert memo.hashed == len(paths)
+        assert embed._is_complete(features_path, manifest_path, embed._resume_key("m", {}, ids, True, 0, now), ids) is None
+        memo.save()
+
     def first_key() -> None:
         memo = DigestMemo(None)
         embed.input_key(paths, ids, {}, memo, threads=args.threads)
         assert memo.hashed == len(paths)
 
-    methods = {"keep (before)": keep_before, "keep (now)": keep_now, "first run's key": first_key}
+    methods = {"keep (before)": keep_before, "keep (now)": keep_now, "first run's key": first_key,
+               "keep (full)": keep_full, "keep (full, cold)": keep_full}
     times: dict[str, list[float]] = {name: [] for name in methods}
     for round_ in range(args.rounds):
         for name, method in methods.items():
+            if "cold" in name:
+                _drop_from_page_cache(paths)
             started = time.perf_counter()
             method()
             times[name].append(time.perf_counter() - started)
@@ -127,6 +154,11 @@ def main() -> None:
         print(f"{name:<22}{value:>10.3f}")
     print(f"keep: now / before = {median['keep (now)'] / median['keep (before)']:.2f}x "
           f"(+{median['keep (now)'] - median['keep (before)']:.3f} s)")
+    print(f"keep: full / now = {median['keep (full)'] / median['keep (now)']:.1f}x warm "
+          f"(+{median['keep (full)'] - median['keep (now)']:.2f} s), "
+          f"{median['keep (full, cold)'] / median['keep (now)']:.1f}x cold "
+          f"(+{median['keep (full, cold)'] - median['keep (now)']:.2f} s; "
+          f"{args.images * args.kb / 1024 / median['keep (full, cold)']:.0f} MB/s)")
     print(f"first run's key vs the embed step at {args.images_per_second:,.0f} images/s ({step:.1f} s): "
           f"{100 * median[first] / step:.1f}% (0% with the embedding cache on: it hashes them anyway)")
     if args.json:

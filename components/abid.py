@@ -71,13 +71,16 @@ def abid_prepare(
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
 def abid_resize(
     data_root: str, size: int, decode: str, workers: int, shard: int, num_shards: int, experiment: str,
-    kfp_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
+    kfp_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics], verify_inputs: str = "",
 ):
     """Resize shard ``shard`` of the bin images into ``<data_root>/bin-images-resize`` (inside a
     ParallelFor: the MLflow parent is found by the KFP run id). ``decode``: full (the challenge's
     pixels, the pipeline's default), fast or draft (``vsbench abid resize --decode``)."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.steps.abid import abid_resize_step
     from vsbench.tracking.runs import parent_run_for
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     parent_run_id = parent_run_for(experiment, kfp_run_id)
     result = abid_resize_step(f"{data_root}/raw", f"{data_root}/bin-images-resize", size=size, decode=decode,
@@ -91,7 +94,7 @@ def abid_resize(
 def abid_train_counting(
     data_root: str, profile: str, overrides_json: str, seed: int, device: str, parent_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics], backend: str = "pod", nodes: int = 2,
-    gpus_per_node: int = 1,
+    gpus_per_node: int = 1, verify_inputs: str = "",
 ):
     """Train the ResNet-34 counting baseline (resumable); writes runs/counting/counting_result.txt.
 
@@ -100,8 +103,11 @@ def abid_train_counting(
     here, and fails when it fails; its rank 0 logs under the parent run. On a Training Operator v1
     cluster, the PyTorchJob of k8s/training writes the same runs/counting, and this step (same
     profile and seed) then finds the finished checkpoints and only predicts, exports and logs."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import json_object
     from vsbench.steps.abid import abid_train_step
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     result = abid_train_step("counting", f"{data_root}/tasks", f"{data_root}/bin-images-resize",
                              f"{data_root}/runs/counting", backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
@@ -116,13 +122,16 @@ def abid_train_counting(
 def abid_train_siamese(
     data_root: str, profile: str, overrides_json: str, seed: int, device: str, parent_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics], backend: str = "pod", nodes: int = 2,
-    gpus_per_node: int = 1,
+    gpus_per_node: int = 1, verify_inputs: str = "",
 ):
     """Train the siamese verification baseline (resumable); writes runs/siamese/obj_verification_result.txt.
 
     Several GPUs or nodes: backend "trainjob", as for counting."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import json_object
     from vsbench.steps.abid import abid_train_step
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     result = abid_train_step("siamese", f"{data_root}/tasks", f"{data_root}/bin-images-resize",
                              f"{data_root}/runs/siamese", backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,

@@ -20,7 +20,7 @@ def embed_shard(
     benchmark: str, root: str, out: str, model: str, shard: int, num_shards: int, benchmark_options: str,
     model_options: str, batch_size: int, device: str, experiment: str, kfp_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics], seed: int = 0, compile: str = "auto",
-    decode: str = "auto",
+    decode: str = "auto", verify_inputs: str = "",
 ):
     """Embed shard ``shard`` of every image set of ``benchmark`` with ``model`` (resumable);
     ``seed`` draws ``{"weights": "random"}`` (0 when a caller gives none, as before it existed);
@@ -29,9 +29,12 @@ def embed_shard(
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.runs.parent_run_for``) rather than taking it from the opening task."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import SimilarityRun
     from vsbench.steps.similarity import similarity_embed_step
     from vsbench.tracking.runs import parent_run_for
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     run = SimilarityRun.parse(benchmark=benchmark, root=root, model=model, num_shards=num_shards,
                         benchmark_options=benchmark_options, model_options=model_options, seed=seed)
@@ -56,14 +59,17 @@ def search_tasks(search_shards: int, reference_shards: int, merge_ondisk: bool =
 def index(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
-    stage: str = "all", merge_ondisk: bool = False,
+    stage: str = "all", merge_ondisk: bool = False, verify_inputs: str = "",
 ):
     """The index step under ``out/index``: ``train`` trains each codec once (faiss-gpu when present)
     and writes it trained and empty, for the fill tasks; ``all`` trains, fills every one of
     ``reference_shards`` shards and finishes in this one task (``merge_ondisk``: IVF shards merged
     into one on-disk index). Everything is reused when built before for the same inputs."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        reference_shards=reference_shards, benchmark_options=benchmark_options,
@@ -78,15 +84,18 @@ def index(
 def index_finish(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
-    merge_ondisk: bool = False,
+    merge_ondisk: bool = False, verify_inputs: str = "",
 ):
     """The index step's last task: check that every reference shard was filled from this trained
     codec and these features, then write ``index.json`` (what the searches read). Reads only the
     shards' records and the training rows: a small task. With ``merge_ondisk`` (IVF codecs) it
     first merges the shards' inverted lists into one on-disk index, reading each shard mapped, list
     by list: its memory stays small, its disk writes are the gallery's codes once."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        reference_shards=reference_shards, benchmark_options=benchmark_options,
@@ -101,16 +110,19 @@ def index_finish(
 def index_fill(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     shard: int, benchmark_options: str, experiment: str, kfp_run_id: str, manifest: Output[Artifact],
-    metrics: Output[Metrics],
+    metrics: Output[Metrics], verify_inputs: str = "",
 ):
     """Fill reference shard ``shard`` of every codec's trained index, reading only its rows, in place,
     from the embed step's shard files (its memory grows with the shard, not the gallery); a shard
     already filled from the same trained codec and rows is kept.
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
     from vsbench.tracking.runs import parent_run_for
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        reference_shards=reference_shards, benchmark_options=benchmark_options)
@@ -124,15 +136,18 @@ def index_fill(
 def search(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, search_params: str,
     task: int, search_shards: int, reference_shards: int, benchmark_options: str, experiment: str, kfp_run_id: str,
-    manifest: Output[Artifact], metrics: Output[Metrics], merge_ondisk: bool = False,
+    manifest: Output[Artifact], metrics: Output[Metrics], merge_ondisk: bool = False, verify_inputs: str = "",
 ):
     """Search task ``task``: one query shard in one reference shard of every index, or with
     ``merge_ondisk`` in the merged on-disk index (resumable).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_search_step
     from vsbench.tracking.runs import parent_run_for
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        search_params=search_params, search_shards=search_shards, reference_shards=reference_shards,
@@ -147,11 +162,14 @@ def search(
 def score(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, global_cap: int, score_norm: str,
     search_params: str, search_shards: int, benchmark_options: str, parent_run_id: str, manifest: Output[Artifact],
-    metrics: Output[Metrics], merge_ondisk: bool = False,
+    metrics: Output[Metrics], merge_ondisk: bool = False, verify_inputs: str = "",
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
+    from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_score_step
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, global_cap=global_cap,
                        score_norm=score_norm, search_params=search_params, search_shards=search_shards,

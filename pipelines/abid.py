@@ -48,6 +48,7 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
         train_nodes: int = 2,
         train_gpus_per_node: int = 1,
         device: str = "auto",
+        verify_inputs: str = "stat",
         experiment: str = "vsbench-abid",
         params_json: str = "{}",
     ):
@@ -68,11 +69,12 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
             with dsl.ParallelFor(shards.output) as shard:
                 resize = abid_resize(data_root=data_root, size=size, decode=resize_decode, workers=workers,
                                      shard=shard, num_shards=num_shards, experiment=experiment,
-                                     kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER).after(download)
+                                     kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                                     verify_inputs=verify_inputs).after(download)
                 apply(resize, "cpu", cluster, RETRIES["resize"])
             training = {"profile": train_profile, "overrides_json": train_overrides, "seed": seed, "device": device,
                         "parent_run_id": parent, "backend": train_backend, "nodes": train_nodes,
-                        "gpus_per_node": train_gpus_per_node}
+                        "gpus_per_node": train_gpus_per_node, "verify_inputs": verify_inputs}
             counting = abid_train_counting(data_root=data_root, **training).after(prepare, resize)
             siamese = abid_train_siamese(data_root=data_root, **training).after(counting)
             # After counting: a profile may start the siamese trunk from the counting network.

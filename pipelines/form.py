@@ -146,6 +146,10 @@ PARAMETERS: dict[str, str] = {
     "decode": "Where the embedding step decodes JPEGs: auto (batched on the GPU with nvJPEG when the pod has one, "
               "else Pillow in the loader's workers), gpu or cpu (Pillow; docs/fidelity.md bounds the difference). "
               "Example: auto.",
+    "verify_inputs": "How each step checks that an input is the one its reused work was made from: stat (an input "
+                     "whose device, inode, size, mtime and ctime are the ones remembered is not read again) or full "
+                     "(every input hashed again: for a volume edited offline, restored block by block, or a network "
+                     "filesystem that caches attributes; docs/reliability.md). Example: stat.",
     "report_last": "How many recent runs the nightly comparison report covers. Example: 30.",
 }
 

@@ -20,6 +20,11 @@ from vsbench.platform.cluster import RETRIES, ClusterSettings, apply
 from vsbench.runspec.suite import Suite
 
 PIPELINE_NAME = "vsbench-nightly"
+# The nightly's default check of its inputs (the verify_inputs parameter): stat. A full check reads
+# every image of the suite again (hundreds of GB for the DISC entries), many times an unchanged
+# night's run: bench/README.md (`input_keys.py`) has the figures and the rule; docs/pipelines.md
+# schedules a weekly full night beside it.
+NIGHTLY_VERIFY_INPUTS = "stat"
 
 
 def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite | None = None):
@@ -30,6 +35,7 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
         device: str = "auto",
         batch_size: int = 64,
         report_last: int = 30,
+        verify_inputs: str = NIGHTLY_VERIFY_INPUTS,
         params_json: str = json.dumps({"suite": [entry.name for entry in suite.entries]}),
     ):
         # Every suite entry is compiled in; the form's texts: pipelines/form.py.
@@ -47,7 +53,8 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                                            shard=shard, num_shards=entry.num_shards,
                                            benchmark_options=benchmark_options, model_options=model_options,
                                            batch_size=batch_size, device=device, experiment=experiment,
-                                           kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, seed=entry.seed).after(opened)
+                                           kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, seed=entry.seed,
+                                           verify_inputs=verify_inputs).after(opened)
                     embedded.set_display_name(f"embed {entry.name}").set_caching_options(False)
                     apply(embedded, "gpu", cluster, RETRIES["embed"])
                 scored = search_and_score(
@@ -56,7 +63,7 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                     search_params=entry.search_params,
                     search_shards=entry.search_shards, reference_shards=entry.reference_shards,
                     benchmark_options=benchmark_options, experiment=experiment, parent_run_id=parent, after=embedded,
-                    cluster=cluster, label=entry.name)
+                    cluster=cluster, label=entry.name, verify_inputs=verify_inputs)
                 scored_tasks.append(scored)
             check = regression_check(experiment=experiment, parent_run_id=parent, threshold=suite.regression.threshold,
                                      relative=suite.regression.relative,

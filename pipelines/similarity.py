@@ -33,14 +33,14 @@ DESCRIPTION = ("One benchmark x one model: embed the images (sharded), index wit
 
 def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_params, search_shards,
                      reference_shards, benchmark_options, experiment, parent_run_id, after,
-                     cluster: ClusterSettings | None, label: str = "", merge_ondisk=False):
+                     cluster: ClusterSettings | None, label: str = "", merge_ondisk=False, verify_inputs=""):
     """index-train -> ParallelFor(index-fill) -> index-finish -> search-tasks -> ParallelFor(search) -> score
     after ``after``, inside a pipeline function (the similarity and the nightly pipelines both use it);
     returns the score task. ``merge_ondisk`` (IVF codecs): index-finish merges the reference shards into
     one on-disk index and each query shard is searched once in it (search_shards tasks, not x reference_shards)."""
     suffix = f" {label}" if label else ""
     common = dict(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, score_norm=score_norm,
-                  reference_shards=reference_shards, benchmark_options=benchmark_options)
+                  reference_shards=reference_shards, benchmark_options=benchmark_options, verify_inputs=verify_inputs)
     trained = index(**common, parent_run_id=parent_run_id, stage="train").after(after)
     fills = shard_list(num_shards=reference_shards).after(trained)
     with dsl.ParallelFor(fills.output) as shard:
@@ -53,12 +53,13 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
         searched = search(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
                           score_norm=score_norm, search_params=search_params, task=task, search_shards=search_shards,
                           reference_shards=reference_shards, benchmark_options=benchmark_options,
-                          experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, merge_ondisk=merge_ondisk)
+                          experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, merge_ondisk=merge_ondisk,
+                          verify_inputs=verify_inputs)
         searched.set_caching_options(False)  # keeps finished results on its own
     scored = score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, global_cap=global_cap,
                    score_norm=score_norm, search_params=search_params, search_shards=search_shards,
                    benchmark_options=benchmark_options, merge_ondisk=merge_ondisk,
-                   parent_run_id=parent_run_id).after(searched)
+                   parent_run_id=parent_run_id, verify_inputs=verify_inputs).after(searched)
     # Caching off: each step reuses what it built before for the same inputs on its own.
     for task_, name, role, retries in ((trained, "index-train", "gpu", RETRIES["index"]),
                                        (fills, "index-fills", "light", 0), (filled, "index-fill", "fill", RETRIES["fill"]),
@@ -94,6 +95,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         decode: str = "auto",
         seed: int = 0,
         compile: str = "auto",
+        verify_inputs: str = "stat",
         experiment: str = "vsbench-similarity",
         params_json: str = "{}",
     ):
@@ -106,7 +108,8 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                                        num_shards=num_shards, benchmark_options=benchmark_options,
                                        model_options=model_options, batch_size=batch_size, device=device,
                                        experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                                       seed=seed, compile=compile, decode=decode).after(opened)
+                                       seed=seed, compile=compile, decode=decode,
+                                       verify_inputs=verify_inputs).after(opened)
                 embedded.set_caching_options(False)  # resumable on its own: complete shards are skipped
                 apply(embedded, "gpu", cluster, RETRIES["embed"])
             search_and_score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k,
@@ -114,7 +117,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                              search_shards=search_shards,
                              reference_shards=reference_shards, benchmark_options=benchmark_options,
                              experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster,
-                             merge_ondisk=merge_ondisk)
+                             merge_ondisk=merge_ondisk, verify_inputs=verify_inputs)
             apply(shards, "light", cluster)
 
     describe(DESCRIPTION, similarity_pipeline,

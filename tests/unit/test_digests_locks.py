@@ -18,7 +18,7 @@ import pytest
 
 from tests.digest_files import old_file
 from vsbench.io import locks
-from vsbench.io.digests import DigestMemo, combine, path_digest
+from vsbench.io.digests import MEMO_VERSION, DigestMemo, combine, path_digest
 from vsbench.io.locks import OutputBusy, output_lock, step_lock
 
 
@@ -86,8 +86,8 @@ def test_a_forged_memo_entry_for_another_stat_is_not_believed(tmp_path: Path, se
     image = old_file(tmp_path / "a.jpg", b"a")
     stat = image.stat()
     for ctime in (stat.st_ctime_ns - 1, stat.st_ctime_ns):
-        forged = [stat.st_ino, stat.st_size, stat.st_mtime_ns, ctime]
-        (tmp_path / "memo.json").write_text(json.dumps({"version": 2, "names": [str(image)], "stats": [forged],
+        forged = [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, ctime]
+        (tmp_path / "memo.json").write_text(json.dumps({"version": MEMO_VERSION, "names": [str(image)], "stats": [forged],
                                                         "digests": ["0" * 64]}))
         memo = DigestMemo(tmp_path / "memo.json")
         # another stat: hashed; the very stat: believed (the memo is the run's own, beside its outputs)

@@ -24,7 +24,7 @@ from vsbench.io.digests import DigestMemo, combine, path_digest
 def _memo_text(image: Path, *, digest: object = "0" * 64, names: object = None, stats: object = None,
                digests_: object = None) -> str:
     stat = image.stat()
-    record = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    record = list(digests.stat_record(stat))
     return json.dumps({"version": digests.MEMO_VERSION,
                        "names": names if names is not None else [str(image)],
                        "stats": stats if stats is not None else [record],
@@ -48,12 +48,12 @@ def test_a_memo_whose_lists_do_not_line_up_is_no_memo(tmp_path: Path, settled: N
 
 
 @pytest.mark.parametrize("entry", ["digest not a string", "name not a string", "stat not a list",
-                                   "stat of three numbers"])
+                                   "stat of four numbers"])
 def test_a_malformed_memo_entry_is_dropped_alone(tmp_path: Path, settled: None, entry: str) -> None:
     good, bad = old_file(tmp_path / "good.jpg", b"g"), old_file(tmp_path / "bad.jpg", b"b")
     forged = json.loads(_memo_text(good))
     stat = bad.stat()
-    record: object = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    record: object = list(digests.stat_record(stat))
     name: object = str(bad)
     digest: object = "0" * 64
     if entry == "digest not a string":
@@ -63,7 +63,7 @@ def test_a_malformed_memo_entry_is_dropped_alone(tmp_path: Path, settled: None, 
     elif entry == "stat not a list":
         record = "1 2 3 4"
     else:
-        record = record[:3]  # type: ignore[index]
+        record = record[:4]  # type: ignore[index]  # the record of issue 37: no device
     forged["names"].append(name)
     forged["stats"].append(record)
     forged["digests"].append(digest)

@@ -216,3 +216,51 @@ def test_shards_share_their_folder_and_an_unsharded_run_waits_for_none(data, tmp
             _run(data, out)
     with held_elsewhere(output_lock(out)), pytest.raises(OutputBusy):  # a whole run holds it: no shard goes in
         resize_abid(data, out, size=SIZE, workers=1, progress=False, shard=1, num_shards=2)
+
+
+def test_verify_inputs_full_reads_every_source_and_resizes_one_whose_record_lies(data, tmp_path, monkeypatch):
+    """Issue 46: a source rewritten below the VFS keeps its stat record; a full check reads it anyway."""
+    images, out = data / "bin-images", tmp_path / "out"
+    old, new = _same_size_pair(4, 44)
+    (images / "4.jpg").write_bytes(old)
+    _run(data, out)
+    before, real_stat, name = os.stat(images / "4.jpg"), os.stat, str(images / "4.jpg")
+    (images / "4.jpg").write_bytes(new)
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: before if os.fspath(path) == name else real_stat(path, *a, **k))
+    monkeypatch.setenv("VSBENCH_VERIFY_INPUTS", "stat")
+    lied = _run(data, out)
+    assert (lied.resized, lied.kept, lied.hashed) == (0, 6, 0)  # what a record that lies gets
+    monkeypatch.setenv("VSBENCH_VERIFY_INPUTS", "full")
+    full = _run(data, out)
+    assert (full.resized, full.kept, full.hashed) == (1, 5, 6)  # on main: (0, 6, 0)
+    assert (out / "00004.jpg").read_bytes() == _fresh(data, tmp_path, "00004.jpg")
+
+
+def test_a_source_record_of_another_device_is_read_again(data, tmp_path):
+    out = tmp_path / "out"
+    _run(data, out)
+    manifest = out / MANIFEST_NAME
+    written = json.loads(manifest.read_text())
+    assert written["record_fields"][2] == "source_dev" and written["record_fields"][7] == "output_dev"
+    written["outputs"]["00002.jpg"][2] += 1  # the same (inode, size, mtime, ctime) on another volume
+    manifest.write_text(json.dumps(written))
+    again = _run(data, out)
+    assert (again.resized, again.kept, again.hashed) == (0, 6, 1)  # read and hashed: the same bytes keep it
+
+
+def test_a_manifest_without_devices_reads_each_source_once_and_keeps_its_outputs(data, tmp_path):
+    """A manifest of issue 37 (no devices): no output is resized again for want of a device; each
+    source is read and hashed once, and the next manifest holds the devices."""
+    out = tmp_path / "out"
+    _run(data, out)
+    manifest = out / MANIFEST_NAME
+    written = json.loads(manifest.read_text())
+    written["record_fields"] = list(resize.PREVIOUS_RECORD_FIELDS)
+    written["outputs"] = {name: r[:2] + r[3:7] + r[8:] for name, r in written["outputs"].items()}
+    manifest.write_text(json.dumps(written))
+    again = _run(data, out)
+    assert (again.resized, again.kept, again.hashed) == (0, 6, 6)
+    third = _run(data, out)
+    assert (third.resized, third.kept, third.hashed) == (0, 6, 0)
+    records = json.loads(manifest.read_text())["outputs"]
+    assert all(r[2] == r[7] == os.stat(out).st_dev for r in records.values())

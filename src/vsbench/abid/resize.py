@@ -27,8 +27,8 @@ and add:
   stop the step, unless their share passes ``max_failure_rate`` (then the step fails after
   writing the manifest, and says so);
 * resumable, verified re-runs keyed on content (issue 37): the manifest records, for every output
-  it vouches for, the sha256 of the source bytes it was made from, the source's stat record (inode,
-  size, mtime and ctime in ns) when they were read, and the output's stat record as written. A
+  it vouches for, the sha256 of the source bytes it was made from, the source's stat record (device,
+  inode, size, mtime and ctime in ns) when they were read, and the output's stat record as written. A
   re-run keeps an output when the size, quality and decode are the manifest's and both stat records
   still match: two ``stat`` calls per input and no read, as before. The ctime cannot be set back
   (``touch -r``, ``os.utime`` restore only the mtime), so a source replaced by other bytes of the
@@ -39,7 +39,9 @@ and add:
   touched, replaced, missing) or that no manifest vouches for is redone. A source read within
   :data:`~vsbench.io.digests.RACY_NS` of its last change is recorded as not vouched for by its stat
   (a write in the same timestamp tick could leave the record unchanged), so the next run reads it
-  again. The manifest of a run is the merge of what earlier runs left valid and what this run did,
+  again. With ``VSBENCH_VERIFY_INPUTS=full`` (``--verify-inputs full``) every source is read and
+  hashed (its output kept when the bytes are the recorded ones); an output is still vouched for by
+  its stat record (no digest of it is recorded). The manifest of a run is the merge of what earlier runs left valid and what this run did,
   and the failure rate is over every input (kept, resized or failed), so a run stopped by the rate
   resumes with a higher threshold instead of meeting "2 of 2 (100%)" again;
 * one writer per output folder: a run holds :func:`~vsbench.io.locks.output_lock` on ``out`` (a
@@ -75,7 +77,7 @@ from vsbench.imaging.resample import one_thread, resize_bilinear
 from vsbench.io.digests import RACY_NS
 from vsbench.io.inputs import read_json
 from vsbench.io.locks import output_lock, step_lock
-from vsbench.io.storage import atomic_write_bytes, atomic_write_text
+from vsbench.io.storage import atomic_write_bytes, atomic_write_text, stat_record, stat_trusted
 from vsbench.runtime.loaders import usable_cpus
 
 MANIFEST_NAME = "_manifests/resize.json"
@@ -88,13 +90,20 @@ DEFAULT_DECODE: Decode = "full"  # the challenge's pixels; "fast" and "draft" ar
 
 
 # One output as the manifest records it (a list, not an object: full ABID has 536k of them):
-# [source name, source sha256, source inode, size, mtime ns, ctime ns,
-#  output inode, size, mtime ns, ctime ns]: the source's content, and the two stat records that let
-# an unchanged re-run vouch for both files without reading either.
+# [source name, source sha256, source device, inode, size, mtime ns, ctime ns,
+#  output device, inode, size, mtime ns, ctime ns]: the source's content, and the two stat records
+# (vsbench.io.storage.stat_record) that let an unchanged re-run vouch for both files without reading either.
 Record = list[Any]
-RECORD_FIELDS = ("source", "source_sha256", "source_ino", "source_size", "source_mtime_ns", "source_ctime_ns",
-                 "output_ino", "output_size", "output_mtime_ns", "output_ctime_ns")
-OUTPUT_STAT = slice(6, 10)
+RECORD_FIELDS = ("source", "source_sha256", "source_dev", "source_ino", "source_size", "source_mtime_ns",
+                 "source_ctime_ns", "output_dev", "output_ino", "output_size", "output_mtime_ns", "output_ctime_ns")
+OUTPUT_STAT = slice(7, 12)
+OUTPUT_DEV = 7
+# The records of vsbench before issue 46, without devices: read as records of an unknown device
+# (UNKNOWN_DEVICE), so each source is read and hashed once (its output kept when the bytes are the
+# recorded ones: no resize) and the next manifest holds the devices.
+PREVIOUS_RECORD_FIELDS = ("source", "source_sha256", "source_ino", "source_size", "source_mtime_ns",
+                          "source_ctime_ns", "output_ino", "output_size", "output_mtime_ns", "output_ctime_ns")
+UNKNOWN_DEVICE = -1
 UNVOUCHED = -1  # a source mtime recorded as this: read too soon after a change to vouch for by stat
 
 
@@ -155,7 +164,7 @@ class ResizeSummary:
         # time of 536k json.dumps calls (~2.4 s).
         dumps = json.dumps
         records = ",\n".join(f'    "{name}": [{dumps(r[0], ensure_ascii=False)}, "{r[1]}", {r[2]}, {r[3]}, {r[4]}, '
-                              f'{r[5]}, {r[6]}, {r[7]}, {r[8]}, {r[9]}]'
+                              f'{r[5]}, {r[6]}, {r[7]}, {r[8]}, {r[9]}, {r[10]}, {r[11]}]'
                               for name, r in sorted(self.outputs.items()))
         return f'{head},\n  "outputs": {{\n{records}\n  }}\n}}\n' if records else f'{head},\n  "outputs": {{}}\n}}\n'
 
@@ -233,8 +242,18 @@ def _source_fields(source: str, digest: str, info: os.stat_result, read_at: int)
     :data:`~vsbench.io.digests.RACY_NS` before it was read: a write in the same timestamp tick could
     leave the whole stat record as it is, so the next run must read it again (git's "racily clean")."""
     recent = read_at - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_NS
-    return [os.path.basename(source), digest, info.st_ino, info.st_size,
+    return [os.path.basename(source), digest, info.st_dev, info.st_ino, info.st_size,
             UNVOUCHED if recent else info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _kept_output(job: ResizeJob) -> Record:
+    """The output's half of a record whose source hashed to the recorded digest: the recorded one,
+    with the device taken now where an older manifest did not record it."""
+    assert job.expected is not None
+    kept = job.expected[OUTPUT_STAT]
+    if kept[0] == UNKNOWN_DEVICE:
+        kept = [os.stat(job.target).st_dev, *kept[1:]]
+    return kept
 
 
 def _run_job(job: ResizeJob) -> Result:
@@ -258,10 +277,10 @@ def _run_job(job: ResizeJob) -> Result:
     try:
         record = _source_fields(job.source, hashlib.sha256(data).hexdigest(), info, read_at)
         if job.expected is not None and job.expected[1] == record[1]:
-            return job, "", record + job.expected[OUTPUT_STAT], SAME
+            return job, "", record + _kept_output(job), SAME
         atomic_write_bytes(job.target, resize_image_bytes(data, job.size, job.quality, job.decode))
         written = os.stat(job.target)
-        return job, "", record + [written.st_ino, written.st_size, written.st_mtime_ns, written.st_ctime_ns], RESIZED
+        return job, "", record + list(stat_record(written)), RESIZED
     except (ValueError, OSError) as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - any other decoder fault is this image's, never the step's
@@ -346,6 +365,7 @@ def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quali
 
     jobs: list[ResizeJob] = []
     stat = os.stat
+    trusted = stat_trusted()  # VSBENCH_VERIFY_INPUTS=full: every source is read and hashed again
     folder = os.path.join(out, "")  # targets as plain strings: a Path per input was ~10% of a re-run
     for bin_id, source in sorted(sources.items()):
         name = local_name(bin_id, "image")
@@ -359,8 +379,8 @@ def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quali
         else:
             if record is None:  # a change of settings is said once, by the counts
                 why = "" if settings_changed else LEGACY_WHY if legacy else "no manifest vouches for this output"
-            elif (made.st_ctime_ns != record[9] or made.st_mtime_ns != record[8] or made.st_size != record[7]
-                  or made.st_ino != record[6]):
+            elif (made.st_ctime_ns != record[11] or made.st_mtime_ns != record[10] or made.st_size != record[9]
+                  or made.st_ino != record[8] or (made.st_dev != record[7] and record[7] != UNKNOWN_DEVICE)):
                 why = "the output changed since it was written"
             else:
                 try:
@@ -368,8 +388,9 @@ def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quali
                 except FileNotFoundError:
                     why = "its source is gone"
                 else:
-                    if (read.st_ctime_ns == record[5] and read.st_mtime_ns == record[4] and read.st_size == record[3]
-                            and read.st_ino == record[2] and record[0] == source.name):
+                    if (trusted and read.st_ctime_ns == record[6] and read.st_mtime_ns == record[5]
+                            and read.st_size == record[4] and read.st_ino == record[3] and read.st_dev == record[2]
+                            and record[0] == source.name):
                         summary.kept += 1
                         summary.outputs[name] = record
                         continue
@@ -464,6 +485,9 @@ def _previous(manifest: Path) -> tuple[tuple[int, int, str] | None, dict[str, Re
     outputs = previous.get("outputs")
     if not isinstance(outputs, dict):
         return settings, {}, False
-    if previous.get("record_fields") != list(RECORD_FIELDS):
+    if previous.get("record_fields") == list(PREVIOUS_RECORD_FIELDS):  # no devices: read each source once
+        outputs = {name: [*record[:2], UNKNOWN_DEVICE, *record[2:6], UNKNOWN_DEVICE, *record[6:]]
+                   for name, record in outputs.items() if type(record) is list and len(record) == 10}
+    elif previous.get("record_fields") != list(RECORD_FIELDS):
         return settings, {}, bool(outputs)
     return settings, {name: record for name, record in outputs.items() if _is_record(record)}, False

@@ -18,6 +18,7 @@ from vsbench.cli.common import (
     RunnerOpt,
     TrackOpt,
     VerboseOpt,
+    VerifyInputsOpt,
     check_decode,
     check_runner,
     kept_bundle,
@@ -116,6 +117,7 @@ def abid_resize(
     max_failure_rate: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Fail the step when more than this share of images cannot be resized "
         "(default: VSBENCH_MAX_FAILURE_RATE, else 0.01); the failures are listed either way.")] = None,
+    verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Resize every bin image (bilinear), in parallel; bad inputs are listed and skipped."""
     from vsbench.abid.resize import DECODES, MANIFEST_NAME, resize_abid
@@ -173,6 +175,7 @@ def abid_train(
                                              "podman here, else local processes), 'kubernetes', 'podman', 'process'.")] = "auto",
     track: TrackOpt = True,
     decode: DecodeOpt = "auto",
+    verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Train one ABID baseline, resumably; in one process, or data-parallel with --nproc N (or under
     `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
@@ -380,6 +383,7 @@ def abid_run_local(
     image: ImageOpt = None,
     track: TrackOpt = True,
     verbose: VerboseOpt = False,
+    verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
     import os
@@ -400,7 +404,7 @@ def abid_run_local(
                    "max_per_class": max_per_class, "train_profile": train_profile,
                    "train_overrides": train_overrides, "device": device, "train_backend": train_backend,
                    "train_nodes": train_nodes, "train_gpus_per_node": train_gpus_per_node,
-                   "experiment": experiment, "params_json": json.dumps(params)},
+                   "experiment": experiment, "params_json": json.dumps(params), "verify_inputs": verify_inputs},
         runner=runner, image=image, verbose=verbose,
     )
     typer.echo(report.render())

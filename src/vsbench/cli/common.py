@@ -32,6 +32,31 @@ VerboseOpt = Annotated[bool, typer.Option(
     help="Stream kfp.local's executor logs (otherwise one line per step; the logs go to a file).")]
 
 
+
+def _set_verify_inputs(value: str) -> str:
+    """``--verify-inputs``' callback: checked before the command runs, then set for this process and
+    every step it starts (``VSBENCH_VERIFY_INPUTS``: subprocess steps inherit it, container steps get
+    it through ``platform.containers.step_environment``), where :class:`~vsbench.io.digests.DigestMemo`
+    and the other stat shortcuts read it."""
+    import os
+
+    from vsbench.io.storage import VERIFY_INPUTS_ENV, VERIFY_MODES
+
+    if value not in VERIFY_MODES:
+        raise typer.BadParameter(f"must be one of {', '.join(VERIFY_MODES)}, not {value!r} "
+                                 f"(the option, or {VERIFY_INPUTS_ENV} when the option is not given)")
+    os.environ[VERIFY_INPUTS_ENV] = value
+    return value
+
+
+VerifyInputsOpt = Annotated[str, typer.Option(
+    envvar="VSBENCH_VERIFY_INPUTS", show_envvar=False, callback=_set_verify_inputs, rich_help_panel=MORE,
+    help="'stat' (default): an input whose (device, inode, size, mtime, ctime) is the one remembered is not read "
+         "again; 'full': every input is hashed again, whatever its stat (a filesystem edited offline or restored "
+         "block by block, a network filesystem that caches attributes; docs/reliability.md). "
+         "Default: VSBENCH_VERIFY_INPUTS, else stat.")]
+
+
 def kept_bundle(folder: Path, experiment: str, pipeline: str, params: dict, metrics: dict, *, tags: dict,
                  artifacts: dict[str, str], **run: Any) -> None:
     """A pipeline that ran untracked because the store was down: its run kept for `vsbench track upload`."""

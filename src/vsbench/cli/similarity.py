@@ -16,6 +16,7 @@ from vsbench.cli.common import (
     ImageOpt,
     TrackOpt,
     VerboseOpt,
+    VerifyInputsOpt,
     check_decode,
     check_runner,
     fail,
@@ -111,6 +112,7 @@ def similarity_run(
     experiment: Annotated[str, typer.Option(rich_help_panel=MORE, help="MLflow experiment.")] = "vsbench-similarity",
     track: TrackOpt = True,
     verbose: VerboseOpt = False,
+    verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Embed every image set, index, search, score; prints the benchmark's own table.
 
@@ -143,7 +145,7 @@ def similarity_run(
         del bench  # each step reads it in its own process
         _run_pipeline(run, root, out, runner=runner, image=image, verbose=verbose, batch_size=batch_size,
                       device=device, experiment=experiment, track=track, tags=tags, compile=compile,
-                      decode=decode)
+                      decode=decode, verify_inputs=verify_inputs)
         return
     import contextlib
     import time
@@ -170,7 +172,7 @@ def similarity_run(
 
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
                   device: str, experiment: str, track: bool, tags: dict[str, str], compile: str = "auto",
-                  decode: str = "auto") -> None:
+                  decode: str = "auto", verify_inputs: str = "stat") -> None:
     """The similarity pipeline on kfp.local, its parameters from the run spec."""
     from vsbench.tracking.command import prepare_pipeline_tracking
 
@@ -180,7 +182,8 @@ def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None,
     fields["model_options"] = json.dumps(run.model_options)
     pipeline_run = run_similarity_pipeline_locally(
         root.resolve(), out.resolve(), runner=runner, image=image, verbose=verbose,
-        arguments={**fields, "batch_size": batch_size, "device": device, "compile": compile, "decode": decode, "experiment": experiment,
+        arguments={**fields, "batch_size": batch_size, "device": device, "compile": compile, "decode": decode,
+                   "experiment": experiment, "verify_inputs": verify_inputs,
                    "params_json": json.dumps({**_parent_params(run), "data_tags": tags})})
     if not pipeline_run.succeeded:
         typer.echo(f"similarity pipeline failed: {pipeline_run.error}", err=True)
@@ -276,6 +279,7 @@ def similarity_index(
                                                          "with --fill).")] = None,
     finish: Annotated[bool, typer.Option("--finish", help="Only check the filled shards and write index.json.")] = False,
     merge_ondisk: MergeOndiskOpt = False,
+    verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Build each FAISS index the benchmark searches from the embedding shards under OUT (OUT/index/;
     reused shard by shard when built before for the same features): train each codec once, fill
@@ -319,6 +323,7 @@ def similarity_search(
         help="Search task(s) to run (query shard = task // reference shards, or = task with --merge-ondisk); "
              "default: every task.")] = None,
     model: StepModelOpt = "", model_options: StepModelOptionsOpt = "", seed: StepSeedOpt = None,
+    verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept).
 
@@ -349,6 +354,7 @@ def similarity_score(
     model: StepModelOpt = "", model_options: StepModelOptionsOpt = "", seed: StepSeedOpt = None,
     experiment: Annotated[str, typer.Option(rich_help_panel=MORE, help="MLflow experiment.")] = "vsbench-similarity",
     track: TrackOpt = True,
+    verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Merge the search results under OUT/search/ and print the benchmark's own table; with --track (the
     default) record it as `similarity run` does, under the model the features were embedded with.

@@ -5,10 +5,17 @@ Why: whatever a step keeps (an embed shard, a resized photo, a checkpoint) must 
 same size with its mtime restored, or ``--root`` pointed at another dataset with the same ids, must
 not be answered from the old work (issue 37). Hashing every input on every re-run would cost a
 re-run of an unchanged input the whole read again, so a :class:`DigestMemo` remembers, per file, the
-stat record it had when it was hashed: (inode, size, mtime, ctime) in nanoseconds, as git's index
-and the index step's ``.verified.json`` do. Any write, truncation, swap or rename changes that
-record, and the ctime cannot be set back (``touch -r`` restores only the mtime), so an unchanged
-record stands for unchanged bytes and the re-run only calls ``stat``.
+stat record it had when it was hashed: (device, inode, size, mtime, ctime) in nanoseconds, as
+git's index and the index step's ``.verified.json`` do. Any write, truncation, swap or rename
+changes that record, and the ctime cannot be set back (``touch -r`` restores only the mtime), so an
+unchanged record stands for unchanged bytes and the re-run only calls ``stat``. The device keeps
+two volumes' files apart: without it, a ``--root`` switched between two filesystem images built from
+similar folders was answered with the first one's digests (issue 46).
+
+**A full check.** Where a record can lie (a filesystem image edited offline, a block-level restore,
+a network or FUSE filesystem that fakes attributes: docs/reliability.md, "Threat model of the stat
+shortcut"), ``VSBENCH_VERIFY_INPUTS=full`` (``--verify-inputs full``) makes every memo hash every
+file again; the memo is still saved, so the next ``stat`` run starts from verified digests.
 
 **Racy entries.** A file written within the filesystem's timestamp granularity of its hashing could
 be written again with the same record (git's "racily clean" problem). An entry whose mtime or
@@ -34,16 +41,15 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from vsbench.io.storage import atomic_write_text, file_sha256
+from vsbench.io.storage import StatRecord, atomic_write_text, file_sha256, stat_record, stat_trusted
 
-MEMO_VERSION = 2  # 2: names, stats and digests as three parallel lists (a quarter of the load time)
+__all__ = ["MEMO_VERSION", "RACY_NS", "DigestMemo", "StatRecord", "combine", "path_digest", "stat_record"]
+
+# 2: names, stats and digests as three parallel lists (a quarter of the load time); 3: the device
+# in each stat record (an older memo is no memo: everything is hashed once).
+MEMO_VERSION = 3
 RACY_NS = 2_000_000_000  # entries changed this close to their hashing are hashed again next time
-StatRecord = tuple[int, int, int, int]
-
-
-def stat_record(stat: os.stat_result) -> StatRecord:
-    """(inode, size, mtime_ns, ctime_ns): what changes whenever a file's bytes or identity do."""
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+RECORD_LENGTH = 5
 
 
 class DigestMemo:
@@ -53,14 +59,17 @@ class DigestMemo:
     on the absolute path as given (not resolved: a symlink swapped to another target changes the
     stat record, which follows links). :meth:`save` writes only the entries used since loading,
     so a memo never grows past one run's inputs, and writes nothing when they are the ones loaded.
+    ``trust_stat`` False (default: :func:`~vsbench.io.storage.stat_trusted`, i.e. unless
+    ``VSBENCH_VERIFY_INPUTS=full``) hashes every file whatever its record; the memo is still saved.
 
     Cost of an unchanged re-run: one ``stat`` per file (~6-10 us here; the floor, as for git) and
     the memo's load (bench/input_keys.py).
     """
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, trust_stat: bool | None = None) -> None:
         self.path = Path(path) if path is not None else None
-        self._known: dict[str, tuple[StatRecord, str]] = self._load()
+        self.trust_stat = stat_trusted() if trust_stat is None else trust_stat
+        self._known: dict[str, tuple[StatRecord, str]] = self._load() if self.trust_stat else {}
         self._used: dict[str, tuple[StatRecord, str]] = {}
         self.hashed = 0  # files whose bytes were read this run (the rest answered from their stat)
         self.hashed_bytes = 0
@@ -80,7 +89,7 @@ class DigestMemo:
                     and len(names) == len(stats) == len(digests)):
                 return {}
             return {name: (tuple(stat), digest) for name, stat, digest in zip(names, stats, digests)
-                    if isinstance(name, str) and isinstance(stat, list) and len(stat) == 4 and isinstance(digest, str)}
+                    if isinstance(name, str) and isinstance(stat, list) and len(stat) == RECORD_LENGTH and isinstance(digest, str)}
         except (OSError, ValueError, KeyError, TypeError):
             return {}
         finally:
@@ -131,7 +140,7 @@ class DigestMemo:
             except OSError:
                 continue
             entry = known.get(name)
-            if entry is not None and entry[0] == (before.st_ino, before.st_size, before.st_mtime_ns,
+            if entry is not None and entry[0] == (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns,
                                                   before.st_ctime_ns):
                 used[name] = entry
                 found[i] = entry[1]

@@ -41,13 +41,14 @@ VERIFIED_JSON = ".verified.json"
 
 def sha256_matches(path: Path, sha256: str) -> bool:
     """Whether ``path``'s bytes hash to ``sha256``, hashing only when the file is not the one last
-    verified: the folder's ``.verified.json`` holds, per file, the (inode, size, mtime, ctime) it had
-    when its bytes last hashed to the recorded digest. Any write, truncation, swap or rename changes
-    that stat (the ctime cannot be set back), so it stands for the file's bytes the way git's index
-    does; hashing a 256 MB index shard on every search task was a quarter of the search's time
-    (bench/integrity.py), and every fill task of a 10 GB gallery would read it all again."""
+    verified: the folder's ``.verified.json`` holds, per file, the stat record (:func:`stat_record`)
+    it had when its bytes last hashed to the recorded digest. Any write, truncation, swap or rename
+    changes that record (the ctime cannot be set back), so it stands for the file's bytes the way
+    git's index does; hashing a 256 MB index shard on every search task was a quarter of the
+    search's time (bench/integrity.py), and every fill task of a 10 GB gallery would read it all
+    again. With ``VSBENCH_VERIFY_INPUTS=full`` (:func:`stat_trusted`) the file is hashed every time."""
     stat = path.stat()
-    if _read_verified(path.parent).get(path.name) == [*_stat_key(stat), sha256]:
+    if stat_trusted() and _read_verified(path.parent).get(path.name) == [*stat_record(stat), sha256]:
         return True
     if file_sha256(path) != sha256:
         return False
@@ -55,8 +56,52 @@ def sha256_matches(path: Path, sha256: str) -> bool:
     return True
 
 
-def _stat_key(stat: os.stat_result) -> list[int]:
-    return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+StatRecord = tuple[int, int, int, int, int]
+VERIFY_INPUTS_ENV = "VSBENCH_VERIFY_INPUTS"
+VERIFY_MODES = ("stat", "full")
+
+
+def stat_record(stat: os.stat_result) -> StatRecord:
+    """(device, inode, size, mtime_ns, ctime_ns): what changes whenever a file's bytes or identity do.
+
+    The device makes the record unique per filesystem object: (inode, size, mtime, ctime) alone can
+    be equal for two files on two volumes built from similar folders (issue 46). A device number
+    that is not stable (some network or overlay filesystems renumber on remount) only costs a
+    re-hash. Inode generations would say more but are not portable (no ``os.stat`` field)."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def verify_inputs_mode() -> str:
+    """``stat`` (an unchanged stat record stands for unchanged bytes: the default) or ``full``
+    (every file hashed again), from ``VSBENCH_VERIFY_INPUTS``; ``--verify-inputs`` sets it for the
+    process, so subprocess and container steps inherit it. Raises ValueError (one line naming the
+    variable and the valid values) for anything else."""
+    raw = os.environ.get(VERIFY_INPUTS_ENV, "").strip()
+    if not raw:
+        return "stat"
+    if raw not in VERIFY_MODES:
+        raise ValueError(f"{VERIFY_INPUTS_ENV}={raw[:100]!r} is not one of {', '.join(VERIFY_MODES)} "
+                         "(--verify-inputs sets it; full hashes every input again)")
+    return raw
+
+
+def use_verify_inputs(mode: str, name: str = "verify_inputs") -> None:
+    """Set the mode for this process and the steps it starts (a pipeline component's ``verify_inputs``
+    parameter; "" leaves the environment's). Raises ValueError naming ``name`` and the valid values."""
+    if mode:
+        os.environ[VERIFY_INPUTS_ENV] = checked_verify_inputs(mode, name)
+
+
+def checked_verify_inputs(mode: str, name: str = "verify_inputs") -> str:
+    """``mode`` when it is one of :data:`VERIFY_MODES`; else ValueError naming ``name`` and them."""
+    if mode not in VERIFY_MODES:
+        raise ValueError(f"{name}: {str(mode)[:100]!r} is not one of {', '.join(VERIFY_MODES)}")
+    return mode
+
+
+def stat_trusted() -> bool:
+    """Whether a remembered stat record may stand for a file's bytes (:func:`verify_inputs_mode`)."""
+    return verify_inputs_mode() == "stat"
 
 
 def _read_verified(folder: Path) -> dict[str, Any]:
@@ -73,7 +118,7 @@ def remember_verified(path: Path, sha256: str) -> None:
     volume only costs the next reader a hash)."""
     try:
         verified = _read_verified(path.parent)
-        verified[path.name] = [*_stat_key(path.stat()), sha256]
+        verified[path.name] = [*stat_record(path.stat()), sha256]
         atomic_write_json(path.parent / VERIFIED_JSON, verified)
     except OSError:
         pass

@@ -161,6 +161,10 @@ def parse_arguments(pairs: list[str], *, pipeline: str) -> dict[str, Any]:
         if name in arguments:
             raise ValueError(f"parameter {name!r} is given twice")
         arguments[name] = _convert(name, text, _type_name(parameters[name]))
+        if name == "verify_inputs":  # refused here, in one line, rather than by every step on the cluster
+            from vsbench.io.storage import checked_verify_inputs
+
+            checked_verify_inputs(arguments[name], name)
     return arguments
 
 
