@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from typer.testing import CliRunner
 
 from tests.integration.tiny_model import scripted_model
 from vsbench.io.digests import combine
-from vsbench.io.features import ImageSet, load_features
+from vsbench.io.features import FeatureSet, ImageSet, load_features, save_features
 from vsbench.retrieval import embed
 
 pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning"),
@@ -241,31 +240,41 @@ def test_putting_the_original_bytes_back_does_not_keep_a_poisoned_shard(world: W
     assert world.check_shard(world.embed(root, tmp_path / "out", "cpu"), "cpu") == dict.fromkeys(world.ids, "A")
 
 
-def test_a_model_file_changed_while_loading_is_refused_in_one_line(world: World, tmp_path: Path,
+def _model_file(world: World, model: str, path: Path, version: int) -> Path:
+    """Version 0 or 1 of the file the ``path`` option names: a TorchScript file or a feature file."""
+    if model == "torchscript":
+        return scripted_model(path, version)
+    rows = np.stack([world.reference["cpu", "AB"[version]][i] for i in world.ids])
+    save_features(path, FeatureSet(np.asarray(world.ids), rows))
+    return path
+
+
+@pytest.mark.parametrize("model", ["torchscript", "precomputed"])
+def test_a_model_file_changed_while_loading_is_refused_in_one_line(world: World, tmp_path: Path, model: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The TorchScript file an option names, replaced after the key hashed it and before the
-    model was loaded: the run stops naming it, nothing is recorded, the next run is right."""
-    model = tmp_path / "model.pt"
-    shutil.copyfile(world.model, model)
-    options = {**world.options, "path": str(model)}
+    """The file a model option names (a TorchScript file, loaded from the bytes its loader hashes;
+    a ``precomputed`` .npz, re-checked after loading), replaced by rename after the key hashed it and
+    before the model was loaded: the run stops naming it, nothing is recorded, the next run is right."""
+    suffix = ".pt" if model == "torchscript" else ".npz"
+    path = _model_file(world, model, tmp_path / f"model{suffix}", 0)
+    options = {**world.options, "path": str(path)} if model == "torchscript" else {"path": str(path)}
     root = world.root(tmp_path / "root")
     real = embed.input_key
 
     def then_replace(*args, **kwargs):
         found = real(*args, **kwargs)
-        scripted_model(tmp_path / "other.pt", 1)
-        os.replace(tmp_path / "other.pt", model)
+        os.replace(_model_file(world, model, tmp_path / f"other{suffix}", 1), path)
         return found
 
     monkeypatch.setattr(embed, "input_key", then_replace)
     run = dict(set_name="s", workers=0, progress=False, device="cpu", model_options=options)
-    with pytest.raises(embed.InputsChanged, match=f"^{model}: the file model option 'path' names changed"):
-        embed.embed_image_set("torchscript", world.images(root), tmp_path / "out", **run)
+    with pytest.raises(ValueError, match=f"^{path}: the file model option 'path' names changed"):
+        embed.embed_image_set(model, world.images(root), tmp_path / "out", **run)
     assert json.loads((tmp_path / "out" / "s.shard-0-of-1.json").read_text())["complete"] is False
     monkeypatch.setattr(embed, "input_key", real)
-    again = load_features(embed.embed_image_set("torchscript", world.images(root), tmp_path / "out", **run))
-    other = {**options, "path": str(scripted_model(tmp_path / "fresh.pt", 1))}  # the bytes now at model.pt
-    fresh = load_features(embed.embed_image_set("torchscript", world.images(root), tmp_path / "fresh",
+    again = load_features(embed.embed_image_set(model, world.images(root), tmp_path / "out", **run))
+    other = {**options, "path": str(_model_file(world, model, tmp_path / f"fresh{suffix}", 1))}  # the bytes now there
+    fresh = load_features(embed.embed_image_set(model, world.images(root), tmp_path / "fresh",
                                                 **{**run, "model_options": other}))
     np.testing.assert_allclose(again.features, fresh.features, atol=1e-5)
 
