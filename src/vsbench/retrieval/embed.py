@@ -10,7 +10,16 @@ with the same ids, or a photo replaced in place, is other work), the bytes of ev
 option names (a ``precomputed`` ``.npz``, a TorchScript file), the model, its options, the seed,
 AMP and the library versions. The image digests are remembered by their stat record in
 ``.inputs/<stem>.json`` (:class:`~vsbench.io.digests.DigestMemo`), so an unchanged re-run only
-calls ``stat``; the same digests key the embedding cache, so each image is read once per run.
+calls ``stat``; the same digests look the images up in the embedding cache.
+
+**The bytes hashed are the bytes used** (issue 46). The key's digests come from one read, the
+decode from another: a file replaced in between (an rsync updating the dataset, by ``mv`` or in
+place) would be embedded from its new bytes under its old digest, in the shard and in the shared
+cache. So each loader worker reads a file once, hashes that buffer and decodes from it
+(:func:`load_image_file`, :class:`EncodedFiles`); a descriptor is cached only under the digest
+of the bytes it was computed from, and a worker's digest that is not the key's stops the shard
+(:class:`InputsChanged`, :func:`embed_with_cache` says why stopping rather than re-keying). The
+files model options name are re-checked once the model is built (:func:`_recheck_option_files`).
 
 Loading is built for the GPU: DataLoader workers decode and resize with Pillow (or, for JPEGs
 that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
@@ -134,8 +143,9 @@ def load_image_file(path: Path, preprocessing: Preprocessing) -> tuple[np.ndarra
 
 
 def _load(path: Path, preprocessing: Preprocessing, *, fast: bool, data: bytes | None = None) -> np.ndarray:
-    # over the pixel cap: refused from its header
-    with open_image(path if data is None else io.BytesIO(data), name=path if data is not None and path.name else None) as image:
+    source = path if data is None else io.BytesIO(data)
+    named = path if data is not None and path.name else None  # a buffer's failure reasons name its file
+    with open_image(source, name=named) as image:  # over the pixel cap: refused from its header
         target = _resized_size(*image.size, preprocessing)
         if fast:
             pixels = _decode_without_resize(Path(path), image, target, preprocessing, data)
@@ -413,7 +423,7 @@ def changed_while_read(paths: Sequence[Path], hashed: Sequence[str | None], used
     if not changed:
         return None
     path, old, new = changed[0]
-    more = f" ({len(changed) - 1} more changed files too)" if len(changed) > 1 else ""
+    more = f" (and {len(changed) - 1} more files, listed under 'changed' in the manifest)" if len(changed) > 1 else ""
 
     def said(digest: str | None) -> str:
         return f"sha256 {digest[:12]}" if digest else "unreadable"
