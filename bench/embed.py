@@ -16,6 +16,15 @@ comparable with the device's peak.
 Inputs are ABID-like synthetic photos (~460x360 JPEGs from ``vsbench.abid.synth``, cached).
 Run: ``python bench/embed.py [--images 256] [--batch-size 32] [--device cpu|cuda|auto] [--threads N]
 [--json out.json]``
+
+``--worker-hashing`` measures instead what issue 46 costs a first run (an unchanged re-run keeps
+its shards and decodes nothing: unaffected): the workers now read each file once, take the
+sha256 of that buffer and decode from it, where they decoded from the path before. Per image, in
+one process: decode from the path (before), from bytes read (the decode alone), and read + sha256
++ decode (now); the device path's worker (read + header + completeness check) without and with
+the sha256. End to end: ``embed_image_set``'s first run (cache off) with the old worker (decode
+from the path, digest taken from the key) and the new one, rounds interleaved, on a tiny network
+so that loading, not compute, bounds the run (the GPU's case, where the workers are the bottleneck).
 """
 
 from __future__ import annotations
@@ -119,6 +128,88 @@ def end_to_end(name: str, options: dict[str, Any], images: ImageSet, scratch: Pa
     return len(images.ids) / manifest["seconds"]
 
 
+def worker_hashing(images: ImageSet, args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 46's cost: see the module docstring. Medians over ``args.rounds`` interleaved rounds."""
+    import statistics
+
+    from vsbench.imaging import batched
+    from vsbench.io.storage import file_sha256
+    from vsbench.models.registry import Preprocessing
+    from vsbench.retrieval import embed
+
+    preprocessing = Preprocessing(224, 224, (0.5,) * 3, (0.5,) * 3)  # a resize follows: Pillow's path
+    paths = list(images.paths)
+
+    def from_bytes(path: Path) -> Any:
+        return embed._load(path, preprocessing, fast=True, data=path.read_bytes())
+
+    per_image = {
+        "read, sha256 (no decode)": embed.read_image_file,
+        "decode from the path (before)": lambda p: embed.load_image(p, preprocessing),
+        "read, decode from bytes": from_bytes,
+        "read, sha256, decode from bytes (now)": lambda p: embed.load_image_file(p, preprocessing),
+        "device path: read, header, check": lambda p: batched.read_encoded(p, check_complete=True),
+        "device path: read, sha256, header, check (now)": lambda p: embed.EncodedFiles([p])[0],
+    }
+    # Paired, image by image (each function on the same file in turn, ``rounds`` times): a shared
+    # machine's load falls on all alike, and the ratios to the old worker are per image.
+    times: dict[str, list[float]] = {name: [] for name in per_image}
+    for _ in range(args.rounds):
+        for path in paths:
+            for name, function in per_image.items():
+                started = time.perf_counter()
+                function(path)
+                times[name].append(time.perf_counter() - started)
+    old = times["decode from the path (before)"]
+    micros = {name: statistics.median(t) * 1e6 for name, t in times.items()}
+    ratios = {name: statistics.median(a / b for a, b in zip(t, old)) for name, t in times.items()}
+
+    scratch = args.workdir / "hashing-runs"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    model = scratch / "tiny.pt"
+    torch.manual_seed(0)
+    tiny = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                               torch.nn.Flatten(), torch.nn.Linear(8, 6))
+    torch.jit.script(tiny.eval()).save(str(model))
+    options = {"path": str(model), "input_size": 224, "resize_size": 224, "preserve_aspect_ratio": False}
+    digest_of = {str(p): file_sha256(p) for p in paths}
+    now = embed.ImageFiles.__getitem__
+
+    def before(self: Any, index: int) -> tuple[int, Any, str, str | None]:
+        """The worker before issue 46: decode from the path; the digest is the one the key hashed."""
+        try:
+            return index, embed.load_image(self.paths[index], self.preprocessing), "", digest_of[str(self.paths[index])]
+        except Exception as exc:  # noqa: BLE001 - as ImageFiles
+            return index, None, f"{type(exc).__name__}: {exc}", digest_of[str(self.paths[index])]
+
+    os.environ["VSBENCH_EMBED_CACHE"] = "off"  # a first run: everything is embedded
+    seconds: dict[str, list[float]] = {"before": [], "now": []}
+    for round_ in range(args.rounds + 1):
+        for name, getitem in (("before", before), ("now", now)):
+            embed.ImageFiles.__getitem__ = getitem  # type: ignore[method-assign]
+            out = scratch / f"{name}-{round_}"
+            path = embed_image_set("torchscript", images, out, set_name="bench", batch_size=args.batch_size,
+                                   device=args.device, workers=args.workers, model_options=options, progress=False,
+                                   decode="cpu")
+            if round_:  # the first round warms the page cache and the workers' imports
+                seconds[name].append(json.loads(path.with_suffix(".json").read_text())["seconds"])
+            shutil.rmtree(out)
+    embed.ImageFiles.__getitem__ = now  # type: ignore[method-assign]
+    shutil.rmtree(scratch, ignore_errors=True)
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    print(f"Issue 46: hashing in the workers, {len(paths)} ABID-like JPEGs (~460x360, "
+          f"{sum(p.stat().st_size for p in paths) / len(paths) / 1024:.0f} kB), median of {args.rounds} rounds; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(format_table(["per image, one process", "us", "/ before"],
+                       [[name, value, ratios[name]] for name, value in micros.items()]))
+    print(format_table(["first run, embed_image_set (tiny network, decode cpu)", "seconds", "images/s"],
+                       [[name, value, len(paths) / value] for name, value in median.items()]))
+    print(f"first run: now / before = {median['now'] / median['before']:.3f}")
+    return {"per_image_us": micros, "per_image_ratio_to_before": ratios, "first_run_s": median, "ratio": median["now"] / median["before"],
+            "rounds": seconds}
+
+
 def stage_images(count: int, workdir: Path, seed: int) -> ImageSet:
     """The first ``count`` synthetic bin images (one spelling per id)."""
     from vsbench.abid.ids import IMAGES_DIR
@@ -150,11 +241,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="cache and scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--worker-hashing", action="store_true", help="issue 46: what hashing the bytes the workers "
+                        "decode costs a first run (see above)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of --worker-hashing")
     args = parser.parse_args(argv)
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     images = stage_images(args.images, args.workdir, args.seed)
+    if args.worker_hashing:
+        write_json(args.json, {"bench": "embed --worker-hashing", "images": len(images.ids), "workers": args.workers,
+                               **worker_hashing(images, args), "machine": machine_info()})
+        return 0
     setup = setup_device(args.device)
     log(f"device: {device_description(setup)}; AMP dtype {setup.amp_dtype}")
     results = []

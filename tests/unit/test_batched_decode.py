@@ -8,6 +8,7 @@ bench/gpu_check.sh runs on a GPU)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def _decode(paths: list[Path], preprocessing: Preprocessing) -> tuple[dict[int, np.ndarray], list, batched.BatchDecoder]:
     decoder = embed.device_decoder(setup_device("cpu"), preprocessing, "gpu")
     files = embed.EncodedFiles(paths)
-    positions, packed, failures = embed.collate_encoded_files([files[i] for i in range(len(paths))])
+    positions, packed, failures, read = embed.collate_encoded_files([files[i] for i in range(len(paths))])
+    # the bytes decoded are the bytes hashed (issue 46)
+    assert read == [(i, hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None) for i, p in enumerate(paths)]
     groups, refused = embed.decode_groups(decoder, positions, packed)
     pixels = {int(w): image.numpy() for where, images in groups for w, image in zip(where, images)}
     return pixels, failures + refused, decoder

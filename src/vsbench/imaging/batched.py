@@ -31,6 +31,7 @@ training (:func:`vsbench.abid.data.split_available`), so its workers only read b
 
 from __future__ import annotations
 
+import io
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -86,15 +87,21 @@ def device_decodable(header: Any) -> bool:
 
 
 def read_encoded(path: Path, *, check_complete: bool) -> tuple[np.ndarray, bool]:
-    """(the file's bytes as uint8, whether the device may decode it), for a loader worker.
+    """(the file's bytes as uint8, whether the device may decode it), for a loader worker: the file
+    is read once, and its header and pixels come from those bytes (:func:`encoded_bytes`)."""
+    return encoded_bytes(Path(path).read_bytes(), check_complete=check_complete, name=path)
 
-    The header is read by Pillow first (:func:`~vsbench.imaging.limits.open_image`): the pixel cap
-    and a file that is no image raise here, with the reason the CPU path gives. ``check_complete``
-    runs :func:`~vsbench.imaging.jpeg.check_complete` on a device-decodable JPEG (raises
-    :class:`~vsbench.imaging.jpeg.TruncatedJpeg`); files for the CPU fallback are checked there."""
-    with open_image(path) as header:
+
+def encoded_bytes(data: bytes, *, check_complete: bool, name: str | Path | None = None) -> tuple[np.ndarray, bool]:
+    """:func:`read_encoded` of bytes already read (the embed step hashes the same buffer: issue 46).
+
+    The header is read by Pillow first (:func:`~vsbench.imaging.limits.open_image`, from the same
+    bytes, ``name`` in its reasons): the pixel cap and a file that is no image raise here, with the
+    reason the CPU path gives. ``check_complete`` runs :func:`~vsbench.imaging.jpeg.check_complete`
+    on a device-decodable JPEG (raises :class:`~vsbench.imaging.jpeg.TruncatedJpeg`); files for the
+    CPU fallback are checked there."""
+    with open_image(io.BytesIO(data), name=name) as header:
         decodable = device_decodable(header)
-    data = Path(path).read_bytes()
     if decodable and check_complete:
         jpeg.check_complete(data)
     return np.frombuffer(data, dtype=np.uint8), decodable

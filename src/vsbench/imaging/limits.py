@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import IO
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # Pillow's own default: ~0.25 GB of RGB once decoded
 DEFAULT_MAX_FAILURE_RATE = 0.01
@@ -75,11 +75,13 @@ def check_pixels(size: tuple[int, int]) -> None:
                             f"{limit:,}-pixel limit (set {PIXELS_VARIABLE} to raise it)")
 
 
-def open_image(source: str | Path | IO[bytes]) -> Image.Image:
+def open_image(source: str | Path | IO[bytes], name: str | Path | None = None) -> Image.Image:
     """``Image.open`` (header only, nothing decoded) that refuses an image over the pixel cap with
     :class:`ImageTooLarge` instead of Pillow's DecompressionBombError or warning.
 
     Pillow's own limit is set to the same cap, so its later checks (``draft``, plugins) agree.
+    ``name``: the file a buffer ``source`` was read from, for Pillow's "cannot identify image file"
+    (which would otherwise name the buffer object): the reason listed is the one opening the path gives.
     """
     limit = max_image_pixels()
     Image.MAX_IMAGE_PIXELS = limit
@@ -87,6 +89,10 @@ def open_image(source: str | Path | IO[bytes]) -> Image.Image:
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # checked below, with our message
         try:
             image = Image.open(source)
+        except UnidentifiedImageError:
+            if name is None:
+                raise
+            raise UnidentifiedImageError(f"cannot identify image file {str(name)!r}") from None
         except Image.DecompressionBombError as exc:  # over twice the cap: Pillow refuses before we see the size
             found = re.search(r"\((\d+) pixels\)", str(exc))
             pixels = f"{int(found.group(1)):,} pixels" if found else str(exc)

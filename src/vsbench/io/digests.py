@@ -162,6 +162,20 @@ class DigestMemo:
                 list(pool.map(hash_all, [misses[i:i + size] for i in range(0, len(misses), size)]))
         return found
 
+    def remembered(self) -> DigestMemo:
+        """A memo kept nowhere that knows this one's entries of this run: re-checking files after
+        they were used (a model's weights after loading them) costs a ``stat`` each where the
+        record is the one hashed, and a hash where it is not (or was never remembered: racy)."""
+        again = DigestMemo(None)
+        again._known = dict(self._used)
+        return again
+
+    def forget(self, files: Iterable[str | os.PathLike[str]]) -> None:
+        """Drop the entries of ``files`` (the next :meth:`save` leaves them out): files found to
+        have changed while a step used them are hashed again by the next run, whatever their record."""
+        for file in files:
+            self._used.pop(os.path.abspath(file), None)
+
     def save(self) -> None:
         """Keep this run's entries for the next (best effort: a read-only volume only costs the
         next run a hash of each input). Nothing is written when they are the entries loaded."""

@@ -103,7 +103,7 @@ def option_files(options: dict[str, Any]) -> dict[str, str]:
     found = {}
     for name in WEIGHTS_OPTIONS:
         value = options.get(name)
-        if not isinstance(value, (str, Path)) or str(value) in ("", "random", "pretrained", "imagenet"):
+        if not isinstance(value, (str, Path)) or str(value) in NOT_FILES:
             continue
         digest = path_digest(value)
         if digest is not None:
@@ -111,14 +111,25 @@ def option_files(options: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+NOT_FILES = ("", "random", "pretrained", "imagenet")  # weights option values that name no file
+
+
+def weights_files(options: dict[str, Any], digests: dict[str, str | None]) -> dict[str, str]:
+    """:func:`option_files` from digests already taken (the embed shard's key holds them, re-checked
+    after the model was built): the same entries, without reading the files again."""
+    return {name: digest for name in WEIGHTS_OPTIONS if (digest := digests.get(name)) is not None
+            and isinstance(options.get(name), (str, Path)) and str(options[name]) not in NOT_FILES}
+
+
 def model_key(model: str, options: dict[str, Any], embedder: Embedder, precision: str, *,
-              seed: int = 0) -> dict[str, Any]:
+              seed: int = 0, files: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything but the image that decides a descriptor (JSON-normalized).
 
     ``weights_sha256`` pins the values loaded; ``files`` the bytes of every file an option names
     (a TorchScript archive's code is not in its state dict); ``config`` the library configuration
     that shapes the network beyond its weights (an activation, a pooling); ``seed`` the draw of
-    random weights (None otherwise: a pretrained network is the same for any seed)."""
+    random weights (None otherwise: a pretrained network is the same for any seed). ``files`` given:
+    :func:`option_files` already taken (:func:`weights_files`); None: the files are hashed here."""
 
     architecture = {k: v for k, v in options.items() if k not in WEIGHTS_OPTIONS}
     random = options.get("weights") == "random"
@@ -130,7 +141,7 @@ def model_key(model: str, options: dict[str, Any], embedder: Embedder, precision
         "options": architecture,
         "weights_sha256": state_digest(embedder),
         "model_file_sha256": embedder.weights_digest,
-        "files": option_files(options),
+        "files": option_files(options) if files is None else files,
         "config": embedder.config,
         "seed": seed if random else None,
         "output": embedder.output,

@@ -10,7 +10,16 @@ with the same ids, or a photo replaced in place, is other work), the bytes of ev
 option names (a ``precomputed`` ``.npz``, a TorchScript file), the model, its options, the seed,
 AMP and the library versions. The image digests are remembered by their stat record in
 ``.inputs/<stem>.json`` (:class:`~vsbench.io.digests.DigestMemo`), so an unchanged re-run only
-calls ``stat``; the same digests key the embedding cache, so each image is read once per run.
+calls ``stat``; the same digests look the images up in the embedding cache.
+
+**The bytes hashed are the bytes used** (issue 46). The key's digests come from one read, the
+decode from another: a file replaced in between (an rsync updating the dataset, by ``mv`` or in
+place) would be embedded from its new bytes under its old digest, in the shard and in the shared
+cache. So each loader worker reads a file once, hashes that buffer and decodes from it
+(:func:`load_image_file`, :class:`EncodedFiles`); a descriptor is cached only under the digest
+of the bytes it was computed from, and a worker's digest that is not the key's stops the shard
+(:class:`InputsChanged`, :func:`embed_with_cache` says why stopping rather than re-keying). The
+files model options name are re-checked once the model is built (:func:`_recheck_option_files`).
 
 Loading is built for the GPU: DataLoader workers decode and resize with Pillow (or, for JPEGs
 that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
@@ -57,8 +66,16 @@ from vsbench.io.features import (
     load_features,
     save_features,
 )
+from vsbench.io.inputs import WordedInputError
 from vsbench.io.storage import atomic_write_json, file_sha256
-from vsbench.models.cache import WEIGHTS_OPTIONS, EmbeddingCache, cache_root, library_versions, model_key
+from vsbench.models.cache import (
+    WEIGHTS_OPTIONS,
+    EmbeddingCache,
+    cache_root,
+    library_versions,
+    model_key,
+    weights_files,
+)
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.retrieval.shards import SET_NAME, read_manifest, shard_of, shard_stem
@@ -110,8 +127,25 @@ def load_image_bytes(data: bytes, preprocessing: Preprocessing) -> np.ndarray:
     return _load(Path(), preprocessing, fast=True, data=data)
 
 
+def read_image_file(path: Path) -> tuple[bytes, str]:
+    """A file's bytes and the sha256 of exactly those bytes: the one read a worker decodes from."""
+    data = Path(path).read_bytes()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def load_image_file(path: Path, preprocessing: Preprocessing) -> tuple[np.ndarray, str]:
+    """(:func:`load_image`'s array, the sha256 of the bytes it was decoded from): the file is read
+    once, hashed and decoded from that one buffer, so the digest names the pixels whatever happens
+    to the file meanwhile (issue 46). Same pixels as :func:`load_image` (tests/unit/test_jpeg_decode.py),
+    and the same reason for a file that cannot be read or decoded."""
+    data, digest = read_image_file(path)
+    return _load(path, preprocessing, fast=True, data=data), digest
+
+
 def _load(path: Path, preprocessing: Preprocessing, *, fast: bool, data: bytes | None = None) -> np.ndarray:
-    with open_image(path if data is None else io.BytesIO(data)) as image:  # over the pixel cap: refused from its header
+    source = path if data is None else io.BytesIO(data)
+    named = path if data is not None and path.name else None  # a buffer's failure reasons name its file
+    with open_image(source, name=named) as image:  # over the pixel cap: refused from its header
         target = _resized_size(*image.size, preprocessing)
         if fast:
             pixels = _decode_without_resize(Path(path), image, target, preprocessing, data)
@@ -156,8 +190,10 @@ def _resize_and_crop(rgb: Image.Image, target: tuple[int, int], preprocessing: P
 
 
 class ImageFiles(Dataset):
-    """Images by position; an unreadable one yields ``None`` and the reason instead of raising,
-    so one corrupt file is reported rather than stopping a shard."""
+    """Images by position, each as (position, array, reason, sha256 of the bytes read); an
+    unreadable one yields ``None`` and the reason instead of raising, so one corrupt file is
+    reported rather than stopping a shard. The digest is of the very bytes decoded
+    (:func:`load_image_file`; None when the file could not be read at all)."""
 
     def __init__(self, paths: Sequence[Path], preprocessing: Preprocessing) -> None:
         self.paths = list(paths)
@@ -166,17 +202,23 @@ class ImageFiles(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[int, np.ndarray | None, str]:
+    def __getitem__(self, index: int) -> tuple[int, np.ndarray | None, str, str | None]:
+        path = self.paths[index]
         try:
-            return index, load_image(self.paths[index], self.preprocessing), ""
+            data, digest = read_image_file(path)
+        except OSError as exc:
+            return index, None, f"{type(exc).__name__}: {exc}", None
+        try:
+            return index, _load(path, self.preprocessing, fast=True, data=data), "", digest
         except Exception as exc:  # noqa: BLE001 - decoders raise many types; each becomes a reported failure
-            return index, None, f"{type(exc).__name__}: {exc}"
+            return index, None, f"{type(exc).__name__}: {exc}", digest
 
 
 class EncodedFiles(Dataset):
-    """:class:`ImageFiles` for the batched device decode: a worker reads each file's bytes, its
-    header (pixel cap, whether the device decodes it) and, for a JPEG, checks that its scan is whole
-    (:func:`vsbench.imaging.batched.read_encoded`); nothing is decoded here."""
+    """:class:`ImageFiles` for the batched device decode: a worker reads each file's bytes once,
+    hashes them, reads its header from them (pixel cap, whether the device decodes it) and, for a
+    JPEG, checks that its scan is whole (:func:`vsbench.imaging.batched.encoded_bytes`); nothing is
+    decoded here, and the device decodes the bytes hashed."""
 
     def __init__(self, paths: Sequence[Path]) -> None:
         self.paths = list(paths)
@@ -184,21 +226,32 @@ class EncodedFiles(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[int, batched.Encoded | None, str]:
+    def __getitem__(self, index: int) -> tuple[int, batched.Encoded | None, str, str | None]:
+        path = self.paths[index]
         try:
-            return index, batched.Encoded.read([self.paths[index]], check_complete=True), ""
+            data, digest = read_image_file(path)
+        except OSError as exc:
+            return index, None, f"{type(exc).__name__}: {exc}", None
+        try:
+            array, decodable = batched.encoded_bytes(data, check_complete=True, name=path)
+            return index, batched.Encoded((array,), (decodable,)), "", digest
         except Exception as exc:  # noqa: BLE001 - as ImageFiles: each becomes a reported failure
-            return index, None, f"{type(exc).__name__}: {exc}"
+            return index, None, f"{type(exc).__name__}: {exc}", digest
+
+
+Read = list[tuple[int, str | None]]  # (position, sha256 of the bytes read or None) of every item of a batch
 
 
 def collate_encoded_files(
-    items: list[tuple[int, batched.Encoded | None, str]],
-) -> tuple[torch.Tensor, batched.EncodedBatch | None, list[tuple[int, str]]]:
-    """(positions of the read files, their bytes packed in one buffer, the failures), in a worker."""
-    kept = [(index, encoded) for index, encoded, _ in items if encoded is not None]
-    failures = [(index, reason) for index, encoded, reason in items if encoded is None]
+    items: list[tuple[int, batched.Encoded | None, str, str | None]],
+) -> tuple[torch.Tensor, batched.EncodedBatch | None, list[tuple[int, str]], Read]:
+    """(positions of the read files, their bytes packed in one buffer, the failures, the digests of
+    the bytes read), in a worker."""
+    kept = [(index, encoded) for index, encoded, _, _ in items if encoded is not None]
+    failures = [(index, reason) for index, encoded, reason, _ in items if encoded is None]
     packed = batched.EncodedBatch.pack([e for _, e in kept]) if kept else None
-    return torch.tensor([i for i, _ in kept], dtype=torch.long), packed, failures
+    read = [(index, digest) for index, _, _, digest in items]
+    return torch.tensor([i for i, _ in kept], dtype=torch.long), packed, failures, read
 
 
 def decode_groups(
@@ -226,20 +279,20 @@ Group = tuple[torch.Tensor, torch.Tensor]  # (positions, uint8 NHWC images of on
 
 
 def collate_by_shape(
-    items: list[tuple[int, np.ndarray | None, str]],
-) -> tuple[list[Group], list[tuple[int, str]]]:
-    """Stack images of equal shape (all of them, when the preprocessing crops to a square) and
-    set the failures aside."""
+    items: list[tuple[int, np.ndarray | None, str, str | None]],
+) -> tuple[list[Group], list[tuple[int, str]], Read]:
+    """Stack images of equal shape (all of them, when the preprocessing crops to a square), set
+    the failures aside and pass on the digests of the bytes read."""
     shapes: dict[tuple[int, ...], list[tuple[int, np.ndarray]]] = {}
     failures = []
-    for index, array, reason in items:
+    for index, array, reason, _ in items:
         if array is None:
             failures.append((index, reason))
         else:
             shapes.setdefault(array.shape, []).append((index, array))
     groups = [(torch.tensor([i for i, _ in members], dtype=torch.long),
                torch.from_numpy(np.stack([a for _, a in members]))) for members in shapes.values()]
-    return groups, failures
+    return groups, failures, [(index, digest) for index, _, _, digest in items]
 
 
 # --- the embedding loop --------------------------------------------------------------------------
@@ -274,14 +327,16 @@ def device_decoder(setup: DeviceSetup, preprocessing: Preprocessing, decode: str
 def run_embedder(
     model: Embedder, ids: Sequence[str], paths: Sequence[Path], setup: DeviceSetup, *, use_amp: bool,
     batch_size: int, workers: int | None, progress: bool, desc: str = "embed", compile_mode: str = "off",
-    meter: Throughput | None = None, decoder: batched.BatchDecoder | None = None,
+    meter: Throughput | None = None, decoder: batched.BatchDecoder | None = None, used: list[str | None] | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]]]:
     """Descriptors for the images that could be read, in input order, and the failures.
 
     ``workers`` None: :func:`~vsbench.runtime.loaders.loader_workers` (the container's CPU quota).
     ``compile_mode``: :mod:`vsbench.runtime.compile`. ``meter`` gets a mark per batch out of the
     model (start-up and steady-state rate, :mod:`vsbench.runtime.throughput`). With a ``decoder``
-    the workers only read bytes and the images are decoded in batches on the device."""
+    the workers only read bytes and the images are decoded in batches on the device. ``used``
+    (as long as ``paths``) is filled with the sha256 of the bytes each image was decoded from
+    (None where the file could not be read): what a descriptor may be keyed on."""
     if decoder is None:
         dataset, collate = ImageFiles(paths, model.preprocessing), collate_by_shape
     else:
@@ -305,10 +360,13 @@ def run_embedder(
                                                  disable=not progress) as bar:
         for batch in batches:
             if decoder is None:
-                groups, failures = batch
+                groups, failures, read = batch
             else:
                 groups, refused = decode_groups(decoder, batch[0], batch[1])
-                failures = batch[2] + refused
+                failures, read = batch[2] + refused, batch[3]
+            if used is not None:
+                for i, digest in read:
+                    used[i] = digest
             failed.extend({"id": ids[i], "reason": reason} for i, reason in failures)
             for where, images in groups:
                 # NHWC uint8 -> an NCHW view with channels_last strides; float and normalize on device.
@@ -346,42 +404,90 @@ def _precision(setup: DeviceSetup, use_amp: bool) -> str:
     return f"{setup.device.type}:{dtype}"
 
 
+class InputsChanged(WordedInputError):
+    """Files that changed between the read that hashed them (the shard's key) and the one that
+    decoded or loaded them: one line naming the first, and what to do (issue 46)."""
+
+    one_line = True
+    exit_code = 2
+
+    def __init__(self, message: str, paths: Sequence[Path] = ()) -> None:
+        super().__init__(message)
+        self.paths = list(paths)
+
+
+def changed_while_read(paths: Sequence[Path], hashed: Sequence[str | None], used: Sequence[str | None],
+                       desc: str) -> InputsChanged | None:
+    """The error to stop on when an image was decoded from other bytes than the key hashed, else None."""
+    changed = [(p, h, u) for p, h, u in zip(paths, hashed, used) if h != u]
+    if not changed:
+        return None
+    path, old, new = changed[0]
+    more = f" (and {len(changed) - 1} more files, listed under 'changed' in the manifest)" if len(changed) > 1 else ""
+
+    def said(digest: str | None) -> str:
+        return f"sha256 {digest[:12]}" if digest else "unreadable"
+
+    return InputsChanged(f"{path}: changed while {desc} read it (hashed as {said(old)}, then read as {said(new)})"
+                         f"{more}; stopped: nothing was recorded or cached under the old bytes. Run again once the "
+                         f"files stop changing (a sync still writing the dataset?)", [p for p, _, _ in changed])
+
+
 def embed_with_cache(
     model_name: str, options: dict[str, Any], model: Embedder, ids: Sequence[str], paths: Sequence[Path],
     setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int | None, progress: bool, desc: str,
     digests: Sequence[str | None], seed: int = RANDOM_SEED, compile_mode: str = "off", meter: Throughput | None = None,
-    decoder: batched.BatchDecoder | None = None,
+    decoder: batched.BatchDecoder | None = None, option_digests: dict[str, str | None] | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
     ``digests`` are the images' sha256 (None where unreadable), as the shard's input key hashed
-    them: each image is read once per run. Returns the descriptors in input order, the failures and what
+    them: the cache is looked up under them. Returns the descriptors in input order, the failures and what
     the manifest records about the cache (its key in full, the key's digest, hits and images embedded).
     The batched device decode (``decoder``) feeds the network other pixels (docs/fidelity.md), and a
     compiled network (``compile_mode``) sums in other orders: the descriptors of each are cached under
-    a key of their own.
+    a key of their own. ``option_digests``: :func:`option_file_digests` of ``options`` as the shard's key
+    holds them (the cache key's file digests are taken from them instead of hashing the files again).
+
+    A new descriptor is cached under the sha256 of the bytes the worker decoded it from, never under
+    ``digests`` (issue 46): a file replaced between the hashing and the decoding (an rsync updating
+    the dataset, by ``mv`` or in place) is cached under its new digest, and then the run stops with
+    :class:`InputsChanged` naming it, so the shard is never recorded complete under a key naming
+    bytes it was not computed from. Stopping rather than re-keying the shard on the digests used:
+    the step's callers (the index, the score step, the pipeline's other sets) take the key to stand
+    for the dataset as it is on disk, and a run that read half a sync is better run again on the
+    whole; the next run hashes the new bytes and takes their descriptors from the cache.
     """
 
     root = cache_root()
+    used: list[str | None] = [None] * len(paths)
     if root is None:
         features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
                                         workers=workers, progress=progress, desc=desc, compile_mode=compile_mode,
-                                        meter=meter, decoder=decoder)
+                                        meter=meter, decoder=decoder, used=used)
+        changed = changed_while_read(paths, digests, used, desc)
+        if changed is not None:
+            raise changed
         return features, failed, {"enabled": False, "hits": 0, "embedded": len(features)}
     precision = (_precision(setup, use_amp) + ("+device-decode" if decoder is not None else "")
                  + ("+compiled" if compile_wanted(compile_mode, setup.device) else ""))  # Inductor's kernels: other last bits
-    cache = EmbeddingCache(root, model_key(model_name, options, model, precision, seed=seed))
+    files = None if option_digests is None else weights_files(options, option_digests)
+    cache = EmbeddingCache(root, model_key(model_name, options, model, precision, seed=seed, files=files))
     hits = cache.lookup(digests, model.dim)
     todo = [i for i, d in enumerate(digests) if d is None or d not in hits]
+    used = [None] * len(todo)
     if todo:
         new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
                                    batch_size=batch_size, workers=workers, progress=progress, desc=desc,
-                                   compile_mode=compile_mode, meter=meter, decoder=decoder)
+                                   compile_mode=compile_mode, meter=meter, decoder=decoder, used=used)
     else:
         new, failed = FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), []
-    digest_of = {ids[i]: digests[i] for i in todo}
+    digest_of = {ids[i]: used[n] for n, i in enumerate(todo)}  # of the bytes decoded, not of the bytes hashed
     new_ids = new.ids.tolist()
-    cache.store([digest_of[i] for i in new_ids], new.features)
+    cache.store([digest_of[i] for i in new_ids], new.features)  # type: ignore[misc]  # decoded: never None
+    changed = changed_while_read([paths[i] for i in todo], [digests[i] for i in todo], used, desc)
+    if changed is not None:
+        raise changed
     row_of = {i: n for n, i in enumerate(new_ids)}
     kept_ids, rows = [], []
     for image_id, digest in zip(ids, digests):
@@ -535,6 +641,32 @@ def _build(model: str, options: dict[str, Any], seed: int, option_files: dict[st
     return built
 
 
+def _recheck_option_files(model: str, options: dict[str, Any], hashed: dict[str, str | None], memo: DigestMemo,
+                          built: Any, reuse: dict[str, Any] | None) -> None:
+    """Raise :class:`InputsChanged` when a file a model option names is not, now that the model is
+    built, the bytes the shard's key hashed: the model would be another than the key says (issue 46).
+
+    The loaders read the file again (``torch.load``, ``np.load``, a library's ``from_pretrained``),
+    and most cannot be handed the bytes hashed, so each file is looked at again after the build: a
+    ``stat`` where its record is the one hashed (any write or replacement since changes it), a hash
+    where not. A TorchScript file is loaded from the very bytes its loader hashes
+    (:func:`vsbench.models.backbones.torchscript`): that digest must be the key's."""
+    now = option_file_digests(options, memo.remembered())
+    loaded = getattr(built, "weights_digest", None) if model == "torchscript" else None
+    if loaded is not None and hashed.get("path") is not None and loaded != hashed["path"]:
+        now["path"] = loaded
+    changed = sorted(name for name in set(hashed) | set(now) if hashed.get(name) != now.get(name))
+    if not changed:
+        return
+    if reuse is not None:
+        reuse.clear()  # the network kept for the next set may be of the other bytes
+    name = changed[0]
+    raise InputsChanged(f"{options.get(name)}: the file model option {name!r} names changed while the model was "
+                        f"loaded from it (hashed as {str(hashed.get(name))[:12]}, now {str(now.get(name))[:12]}); "
+                        "stopped: nothing was recorded under the old bytes. Run again once the file stops changing",
+                        [Path(str(options[n])) for n in changed if isinstance(options.get(n), (str, Path))])
+
+
 def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
     batch_size: int = 64, device: str = "auto", workers: int | None = None, model_options: dict[str, Any] | None = None,
@@ -596,28 +728,36 @@ def embed_image_set(
     atomic_write_json(manifest_path, manifest)  # a crashed shard is visible as incomplete
     meter = Throughput()  # start-up counts from here: the model's build is part of it
     started = time.perf_counter()
-    built = _build(model, options, seed, inputs["option_files"], reuse)
-    build_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    if isinstance(built, PrecomputedFeatures):
-        result, failed = built.select(ids), []
-        run_info: dict[str, Any] = {"preprocessing": None, "device": None, "amp_dtype": None}
-    else:
-        setup = setup_device(device, amp)
-        use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
-        inductor = use_inductor_cache(cache_root()) if compile_wanted(compile, setup.device) else None
-        decoder = device_decoder(setup, built.preprocessing, decode) if device_decode else None
-        result, failed, cache_info = embed_with_cache(
-            model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size, workers=workers,
-            progress=progress, desc=f"embed {stem}", digests=digests, compile_mode=compile, meter=meter,
-            decoder=decoder)
-        run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
-                    "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
-                    "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
-                    "output": built.output, "cache": cache_info,
-                    "compile": compile_status(built, compile, setup.device, inductor), **meter.as_dict(),
-                    "decode": {"mode": decode, "on_device": decoder is not None,
-                               **(decoder.stats() if decoder is not None else {})}}
+    try:
+        built = _build(model, options, seed, inputs["option_files"], reuse)
+        _recheck_option_files(model, options, inputs["option_files"], memo, built, reuse)
+        build_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        if isinstance(built, PrecomputedFeatures):
+            result, failed = built.select(ids), []
+            run_info: dict[str, Any] = {"preprocessing": None, "device": None, "amp_dtype": None}
+        else:
+            setup = setup_device(device, amp)
+            use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
+            inductor = use_inductor_cache(cache_root()) if compile_wanted(compile, setup.device) else None
+            decoder = device_decoder(setup, built.preprocessing, decode) if device_decode else None
+            result, failed, cache_info = embed_with_cache(
+                model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size,
+                workers=workers, progress=progress, desc=f"embed {stem}", digests=digests, compile_mode=compile,
+                meter=meter, decoder=decoder, option_digests=inputs["option_files"])
+            run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
+                        "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
+                        "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
+                        "output": built.output, "cache": cache_info,
+                        "compile": compile_status(built, compile, setup.device, inductor), **meter.as_dict(),
+                        "decode": {"mode": decode, "on_device": decoder is not None,
+                                   **(decoder.stats() if decoder is not None else {})}}
+    except InputsChanged as exc:  # the manifest stays incomplete; the changed files are hashed again next time
+        memo.forget(f for p in exc.paths for f in (sorted(p.rglob("*")) if p.is_dir() else [p]))
+        memo.save()
+        manifest.update({"stopped": str(exc), "changed": [str(p) for p in exc.paths]})
+        atomic_write_json(manifest_path, manifest)
+        raise
     seconds = time.perf_counter() - started
     save_features(features_path, result)
     manifest.update(run_info)
