@@ -193,6 +193,10 @@ def abid_train(
             raise ValueError(f"--overrides must be a JSON object of profile fields, not {overrides!r}")
     if backend not in TRAIN_BACKENDS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_BACKENDS)}, not {backend!r}", param_hint="--backend")
+    with user_errors():  # a --tasks folder without task files: say to run `abid prepare` (before any process starts)
+        from vsbench.abid.prepare import require_task_files
+
+        require_task_files(tasks, task)
     if backend == "trainjob":
         if nproc > 1:
             raise typer.BadParameter("a TrainJob's processes are --nodes x --gpus-per-node: leave --nproc at 1",
