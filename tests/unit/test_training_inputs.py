@@ -110,6 +110,21 @@ def test_an_image_rewritten_mid_epoch_is_refused_and_a_rerun_trains_fresh_on_the
                             memo_path=None)
     assert load_state(directory / LAST)["identity_sha256"] == now.digest  # keyed on the bytes it trained on
 
+    # A finished training re-run reads the images once more for its answers: a photo put back then
+    # stops it before the result file (the one there is the last run's, of its checkpoint's bytes).
+    result = (out / "counting_result.txt").read_bytes()
+    original = tiny[1] / victim.name
+
+    def put_back(path, size):  # noqa: ANN001
+        if victim.read_bytes() == other:
+            victim.write_bytes(original.read_bytes())
+        return real_load(path, size)
+
+    monkeypatch.setattr(abid_data, "load_image", put_back)
+    with pytest.raises(InputsChanged, match=r"; counting_result.txt is not written \(the checkpoints before"):
+        _train(tasks, images, out)
+    assert (out / "counting_result.txt").read_bytes() == result
+
 
 def test_the_identity_reaches_other_ranks_without_its_record_of_the_inputs(tmp_path: Path) -> None:
     """The re-check is rank 0's; the record (a memo, every path) is not sent to the other ranks."""
