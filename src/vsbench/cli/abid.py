@@ -193,10 +193,6 @@ def abid_train(
             raise ValueError(f"--overrides must be a JSON object of profile fields, not {overrides!r}")
     if backend not in TRAIN_BACKENDS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_BACKENDS)}, not {backend!r}", param_hint="--backend")
-    with user_errors():  # a --tasks folder without task files: say to run `abid prepare` (before any process starts)
-        from vsbench.abid.prepare import require_task_files
-
-        require_task_files(tasks, task)
     if backend == "trainjob":
         if nproc > 1:
             raise typer.BadParameter("a TrainJob's processes are --nodes x --gpus-per-node: leave --nproc at 1",
@@ -217,6 +213,11 @@ def abid_train(
                    f"{result.manifest['trainjob_engine']}, started in {result.manifest['trainjob_startup_seconds']:.1f} s, "
                    f"{result.manifest['trainjob_seconds']:.1f} s in all)")
         return
+    with user_errors():  # a --tasks folder without task files: say to run `abid prepare`, before any process
+        # starts (a TrainJob's nodes check it themselves: their volume may not be this machine's)
+        from vsbench.abid.prepare import require_task_files
+
+        require_task_files(tasks, task)
     under_torchrun = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
     if nproc > 1 and under_torchrun:
         raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
