@@ -441,7 +441,7 @@ def _join(folder: Path, kind: str, own: int, gate: int, other_path: Path, me: di
         if time.monotonic() >= deadline:
             raise InputBusy(_refusal(folder, kind, other_path, holders, what))
         if not waited:
-            print(f"[vsbench] waiting for {what or folder}: being {_KIND_WORDS[READERS if kind == WRITERS else WRITERS]}"
-                  f" by {holders}", file=sys.stderr, flush=True)
+            doing = "reading it (a training)" if kind == WRITERS else "writing it (abid resize or abid prepare)"
+            print(f"[vsbench] waiting for {what or folder}: {holders} is {doing}", file=sys.stderr, flush=True)
             waited = True
         time.sleep(POLL_S)
