@@ -151,11 +151,14 @@ def test_what_is_not_this_runs_is_moved_aside_in_one_line(tmp_path: Path, capsys
         "past the epochs": (f"{last}: holds epoch 4, past the 3 asked", identity.short),
         "best without last": (f"{best}: a best.pt without its last.pt", identity.short),
         "best missing": (f"{best}: unreadable or missing beside last.pt", identity.short),
-        "best of other work": (f"{best}: not the chosen epoch of {last} (epoch 1, chosen 1)", identity.short),
+        # what differs, not "not the chosen epoch" (issue 46)
+        "best of other work": (f"{best}: a checkpoint of other work beside this run's last.pt (seed 1, here 0)",
+                               identity.short),
         "best of another epoch": (f"{best}: not the chosen epoch of {last} (epoch 2, chosen 1)", identity.short),
         "best unreadable": (f"{best}: unreadable or missing beside last.pt ({_load_error(b'garbage').split(':')[0]})",
                             identity.short),
-        "best not a dict": (f"{best}: not the chosen epoch of {last} (epoch None, chosen 1)", identity.short),
+        "best not a dict": (f"{best}: a checkpoint of other work beside this run's last.pt (no identity)",
+                            identity.short),
     }[case]
     if case == "other work":
         _save(last, other, epoch=1)
@@ -201,7 +204,7 @@ def test_a_best_without_a_chosen_epoch_is_still_checked(tmp_path: Path, capsys: 
     _save(directory / LAST, identity, epoch=2)
     _save(directory / BEST, _identity(tmp_path, seed=5), epoch=0)
     assert resume_state(directory, identity, epochs=3) is None
-    assert "not the chosen epoch" in capsys.readouterr().out
+    assert "a checkpoint of other work beside this run's last.pt (seed 5, here 0)" in capsys.readouterr().out
 
 
 def test_two_set_asides_in_one_second_get_two_folders(tmp_path: Path, capsys: pytest.CaptureFixture,

@@ -66,7 +66,8 @@ def test_the_siamese_batch_and_a_batch_the_processes_cannot_split_are_refused_fi
     assert typo.exit_code == 2 and typo.output.count("\n") == 1 and "nosuch" in typo.output, typo.output
     missing = _train(tmp_path / "no-tasks", images, tmp_path / "out", "--nproc", "2", batch=8)
     assert missing.exit_code == 2 and missing.output.count("\n") == 1, missing.output
-    assert str(tmp_path / "no-tasks" / "counting_train.json") in missing.output
+    assert f"--tasks {tmp_path / 'no-tasks'}: no such folder; write the task files with `vsbench abid prepare" \
+        in missing.output  # what makes them (issue 46)
     assert not (tmp_path / "out").exists()
 
 

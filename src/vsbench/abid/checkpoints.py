@@ -91,10 +91,20 @@ class TrainingIdentity:
     digest: str
     hashed: int = field(default=0, compare=False)
     hashed_bytes: int = field(default=0, compare=False)
+    # What was hashed, to re-check before each checkpoint (rank 0's only: not sent to other ranks).
+    inputs: InputRecord | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "inputs"}  # the other ranks never re-check
 
     @property
     def short(self) -> str:
         return self.digest[:12]
+
+    def changed_input(self) -> str:
+        """The first input whose bytes are not the ones this identity names, in words ("" when none,
+        or when this identity was not computed here)."""
+        return self.inputs.changed() if self.inputs is not None else ""
 
     def differences(self, other: Any) -> list[str]:
         """How ``other`` (a stored identity) differs from this one, in words, for the log line."""
@@ -113,6 +123,43 @@ class TrainingIdentity:
             elif key != "image_count":
                 words.append(f"{key} {theirs!r}, here {mine!r}")
         return words or ["another identity format"]
+
+
+@dataclass
+class InputRecord:
+    """The files an identity hashed and their digests then, with the memo that hashed them: a
+    re-check costs one ``stat`` a file (what the memo remembers), a hash only for a file that changed.
+
+    Why: the training reads every image again each epoch (the loader's workers, the validation),
+    after the identity was taken. A file rewritten in between (an ``abid resize`` into ``--images``,
+    an rsync) was trained on under the old digests, and a later run resumed that checkpoint."""
+
+    memo: DigestMemo
+    groups: list[tuple[str, list[Path], list[str | None]]]  # (what they are, files, digests at the start)
+
+    def changed(self) -> str:
+        for kind, files, before in self.groups:
+            now = self.memo.digests(files, threads=min(8, os.cpu_count() or 1))
+            for path, old, new in zip(files, before, now):
+                if old != new:
+                    was = f"sha256 {old[:12]}" if old else "missing or unreadable"
+                    is_now = f"sha256 {new[:12]}" if new else "missing or unreadable"
+                    return f"{path} ({kind}) changed while the training read it: {was} when it started, {is_now} now"
+        return ""
+
+
+class InputsChanged(WordedInputError):
+    """An input of a training changed while it ran (one line naming the file; nothing written under
+    the identity it no longer has)."""
+
+
+def check_inputs(identity: TrainingIdentity, context: Distributed, writing: str) -> None:
+    """Refuse to write ``writing`` (a checkpoint, the result file) when an input's bytes are not those
+    ``identity`` names: rank 0 re-checks, every rank stops with its line."""
+    problem = context.share(identity.changed_input() if context.is_main else "")
+    if problem:
+        raise InputsChanged(f"{problem}; {writing} is not written (the checkpoints before are of the bytes before); "
+                            "re-run: the training starts again from scratch on the new bytes")
 
 
 def profile_fields(task: str, profile: TrainProfile) -> dict[str, Any]:
@@ -136,7 +183,11 @@ def training_identity(task: str, profile: TrainProfile, *, seed: int, hard: bool
         "trunk": memo.digest_or_none(trunk) if trunk is not None else None,
     }
     memo.save()
-    return TrainingIdentity(fields, _digest(fields), memo.hashed, memo.hashed_bytes)
+    groups: list[tuple[str, list[Path], list[str | None]]] = [("a task file", list(task_files), file_digests),
+                                                               ("an image", list(images), image_digests)]
+    if trunk is not None:
+        groups.append(("the trunk checkpoint", [trunk], [fields["trunk"]]))
+    return TrainingIdentity(fields, _digest(fields), memo.hashed, memo.hashed_bytes, InputRecord(memo, groups))
 
 
 def load_state(path: Path) -> dict[str, Any]:
@@ -168,7 +219,10 @@ def _inspect(directory: Path, identity: TrainingIdentity, epochs: int) -> tuple[
         # A run killed between writing best.pt and last.pt left best.pt one epoch ahead: that
         # epoch is trained again and chosen again, so best.pt is rewritten.
         kept = kept if isinstance(kept, dict) else {}
-        if kept.get("identity_sha256") != identity.digest or kept.get("epoch") not in (best_epoch, state["epoch"] + 1):
+        if kept.get("identity_sha256") != identity.digest:  # say what differs (issue 46: "not the chosen epoch")
+            differs = "; ".join(identity.differences(kept.get("identity"))[:4])
+            return None, f"{best}: a checkpoint of other work beside this run's {LAST} ({differs})"
+        if kept.get("epoch") not in (best_epoch, state["epoch"] + 1):
             return None, f"{best}: not the chosen epoch of {last} (epoch {kept.get('epoch')}, chosen {best_epoch})"
     return state, ""
 

@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from vsbench.abid.checkpoints import MEMO_NAME, TrainingIdentity, checkpoint_dir, training_identity
+from vsbench.abid.checkpoints import MEMO_NAME, TrainingIdentity, check_inputs, checkpoint_dir, training_identity
 from vsbench.abid.data import (
     BatchTransform,
     Images,
@@ -208,6 +208,7 @@ def train_counting(
     result_path = out_dir / RESULT_NAME
     run = CountingRun(result, predictions, result_path, val_missing, num_classes, rates.val_rate_of_train_majority,
                       rates.val_own_majority_rate, decode_stats(decoder))
+    check_inputs(identity, context, result_path.name)  # the predictions read the images again
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
         # Keyed on the result it goes with: the quantity step uses it only beside that very result.

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vsbench.io.locks import OutputBusy, output_lock
+from vsbench.io.locks import InputBusy, OutputBusy, output_lock, reading_lock
 from vsbench.runtime.device import DeviceSetup, setup_device
 from vsbench.runtime.loaders import loader_options, loader_workers
 
@@ -217,6 +217,28 @@ def writer_lock(folder: str | os.PathLike[str], context: Distributed, *, what: s
             raise failure
         if refusal:
             raise OutputBusy(refusal)
+        yield
+
+
+@contextlib.contextmanager
+def inputs_lock(folders: dict[str, str | os.PathLike[str]], context: Distributed) -> Iterator[None]:
+    """The training's inputs held as one of their readers (:func:`vsbench.io.locks.reading_lock`)
+    for the block, so that ``abid resize`` and ``abid prepare`` do not rewrite them while it reads:
+    rank 0 holds them for the job (its outcome shared, as :func:`writer_lock`'s). ``folders``: the
+    option that names each folder (``--images``) -> the folder."""
+    with contextlib.ExitStack() as stack:
+        failure: BaseException | None = None
+        if context.is_main:
+            try:
+                for option, folder in folders.items():
+                    stack.enter_context(reading_lock(folder, what=f"{option} {folder}"))
+            except Exception as exc:  # noqa: BLE001 - told to the other ranks, then raised here
+                failure = exc
+        refusal = context.share("" if failure is None else (str(failure) or type(failure).__name__))
+        if failure is not None:
+            raise failure
+        if refusal:
+            raise InputBusy(refusal)
         yield
 
 

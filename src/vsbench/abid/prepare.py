@@ -41,7 +41,8 @@ import numpy as np
 
 from vsbench.abid.coverage import MODERATE_MAX_QUANTITY, explain_all, warning_line
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR, parse_name
-from vsbench.io.inputs import InputError, read_json
+from vsbench.io.inputs import InputError, WordedInputError, read_json
+from vsbench.io.locks import writing_lock
 from vsbench.io.storage import atomic_write_chunks, atomic_write_json, is_temporary
 
 REPORT_NAME = "prepare_report.json"
@@ -114,6 +115,34 @@ def tasks_dataset(tasks: Path) -> tuple[str, str, str] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return "abid-tasks", hashlib.sha256(lines.encode()).hexdigest(), str(tasks.resolve())
+
+
+# The task files each reader of a --tasks folder needs (the training's identity names the same ones).
+TASK_FILES_READ = {
+    "counting": ("counting_train.json", "counting_val.json"),
+    "siamese": ("obj_verification_train.json", "obj_verification_val.json", "metadata.json", "random_train.txt"),
+    "quantity": ("obj_num_verification_val.json", "metadata.json", "random_train.txt", "counting_val.json"),
+    "score": ("counting_val.json", "obj_verification_val.json", "obj_num_verification_val.json"),
+}
+
+
+def require_task_files(tasks: Path, reader: str, option: str = "--tasks") -> None:
+    """Refuse, in one line saying how to make them, a task folder without the files ``reader``
+    reads (a folder that does not exist, an empty one, the images folder given by mistake): a bare
+    "counting_train.json: file not found" did not say that `abid prepare` writes them."""
+    missing = [name for name in TASK_FILES_READ[reader] if not (tasks / name).is_file()]
+    if not missing:
+        return
+    if not tasks.exists():
+        what = "no such folder"
+    elif not tasks.is_dir():
+        what = "not a folder"
+    elif not (tasks / REPORT_NAME).is_file() and len(missing) == len(TASK_FILES_READ[reader]):
+        what = "holds no ABID task files"
+    else:
+        what = f"has no {missing[0]}" + (f" (nor {len(missing) - 1} more task files)" if len(missing) > 1 else "")
+    raise WordedInputError(f"{option} {tasks}: {what}; write the task files with `vsbench abid prepare --data DATA "
+                           f"--out {tasks}` (DATA: the folder holding bin-images/ and metadata/)")
 
 
 def read_counts(report: dict[str, Any]) -> dict[str, Any]:
@@ -384,15 +413,26 @@ def prepare_abid(
 
     Every file is written, even with 0 entries; each empty one is listed in the summary's
     ``empty_files`` with the reason and the size that would fill it (:mod:`vsbench.abid.coverage`).
+    It holds ``out`` as one of its writers (:func:`vsbench.io.locks.writing_lock`): a training reading
+    the task files stops it, in one line.
     """
-    from tqdm.auto import tqdm
-
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     images = scan_ids(data / IMAGES_DIR, "image")
     meta_files = scan_ids(data / METADATA_DIR, "metadata")
     if not images and not meta_files:
         raise FileNotFoundError(f"no ABID images or metadata under {data} (expected {IMAGES_DIR}/ and {METADATA_DIR}/)")
+    # As one of the task folder's writers: no training reads the task files while they change (issue 46).
+    with writing_lock(out, what=f"the task files' folder {out}"):
+        return _write_tasks(data, out, images, meta_files, seed=seed, val_fraction=val_fraction,
+                            max_per_class=max_per_class, progress=progress)
+
+
+def _write_tasks(data: Path, out: Path, images: dict[int, Path], meta_files: dict[int, Path], *, seed: int,
+                 val_fraction: float, max_per_class: int, progress: bool) -> PrepareSummary:
+    """:func:`prepare_abid`'s work, once the inputs are found and the folder is held."""
+    from tqdm.auto import tqdm
+
     n = max([*images, *meta_files])
     summary = PrepareSummary(data=str(data), out=str(out), seed=seed, max_id=n,
                              distinct_ids=len(set(images) | set(meta_files)), ids_with_image=len(images),

@@ -47,7 +47,9 @@ and add:
 * one writer per output folder: a run holds :func:`~vsbench.io.locks.output_lock` on ``out`` (a
   shard: the folder shared and its own shard exclusively, :func:`~vsbench.io.locks.step_lock`), so
   a second run into the same folder stops with one line naming it instead of interleaving
-  manifests.
+  manifests; and it holds the folder as one of its writers
+  (:func:`~vsbench.io.locks.writing_lock`), so it neither starts nor runs while a training
+  reads it (the shards of one run write side by side).
 
 bench/resize.py measures all three modes beside the challenge's loop.
 """
@@ -76,7 +78,7 @@ from vsbench.imaging.limits import open_image
 from vsbench.imaging.resample import one_thread, resize_bilinear
 from vsbench.io.digests import RACY_NS
 from vsbench.io.inputs import read_json
-from vsbench.io.locks import output_lock, step_lock
+from vsbench.io.locks import output_lock, step_lock, writing_lock
 from vsbench.io.storage import atomic_write_bytes, atomic_write_text, stat_record, stat_trusted
 from vsbench.runtime.loaders import usable_cpus
 
@@ -341,7 +343,8 @@ def resize_abid(
         raise FileNotFoundError(f"no {IMAGES_DIR}/ folder under {data}")
     # Shards of one run write one folder side by side, each its own outputs and manifest.
     lock = output_lock(out) if num_shards == 1 else step_lock(out, f"resize-shard-{shard}-of-{num_shards}")
-    with lock:
+    # and as one of its writers: no training reads the folder while it changes (issue 46)
+    with lock, writing_lock(out, what=f"the resized images' folder {out}"):
         return _resize(sources, data, out, size=size, quality=quality, decode=decode,
                        workers=workers or usable_cpus(), progress=progress, rate=rate, started=started,
                        manifest=MANIFEST_NAME if num_shards == 1 else

@@ -22,7 +22,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from vsbench.abid.checkpoints import MEMO_NAME, TrainingIdentity, checkpoint_dir, training_identity
+from vsbench.abid.checkpoints import MEMO_NAME, TrainingIdentity, check_inputs, checkpoint_dir, training_identity
 from vsbench.abid.coverage import MODERATE_MAX_QUANTITY
 from vsbench.abid.data import (
     BatchTransform,
@@ -270,6 +270,7 @@ def train_siamese(
     with torch.no_grad(), device.autocast():
         predictions = scorer.answers(model, context)
     result_path = out_dir / RESULT_NAME
+    check_inputs(identity, context, result_path.name)  # the answers read the images again
     if context.is_main:
         atomic_write_text(result_path, "".join(f"{p}\n" for p in predictions))
         atomic_write_json(out_dir / "siamese_summary.json", {

@@ -6,7 +6,9 @@ best score) is checkpointed atomically. Everything random in an epoch is seeded 
 an uninterrupted run. The best model by validation score is kept apart (``best.pt``).
 Checkpoints are loaded with ``weights_only=True``: no pickle code runs. Each carries the run's
 identity (task, profile, seed, digests of what it reads: vsbench.abid.checkpoints), and only a
-checkpoint of this very run is resumed; any other is moved aside, with one line saying why.
+checkpoint of this very run is resumed; any other is moved aside, with one line saying why. Before
+each checkpoint the inputs' digests are checked again (a ``stat`` a file): an image rewritten while
+the epoch read it stops the run in one line, with nothing written under the old identity.
 
 Under torchrun (``context``, see vsbench.abid.distributed) the same loop runs data-parallel: the
 steps call the DDP-wrapped model, the epoch's counts are summed over ranks, only rank 0 writes
@@ -30,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from vsbench.abid.checkpoints import BEST, LAST, TrainingIdentity, check_best, load_state, resume_state
+from vsbench.abid.checkpoints import BEST, LAST, TrainingIdentity, check_best, check_inputs, load_state, resume_state
 from vsbench.abid.distributed import SINGLE, Distributed
 from vsbench.abid.profiles import TrainProfile
 from vsbench.io.storage import atomic_write_bytes
@@ -215,6 +217,9 @@ def fit(
                   "epoch_seconds": time.perf_counter() - epoch_started}
         record.update({k if k.startswith("holdout_") else f"val_{k}": float(v) for k, v in metrics.items()})
         history.append(record)
+        # The epoch read its images again (workers, validation): written only if they are still the
+        # bytes its identity names, else one line and nothing under that identity (issue 46).
+        check_inputs(identity, context, f"epoch {epoch + 1}'s checkpoint")
         chosen = selection_key is None or metrics[selection_key] > best_selection
         if chosen:
             best_selection = float(epoch + 1) if selection_key is None else float(metrics[selection_key])

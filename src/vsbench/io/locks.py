@@ -224,3 +224,224 @@ def step_lock(folder: str | os.PathLike[str], unit: str, *, what: str = "", wait
     with output_lock(folder, what=what or str(folder), wait_s=wait_s, shared=True), \
             output_lock(folder, name=unit, what=f"{what or folder} ({unit})", wait_s=wait_s) as path:
         yield path
+
+
+# --- Readers and writers of an input folder (issue 46) ---------------------------------------------
+#
+# Why: ``abid resize`` and ``abid prepare`` rewrite the folders a training reads (``--images``,
+# ``--tasks``); a training that read half the old bytes and half the new wrote checkpoints whose
+# identity named bytes the network was not trained on, and a later run resumed from them. A training
+# reads a folder (several at once: a pipeline's counting and siamese trainings read one image
+# folder side by side); a resize or prepare writes it (a sharded resize's tasks side by side). Either
+# kind may share the folder with its own kind, never with the other.
+#
+# flock has shared and exclusive modes only, so the two kinds are two files, each held shared by its
+# holders, and a third, the gate, held exclusively for the instant of joining or leaving:
+#
+# * to join, a process takes the gate, takes its own kind's file shared, and probes the other kind's
+#   file with a non-blocking exclusive lock: granted, nobody of the other kind holds the folder (the
+#   probe is dropped at once); refused, it lets go of its own file and waits or stops;
+# * every join and leave happens under the gate, so two of different kinds never both see the other
+#   file free, and of two that arrive together one proceeds (a gate-less back-off could refuse both);
+# * each holder adds one line (host, pid, command, start) to its kind's file and removes it when it
+#   leaves; the first holder of a kind clears lines left by holders that died (the kernel released
+#   their locks, not their lines). The refusal names the holders from those lines.
+#
+# A folder where the lock files cannot be made (a dataset on a read-only mount) is used without the
+# lock: a reader says so in one debug line (``abid train`` re-checks its inputs' digests anyway,
+# :mod:`vsbench.abid.checkpoints`), a writer, which writes there, in one warning.
+
+READERS = "readers"
+WRITERS = "writers"
+GATE = "gate"
+_KIND_WORDS = {READERS: "read by a training", WRITERS: "rewritten (abid resize or abid prepare)"}
+
+
+class InputBusy(OutputBusy):
+    """An input folder is written while a training would read it, or read while a run would write it."""
+
+
+def _open_lock_file(path: Path, create: bool) -> int:
+    """An fd on ``path`` for flock: read-write (created when ``create``), else read-only when it exists
+    and cannot be written (flock needs no write access); -1 when neither."""
+    try:
+        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and not create:
+            return -1
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return -1
+
+
+def _holder_lines(fd: int) -> list[dict[str, Any]]:
+    """The holders' records of a kind's file (one JSON object a line)."""
+    try:
+        data = os.pread(fd, 1 << 20, 0).decode("utf-8", "replace")
+    except OSError:
+        return []
+    records = []
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    """False only for a holder of this host whose process is gone (its line outlived its lock)."""
+    if record.get("host") != socket.gethostname() or not isinstance(record.get("pid"), int):
+        return True
+    try:
+        os.kill(record["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _describe_holders(fd: int) -> str:
+    records = [r for r in _holder_lines(fd) if _alive(r)]
+    if not records:
+        return "another process (which has not written its name)"
+    more = f", and {len(records) - 1} more" if len(records) > 1 else ""
+    return _describe(records[0]) + more
+
+
+def _flock(fd: int, operation: int) -> bool:
+    """flock, False when it would block; raises OSError for anything else (ENOLCK: cannot lock)."""
+    try:
+        fcntl.flock(fd, operation)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+def _rewrite(fd: int, records: list[dict[str, Any]]) -> None:
+    with contextlib.suppress(OSError):  # a read-only lock file: the lock holds, the lines are not kept
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        os.ftruncate(fd, 0)
+        if data:
+            os.pwrite(fd, data, 0)
+
+
+@contextlib.contextmanager
+def _gate(fd: int) -> Iterator[None]:
+    """The gate, held for a join or a leave only (microseconds): waiting on it blocks."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def reading_lock(folder: str | os.PathLike[str], *, what: str = "", wait_s: float | None = None) -> Iterator[bool]:
+    """Hold ``folder`` as one of its readers for the block: no :func:`writing_lock` holder beside it
+    (a resize or prepare rewriting it), any number of other readers. Yields whether it is locked
+    (False: the folder does not exist, or no lock file can be made there: one debug line)."""
+    with _sharing(Path(folder), READERS, WRITERS, what=what, wait_s=wait_s) as locked:
+        yield locked
+
+
+@contextlib.contextmanager
+def writing_lock(folder: str | os.PathLike[str], *, what: str = "", wait_s: float | None = None) -> Iterator[bool]:
+    """Hold ``folder`` as one of its writers for the block (created when missing): no
+    :func:`reading_lock` holder beside it (a training reading it), any number of other writers (a
+    sharded resize's tasks; each also holds its own output lock). Yields whether it is locked."""
+    folder = Path(folder)
+    with contextlib.suppress(OSError):  # a folder that cannot be made: the writer says so itself
+        folder.mkdir(parents=True, exist_ok=True)
+    with _sharing(folder, WRITERS, READERS, what=what, wait_s=wait_s) as locked:
+        yield locked
+
+
+def _refusal(folder: Path, kind: str, other_path: Path, holders: str, what: str) -> str:
+    target = what or str(folder)
+    if kind == READERS:
+        return (f"{target} is being {_KIND_WORDS[WRITERS]} by {holders}: a training must not read it while it "
+                f"changes. Wait for it to finish (or set {WAIT_ENV} to wait), then train again; the lock is "
+                f"{other_path}")
+    return (f"{target} is being {_KIND_WORDS[READERS]}: {holders}. Wait for the training to finish (or set "
+            f"{WAIT_ENV} to wait), or write into another folder; the lock is {other_path}")
+
+
+@contextlib.contextmanager
+def _sharing(folder: Path, kind: str, other: str, *, what: str, wait_s: float | None) -> Iterator[bool]:
+    deadline = time.monotonic() + wait_seconds(wait_s)
+    own_path, other_path, gate_path = (lock_path(folder, name) for name in (kind, other, GATE))
+    quiet = kind == READERS  # a reader on a read-only dataset is the expected case, not a warning
+    say = logger.debug if quiet else logger.warning
+    if not folder.is_dir():
+        say("%s: no such folder; going on without the readers/writers lock", folder)
+        yield False
+        return
+    gate, own = _open_lock_file(gate_path, True), _open_lock_file(own_path, True)
+    if gate < 0 or own < 0:
+        for fd in (gate, own):
+            if fd >= 0:
+                os.close(fd)
+        say("%s: cannot make the lock files here (a read-only folder?); going on without the readers/writers lock "
+            "(%s)", folder, "abid train re-checks its inputs' digests" if quiet else "nothing reads it while it is written")
+        yield from _unlocked()
+        return
+    me = dict(_holder(), token=f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}")
+    try:
+        try:
+            joined = _join(folder, kind, own, gate, other_path, me, what, deadline)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            say("%s: this filesystem cannot lock files (%s); going on without the readers/writers lock",
+                folder, exc.strerror)
+            joined = False
+        try:
+            yield joined
+        finally:
+            if joined:
+                with _gate(gate):
+                    _rewrite(own, [r for r in _holder_lines(own) if r.get("token") != me["token"]])
+    finally:
+        os.close(own)  # closing releases the shared lock
+        os.close(gate)
+
+
+def _unlocked() -> Iterator[bool]:
+    yield False
+
+
+def _join(folder: Path, kind: str, own: int, gate: int, other_path: Path, me: dict[str, Any], what: str,
+          deadline: float) -> bool:
+    """Join ``kind``'s holders of ``folder`` (True), waiting until ``deadline`` while the other kind
+    holds it; then :class:`InputBusy`."""
+    waited = False
+    while True:
+        with _gate(gate):
+            holders = ""
+            if _flock(own, fcntl.LOCK_EX | fcntl.LOCK_NB):  # the first of its kind: old lines are of the dead
+                _rewrite(own, [])
+            fcntl.flock(own, fcntl.LOCK_SH | fcntl.LOCK_NB)  # (under the gate no one else holds it exclusively)
+            probe = _open_lock_file(other_path, False)
+            try:
+                if probe >= 0 and not _flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                    holders = _describe_holders(probe)
+            finally:
+                if probe >= 0:
+                    os.close(probe)  # drops the probe's lock, if it got it
+            if not holders:
+                with contextlib.suppress(OSError):
+                    os.pwrite(own, (json.dumps(me) + "\n").encode(), os.fstat(own).st_size)
+                return True
+            fcntl.flock(own, fcntl.LOCK_UN)
+        if time.monotonic() >= deadline:
+            raise InputBusy(_refusal(folder, kind, other_path, holders, what))
+        if not waited:
+            doing = "reading it (a training)" if kind == WRITERS else "writing it (abid resize or abid prepare)"
+            print(f"[vsbench] waiting for {what or folder}: {holders} is {doing}", file=sys.stderr, flush=True)
+            waited = True
+        time.sleep(POLL_S)

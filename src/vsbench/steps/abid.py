@@ -11,7 +11,7 @@ from typing import Any
 
 from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
 from vsbench.abid.metrics import counting_metrics, verification_metrics
-from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid, tasks_dataset
+from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid, require_task_files, tasks_dataset
 from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
 from vsbench.io.locks import output_lock
 from vsbench.io.storage import atomic_write_json
@@ -121,8 +121,12 @@ def _abid_train_step(
     train, title = {"counting": (train_counting, "counting"), "siamese": (train_siamese, "siamese verification")}[task]
     settings = get_profile(profile, **(overrides or {}))
     architecture = settings.arch if task == "counting" else f"siamese-{settings.arch}"
+    require_task_files(Path(tasks), task)  # a folder prepare has not written: say to run it
+    # The inputs are held as one of their readers (resize and prepare wait or stop) for the whole
+    # training; the training re-checks their digests before each checkpoint all the same (issue 46).
     with distributed.session(device, settings.amp) as (context, setup), \
-            distributed.writer_lock(out, context, what=f"{out} (abid train {task})"):
+            distributed.writer_lock(out, context, what=f"{out} (abid train {task})"), \
+            distributed.inputs_lock({"--images": images, "--tasks": tasks}, context):
         params = {"profile": profile, "seed": seed, "device": str(setup.device), "amp_dtype": str(setup.amp_dtype),
                   "decode": decode,
                   "architecture": architecture, "task": f"{task}-moderate", "world_size": context.world_size,
@@ -279,6 +283,7 @@ def abid_quantity_step(
     """Answer the quantity questions (prior x predicted bin count) and score it against trivial answers."""
     from vsbench.abid.readers import read_quantity_ground_truth
 
+    require_task_files(Path(tasks), "quantity")
     started = time.perf_counter()
     with child_run(parent_run_id, "abid-quantity", {"method": "asin-prior, capped by the predicted count when "
                                                               "that helps on training bins"}) as tracker:
@@ -318,6 +323,7 @@ def abid_score_step(
     from vsbench.stats.resample import Resampling
 
     root = Path(tasks)
+    require_task_files(root, "score")
     started = time.perf_counter()
     resampling = Resampling.from_env(resamples)  # a bad VSBENCH_RESAMPLES stops here, before any work
     with child_run(parent_run_id, "abid-score", {"task_set": "moderate", **resampling.params()}) as tracker:
