@@ -1,4 +1,11 @@
-"""Kubeflow components of the similarity engine: embed (one shard), index, search (one task), score."""
+"""Kubeflow components of the similarity engine: embed (one shard), index, search (one task), score.
+
+Each step that writes ``out`` holds its run's lease on it (``vsbench.io.locks.folder_lease``: the
+lease file names the KFP run, ``kfp_run_id``; another run's live lease refuses the step in one line).
+The run id is a parameter, given ``dsl.PIPELINE_JOB_ID_PLACEHOLDER``, not an environment variable:
+KFP v2 does not resolve placeholders in ``set_env_variable`` (kubeflow/pipelines#10111); "" (a
+caller that gives none) checks no lease.
+"""
 
 
 from kfp import dsl
@@ -29,6 +36,7 @@ def embed_shard(
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.runs.parent_run_for``) rather than taking it from the opening task."""
+    from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import SimilarityRun
     from vsbench.steps.similarity import similarity_embed_step
@@ -38,9 +46,10 @@ def embed_shard(
 
     run = SimilarityRun.parse(benchmark=benchmark, root=root, model=model, num_shards=num_shards,
                         benchmark_options=benchmark_options, model_options=model_options, seed=seed)
-    result = similarity_embed_step(run, out, shard=shard, batch_size=batch_size, device=device,
-                                   parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path,
-                                   progress=False, compile=compile, decode=decode)
+    with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
+        result = similarity_embed_step(run, out, shard=shard, batch_size=batch_size, device=device,
+                                       parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path,
+                                       progress=False, compile=compile, decode=decode)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -59,12 +68,13 @@ def search_tasks(search_shards: int, reference_shards: int, merge_ondisk: bool =
 def index(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
-    stage: str = "all", merge_ondisk: bool = False, verify_inputs: str = "",
+    stage: str = "all", merge_ondisk: bool = False, verify_inputs: str = "", kfp_run_id: str = "",
 ):
     """The index step under ``out/index``: ``train`` trains each codec once (faiss-gpu when present)
     and writes it trained and empty, for the fill tasks; ``all`` trains, fills every one of
     ``reference_shards`` shards and finishes in this one task (``merge_ondisk``: IVF shards merged
     into one on-disk index). Everything is reused when built before for the same inputs."""
+    from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
@@ -74,8 +84,9 @@ def index(
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        reference_shards=reference_shards, benchmark_options=benchmark_options,
                        merge_ondisk=merge_ondisk)
-    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
-                                   stage=stage)
+    with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
+        result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
+                                       stage=stage)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -84,13 +95,14 @@ def index(
 def index_finish(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
-    merge_ondisk: bool = False, verify_inputs: str = "",
+    merge_ondisk: bool = False, verify_inputs: str = "", kfp_run_id: str = "",
 ):
     """The index step's last task: check that every reference shard was filled from this trained
     codec and these features, then write ``index.json`` (what the searches read). Reads only the
     shards' records and the training rows: a small task. With ``merge_ondisk`` (IVF codecs) it
     first merges the shards' inverted lists into one on-disk index, reading each shard mapped, list
     by list: its memory stays small, its disk writes are the gallery's codes once."""
+    from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
@@ -100,8 +112,9 @@ def index_finish(
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        reference_shards=reference_shards, benchmark_options=benchmark_options,
                        merge_ondisk=merge_ondisk)
-    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
-                                   stage="finish")
+    with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
+        result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
+                                       stage="finish")
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -117,6 +130,7 @@ def index_fill(
     already filled from the same trained codec and rows is kept.
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
+    from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_index_step
@@ -126,8 +140,9 @@ def index_fill(
 
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        reference_shards=reference_shards, benchmark_options=benchmark_options)
-    result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_for(experiment, kfp_run_id),
-                                   manifest_path=manifest.path, stage="fill", shard=shard)
+    with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
+        result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_for(experiment, kfp_run_id),
+                                       manifest_path=manifest.path, stage="fill", shard=shard)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -142,6 +157,7 @@ def search(
     ``merge_ondisk`` in the merged on-disk index (resumable).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id."""
+    from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_search_step
@@ -152,8 +168,9 @@ def search(
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, score_norm=score_norm,
                        search_params=search_params, search_shards=search_shards, reference_shards=reference_shards,
                        benchmark_options=benchmark_options, merge_ondisk=merge_ondisk)
-    result = similarity_search_step(run, out, task=task, model=model,
-                                    parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
+    with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
+        result = similarity_search_step(run, out, task=task, model=model,
+                                        parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -162,9 +179,10 @@ def search(
 def score(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, global_cap: int, score_norm: str,
     search_params: str, search_shards: int, benchmark_options: str, parent_run_id: str, manifest: Output[Artifact],
-    metrics: Output[Metrics], merge_ondisk: bool = False, verify_inputs: str = "",
+    metrics: Output[Metrics], merge_ondisk: bool = False, verify_inputs: str = "", kfp_run_id: str = "",
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
+    from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
     from vsbench.steps.similarity import similarity_score_step
@@ -174,6 +192,7 @@ def score(
     run = BenchmarkRun.parse(benchmark=benchmark, root=root, codecs=codecs, k=k, global_cap=global_cap,
                        score_norm=score_norm, search_params=search_params, search_shards=search_shards,
                        benchmark_options=benchmark_options, merge_ondisk=merge_ondisk)
-    result = similarity_score_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path)
+    with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
+        result = similarity_score_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path)
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

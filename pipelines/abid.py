@@ -53,8 +53,9 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
         params_json: str = "{}",
     ):
         # The form's texts: pipelines/form.py (KFP reads them from the docstring set below).
-        with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
+        with tracked_run(experiment, PIPELINE_NAME, params_json, cluster, folders=data_root) as opened:
             parent = opened.output
+            run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # each step checks the run's lease on data_root with it
             shards = shard_list(num_shards=num_shards)
             shards.set_caching_options(False)
             with dsl.ParallelFor(shards.output) as shard:
@@ -64,7 +65,7 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
                                          ).after(opened)
                 apply(download, "cpu", cluster, RETRIES["download"])
             prepare = abid_prepare(data_root=data_root, seed=seed, val_fraction=val_fraction,
-                                   max_per_class=max_per_class, parent_run_id=parent).after(download)
+                                   max_per_class=max_per_class, parent_run_id=parent, kfp_run_id=run_id).after(download)
             apply(prepare, "cpu", cluster)
             with dsl.ParallelFor(shards.output) as shard:
                 resize = abid_resize(data_root=data_root, size=size, decode=resize_decode, workers=workers,
@@ -74,14 +75,14 @@ def build_abid_pipeline(cluster: ClusterSettings | None = None):
                 apply(resize, "cpu", cluster, RETRIES["resize"])
             training = {"profile": train_profile, "overrides_json": train_overrides, "seed": seed, "device": device,
                         "parent_run_id": parent, "backend": train_backend, "nodes": train_nodes,
-                        "gpus_per_node": train_gpus_per_node, "verify_inputs": verify_inputs}
+                        "gpus_per_node": train_gpus_per_node, "verify_inputs": verify_inputs, "kfp_run_id": run_id}
             counting = abid_train_counting(data_root=data_root, **training).after(prepare, resize)
             siamese = abid_train_siamese(data_root=data_root, **training).after(counting)
             # After counting: a profile may start the siamese trunk from the counting network.
             for task in (counting, siamese):
                 apply(task, "gpu", cluster, RETRIES["train"])
-            quantity = abid_quantity(data_root=data_root, parent_run_id=parent).after(counting)
-            score = abid_score(data_root=data_root, parent_run_id=parent).after(quantity, siamese)
+            quantity = abid_quantity(data_root=data_root, parent_run_id=parent, kfp_run_id=run_id).after(counting)
+            score = abid_score(data_root=data_root, parent_run_id=parent, kfp_run_id=run_id).after(quantity, siamese)
             for task in (shards, quantity, score):
                 apply(task, "light", cluster)
             # Every step is idempotent and resumable on its own (manifests, checkpoints); KFP's cache

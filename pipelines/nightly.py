@@ -39,7 +39,8 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
         params_json: str = json.dumps({"suite": [entry.name for entry in suite.entries]}),
     ):
         # Every suite entry is compiled in; the form's texts: pipelines/form.py.
-        with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
+        outs = json.dumps([f"{suite.out_root}/{entry.name}" for entry in suite.entries])  # leased to the run
+        with tracked_run(experiment, PIPELINE_NAME, params_json, cluster, folders=outs) as opened:
             parent = opened.output
             light = []
             scored_tasks = []

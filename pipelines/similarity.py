@@ -41,12 +41,14 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
     suffix = f" {label}" if label else ""
     common = dict(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, score_norm=score_norm,
                   reference_shards=reference_shards, benchmark_options=benchmark_options, verify_inputs=verify_inputs)
-    trained = index(**common, parent_run_id=parent_run_id, stage="train").after(after)
+    run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # each step checks the run's lease on ``out`` with it
+    trained = index(**common, parent_run_id=parent_run_id, stage="train", kfp_run_id=run_id).after(after)
     fills = shard_list(num_shards=reference_shards).after(trained)
     with dsl.ParallelFor(fills.output) as shard:
         filled = index_fill(**common, shard=shard, experiment=experiment,
                             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-    indexed = index_finish(**common, parent_run_id=parent_run_id, merge_ondisk=merge_ondisk).after(filled)
+    indexed = index_finish(**common, parent_run_id=parent_run_id, merge_ondisk=merge_ondisk,
+                           kfp_run_id=run_id).after(filled)
     tasks = search_tasks(search_shards=search_shards, reference_shards=reference_shards,
                          merge_ondisk=merge_ondisk).after(indexed)
     with dsl.ParallelFor(tasks.output) as task:
@@ -59,7 +61,7 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
     scored = score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, global_cap=global_cap,
                    score_norm=score_norm, search_params=search_params, search_shards=search_shards,
                    benchmark_options=benchmark_options, merge_ondisk=merge_ondisk,
-                   parent_run_id=parent_run_id, verify_inputs=verify_inputs).after(searched)
+                   parent_run_id=parent_run_id, verify_inputs=verify_inputs, kfp_run_id=run_id).after(searched)
     # Caching off: each step reuses what it built before for the same inputs on its own.
     for task_, name, role, retries in ((trained, "index-train", "gpu", RETRIES["index"]),
                                        (fills, "index-fills", "light", 0), (filled, "index-fill", "fill", RETRIES["fill"]),
@@ -100,7 +102,7 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
         params_json: str = "{}",
     ):
         # The form's texts: pipelines/form.py (KFP reads them from the docstring set below).
-        with tracked_run(experiment, PIPELINE_NAME, params_json, cluster) as opened:
+        with tracked_run(experiment, PIPELINE_NAME, params_json, cluster, folders=out) as opened:
             shards = shard_list(num_shards=num_shards)
             shards.set_caching_options(False)
             with dsl.ParallelFor(shards.output) as shard:

@@ -367,3 +367,20 @@ def test_the_compiled_yaml_gets_the_umask_mode_not_a_temporary_files(tmp_path: P
     files = sorted((tmp_path / "out").iterdir())
     assert [p.name for p in files] == sorted(f"{name}.yaml" for name in PIPELINES)  # nothing temporary left
     assert {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o666 & ~umask}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_every_step_that_writes_the_runs_folder_checks_its_lease(compiled, name):
+    """One run, one holder on a cluster (issue 46): the opening step leases the run's folders and the
+    exit handler releases them; every step writing them is given the KFP run id to check the lease."""
+    spec, _ = compiled[name]
+    tasks = _tasks(spec)
+    writers = {task_name: task for task_name, task in tasks.items()
+               if {"out", "data_root"} & set(task.get("inputs", {}).get("parameters", {}))}
+    assert writers, name
+    for task_name, task in writers.items():
+        run_id = task["inputs"]["parameters"].get("kfp_run_id", {})
+        assert run_id.get("runtimeValue", {}).get("constant") == "{{$.pipeline_job_uuid}}", (name, task_name)
+    for step in ("open-tracking", "close-tracking"):
+        folders = tasks[step]["inputs"]["parameters"]["folders"]
+        assert folders.get("componentInputParameter") or json.loads(folders["runtimeValue"]["constant"]), (name, step)

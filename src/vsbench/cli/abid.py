@@ -23,6 +23,7 @@ from vsbench.cli.common import (
     check_runner,
     kept_bundle,
     print_summary,
+    refuse_busy,
     user_errors,
 )
 from vsbench.cli.helpfmt import MORE, App
@@ -42,6 +43,7 @@ def abid_download(
     retries: Annotated[int, typer.Option(min=1, help="Attempts per object.")] = 5,
 ) -> None:
     """Mirror ABID from S3: anonymous by default, resumable, verified, atomic."""
+    refuse_busy(dest)  # another run writing it: one line at once, before the heavy imports
     from vsbench.abid.download import MANIFEST_NAME, DownloadInterrupted, download_abid
     from vsbench.io.locks import OutputBusy
     from vsbench.io.storage import S3AccessError
@@ -87,6 +89,7 @@ def abid_prepare(
     max_per_class: Annotated[int, typer.Option(min=1, help="Verification questions per answer (yes/no).")] = 20000,
 ) -> None:
     """The challenge's split and task files (random_*.txt, metadata, instances, counting, verification)."""
+    refuse_busy(out)  # another run writing it: one line at once, before the heavy imports
     from vsbench.abid.prepare import PREPARE_COUNTS, REPORT_NAME, prepare_abid
 
     summary = prepare_abid(data, out, seed=seed, val_fraction=val_fraction, max_per_class=max_per_class).as_dict()
@@ -120,6 +123,7 @@ def abid_resize(
     verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
     """Resize every bin image (bilinear), in parallel; bad inputs are listed and skipped."""
+    refuse_busy(out)  # another run writing it: one line at once, before the heavy imports
     from vsbench.abid.resize import DECODES, MANIFEST_NAME, resize_abid
     from vsbench.imaging.limits import TooManyFailures
 
@@ -181,6 +185,9 @@ def abid_train(
     `torchrun --nproc-per-node N -m vsbench abid train ...`, as a PyTorchJob does on each node), or
     as a Trainer v2 TrainJob with --backend trainjob (on this machine: one podman container per node)."""
     import os
+
+    if "LOCAL_RANK" not in os.environ:  # (a rank: its rank 0 holds the lock; a probe would race it)
+        refuse_busy(out, f"{out} (abid train {task})")  # one line at once, before torch is imported
 
     from vsbench.abid.launch import TRAIN_ROWS
     from vsbench.platform.containers import ContainerRunError
@@ -390,16 +397,44 @@ def abid_run_local(
     verbose: VerboseOpt = False,
     verify_inputs: VerifyInputsOpt = "stat",
 ) -> None:
-    """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store)."""
+    """Run the ABID pipeline on this machine with kfp.local (MLflow from MLFLOW_TRACKING_URI, else a local store).
+
+    The run holds the folders its steps write under DATA_ROOT for its whole length (one run, one
+    holder: :func:`~vsbench.io.locks.run_lease`), taken first: a second run, or a step command into
+    one of them, is refused at once (or waits, with VSBENCH_LOCK_WAIT_S, for the whole run)."""
+    import contextlib
     import os
 
+    from vsbench.io.locks import run_lease
     from vsbench.platform.trainjob import TRAIN_BACKENDS
-    from vsbench.tracking.command import prepare_pipeline_tracking
 
     check_runner(runner)
     if train_backend not in TRAIN_BACKENDS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_BACKENDS)}, not {train_backend!r}",
                                  param_hint="--train-backend")
+    with contextlib.ExitStack() as held:
+        with user_errors():
+            held.enter_context(run_lease([data_root / name for name in ABID_FOLDERS],
+                                         what=f"{data_root} (abid run-local)"))
+        _run_local(data_root, source=source, endpoint_url=endpoint_url, limit=limit, seed=seed, size=size,
+                   max_per_class=max_per_class, train_profile=train_profile, train_overrides=train_overrides,
+                   device=device, train_backend=train_backend, train_nodes=train_nodes,
+                   train_gpus_per_node=train_gpus_per_node, experiment=experiment, pipeline_root=pipeline_root,
+                   runner=runner, image=image, track=track, verbose=verbose, environ=os.environ,
+                   verify_inputs=verify_inputs)
+
+
+ABID_FOLDERS = ("raw", "tasks", "bin-images-resize", "runs/counting", "runs/siamese", "runs/quantity")
+"""What the ABID pipeline's steps write under its data root (components/abid.py), each held by a run."""
+
+
+def _run_local(data_root: Path, *, source: str, endpoint_url: str, limit: int, seed: int, size: int,
+               max_per_class: int, train_profile: str, train_overrides: str, device: str, train_backend: str,
+               train_nodes: int, train_gpus_per_node: int, experiment: str, pipeline_root: Path | None, runner: str,
+               image: str | None, track: bool, verbose: bool, environ, verify_inputs: str = "stat") -> None:
+    """`abid run-local` once its folders are held."""
+    from vsbench.tracking.command import prepare_pipeline_tracking
+
     tracked = prepare_pipeline_tracking(track, typer.echo)
     params = {"source": source, "limit": limit, "seed": seed, "size": size, "max_per_class": max_per_class,
               "profile": train_profile, "train_overrides": train_overrides, "data": f"{source} (limit {limit or 'none'})"}
@@ -414,7 +449,7 @@ def abid_run_local(
     )
     typer.echo(report.render())
     # as the demo ends: the scores, where the answers and files are, the store and the `mlflow ui` command
-    typer.echo(abid_ending(report, os.environ.get("MLFLOW_TRACKING_URI", "") if tracked else "", experiment,
+    typer.echo(abid_ending(report, environ.get("MLFLOW_TRACKING_URI", "") if tracked else "", experiment,
                            off="off (--no-track)" if not track else "the store was down: the run is kept (below)"))
     if track and not tracked and report.run_dir is not None:
         kept_bundle(report.run_dir, experiment, "vsbench-abid", params, report.parent_metrics(),

@@ -107,6 +107,20 @@ def user_errors(*kinds: type[Exception]) -> Iterator[None]:
         fail(f"{exc.filename}: {exc.strerror or exc}")
 
 
+def refuse_busy(folder: Path, what: str = "", *, shared: bool = False) -> None:
+    """Stop in one line when another run holds ``folder`` (or wait, with VSBENCH_LOCK_WAIT_S), before
+    the command imports or checks anything heavy: a busy folder is refused in well under 2 s instead
+    of after its checks (issue 46). A courtesy check, released at once: the step takes the lock
+    itself when it writes. A folder that does not exist yet is held by nobody, and is not made here
+    (a command refused by its checks leaves nothing behind). ``shared``: a pipeline step's check,
+    which a run holding the folder exclusively refuses, and the run's other steps do not."""
+    from vsbench.io.locks import output_lock
+
+    if Path(folder).is_dir():
+        with user_errors(), output_lock(folder, what=what or str(folder), shared=shared):
+            pass
+
+
 DEBUG_ENV = "VSBENCH_DEBUG"  # 1: every unexpected error prints its traceback (as --debug)
 ERROR_DIR_ENV = "VSBENCH_ERROR_DIR"  # where tracebacks of unexpected errors are written (default: the temp dir)
 UNEXPECTED_EXIT = 1

@@ -21,6 +21,7 @@ from vsbench.cli.common import (
     check_runner,
     fail,
     kept_bundle,
+    refuse_busy,
     user_errors,
 )
 from vsbench.cli.helpfmt import MORE, App
@@ -118,12 +119,46 @@ def similarity_run(
 
     Shards run here one after another (inline) or as kfp.local tasks; the table is the same for any
     number of search and reference shards."""
-    from vsbench.runspec.preflight import similarity_problems
+    import contextlib
 
     check_runner(runner, ("inline", "subprocess", "container"))
     if compile not in ("auto", "on", "off"):
         raise typer.BadParameter(f"{compile!r} is not one of 'auto', 'on', 'off'", param_hint="--compile")
     check_decode(decode)
+    with contextlib.ExitStack() as held:
+        # OUT's one holder from here to the bundle, for every runner (issue 46): an existing folder
+        # is locked first, before anything heavy is imported or checked, so a busy one is refused at
+        # once; a new one after the checks, which must leave no folder behind when they fail.
+        early = out.is_dir()
+        if early:
+            _hold_out(held, out)
+        _similarity_run(held, early, benchmark, root, out, model=model, model_options=model_options,
+                        benchmark_options=benchmark_options, codecs=codecs, k=k, global_cap=global_cap,
+                        score_norm=score_norm, num_shards=num_shards, search_shards=search_shards,
+                        reference_shards=reference_shards, merge_ondisk=merge_ondisk, search_params=search_params,
+                        batch_size=batch_size, device=device, decode=decode, seed=seed, compile=compile,
+                        runner=runner, image=image, experiment=experiment, track=track, verbose=verbose,
+                        verify_inputs=verify_inputs)
+
+
+def _hold_out(held, out: Path) -> None:
+    """OUT held for the whole run (:func:`~vsbench.io.locks.run_lease`): exclusively, its steps
+    (in this process, or kfp.local's subprocesses and containers given the lease) admitted."""
+    from vsbench.io.locks import run_lease
+
+    with user_errors():  # a busy OUT: one line naming the holder
+        held.enter_context(run_lease([out], what=str(out)))
+
+
+def _similarity_run(held, early: bool, benchmark: str, root: Path, out: Path, *, model: str, model_options: str,
+                    benchmark_options: str, codecs: str, k: int, global_cap: int, score_norm: str, num_shards: int,
+                    search_shards: int, reference_shards: int, merge_ondisk: bool, search_params: str,
+                    batch_size: int, device: str, decode: str, seed: int, compile: str, runner: str,
+                    image: str | None, experiment: str, track: bool, verbose: bool,
+                    verify_inputs: str = "stat") -> None:
+    """`similarity run` once OUT's lock is settled (held when ``early``, else taken after the checks)."""
+    from vsbench.runspec.preflight import similarity_problems
+
     bench_opts, model_opts = _json_option(benchmark_options, "--benchmark-options"), _json_option(
         model_options, "--model-options")
     if "seed" in model_opts:
@@ -138,6 +173,8 @@ def similarity_run(
         for problem in problems:
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(BAD_INPUT_EXIT)
+    if not early:
+        _hold_out(held, out)
     from vsbench.tracking.provenance import data_tags
 
     tags = {**data_tags(root.resolve()), **_baseline_tag(run)}
@@ -147,27 +184,23 @@ def similarity_run(
                       device=device, experiment=experiment, track=track, tags=tags, compile=compile,
                       decode=decode, verify_inputs=verify_inputs)
         return
-    import contextlib
     import time
 
-    from vsbench.io.locks import output_lock
     from vsbench.steps.similarity import run_inline
 
     started = time.time()
-    with contextlib.ExitStack() as held:  # OUT's one writer until its bundle is written too
-        with user_errors():  # a bad input, a damaged reused file, a busy OUT: one line naming it
-            held.enter_context(output_lock(out, what=str(out)))
-            result = run_inline(run, out, batch_size=batch_size, device=device, bench=bench, compile=compile,
-                                decode=decode)
-        _print_similarity_table(out, result.manifest)
-        if track:
-            from vsbench.tracking.command import BUNDLE_NAME, record_command_run
+    with user_errors():  # a bad input, a damaged reused file: one line naming it
+        result = run_inline(run, out, batch_size=batch_size, device=device, bench=bench, compile=compile,
+                            decode=decode)
+    _print_similarity_table(out, result.manifest)
+    if track:
+        from vsbench.tracking.command import BUNDLE_NAME, record_command_run
 
-            record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity",
-                               params=_parent_params(run), metrics={}, tags=tags,
-                               artifacts=_similarity_artifacts(out, result.manifest), started=started,
-                               kept=out / "metrics.json", announce=typer.echo,
-                               evaluations=_evaluations(run, out, result.manifest, tags), title=_title(run))
+        record_command_run(out / BUNDLE_NAME, experiment=experiment, pipeline="vsbench-similarity",
+                           params=_parent_params(run), metrics={}, tags=tags,
+                           artifacts=_similarity_artifacts(out, result.manifest), started=started,
+                           kept=out / "metrics.json", announce=typer.echo,
+                           evaluations=_evaluations(run, out, result.manifest, tags), title=_title(run))
 
 
 def _run_pipeline(run, root: Path, out: Path, *, runner: str, image: str | None, verbose: bool, batch_size: int,
@@ -287,6 +320,7 @@ def similarity_index(
     three, as the pipeline's tasks do (each fill on its own node).
 
     {checks}"""
+    refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
     from vsbench.steps.similarity import similarity_index_step
 
     stages = [name for name, chosen in (("train", train), ("fill", fill), ("finish", finish)) if chosen]
@@ -328,6 +362,7 @@ def similarity_search(
     """Search query shards in reference shards of the indexes under OUT/index/ (finished results are kept).
 
     {checks}"""
+    refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
     from vsbench.retrieval.engine import Engine
     from vsbench.steps.similarity import search_tasks, similarity_search_step
 
@@ -360,6 +395,7 @@ def similarity_score(
     default) record it as `similarity run` does, under the model the features were embedded with.
 
     {checks}"""
+    refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
     import time
 
     from vsbench.retrieval.engine import Engine
