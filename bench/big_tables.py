@@ -13,6 +13,12 @@ The old readers are taken from git (``--old-ref``, the commit before the change)
 ``git archive``, so the bench needs this checkout's history.
 
 Run: ``python bench/big_tables.py [--rows 2500000] [--old-ref c8c45c9] [--json out.json]``
+
+``--score 3000000,10000000`` measures the whole command instead (issue 48): ``vsbench score
+copy-detection`` on a prediction file of each size (20 predictions a query, a ground truth naming
+each query once, a third without a copy, the rest with a copy among its predictions), intervals on
+(1000 resamples), in a fresh interpreter; it prints the peak resident memory over the interpreter's
+own (the same imports, nothing read) against the file's size. The goal: at most 3x.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,12 +96,79 @@ def measure(src: Path, path: Path, reader: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+_SCORE_CHILD = """
+import sys
+def status(field):
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) for line in lines if line.startswith(field + ":")) * 1024
+import vsbench.benchmarks.disc.metrics, vsbench.benchmarks.disc.readers, vsbench.benchmarks.disc.units
+import vsbench.cli.score, vsbench.io.ids, vsbench.stats.compare, vsbench.stats.ranking
+from vsbench.cli.app import main
+if sys.argv[1] == "baseline":
+    print(status("VmHWM"))
+else:
+    sys.argv = ["vsbench", "score", "copy-detection", *sys.argv[1:]]
+    try:
+        main()
+    except SystemExit:
+        pass
+    print(status("VmHWM"), file=sys.stderr)
+"""
+
+
+def write_score_ground_truth(path: Path, rows: int) -> None:
+    """One row per query of :func:`write_predictions`' file: a third without a copy, the others with
+    their third prediction as the copy."""
+    with path.open("w") as out:
+        out.write("query_id,reference_id\n")
+        out.writelines(f"Q{q:06d}," + ("" if q % 3 == 0 else f"R{((q * 20 + 3) * 7919 + q) % 1_000_000:06d}") + "\n"
+                       for q in range(-(-rows // 20)))
+
+
+def measure_score(rows_list: list[int]) -> list[dict]:
+    """Peak of the whole ``score copy-detection`` over the interpreter's, per file size."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VSBENCH_RESAMPLES": "1000", "VSBENCH_DEFAULT_STORE": "off"}
+    baseline = int(subprocess.run([sys.executable, "-c", _SCORE_CHILD, "baseline"], capture_output=True, text=True,
+                                  env=env, check=True).stdout.split()[-1])
+    print(f"interpreter with the scorer's imports: {baseline / 2**20:.0f} MiB")
+    print(f"{'rows':>11} {'file MB':>8} {'peak MiB':>9} {'over interpreter / file':>24} {'seconds':>8}")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for rows in rows_list:
+            preds, gt = folder / "preds.csv", folder / "gt.csv"
+            write_predictions(preds, rows)
+            write_score_ground_truth(gt, rows)
+            size = preds.stat().st_size
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", _SCORE_CHILD, "--predictions", str(preds), "--gt", str(gt),
+                                   "--output", str(folder / "metrics.csv"), "--no-track"],
+                                  capture_output=True, text=True, env=env)
+            seconds = time.perf_counter() - started
+            if not (folder / "metrics.csv").exists():
+                raise SystemExit(f"score copy-detection failed at {rows:,} rows:\n{done.stderr[-2000:]}")
+            peak = int(done.stderr.split()[-1])
+            row = {"rows": rows, "file_bytes": size, "peak_bytes": peak, "baseline_bytes": baseline,
+                   "ratio": (peak - baseline) / size, "seconds": seconds}
+            results.append(row)
+            print(f"{rows:>11,} {size / 1e6:>8.1f} {peak / 2**20:>9.0f} {row['ratio']:>23.2f}x {seconds:>8.1f}",
+                  flush=True)
+            (folder / "metrics.csv").unlink()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_500_000)
     parser.add_argument("--old-ref", default="c8c45c9", help="git commit whose readers are 'old'")
+    parser.add_argument("--score", default="", help="comma-separated prediction rows: measure the whole command")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.score:
+        results = measure_score([int(n) for n in args.score.split(",")])
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
