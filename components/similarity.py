@@ -69,6 +69,7 @@ def index(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
     stage: str = "all", merge_ondisk: bool = False, verify_inputs: str = "", kfp_run_id: str = "",
+    model_options: str = "", seed: int = -1,
 ):
     """The index step under ``out/index``: ``train`` trains each codec once (faiss-gpu when present)
     and writes it trained and empty, for the fill tasks; ``all`` trains, fills every one of
@@ -77,7 +78,7 @@ def index(
     from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
-    from vsbench.steps.similarity import similarity_index_step
+    from vsbench.steps.similarity import asked_embedding, similarity_index_step
 
     use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
@@ -86,7 +87,7 @@ def index(
                        merge_ondisk=merge_ondisk)
     with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
         result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
-                                       stage=stage)
+                                       stage=stage, **asked_embedding(model_options, seed))
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -96,6 +97,7 @@ def index_finish(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     benchmark_options: str, parent_run_id: str, manifest: Output[Artifact], metrics: Output[Metrics],
     merge_ondisk: bool = False, verify_inputs: str = "", kfp_run_id: str = "",
+    model_options: str = "", seed: int = -1,
 ):
     """The index step's last task: check that every reference shard was filled from this trained
     codec and these features, then write ``index.json`` (what the searches read). Reads only the
@@ -105,7 +107,7 @@ def index_finish(
     from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
-    from vsbench.steps.similarity import similarity_index_step
+    from vsbench.steps.similarity import asked_embedding, similarity_index_step
 
     use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
@@ -114,7 +116,7 @@ def index_finish(
                        merge_ondisk=merge_ondisk)
     with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
         result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
-                                       stage="finish")
+                                       stage="finish", **asked_embedding(model_options, seed))
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -124,6 +126,7 @@ def index_fill(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, reference_shards: int,
     shard: int, benchmark_options: str, experiment: str, kfp_run_id: str, manifest: Output[Artifact],
     metrics: Output[Metrics], verify_inputs: str = "",
+    model_options: str = "", seed: int = -1,
 ):
     """Fill reference shard ``shard`` of every codec's trained index, reading only its rows, in place,
     from the embed step's shard files (its memory grows with the shard, not the gallery); a shard
@@ -133,7 +136,7 @@ def index_fill(
     from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
-    from vsbench.steps.similarity import similarity_index_step
+    from vsbench.steps.similarity import asked_embedding, similarity_index_step
     from vsbench.tracking.runs import parent_run_for
 
     use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
@@ -142,7 +145,8 @@ def index_fill(
                        reference_shards=reference_shards, benchmark_options=benchmark_options)
     with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
         result = similarity_index_step(run, out, model=model, parent_run_id=parent_run_for(experiment, kfp_run_id),
-                                       manifest_path=manifest.path, stage="fill", shard=shard)
+                                       manifest_path=manifest.path, stage="fill", shard=shard,
+                                       **asked_embedding(model_options, seed))
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -152,6 +156,7 @@ def search(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, score_norm: str, search_params: str,
     task: int, search_shards: int, reference_shards: int, benchmark_options: str, experiment: str, kfp_run_id: str,
     manifest: Output[Artifact], metrics: Output[Metrics], merge_ondisk: bool = False, verify_inputs: str = "",
+    model_options: str = "", seed: int = -1,
 ):
     """Search task ``task``: one query shard in one reference shard of every index, or with
     ``merge_ondisk`` in the merged on-disk index (resumable).
@@ -160,7 +165,7 @@ def search(
     from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
-    from vsbench.steps.similarity import similarity_search_step
+    from vsbench.steps.similarity import asked_embedding, similarity_search_step
     from vsbench.tracking.runs import parent_run_for
 
     use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
@@ -170,7 +175,8 @@ def search(
                        benchmark_options=benchmark_options, merge_ondisk=merge_ondisk)
     with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
         result = similarity_search_step(run, out, task=task, model=model,
-                                        parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path)
+                                        parent_run_id=parent_run_for(experiment, kfp_run_id), manifest_path=manifest.path,
+                                        **asked_embedding(model_options, seed))
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)
 
@@ -180,12 +186,13 @@ def score(
     benchmark: str, root: str, out: str, model: str, codecs: str, k: int, global_cap: int, score_norm: str,
     search_params: str, search_shards: int, benchmark_options: str, parent_run_id: str, manifest: Output[Artifact],
     metrics: Output[Metrics], merge_ondisk: bool = False, verify_inputs: str = "", kfp_run_id: str = "",
+    model_options: str = "", seed: int = -1,
 ):
     """Merge the search tasks' results into each query's global top k; the benchmark's own metrics."""
     from vsbench.io.locks import folder_lease
     from vsbench.io.storage import use_verify_inputs
     from vsbench.runspec.run import BenchmarkRun
-    from vsbench.steps.similarity import similarity_score_step
+    from vsbench.steps.similarity import asked_embedding, similarity_score_step
 
     use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
 
@@ -193,6 +200,7 @@ def score(
                        score_norm=score_norm, search_params=search_params, search_shards=search_shards,
                        benchmark_options=benchmark_options, merge_ondisk=merge_ondisk)
     with folder_lease(out, kfp_run_id):  # this run's lease on out, renewed while it works
-        result = similarity_score_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path)
+        result = similarity_score_step(run, out, model=model, parent_run_id=parent_run_id, manifest_path=manifest.path,
+                                       **asked_embedding(model_options, seed))
     for name, value in result.metrics.items():
         metrics.log_metric(name, value)

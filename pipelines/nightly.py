@@ -64,7 +64,8 @@ def build_nightly_pipeline(cluster: ClusterSettings | None = None, suite: Suite 
                     search_params=entry.search_params,
                     search_shards=entry.search_shards, reference_shards=entry.reference_shards,
                     benchmark_options=benchmark_options, experiment=experiment, parent_run_id=parent, after=embedded,
-                    cluster=cluster, label=entry.name, verify_inputs=verify_inputs)
+                    cluster=cluster, label=entry.name, verify_inputs=verify_inputs, model_options=model_options,
+                    seed=entry.seed)
                 scored_tasks.append(scored)
             check = regression_check(experiment=experiment, parent_run_id=parent, threshold=suite.regression.threshold,
                                      relative=suite.regression.relative,

@@ -33,14 +33,17 @@ DESCRIPTION = ("One benchmark x one model: embed the images (sharded), index wit
 
 def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, score_norm, search_params, search_shards,
                      reference_shards, benchmark_options, experiment, parent_run_id, after,
-                     cluster: ClusterSettings | None, label: str = "", merge_ondisk=False, verify_inputs=""):
+                     cluster: ClusterSettings | None, label: str = "", merge_ondisk=False, verify_inputs="",
+                     model_options="", seed=-1):
     """index-train -> ParallelFor(index-fill) -> index-finish -> search-tasks -> ParallelFor(search) -> score
     after ``after``, inside a pipeline function (the similarity and the nightly pipelines both use it);
     returns the score task. ``merge_ondisk`` (IVF codecs): index-finish merges the reference shards into
-    one on-disk index and each query shard is searched once in it (search_shards tasks, not x reference_shards)."""
+    one on-disk index and each query shard is searched once in it (search_shards tasks, not x reference_shards).
+    ``model_options`` and ``seed`` are the embedding's: every task refuses features of another one."""
     suffix = f" {label}" if label else ""
     common = dict(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, score_norm=score_norm,
-                  reference_shards=reference_shards, benchmark_options=benchmark_options, verify_inputs=verify_inputs)
+                  reference_shards=reference_shards, benchmark_options=benchmark_options, verify_inputs=verify_inputs,
+                  model_options=model_options, seed=seed)
     run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # each step checks the run's lease on ``out`` with it
     trained = index(**common, parent_run_id=parent_run_id, stage="train", kfp_run_id=run_id).after(after)
     fills = shard_list(num_shards=reference_shards).after(trained)
@@ -56,12 +59,13 @@ def search_and_score(*, benchmark, root, out, model, codecs, k, global_cap, scor
                           score_norm=score_norm, search_params=search_params, task=task, search_shards=search_shards,
                           reference_shards=reference_shards, benchmark_options=benchmark_options,
                           experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, merge_ondisk=merge_ondisk,
-                          verify_inputs=verify_inputs)
+                          verify_inputs=verify_inputs, model_options=model_options, seed=seed)
         searched.set_caching_options(False)  # keeps finished results on its own
     scored = score(benchmark=benchmark, root=root, out=out, model=model, codecs=codecs, k=k, global_cap=global_cap,
                    score_norm=score_norm, search_params=search_params, search_shards=search_shards,
                    benchmark_options=benchmark_options, merge_ondisk=merge_ondisk,
-                   parent_run_id=parent_run_id, verify_inputs=verify_inputs, kfp_run_id=run_id).after(searched)
+                   parent_run_id=parent_run_id, verify_inputs=verify_inputs, kfp_run_id=run_id,
+                   model_options=model_options, seed=seed).after(searched)
     # Caching off: each step reuses what it built before for the same inputs on its own.
     for task_, name, role, retries in ((trained, "index-train", "gpu", RETRIES["index"]),
                                        (fills, "index-fills", "light", 0), (filled, "index-fill", "fill", RETRIES["fill"]),
@@ -119,7 +123,8 @@ def build_similarity_pipeline(cluster: ClusterSettings | None = None):
                              search_shards=search_shards,
                              reference_shards=reference_shards, benchmark_options=benchmark_options,
                              experiment=experiment, parent_run_id=opened.output, after=embedded, cluster=cluster,
-                             merge_ondisk=merge_ondisk, verify_inputs=verify_inputs)
+                             merge_ondisk=merge_ondisk, verify_inputs=verify_inputs, model_options=model_options,
+                             seed=seed)
             apply(shards, "light", cluster)
 
     describe(DESCRIPTION, similarity_pipeline,

@@ -104,6 +104,16 @@ def _read_manifest(shard_path: str) -> dict[str, Any]:
     return {}
 
 
+def asked_embedding(model_options: str, seed: int) -> dict[str, Any]:
+    """What a pipeline's index, search or score task checks its features against besides the model
+    (the step commands' ``--model-options`` and ``--seed``): the model options as JSON text ("": not
+    checked) and the seed (-1: not checked; a KFP parameter cannot be None)."""
+    from vsbench.runspec.run import json_object
+
+    return {"model_options": json_object(model_options, "model_options") if model_options.strip() else None,
+            "seed": None if seed < 0 else seed}
+
+
 def fill_tasks(reference_shards: int) -> list[int]:
     """The index step's fill tasks: one per reference shard, ``[0, ..., reference_shards - 1]``."""
     if reference_shards < 1:
