@@ -1,0 +1,297 @@
+"""Pictures of what a model got wrong: a sheet of rows of thumbnails, as a PNG and a self-contained HTML page.
+
+Why: a benchmark number says how often a model is wrong, not how. A person evaluating an
+image-matching model wants to look at the queries whose true match fell out of the top k, the
+confident false matches, the bins whose count was off by three, and what changed between two runs
+(issue 47). Both files go where people already look: the evaluation's MLflow run (its artifact view
+shows a PNG and an HTML page) and the HTML report.
+
+A :class:`Sheet` is rows of :class:`Tile` s (an image, caption lines, a mark: the query, a true or a
+false match), built by each benchmark family from what its score step holds; this module only
+draws it. The bounds are the renderer's, whatever the caller asks:
+
+* thumbnails at most :data:`THUMB` pixels a side, decoded in draft mode (a 20 MP photo costs a
+  fraction of a full decode) under the pixel cap of :mod:`vsbench.imaging.limits`;
+* at most :data:`MAX_TILES` tiles a row and :data:`MAX_ROWS` rows; the HTML page at most
+  :data:`MAX_HTML_BYTES` and the PNG at most :data:`MAX_PNG_ROWS` rows (a PNG taller than a screen
+  few times over is not read): rows past a cap are left out and the sheet says how many it shows;
+* every id and caption is escaped in the HTML (ids come from datasets), and an image path must lie
+  under its benchmark's root (:func:`image_in_root`): a path that leaves it is refused and named, never
+  read.
+
+An image that cannot be read (missing, refused, not an image) becomes a grey tile saying why, so a
+row is never lost for one bad file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+THUMB = 128  # pixels, the longer side of a thumbnail
+MAX_TILES = 12  # tiles a row: the query and its top k (k above 11 is cut)
+MAX_ROWS = 200  # rows a sheet keeps, whatever a caller asks
+MAX_PNG_ROWS = 40  # rows the PNG draws (the HTML page may hold more)
+MAX_HTML_BYTES = 8 * 2**20  # the HTML page's size cap (thumbnails are ~3-6 kB each as JPEG)
+CAPTION_LINES = 3
+MARKS = {"query": (40, 90, 200), "true": (30, 150, 60), "false": (200, 40, 40), "": (150, 150, 150)}
+MARK_WORDS = {"query": "query", "true": "true match", "false": "false match", "": ""}
+SHEET_ROWS_ENV = "VSBENCH_FAILURE_ROWS"
+DEFAULT_ROWS = 24
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One thumbnail: ``image`` (a path already checked to lie under its root, or None when there is
+    none to show), the caption's lines (id, score, rank) and its ``mark`` (a key of :data:`MARKS`).
+    ``missing`` says why there is no picture (shown in place of it)."""
+
+    image: Path | None
+    caption: tuple[str, ...] = ()
+    mark: str = ""
+    missing: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of the sheet: its title (what went wrong, in words) and its tiles, left to right."""
+
+    title: str
+    tiles: tuple[Tile, ...]
+
+
+@dataclass(frozen=True)
+class Sheet:
+    """A titled list of rows, worst first. ``total`` is how many rows there were to show (the
+    sheet says "N of total shown"); ``notes`` are one-line remarks (e.g. paths refused)."""
+
+    title: str
+    rows: tuple[Row, ...]
+    total: int
+    what: str = "failures"  # the rows' noun in the summary line
+    notes: tuple[str, ...] = ()
+    legend: dict[str, str] = field(default_factory=lambda: dict(MARK_WORDS))
+
+
+def sheet_rows(rows: int | None = None) -> int:
+    """How many rows a failure sheet shows: ``rows``, else ``VSBENCH_FAILURE_ROWS``, else 24; 0 turns the
+    sheets off. Raises ValueError naming the variable for a value that is not a count."""
+    if rows is None:
+        raw = os.environ.get(SHEET_ROWS_ENV, "").strip()
+        if not raw:
+            return DEFAULT_ROWS
+        try:
+            rows = int(raw)
+        except ValueError:
+            raise ValueError(f"{SHEET_ROWS_ENV}={raw[:50]!r} is not a number of rows (0 turns the failure "
+                             f"sheets off; default {DEFAULT_ROWS})") from None
+    if rows < 0:
+        raise ValueError(f"{SHEET_ROWS_ENV}: {rows} rows; give 0 (off) or more")
+    return min(rows, MAX_ROWS)
+
+
+def image_in_root(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> tuple[Path | None, str]:
+    """``(path resolved, "")`` when ``path`` (relative to ``root``, or absolute) lies under ``root``
+    once symlinks are resolved; else ``(None, why)``. Dataset files name their images: a name like
+    ``../../etc/passwd`` or a symlink out of the dataset must not be read into a picture."""
+    base = Path(root).resolve()
+    candidate = Path(path) if os.path.isabs(path) else base / path
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError) as exc:
+        return None, f"cannot resolve {str(path)[:200]!r} ({exc})"
+    if resolved != base and base not in resolved.parents:
+        return None, f"{str(path)[:200]!r} lies outside the benchmark's root {base}: not shown"
+    return resolved, ""
+
+
+# --- thumbnails ------------------------------------------------------------------------------------
+
+
+def thumbnail(path: Path, size: int = THUMB) -> tuple[Any | None, str]:
+    """(an RGB Pillow image at most ``size`` a side, "") or (None, why it cannot be shown)."""
+    from PIL import Image
+
+    from vsbench.imaging.limits import open_image
+
+    try:
+        with open_image(path) as image:
+            image.draft("RGB", (size, size))
+            picture = image.convert("RGB")
+            picture.thumbnail((size, size), Image.Resampling.BILINEAR)
+            return picture, ""
+    except Exception as exc:  # noqa: BLE001 - any decoder error: one grey tile naming it, not a lost sheet
+        return None, f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+class _Thumbs:
+    """Each image's thumbnail made once per sheet (a reference shown in many rows is read once)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._made: dict[Path, tuple[Any | None, str]] = {}
+
+    def get(self, tile: Tile) -> tuple[Any | None, str]:
+        if tile.image is None:
+            return None, tile.missing or "no image"
+        if tile.image not in self._made:
+            self._made[tile.image] = thumbnail(tile.image, self.size)
+        return self._made[tile.image]
+
+
+def _summary(sheet: Sheet, shown: int) -> str:
+    cut = f"{shown:,} of {sheet.total:,} {sheet.what} shown" if shown < sheet.total else f"all {sheet.total:,} {sheet.what} shown"
+    return cut + (", worst first" if sheet.total > 1 else "")
+
+
+# --- PNG -------------------------------------------------------------------------------------------
+
+
+def render_png(sheet: Sheet, size: int = THUMB) -> tuple[bytes, int]:
+    """The sheet as PNG bytes and the number of rows drawn (at most :data:`MAX_PNG_ROWS`)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = _font(ImageFont, 11)
+    bold = _font(ImageFont, 13)
+    rows = sheet.rows[:MAX_PNG_ROWS]
+    pad, title_h, caption_h = 6, 18, 13 * CAPTION_LINES + 4
+    tiles = max((min(len(r.tiles), MAX_TILES) for r in rows), default=1)
+    width = max(640, pad + tiles * (size + pad))
+    header = 2 * title_h + pad
+    row_h = title_h + size + caption_h + pad
+    canvas = Image.new("RGB", (width, header + max(1, len(rows)) * row_h + pad), "white")
+    draw = ImageDraw.Draw(canvas)
+    draw.text((pad, pad), sheet.title[:160], fill="black", font=bold)
+    draw.text((pad, pad + title_h), _summary(sheet, len(rows)) + _legend_text(sheet), fill=(80, 80, 80), font=font)
+    thumbs = _Thumbs(size)
+    for n, row in enumerate(rows):
+        top = header + n * row_h
+        draw.text((pad, top), row.title[:200], fill="black", font=font)
+        for m, tile in enumerate(row.tiles[:MAX_TILES]):
+            left, y = pad + m * (size + pad), top + title_h
+            picture, why = thumbs.get(tile)
+            colour = MARKS.get(tile.mark, MARKS[""])
+            draw.rectangle((left - 2, y - 2, left + size + 1, y + size + 1), outline=colour, width=3)
+            if picture is None:
+                draw.rectangle((left, y, left + size - 1, y + size - 1), fill=(225, 225, 225))
+                for k, line in enumerate(_wrap(why, 20)[:4]):
+                    draw.text((left + 4, y + 4 + 13 * k), line, fill=(90, 90, 90), font=font)
+            else:
+                canvas.paste(picture, (left + (size - picture.width) // 2, y + (size - picture.height) // 2))
+            for k, line in enumerate(tile.caption[:CAPTION_LINES]):
+                draw.text((left, y + size + 3 + 13 * k), line[:22], fill=colour if k == 0 else "black", font=font)
+    out = io.BytesIO()
+    canvas.save(out, "PNG", optimize=False, compress_level=6)
+    return out.getvalue(), len(rows)
+
+
+def _font(image_font: Any, size: int) -> Any:
+    try:
+        return image_font.load_default(size=size)
+    except (TypeError, OSError):  # Pillow without FreeType: the bitmap font
+        return image_font.load_default()
+
+
+def _legend_text(sheet: Sheet) -> str:
+    marks = [f"{MARK_NAMES[m]} = {w}" for m, w in sheet.legend.items() if w and m in MARK_NAMES]
+    return (".   Frames: " + ", ".join(marks)) if marks else ""
+
+
+MARK_NAMES = {"query": "blue", "true": "green", "false": "red"}
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return [text[i:i + width] for i in range(0, len(text), width)] or [""]
+
+
+# --- HTML ------------------------------------------------------------------------------------------
+
+
+def render_html(sheet: Sheet, size: int = THUMB, max_bytes: int = MAX_HTML_BYTES) -> tuple[str, int]:
+    """The sheet as one self-contained HTML page (thumbnails embedded as JPEG data URIs, every text
+    escaped) and the number of rows it holds: rows are added while the page stays under ``max_bytes``."""
+    thumbs = _Thumbs(size)
+    encoded: dict[Path, str] = {}
+    parts: list[str] = []
+    used = 0
+    shown = 0
+    for row in sheet.rows:
+        cells = []
+        for tile in row.tiles[:MAX_TILES]:
+            picture, why = thumbs.get(tile)
+            if picture is not None and tile.image is not None:
+                if tile.image not in encoded:
+                    buffer = io.BytesIO()
+                    picture.save(buffer, "JPEG", quality=80)
+                    encoded[tile.image] = base64.b64encode(buffer.getvalue()).decode("ascii")
+                body = f'<img src="data:image/jpeg;base64,{encoded[tile.image]}" alt="{_e(tile.caption[0] if tile.caption else "")}">'
+            else:
+                body = f'<div class="missing">{_e(why)}</div>'
+            caption = "<br>".join(_e(line) for line in tile.caption[:CAPTION_LINES])
+            cells.append(f'<figure class="{_e(tile.mark or "other")}">{body}<figcaption>{caption}</figcaption></figure>')
+        part = f'<section><h2>{_e(row.title)}</h2><div class="tiles">{"".join(cells)}</div></section>\n'
+        if used + len(part) > max_bytes and shown:
+            break
+        parts.append(part)
+        used += len(part)
+        shown += 1
+    notes = "".join(f"<li>{_e(note)}</li>" for note in sheet.notes)
+    legend = " ".join(f'<span class="{_e(m)}">{_e(w)}</span>' for m, w in sheet.legend.items() if w)
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(sheet.title)}</title>
+<style>
+body {{ font: 13px system-ui, sans-serif; margin: 16px; color: #222; }}
+h1 {{ font-size: 18px; margin: 0 0 4px; }} h2 {{ font-size: 13px; margin: 14px 0 4px; font-weight: 600; }}
+.tiles {{ display: flex; flex-wrap: wrap; gap: 8px; }}
+figure {{ margin: 0; width: {size + 6}px; }}
+figure img, .missing {{ display: block; width: {size}px; height: {size}px; object-fit: contain; border: 3px solid #999; background: #eee; }}
+.missing {{ font-size: 11px; color: #555; overflow: hidden; word-break: break-all; }}
+figcaption {{ font-size: 11px; line-height: 1.25; word-break: break-all; }}
+.query img, .query .missing {{ border-color: #285ac8; }} .true img, .true .missing {{ border-color: #1e963c; }}
+.false img, .false .missing {{ border-color: #c82828; }}
+.legend span {{ margin-right: 10px; padding: 1px 5px; border: 2px solid #999; }}
+.legend .query {{ border-color: #285ac8; }} .legend .true {{ border-color: #1e963c; }} .legend .false {{ border-color: #c82828; }}
+</style></head><body>
+<h1>{_e(sheet.title)}</h1>
+<p>{_e(_summary(sheet, shown))}. <span class="legend">{legend}</span></p>
+{f"<ul>{notes}</ul>" if notes else ""}
+{"".join(parts)}</body></html>
+"""
+    return page, shown
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+# --- both files --------------------------------------------------------------------------------------
+
+
+def write_sheet(sheet: Sheet, folder: str | os.PathLike[str], stem: str, size: int = THUMB) -> dict[str, Any]:
+    """Write ``<stem>.png`` and ``<stem>.html`` into ``folder`` (atomically); returns what was written:
+    the two paths, their sha256, the rows each shows and the rows there were."""
+    from vsbench.io.storage import atomic_write_bytes
+
+    folder = Path(folder)
+    png, png_rows = render_png(sheet, size)
+    page, html_rows = render_html(sheet, size)
+    data = page.encode("utf-8")
+    written = {}
+    for suffix, payload in (("png", png), ("html", data)):
+        path = folder / f"{stem}.{suffix}"
+        atomic_write_bytes(path, payload)
+        written[suffix] = {"path": str(path), "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}
+    return {"files": written, "rows": {"png": png_rows, "html": html_rows}, "total": sheet.total,
+            "title": sheet.title}
+
+
+def rank_text(rank: int | None, k: int) -> str:
+    """A true match's place in words: ``rank 3`` (1-based), or ``not in the top 10``."""
+    return f"rank {rank + 1}" if rank is not None else f"not in the top {k}"
+

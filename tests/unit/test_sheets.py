@@ -1,0 +1,94 @@
+"""The failure-sheet renderer (issue 47): bounded, escaped, never reading outside a benchmark's root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from vsbench.reporting import sheets
+from vsbench.reporting.sheets import Row, Sheet, Tile, image_in_root, render_html, render_png, write_sheet
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    folder = tmp_path / "data"
+    (folder / "images").mkdir(parents=True)
+    for n, colour in enumerate(("red", "green", "blue")):
+        Image.new("RGB", (640, 480), colour).save(folder / "images" / f"{n}.jpg")
+    (folder / "images" / "broken.jpg").write_bytes(b"not a jpeg")
+    return folder
+
+
+def _tile(root: Path, name: str, mark: str = "", caption: tuple[str, ...] = ()) -> Tile:
+    path, why = image_in_root(root, f"images/{name}")
+    return Tile(path, caption or (name,), mark, why)
+
+
+def test_a_path_outside_the_root_is_refused_and_named(root: Path, tmp_path: Path) -> None:
+    (tmp_path / "secret.jpg").write_bytes(b"x")
+    os.symlink(tmp_path / "secret.jpg", root / "images" / "link.jpg")
+    for name in ("../secret.jpg", str(tmp_path / "secret.jpg"), "images/link.jpg", "images/../../secret.jpg"):
+        path, why = image_in_root(root, name)
+        assert path is None and "outside the benchmark's root" in why, name
+    path, why = image_in_root(root, "images/0.jpg")
+    assert path == (root / "images" / "0.jpg").resolve() and why == ""
+
+
+def test_ids_are_escaped_in_the_page(root: Path) -> None:
+    evil = '<script>alert("x")</script>'
+    sheet = Sheet(f"failures of {evil}", (Row(f"query {evil}", (_tile(root, "0.jpg", "query", (evil, "0.5")),)),),
+                  total=1, notes=(evil,))
+    page, shown = render_html(sheet)
+    assert shown == 1 and "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_an_unreadable_or_refused_image_becomes_a_tile_saying_why(root: Path) -> None:
+    sheet = Sheet("t", (Row("r", (_tile(root, "broken.jpg"), Tile(None, ("gone",), "false", "outside the root"))),),
+                  total=1)
+    page, _ = render_html(sheet)
+    assert "UnidentifiedImageError" in page and "outside the root" in page
+    png, rows = render_png(sheet)
+    assert rows == 1 and png.startswith(b"\x89PNG")
+
+
+def test_thumbnails_are_bounded_and_each_image_read_once(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[Path] = []
+    real = sheets.thumbnail
+
+    def counting(path: Path, size: int = sheets.THUMB):
+        opened.append(path)
+        picture, why = real(path, size)
+        assert picture is None or max(picture.size) <= size
+        return picture, why
+
+    monkeypatch.setattr(sheets, "thumbnail", counting)
+    rows = tuple(Row(f"q{n}", (_tile(root, "0.jpg", "query"), _tile(root, "1.jpg", "true"))) for n in range(5))
+    render_html(Sheet("t", rows, total=5))
+    assert sorted(p.name for p in opened) == ["0.jpg", "1.jpg"]
+
+
+def test_sizes_stay_under_the_caps_with_ten_thousand_failures(root: Path, tmp_path: Path) -> None:
+    tiles = tuple(_tile(root, f"{n % 3}.jpg", "false", (f"R{n}", "0.99")) for n in range(20))
+    rows = tuple(Row(f"query Q{n}: true match not in the top 10", tiles) for n in range(10_000))
+    sheet = Sheet("10,000 failures", rows, total=10_000)
+    written = write_sheet(sheet, tmp_path / "out", "failures")
+    assert written["files"]["html"]["bytes"] <= sheets.MAX_HTML_BYTES + 4096
+    assert written["rows"]["png"] == sheets.MAX_PNG_ROWS
+    page = Path(written["files"]["html"]["path"]).read_text()
+    assert f"{written['rows']['html']:,} of 10,000 failures shown" in page
+    assert page.count("<figure") <= written["rows"]["html"] * sheets.MAX_TILES
+    with Image.open(written["files"]["png"]["path"]) as png:
+        assert png.height < 60 * (sheets.THUMB + 80)
+
+
+def test_rows_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(sheets.SHEET_ROWS_ENV, raising=False)
+    assert sheets.sheet_rows() == sheets.DEFAULT_ROWS
+    monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "0")
+    assert sheets.sheet_rows() == 0
+    monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "many")
+    with pytest.raises(ValueError, match="VSBENCH_FAILURE_ROWS"):
+        sheets.sheet_rows()
