@@ -114,9 +114,11 @@ def refuse_busy(folder: Path, what: str = "", *, shared: bool = False) -> None:
     itself when it writes. A folder that does not exist yet is held by nobody, and is not made here
     (a command refused by its checks leaves nothing behind). ``shared``: a pipeline step's check,
     which a run holding the folder exclusively refuses, and the run's other steps do not."""
-    from vsbench.io.locks import output_lock
+    from vsbench.io.locks import lock_path, output_lock
 
-    if Path(folder).is_dir():
+    # No lock file: nobody holds the folder (a holder makes it first), and none is made here: a
+    # command that then fails (a download that fetched nothing) must leave the folder as it found it.
+    if Path(folder).is_dir() and lock_path(Path(folder)).exists():
         with user_errors(), output_lock(folder, what=what or str(folder), shared=shared):
             pass
 
