@@ -183,7 +183,8 @@ def test_a_usage_error_is_one_line_naming_the_option_and_where_help_is(args, say
 
 
 def test_a_profile_override_out_of_range_is_one_line_naming_each_field(tmp_path):
-    """pydantic's several lines (and a link per field) become one: the fields, what is wrong, the value."""
+    """pydantic's several lines (and a link per field) become one line a problem: the option, the field,
+    what is wrong, the value; a key that is no field names the fields there are (issue 48)."""
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "counting_train.json").write_text("[[1, 1]]")
     (tmp_path / "images").mkdir()
@@ -192,9 +193,34 @@ def test_a_profile_override_out_of_range_is_one_line_naming_each_field(tmp_path)
                              "--overrides", '{"batch_size": -1, "nosuch": 2}', "--no-track"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [
-        "error: TrainProfile: batch_size: Input should be greater than or equal to 1 (got -1); "
-        "nosuch: Extra inputs are not permitted"]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("error: --overrides: 'nosuch' is not a profile field; the fields are epochs, ")
+    assert lines[1] == "error: --overrides: batch_size: Input should be greater than or equal to 1 (got -1)"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--source", "aft-vbi-pds"], "error: --source 'aft-vbi-pds': not an s3:// URI; write s3://aft-vbi-pds"),
+    (["--train-profile", "fast"], "error: --train-profile 'fast': not a training profile; choose demo or full"),
+    (["--train-overrides", '{"epoch": 2}'], "error: --train-overrides: 'epoch' is not a profile field (did you mean "
+                                            "'epochs'?)"),
+])
+def test_abid_run_local_checks_before_the_pipeline_starts(tmp_path, args, says):
+    """Each of these used to start the pipeline and end in a traceback and a FAILED MLflow run (issue 48)."""
+    root = tmp_path / "data"
+    result = CliRunner().invoke(app, ["abid", "run-local", "--data-root", str(root), *args])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines()[0].startswith(says), result.output
+    assert not root.exists()
+
+
+def test_cluster_submit_checks_an_abid_run_before_submitting():
+    result = CliRunner().invoke(app, ["submit", "--host", "http://127.0.0.1:9", "--pipeline", "abid",
+                                      "--arg", "source=aft-vbi-pds", "--arg", "train_profile=fast"])
+    assert result.exit_code == 2, result.output
+    assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
+        "error: --arg source 'aft-vbi-pds': not an s3:// URI; write s3://aft-vbi-pds",
+        "error: --arg train_profile 'fast': not a training profile; choose demo or full"]
 
 
 def test_demo_help_says_what_it_runs_how_long_and_where_it_writes():

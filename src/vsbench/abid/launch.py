@@ -35,6 +35,29 @@ def check_before_launch(task: str, tasks_dir: Path, profile: str, overrides: Map
     Distributed(world_size=world_size).per_rank_batch(global_batch, len(rows), bound=f"the rows of {rows_file}")
 
 
+def pipeline_problems(arguments: Mapping[str, Any], option: Callable[[str], str]) -> list[str]:
+    """What is wrong with the ABID pipeline's ``arguments`` (its parameter names: ``source``,
+    ``train_profile``, ``train_overrides``) that this machine can tell before the pipeline starts,
+    one line each naming the option as ``option(parameter)`` spells it (``--train-profile`` for
+    `abid run-local`, ``--arg train_profile`` for a submitted run).
+
+    Why: these used to start the pipeline and end, minutes later, in a traceback of 35 lines and a
+    FAILED run in MLflow; ``abid train`` refused the same values in one line (issue 48)."""
+    from vsbench.abid.profiles import profile_problems
+
+    problems = []
+    source = str(arguments.get("source", "s3://aft-vbi-pds"))
+    bucket = source.removeprefix("s3://").split("/", 1)[0]
+    if not source.startswith("s3://"):
+        hint = f"s3://{source.lstrip('/')}" if source and "://" not in source else "s3://BUCKET[/PREFIX]"
+        problems.append(f"{option('source')} {source!r}: not an s3:// URI; write {hint}")
+    elif not bucket:
+        problems.append(f"{option('source')} {source!r}: names no bucket; write s3://BUCKET[/PREFIX]")
+    problems += profile_problems(str(arguments.get("train_profile", "demo")), arguments.get("train_overrides", "{}"),
+                                 profile_option=option("train_profile"), overrides_option=option("train_overrides"))
+    return problems
+
+
 class JobOutput:
     """Every line of a torchrun job goes to ``log``; the workers' lines also to ``echo``, except their
     ``error:`` lines, which each rank prints alike: those are kept, once each, for :meth:`failure`.

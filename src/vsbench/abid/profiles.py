@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -76,3 +76,47 @@ def get_profile(name: str, **overrides: object) -> TrainProfile:
     if name not in PROFILES:
         raise ValueError(f"unknown training profile {name!r}; choose from {sorted(PROFILES)}")
     return TrainProfile(**{**PROFILES[name].model_dump(), **overrides})  # validated, unlike model_copy
+
+
+def profile_problems(name: str, overrides: Any, *, profile_option: str = "--profile",
+                     overrides_option: str = "--overrides") -> list[str]:
+    """Every problem of a training profile and its overrides, one line each naming the option: an
+    unknown profile (with the ones there are), overrides that are not a JSON object, a key that is no
+    profile field (with the nearest one and the list), a value a field refuses (what it must be).
+
+    Why: ``abid train`` and ``abid run-local`` (and a submitted pipeline) must refuse these before
+    any step starts; pydantic's own message ("TrainProfile: epoch: Extra inputs are not permitted")
+    names neither the option nor the keys a person could have meant."""
+    import difflib
+    import json
+
+    from pydantic import ValidationError
+
+    problems: list[str] = []
+    if name not in PROFILES:
+        problems.append(f"{profile_option} {name!r}: not a training profile; choose {' or '.join(sorted(PROFILES))}")
+    if isinstance(overrides, str):
+        try:
+            overrides = json.loads(overrides or "{}")
+        except ValueError as exc:
+            return [*problems, f"{overrides_option}: not JSON ({exc}); give an object of profile fields, "
+                               f'e.g. \'{{"epochs": 2}}\'']
+    if not isinstance(overrides, dict):
+        return [*problems, f"{overrides_option}: must be a JSON object of profile fields, e.g. '{{\"epochs\": 2}}'"]
+    fields = list(TrainProfile.model_fields)
+    for key in overrides:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            problems.append(f"{overrides_option}: {key!r} is not a profile field{hint}; the fields are "
+                            f"{', '.join(fields)}")
+    known = {k: v for k, v in overrides.items() if k in fields}
+    if name in PROFILES:
+        try:
+            get_profile(name, **known)
+        except ValidationError as exc:
+            for error in exc.errors():
+                where = ".".join(str(part) for part in error.get("loc", ())) or "the profile"
+                given = f" (got {error['input']!r})" if "input" in error and where != "the profile" else ""
+                problems.append(f"{overrides_option}: {where}: {error.get('msg', 'invalid')}{given}")
+    return problems

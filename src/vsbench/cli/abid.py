@@ -12,6 +12,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from vsbench.cli.common import (
+    BAD_INPUT_EXIT,
     DecodeOpt,
     EndpointOpt,
     ImageOpt,
@@ -197,10 +198,14 @@ def abid_train(
     if task not in TRAIN_TASKS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_TASKS)}, not {task!r}", param_hint="TASK")
     check_decode(decode)
-    with user_errors(json.JSONDecodeError):
-        parsed = json.loads(overrides)
-        if not isinstance(parsed, dict):
-            raise ValueError(f"--overrides must be a JSON object of profile fields, not {overrides!r}")
+    from vsbench.abid.profiles import profile_problems
+
+    problems = profile_problems(profile, overrides)  # one line each, naming the option and the fields there are
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        raise typer.Exit(BAD_INPUT_EXIT)
+    parsed = json.loads(overrides)
     if backend not in TRAIN_BACKENDS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_BACKENDS)}, not {backend!r}", param_hint="--backend")
     if backend == "trainjob":
@@ -412,6 +417,7 @@ def abid_run_local(
     if train_backend not in TRAIN_BACKENDS:
         raise typer.BadParameter(f"must be one of {', '.join(TRAIN_BACKENDS)}, not {train_backend!r}",
                                  param_hint="--train-backend")
+    _run_local_checks(source=source, train_profile=train_profile, train_overrides=train_overrides, device=device)
     with contextlib.ExitStack() as held:
         with user_errors():
             held.enter_context(run_lease([data_root / name for name in ABID_FOLDERS],
@@ -422,6 +428,22 @@ def abid_run_local(
                    train_gpus_per_node=train_gpus_per_node, experiment=experiment, pipeline_root=pipeline_root,
                    runner=runner, image=image, track=track, verbose=verbose, environ=os.environ,
                    verify_inputs=verify_inputs)
+
+
+def _run_local_checks(**arguments: str) -> None:
+    """`abid train`'s checks on what `abid run-local` passes on to its steps, before the pipeline starts:
+    one line each, exit 2, nothing started and no MLflow run left behind."""
+    from vsbench.abid.launch import pipeline_problems
+
+    problems = pipeline_problems(arguments, lambda name: "--" + name.replace("_", "-"))
+    if arguments["device"] not in ("auto", "cpu"):  # only then is torch worth importing to ask
+        from vsbench.runtime.device import device_problem
+
+        problems += [problem for problem in [device_problem(arguments["device"])] if problem]
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        raise typer.Exit(BAD_INPUT_EXIT)
 
 
 ABID_FOLDERS = ("raw", "tasks", "bin-images-resize", "runs/counting", "runs/siamese", "runs/quantity")

@@ -50,14 +50,19 @@ def submit(
 
     with user_errors():
         arguments = parse_arguments(arg or [], pipeline=pipeline)
-    if pipeline == "similarity":  # what this machine can tell before the cluster runs it: one line each
+    problems: list[str] = []  # what this machine can tell before the cluster runs it: one line each
+    if pipeline == "similarity":
         from vsbench.runspec.preflight import submitted_problems
 
         problems = submitted_problems(arguments)
-        for problem in problems:
-            typer.echo(f"error: {problem}", err=True)
-        if problems:
-            raise typer.Exit(2)
+    elif pipeline == "abid":
+        from vsbench.abid.launch import pipeline_problems
+
+        problems = pipeline_problems(arguments, lambda name: f"--arg {name}")
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        raise typer.Exit(2)
     with user_errors():
         run_id = submit_run(host, pipeline, arguments=arguments,
                             experiment=experiment, run_name=run_name, cluster=ClusterSettings.load(cluster_config),
