@@ -271,6 +271,9 @@ def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tm
     assert (sheet["first_only"], sheet["second_only"]) == (1, 1)
     assert Path(sheet["html"]).parent.name == f"compare-{run_b[:8]}-{run_a[:8]}"  # the default folder
 
+    parent_only = CliRunner().invoke(app, ["compare", "--runs", baseline, night, "--json"])  # no unit files
+    assert "sheet" not in json.loads(parent_only.stdout) and "warning: no compare sheet" in parent_only.stderr
+
     monkeypatch.setenv("VSBENCH_FAILURE_ROWS", "0")  # sheets off: none, and no key
     result = CliRunner().invoke(app, ["compare", "--runs", run_a, run_b, "--json", "--sheet", "off"])
     assert "sheet" not in json.loads(result.output) and not (tmp_path / "off").exists()
@@ -284,7 +287,6 @@ def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tm
 
 def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):
     from kfp.dsl import Metrics
-
     from vsbench.components.nightly import regression_check
 
     root = _disc_root(tmp_path / "disc")

@@ -271,10 +271,13 @@ def write_compare_sheet(found: Sequence[Comparison], folder: Path, stem: str, *,
 def compare_runs_sheet(reader: Any, first_run_id: str, second_run_id: str, folder: Path, *,
                        root: str | None = None, metrics: Sequence[str] | None = None,
                        labels: tuple[str, str] = ("first", "second")) -> dict[str, Any] | None:
-    """``vsbench compare --runs FIRST SECOND``'s sheet in ``folder`` (stem ``compare-<first8>-<second8>``)."""
+    """``vsbench compare --runs FIRST SECOND``'s sheet in ``folder`` (stem ``compare-<first8>-<second8>``).
+    Raises LookupError saying why when the runs hold no unit files that can be compared."""
     first = run_side(reader, first_run_id, root, metrics)
     second = run_side(reader, second_run_id, root, metrics)
     found, notes = comparisons(first, second)
+    if not found:
+        raise LookupError("; ".join(notes) or "no unit files to compare")
     return write_compare_sheet(found, folder, f"compare-{first_run_id[:8]}-{second_run_id[:8]}", labels=labels,
                                notes=notes)
 
