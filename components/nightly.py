@@ -26,6 +26,16 @@ def regression_check(
     metrics.log_metric("regression_passed", float(report.passed))
     metrics.log_metric("regression_machine_changed", float(report.machine_changed))
     print(f"regression check: {report.status}: {report.message()}", flush=True)
+    if report.previous_run_id:  # the picture of what changed: failures/compare-<baseline>.png/.html on the night
+        from mlflow.tracking import MlflowClient
+
+        from vsbench.steps.compare import night_compare_sheet
+
+        sheet = night_compare_sheet(MlflowClient(), parent_run_id, report.previous_run_id)
+        if sheet is not None:
+            print(f"compare sheet: {sheet['counts']['first_only']} units right only in the baseline, "
+                  f"{sheet['counts']['second_only']} only tonight: "
+                  + ", ".join(e["artifact"] for e in sheet["files"].values()), flush=True)
     if not report.passed:
         raise RegressionError(report.message())
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from vsbench.stats.outcomes import Outcomes
 from vsbench.stats.units import Units
 
 KIND = "question"
@@ -95,3 +96,23 @@ def answer_units(pred: ArrayLike, truth: ArrayLike, ids: ArrayLike, *, task: str
     columns = {"prediction": p, "truth": g, "correct": (p == g).astype(np.float64)}
     metrics = {f"{prefix}accuracy": {"statistic": "ratio", "num": "correct"}}
     return Units(KIND, BENCHMARKS[task], names, columns, metrics, variant=variant)
+
+
+def abid_outcomes(units: Units) -> Outcomes:
+    """Each question right or wrong (issue 47's compare sheet): right when the answer equals the truth
+    (counting: the predicted count is the true count; verification and quantity: the yes/no answer).
+    Severity: how far the answer is from the truth."""
+    prediction = units.values("prediction", np.int64)
+    truth = units.values("truth", np.int64)
+    right = prediction == truth
+    counting = units.benchmark == BENCHMARKS["counting"]
+
+    def answer(row: int) -> str:
+        if counting:
+            return f"counted {prediction[row]} (true {truth[row]})"
+        words = {0: "no", 1: "yes"}
+        return (f"answered {words.get(int(prediction[row]), prediction[row])} "
+                f"(true {words.get(int(truth[row]), truth[row])})")
+
+    return Outcomes(units, right, np.ones(len(units), dtype=bool), np.abs(prediction - truth).astype(np.float64),
+                    "right: the answer equals the truth", answer)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,13 @@ def compare(
                                                          "no report.")] = False,
     tests: Annotated[bool, typer.Option(help="Test each model against the best from the runs' unit files "
                                              "(marks ≈); --no-tests reads no unit file.")] = True,
+    sheet: Annotated[Path | None, typer.Option(
+        help="With --runs: the folder for the compare sheet (the units right in one run only, with their "
+             "photos; a PNG and an HTML page; VSBENCH_FAILURE_ROWS=0: none) (default: ./compare-<FIRST8>-<SECOND8>).")
+    ] = None,
+    root: Annotated[str | None, typer.Option(
+        help="With --runs: the dataset folder the sheet's photos come from (default: the runs' "
+             "vsbench.data.root tag).")] = None,
 ) -> None:
     """Leaderboard of pipeline runs (model x benchmark x metric, each value with its 95% interval, the best
     marked * and the models indistinguishable from it ≈) and an HTML report; or, with --runs, two runs
@@ -53,10 +61,17 @@ def compare(
     if runs is not None:
         with user_errors(LookupError, MlflowException):  # an unknown run id; a refused unit file (UnitsError)
             pair = compare_runs(reader, runs[0], runs[1], metric or None)
+        made = _compare_sheet(reader, runs, sheet, root, metric or None, report)
+        if made:
+            pair = replace(pair, sheet=made)
         if as_json:
             typer.echo(json.dumps(pair.as_dict(), indent=2))
             return
         typer.echo(render_pair(pair))
+        if made:
+            typer.echo(f"compare sheet: {made['first_only']} units right only in the first, "
+                       f"{made['second_only']} right only in the second")
+            typer.echo(f"  {made['png']}\n  {made['html']}")
         pairs.append(pair)
     records = []
     if experiment is not None:
@@ -80,3 +95,28 @@ def compare(
     write_report(records, report, title=title, lower_is_better=lower, reader=reader if tests else None,
                  pairs=pairs)
     typer.echo(f"report: {report}")
+
+
+def _compare_sheet(reader: object, runs: tuple[str, str], folder: Path | None, root: str | None,
+                   metrics: list[str] | None, report: Path) -> dict[str, object]:
+    """Write the compare sheet of ``runs`` into ``folder`` (default ``./compare-<first8>-<second8>``);
+    returns the paths, the counts and the report's links, or {} when sheets are off. A sheet that
+    cannot be made is one warning line, never a failed comparison."""
+    from urllib.parse import quote
+
+    from vsbench.steps.compare import compare_runs_sheet
+
+    folder = folder or Path(f"compare-{runs[0][:8]}-{runs[1][:8]}")
+    try:
+        written = compare_runs_sheet(reader, runs[0], runs[1], folder, root=root, metrics=metrics)
+    except (OSError, ValueError, LookupError) as exc:
+        typer.echo(f"warning: no compare sheet: {type(exc).__name__}: {exc}", err=True)
+        return {}
+    if written is None:
+        return {}
+    files = written["files"]
+    base = report.resolve().parent
+    return {"png": files["png"]["path"], "html": files["html"]["path"], **{
+        k: written["counts"][k] for k in ("first_only", "second_only")},
+        "png_href": quote(os.path.relpath(Path(files["png"]["path"]).resolve(), base)),
+        "html_href": quote(os.path.relpath(Path(files["html"]["path"]).resolve(), base))}

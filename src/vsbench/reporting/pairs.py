@@ -68,11 +68,17 @@ class RunPair:
     second_label: str
     metrics: list[MetricPair] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # unpaired because the units differ; refused files
+    # The compare sheet (issue 47): "png"/"html" paths, "first_only"/"second_only" counts, and the
+    # links the report uses ("png_href"/"html_href", relative to the report); empty when none was made.
+    sheet: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"first": {"run_id": self.first_run_id, "label": self.first_label},
-                "second": {"run_id": self.second_run_id, "label": self.second_label},
-                "metrics": [m.as_dict() for m in self.metrics], "notes": self.notes}
+        out = {"first": {"run_id": self.first_run_id, "label": self.first_label},
+               "second": {"run_id": self.second_run_id, "label": self.second_label},
+               "metrics": [m.as_dict() for m in self.metrics], "notes": self.notes}
+        if self.sheet:
+            out["sheet"] = {k: v for k, v in self.sheet.items() if not k.endswith("_href")}
+        return out
 
 
 def _number(value: float) -> float | None:
@@ -163,7 +169,20 @@ def pair_table(pair: RunPair) -> str:
                     f"<td>{html.escape(format_interval(row.first, *row.first_interval))}</td>"
                     f"<td>{html.escape(format_interval(row.second, *row.second_interval))}</td>{cells}</tr>")
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in pair.notes)
+    notes += _sheet_link(pair)
     return (f'<h3>{html.escape(pair.second_label)} minus {html.escape(pair.first_label)}</h3>'
             '<table class="pair"><thead><tr><th>metric</th><th>first [95% interval]</th>'
             "<th>second [95% interval]</th><th>difference</th><th>95% interval</th><th>p</th><th>test</th>"
             f"<th>McNemar (first only / second only)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{notes}")
+
+
+def _sheet_link(pair: RunPair) -> str:
+    """The line under a pair's table linking its compare sheet (the units right in one run only)."""
+    sheet = pair.sheet
+    if not sheet.get("html_href"):
+        return ""
+    counts = (f"{sheet.get('first_only', 0)} units right only in the first, "
+              f"{sheet.get('second_only', 0)} right only in the second")
+    png = f' (<a href="{html.escape(sheet["png_href"])}">PNG</a>)' if sheet.get("png_href") else ""
+    return (f'<p class="sheet">What changed: <a href="{html.escape(sheet["html_href"])}">{html.escape(counts)}</a>'
+            f"{png}</p>")

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vsbench.benchmarks.copydays.metrics import _row_aps
+from vsbench.stats.outcomes import Outcomes, Shown, first_true_rank, number
 from vsbench.stats.units import ListColumn, Units
 
 STRONG_MAP = "strong_map"
@@ -73,3 +74,44 @@ def copydays_units(query_ids: Sequence[str], hits: ArrayLike, distances: ArrayLi
     for metric, name in (block_metrics or {}).items():
         metrics[metric] = {"statistic": "ratio", "num": "ap", "where": "block", "equals": name}
     return Units("query", benchmark, np.asarray(query_ids, dtype=str), columns, metrics, variant=variant)
+
+
+def copydays_outcomes(units: Units) -> Outcomes:
+    """Each Copydays query right or wrong (issue 47's compare sheet): right when its nearest result
+    (smallest distance; the search's order among ties) is a positive. A query without a positive
+    is left unjudged. Severity: the place of its first positive (none retrieved: past the last)."""
+    n_pos = units.values("n_positives")
+    distances, hits = units.columns["distances"], units.columns["hits"]
+    references = units.columns.get("references")
+
+    def ranked(row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        d = np.asarray(distances[row], dtype=np.float64)
+        order = np.argsort(d, kind="stable")
+        refs = None if references is None else np.asarray(references[row], dtype=str)[order]
+        return d[order], np.asarray(hits[row], dtype=bool)[order], refs
+
+    judged = n_pos > 0
+    right = np.zeros(len(units), dtype=bool)
+    severity = np.zeros(len(units))
+    for row in np.flatnonzero(judged).tolist():
+        _, h, _ = ranked(row)
+        rank = first_true_rank(h, np.arange(h.size))
+        right[row] = rank == 1
+        severity[row] = 0 if rank == 1 else (rank if rank is not None else h.size + 1)
+
+    def answer(row: int) -> str:
+        d, h, refs = ranked(row)
+        if not d.size:
+            return "no result"
+        rank = first_true_rank(h, np.arange(h.size))
+        nearest = f"nearest {refs[0]} " if refs is not None else "nearest "
+        where = f"first positive at rank {rank}" if rank is not None else "no positive retrieved"
+        return f"{nearest}(d={number(d[0])}, {'true' if h[0] else 'false'}); {where}"
+
+    def shows(row: int) -> tuple[Shown, ...]:
+        d, h, refs = ranked(row)
+        if refs is None or not d.size:
+            return ()
+        return (Shown(str(refs[0]), (str(refs[0]), f"nearest, d={number(d[0])}"), "true" if h[0] else "false"),)
+
+    return Outcomes(units, right, judged, severity, "right: the nearest result is a positive", answer, shows)

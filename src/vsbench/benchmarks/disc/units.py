@@ -30,6 +30,7 @@ from vsbench.benchmarks.disc.metrics import (
     match_predictions,
     rank_zero_pairs,
 )
+from vsbench.stats.outcomes import Outcomes, Shown, first_true_rank, number
 from vsbench.stats.units import ListColumn, Units
 
 # record key -> the statistic that recomputes it from the units
@@ -165,3 +166,46 @@ def _no_copy_queries(gt_query: ArrayLike, gt_reference: ArrayLike) -> list[str]:
         return [str(q) for q in query[reference.codes == empty].tolist()]  # type: ignore[attr-defined]
     rows = [n for n, ref in enumerate(reference.tolist()) if ref is None or (isinstance(ref, str) and ref == "")]
     return [str(q) for q in query[np.asarray(rows, dtype=np.int64)].tolist()] if rows else []
+
+
+def copy_detection_outcomes(units: Units) -> Outcomes:
+    """Each query right or wrong (issue 47's compare sheet): a query with a copy is right when its
+    top-scored prediction is a true copy (``correct_at_1`` > 0: what accuracy at 1 counts). A query
+    without a copy in the reference set is left unjudged: isc2021 scores it only through the false
+    positives it adds to uAP, and no threshold it is held to is in its unit file. Severity: the
+    place of the first true copy among the query's predictions (missing: past the last)."""
+    n_pos = units.values("n_positives")
+    correct = units.values("correct_at_1")
+    scores, positive, references = units.columns["scores"], units.columns["positive"], units.columns["references"]
+    judged = n_pos > 0
+    right = judged & (correct > 0)
+
+    def ranked(row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s = np.asarray(scores[row], dtype=np.float64)
+        order = np.argsort(-s, kind="stable")
+        return s[order], np.asarray(positive[row], dtype=bool)[order], np.asarray(references[row], dtype=str)[order]
+
+    severity = np.zeros(len(units))
+    for row in np.flatnonzero(judged & ~right).tolist():
+        s, p, _ = ranked(row)
+        rank = first_true_rank(p, np.arange(p.size))
+        severity[row] = rank if rank is not None else p.size + 1
+
+    def answer(row: int) -> str:
+        s, p, r = ranked(row)
+        if not s.size:
+            return "no prediction"
+        rank = first_true_rank(p, np.arange(p.size))
+        where = (f"true copy at rank {rank}" if rank is not None else
+                 "true copy not predicted" if n_pos[row] > 0 else "no copy exists")
+        return f"top {r[0]} ({number(s[0])}, {'true' if p[0] else 'false'}); {where}"
+
+    def shows(row: int) -> tuple[Shown, ...]:
+        s, p, r = ranked(row)
+        if not s.size:
+            return ()
+        return (Shown(str(r[0]), (str(r[0]), f"top 1, {number(s[0])}"), "true" if p[0] else "false"),)
+
+    return Outcomes(units, right, judged, severity,
+                    "right: the top-scored prediction is a true copy; queries without a copy are not judged",
+                    answer, shows)

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from vsbench.stats.outcomes import Outcomes, number
 from vsbench.stats.units import Units
 
 NAME = "patch_pairs"
@@ -112,3 +113,36 @@ def patch_pair_units(positives: Mapping[str, ArrayLike], negatives: Mapping[str,
                               "negatives": list(negatives)}}
     out["mean"] = Units("pair", NAME, unit_ids, columns, metrics, cluster, "mean")
     return out
+
+
+def operating_threshold(distance: np.ndarray, label: np.ndarray) -> float:
+    """The pooled operating point a pair is judged at: the ``P``-th smallest distance of the unit
+    file's pairs, ``P`` its number of positives (the break-even point, where as many pairs are called
+    "same" as there are: precision equals recall). Each run gets its own, from its own distances
+    (two descriptors' distances are not on one scale); a threshold that needs no tuning set."""
+    positives = int(np.count_nonzero(label == 1))
+    if positives == 0:
+        return -np.inf
+    return float(np.sort(distance, kind="stable")[positives - 1])
+
+
+def patch_pair_outcomes(units: Units) -> Outcomes:
+    """Each pair right or wrong (issue 47's compare sheet): a pair is called "same" when its distance
+    is at most the run's :func:`operating_threshold` over the unit file's pairs, and is right when
+    that call matches its label. Severity: how far past the threshold a wrong pair lies."""
+    distance = units.values("distance")
+    label = units.values("label", np.int64)
+    threshold = operating_threshold(distance, label)
+    called_same = distance <= threshold
+    right = called_same == (label == 1)
+    severity = np.where(right, 0.0, np.abs(distance - threshold))
+    sets = units.columns.get("set")
+
+    def answer(row: int) -> str:
+        call = "same" if called_same[row] else "different"
+        truth = "same" if label[row] == 1 else "different"
+        where = f" ({sets[row]})" if sets is not None else ""
+        return f"distance {number(distance[row])} vs threshold {number(threshold)}: called {call}, is {truth}{where}"
+
+    return Outcomes(units, right, np.ones(len(units), dtype=bool), severity,
+                    "right: distance <= the run's break-even threshold exactly for the positive pairs", answer)

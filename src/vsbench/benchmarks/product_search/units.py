@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 from vsbench.benchmarks.product_search.metrics import _unit_rows
 from vsbench.benchmarks.product_search.readers import ProductQuery
 from vsbench.benchmarks.vsd.metrics import binary_average_precision
+from vsbench.stats.outcomes import Outcomes, Shown, first_true_rank, number
 from vsbench.stats.units import ListColumn, Units
 
 NAME = "product_search"
@@ -60,3 +61,44 @@ def product_search_units(query_features: ArrayLike, gallery_features: ArrayLike,
                "label": ListColumn.from_lists(labels, np.int8)}
     metrics = {"map": {"statistic": "ratio", "num": "ap", "den": "has_positive"}}
     return Units("query", NAME, unit_ids, columns, metrics, None, variant)
+
+
+def product_search_outcomes(units: Units) -> Outcomes:
+    """Each query right or wrong (issue 47's compare sheet): right when its top-scored candidate (the
+    first in the queries file's order among equal scores) fulfils it. A query without a fulfilling
+    candidate is left unjudged (mAP leaves it out too). Severity: the place of its first fulfilling
+    candidate by score."""
+    judged = units.values("has_positive") > 0
+    ap = units.values("ap")
+    scores, labels = units.columns["score"], units.columns["label"]
+
+    def order(row: int) -> np.ndarray:
+        return np.argsort(-np.asarray(scores[row], dtype=np.float64), kind="stable")
+
+    right = np.zeros(len(units), dtype=bool)
+    severity = np.zeros(len(units))
+    for row in np.flatnonzero(judged).tolist():
+        rank = first_true_rank(np.asarray(labels[row]) == 1, order(row))
+        right[row] = rank == 1
+        severity[row] = 0 if rank == 1 else (rank if rank is not None else len(labels[row]) + 1)
+
+    def answer(row: int) -> str:
+        o = order(row)
+        if not o.size:
+            return "no candidate"
+        top = int(o[0])
+        rank = first_true_rank(np.asarray(labels[row]) == 1, o)
+        fits = "fulfils" if labels[row][top] == 1 else "does not fulfil"
+        return (f"top candidate #{top + 1} ({number(scores[row][top])}) {fits}; first fulfilling at rank {rank}; "
+                f"AP {number(ap[row])}")
+
+    def shows(row: int) -> tuple[Shown, ...]:
+        o = order(row)
+        if not o.size:
+            return ()
+        top = int(o[0])
+        return (Shown(str(top), (f"candidate #{top + 1}", f"top 1, {number(scores[row][top])}"),
+                      "true" if labels[row][top] == 1 else "false", "candidate"),)
+
+    return Outcomes(units, right, judged, severity, "right: the top-scored candidate fulfils the query; queries "
+                    "without a fulfilling candidate are not judged", answer, shows)

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from vsbench.benchmarks.vsd.metrics import DEFAULT_KS
+from vsbench.stats.outcomes import Outcomes, number
 from vsbench.stats.units import ListColumn, Units
 
 NAME = "vsd"
@@ -64,3 +65,34 @@ def vsd_units(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, sc
     metrics["roc_auc"] = {"statistic": "tagged_roc_auc", "score": "score", "label": "label"}
     metrics["pr_auc"] = {"statistic": "tagged_average_precision", "score": "score", "label": "label"}
     return Units("seed", NAME, names[order], columns, metrics, None, variant)
+
+
+def vsd_outcomes(units: Units) -> Outcomes:
+    """Each seed right or wrong (issue 47's compare sheet): right when a positive candidate holds rank
+    1 of its filtered list (what HR@1 counts). A seed without a positive tag is left unjudged.
+    Severity: the best rank of a positive (none ranked: past the seed's largest rank)."""
+    has_positive = units.values("has_positive") > 0
+    scores, labels, ranks = units.columns["score"], units.columns["label"], units.columns["rank"]
+
+    def best(row: int) -> tuple[int | None, float]:
+        y, r, s = np.asarray(labels[row]) == 1, np.asarray(ranks[row], dtype=np.int64), np.asarray(scores[row])
+        ranked = y & (r >= 1)
+        if not ranked.any():
+            return None, float("nan")
+        at = np.flatnonzero(ranked)[np.argmin(r[ranked])]
+        return int(r[at]), float(s[at])
+
+    right = np.zeros(len(units), dtype=bool)
+    severity = np.zeros(len(units))
+    for row in np.flatnonzero(has_positive).tolist():
+        rank, _ = best(row)
+        right[row] = rank == 1
+        largest = int(np.max(np.asarray(ranks[row]), initial=0))
+        severity[row] = 0 if rank == 1 else (rank if rank is not None else largest + 1)
+
+    def answer(row: int) -> str:
+        rank, score = best(row)
+        return f"best positive at rank {rank} ({number(score)})" if rank is not None else "no positive ranked"
+
+    return Outcomes(units, right, has_positive, severity, "right: a positive at rank 1; seeds without a positive "
+                    "are not judged", answer)

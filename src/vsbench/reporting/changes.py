@@ -1,0 +1,125 @@
+"""The compare sheet: the units one run got right and the other wrong, both ways, as pictures.
+
+Why: when a nightly check fails or two models are compared, the paired test says the difference is
+real; the person then wants to see it: which queries the new model lost, which it won, and what each
+run answered (issue 47). This module turns two runs' per-unit verdicts (:mod:`vsbench.stats.outcomes`)
+into a :class:`~vsbench.reporting.sheets.Sheet`: one row per changed unit, its photo(s) and each
+run's answer; the first section the units right in the first run only, the second those right in the
+second only, each worst first, the two sharing the sheet's rows (neither crowds the other out). Which
+images a unit shows is the caller's (:class:`ImageLookup`, from the benchmark's files and root); a
+unit without one keeps its row with a grey tile saying why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from vsbench.reporting.sheets import Row, Sheet, Tile
+from vsbench.stats.outcomes import Changes, Outcomes, Shown, changed
+
+
+class ImageLookup(Protocol):
+    """Where a unit's photos are: ``unit(units, row)`` gives its own as ``(id, path or None, why
+    missing)``; ``shown(units, row, shown)`` the file of an image a run's answer points at."""
+
+    def unit(self, outcomes: Outcomes, row: int) -> list[tuple[str, Path | None, str]]: ...
+
+    def shown(self, outcomes: Outcomes, row: int, shown: Shown) -> tuple[Path | None, str]: ...
+
+
+class NoImages:
+    """No dataset root: every tile says so, the rows and answers stay."""
+
+    def __init__(self, why: str = "no image root known (give --root)") -> None:
+        self.why = why
+
+    def unit(self, outcomes: Outcomes, row: int) -> list[tuple[str, Path | None, str]]:
+        return [(str(outcomes.units.ids[row]), None, self.why)]
+
+    def shown(self, outcomes: Outcomes, row: int, shown: Shown) -> tuple[Path | None, str]:
+        return None, self.why
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One unit file of each run, judged: ``name`` says which (benchmark and variant)."""
+
+    name: str
+    first: Outcomes
+    second: Outcomes
+    first_images: ImageLookup
+    second_images: ImageLookup
+
+    def changes(self) -> Changes:
+        return changed(self.first, self.second)
+
+
+def _share(first: int, second: int, rows: int) -> tuple[int, int]:
+    """Rows for each section: half each, a short section's spare rows to the other."""
+    a = min(first, math.ceil(rows / 2))
+    b = min(second, rows - a)
+    return min(first, rows - b), b
+
+
+def _row(comparison: Comparison, i: int, j: int, right_first: bool, labels: tuple[str, str]) -> Row:
+    first, second = comparison.first, comparison.second
+    unit = str(first.units.ids[i])
+    verdict = ("right", "wrong") if right_first else ("wrong", "right")
+    title = (f"{comparison.name} · {unit} · {labels[0]} {verdict[0]}: {first.answer(i)} · "
+             f"{labels[1]} {verdict[1]}: {second.answer(j)}")
+    tiles = []
+    for n, (image_id, path, why) in enumerate(comparison.first_images.unit(first, i)):
+        caption = (image_id, f"{labels[0]}: {verdict[0]}", f"{labels[1]}: {verdict[1]}") if n == 0 else (image_id,)
+        tiles.append(Tile(path, caption, "query", why))
+    for label, outcomes, row, images in ((labels[0], first, i, comparison.first_images),
+                                         (labels[1], second, j, comparison.second_images)):
+        for shown in outcomes.shows(row):
+            path, why = images.shown(outcomes, row, shown)
+            caption = (f"{label}: {shown.caption[0] if shown.caption else shown.image}", *shown.caption[1:])
+            tiles.append(Tile(path, caption, shown.mark, why))
+    return Row(title, tuple(tiles))
+
+
+def change_sheet(comparisons: Sequence[Comparison], rows: int, labels: tuple[str, str] = ("first", "second"),
+                 title: str = "") -> tuple[Sheet, dict[str, int]]:
+    """The compare sheet of ``comparisons`` (at most ``rows`` rows, shared between the two sections and
+    the unit files) and its counts: ``first_only``, ``second_only`` (units right only in that run),
+    ``unmatched`` and ``unjudged``. ``labels`` name the two runs in every row."""
+    found = [(c, c.changes()) for c in comparisons]
+    counts = {"first_only": sum(len(ch.first_only) for _, ch in found),
+              "second_only": sum(len(ch.second_only) for _, ch in found),
+              "unmatched": sum(ch.unmatched for _, ch in found), "unjudged": sum(ch.unjudged for _, ch in found),
+              "same": sum(ch.same for _, ch in found)}
+    take_a, take_b = _share(counts["first_only"], counts["second_only"], rows)
+    section_a: list[Row] = []
+    section_b: list[Row] = []
+    # Round-robin over the unit files so that each shows its worst (one file cannot fill the sheet).
+    queues_a = [[(c, i, j) for i, j in ch.first_only] for c, ch in found]
+    queues_b = [[(c, i, j) for i, j in ch.second_only] for c, ch in found]
+    for queues, take, section, right_first in ((queues_a, take_a, section_a, True),
+                                               (queues_b, take_b, section_b, False)):
+        depth = 0
+        while len(section) < take:
+            for queue in queues:
+                if depth < len(queue) and len(section) < take:
+                    c, i, j = queue[depth]
+                    section.append(_row(c, i, j, right_first, labels))
+            depth += 1
+    notes = [f"{c.name}: {c.first.rule}" for c in comparisons]
+    notes.append(f"{counts['first_only']} units right in {labels[0]} only (first {len(section_a)} rows), "
+                 f"{counts['second_only']} right in {labels[1]} only (next {len(section_b)} rows); "
+                 f"{counts['same']} judged alike")
+    if counts["unmatched"]:
+        notes.append(f"{counts['unmatched']} units only one run scored: not compared")
+    if counts["unjudged"]:
+        notes.append(f"{counts['unjudged']} units the rule does not judge in one of the runs: not compared")
+    heading = title or (f"{labels[0]} vs {labels[1]}: {counts['first_only']} right only in {labels[0]}, "
+                        f"{counts['second_only']} right only in {labels[1]}")
+    sheet = Sheet(heading, (*section_a, *section_b), counts["first_only"] + counts["second_only"],
+                  what="changed units", notes=tuple(notes),
+                  legend={"query": "the unit", "true": "a true match", "false": "a false match"})
+    return sheet, counts

@@ -1,0 +1,301 @@
+"""The compare sheet (issue 47, "what changed between two runs"): per family, two hand-made runs whose
+differing units are known; the sheet lists exactly those, both ways, nothing else; ids are escaped;
+images come only from under the root; ``vsbench compare --runs`` writes it and the report links it;
+a night compared with its baseline logs it under ``failures/``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vsbench.abid.units import answer_units, counting_units
+from vsbench.benchmarks.copydays.units import copydays_units
+from vsbench.benchmarks.disc.units import copy_detection_units
+from vsbench.benchmarks.patch_pairs.units import patch_pair_units
+from vsbench.benchmarks.product_search.units import product_search_units
+from vsbench.benchmarks.vsd.units import vsd_units
+from vsbench.io.features import ImageSet
+from vsbench.reporting.changes import Comparison, NoImages, _share, change_sheet
+from vsbench.reporting.sheets import render_html
+from vsbench.stats.units import Units
+from vsbench.steps.compare import AbidImages, BenchmarkImages, images_for, outcomes_of
+
+GT_QUERY, GT_REF = ["Q0", "Q1", "Q2", "Q3"], ["R0", "R1", "R2", ""]  # Q3 has no copy
+
+
+def _disc() -> tuple[Units, Units, set[str], set[str]]:
+    # first: Q0, Q1 right (top is the copy), Q2 wrong; second: Q0, Q2 right, Q1 wrong. Q3 (no copy)
+    # changes its top prediction but is not judged.
+    first = copy_detection_units(["Q0", "Q0", "Q1", "Q2", "Q3"], ["R0", "R1", "R1", "R0", "R2"], [.9, .5, .8, .7, .6],
+                                 GT_QUERY, GT_REF, queries=GT_QUERY)
+    second = copy_detection_units(["Q0", "Q1", "Q1", "Q2", "Q3"], ["R0", "R0", "R1", "R2", "R1"], [.9, .8, .4, .7, .3],
+                                  GT_QUERY, GT_REF, queries=GT_QUERY)
+    return first, second, {"Q1"}, {"Q2"}
+
+
+def _copydays() -> tuple[Units, Units, set[str], set[str]]:
+    ids, blocks = ["c0", "c1", "c2", "c3"], ["strong"] * 4
+    distances = [[0.1, 0.2]] * 4
+    refs = [["o0", "o9"], ["o1", "o9"], ["o2", "o9"], ["o3", "o9"]]
+    first = copydays_units(ids, [[1, 0], [1, 0], [0, 1], [0, 0]], distances, [1, 1, 1, 1], blocks, result_ids=refs)
+    second = copydays_units(ids, [[1, 0], [0, 1], [1, 0], [0, 0]], distances, [1, 1, 1, 1], blocks, result_ids=refs)
+    return first, second, {"c1"}, {"c2"}
+
+
+def _vsd() -> tuple[Units, Units, set[str], set[str]]:
+    seeds = ["s0", "s0", "s1", "s1", "s2", "s2", "s3", "s3"]
+    labels = [1, 0, 1, 0, 1, 0, 0, 0]  # s3 has no positive: not judged
+    first = vsd_units(seeds, labels, [1, 2, 1, 2, 2, 1, 1, 2], np.linspace(0.9, 0.2, 8))
+    second = vsd_units(seeds, labels, [1, 2, 3, 1, 1, 2, 2, 1], np.linspace(0.9, 0.2, 8))
+    return first, second, {"s1"}, {"s2"}
+
+
+def _product_search() -> tuple[Units, Units, set[str], set[str]]:
+    gallery = np.array([[1.0, 0.0], [0.0, 1.0]])
+    rows, labels = [[0, 1]] * 4, [[1, 0], [1, 0], [1, 0], [0, 0]]  # candidate g0 fulfils; query 3: none does
+    first = product_search_units([[1, 0], [1, 0], [0, 1], [0, 1]], gallery, rows, labels, ids=["0", "1", "2", "3"])
+    second = product_search_units([[1, 0], [0, 1], [1, 0], [1, 0]], gallery, rows, labels, ids=["0", "1", "2", "3"])
+    return first, second, {"1"}, {"2"}
+
+
+def _patch_pairs() -> tuple[Units, Units, set[str], set[str]]:
+    # Three positives, so the break-even threshold is the 3rd smallest distance: 0.5 in both runs.
+    first = patch_pair_units({"easy": [0.1, 0.2, 0.9]}, {"diffseq": [0.5, 1.0, 1.1]})["mean"]
+    second = patch_pair_units({"easy": [0.1, 0.9, 0.2]}, {"diffseq": [1.0, 0.5, 1.1]})["mean"]
+    return first, second, {"easy:2", "diffseq:2"}, {"easy:3", "diffseq:1"}
+
+
+def _abid_counting() -> tuple[Units, Units, set[str], set[str]]:
+    ids = ["0", "1", "2", "3"]
+    return (counting_units([1, 2, 3, 0], [1, 2, 4, 5], ids), counting_units([1, 5, 4, 1], [1, 2, 4, 5], ids),
+            {"1"}, {"2"})
+
+
+def _abid_verification() -> tuple[Units, Units, set[str], set[str]]:
+    ids = ["0:A", "1:B", "2:C"]
+    return (answer_units([1, 0, 0], [1, 0, 1], ids, task="verification"),
+            answer_units([0, 0, 1], [1, 0, 1], ids, task="verification"), {"0:A"}, {"2:C"})
+
+
+def _correct_column() -> tuple[Units, Units, set[str], set[str]]:
+    def units(correct: list[float]) -> Units:
+        return Units("query", "plugin", np.array(["a", "b", "c", "d"]), {"correct": np.array(correct)},
+                     {"accuracy": {"statistic": "ratio", "num": "correct"}})
+
+    return units([1, 1, 0, 0]), units([1, 0, 1, 0]), {"b"}, {"c"}
+
+
+CASES = {"disc": _disc, "copydays": _copydays, "vsd": _vsd, "product_search": _product_search,
+         "patch_pairs": _patch_pairs, "abid_counting": _abid_counting, "abid_verification": _abid_verification,
+         "correct_column": _correct_column}
+
+
+def _listed(first: Units, second: Units, rows: int = 200):
+    a, b = outcomes_of(first), outcomes_of(second)
+    assert a is not None and b is not None
+    sheet, counts = change_sheet([Comparison("t", a, b, NoImages(), NoImages())], rows)
+    units = [row.tiles[0].caption[0] for row in sheet.rows]  # the unit's own tile names it
+    return sheet, counts, units
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_sheet_lists_exactly_the_units_whose_outcome_differs_both_ways(case):
+    first, second, first_only, second_only = CASES[case]()
+    sheet, counts, units = _listed(first, second)
+    assert (counts["first_only"], counts["second_only"]) == (len(first_only), len(second_only))
+    assert set(units[:len(first_only)]) == first_only and set(units[len(first_only):]) == second_only
+    assert len(units) == sheet.total == len(first_only) + len(second_only)
+    assert all(row.title.split(" · first ")[1].startswith("right: ") for row in sheet.rows[:len(first_only)])
+    # The other way round: the sections swap.
+    _, swapped, back = _listed(second, first)
+    assert (swapped["first_only"], swapped["second_only"]) == (len(second_only), len(first_only))
+    assert set(back[:len(second_only)]) == second_only and set(back[len(second_only):]) == first_only
+    # A run against itself: nothing changed.
+    assert _listed(first, first)[0].rows == ()
+
+
+def test_units_one_run_lacks_and_unjudged_ones_are_counted_not_listed():
+    first, second, _, _ = _disc()
+    _, counts, units = _listed(first, second.take(np.array([1, 2, 3])))  # second lost Q0
+    assert counts["unmatched"] == 1 and counts["unjudged"] == 1 and set(units) == {"Q1", "Q2"}
+
+
+def test_the_rows_are_shared_between_the_two_sections_and_capped():
+    assert _share(30, 2, 10) == (8, 2) and _share(2, 30, 10) == (2, 8) and _share(30, 30, 9) == (5, 4)
+    assert _share(0, 0, 24) == (0, 0)
+    ids = np.array([f"u{i}" for i in range(40)])
+    a = np.r_[np.ones(30), np.zeros(10)]
+    b = np.r_[np.zeros(30), np.ones(10)]
+    make = lambda c: Units("query", "x", ids, {"correct": c}, {"acc": {"statistic": "ratio", "num": "correct"}})  # noqa: E731
+    sheet, counts, units = _listed(make(a), make(b), rows=12)
+    assert sheet.total == 40 and len(units) == 12 and (counts["first_only"], counts["second_only"]) == (30, 10)
+    assert set(units[:6]) <= {f"u{i}" for i in range(30)} and set(units[6:]) <= {f"u{i}" for i in range(30, 40)}
+
+
+def test_worst_first_within_a_section():
+    ids = ["0", "1", "2"]
+    first = counting_units([1, 2, 3], [1, 2, 3], ids)
+    second = counting_units([2, 9, 4], [1, 2, 3], ids)  # off by 1, 7, 1
+    assert _listed(first, second)[2] == ["1", "0", "2"]
+
+
+def test_an_id_with_a_script_tag_is_escaped():
+    evil = '<script>alert("x")</script>'
+    first = counting_units([1, 2], [1, 2], [evil, "ok"])
+    second = counting_units([3, 2], [1, 2], [evil, "ok"])
+    sheet, _, units = _listed(first, second)
+    assert units == [evil]
+    page, _ = render_html(sheet)
+    assert "<script" not in page.lower() and "&lt;script&gt;" in page
+
+
+def _jpeg(path: Path, colour: tuple[int, int, int]) -> Path:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (40, 30), colour).save(path)
+    return path
+
+
+def _disc_root(root: Path) -> Path:
+    for i in range(4):
+        _jpeg(root / "val_query" / f"Q{i}.jpg", (60 * i, 100, 50))
+        _jpeg(root / "val_ref" / f"R{i}.jpg", (100, 60 * i, 50))
+    (root / "val_groundtruth_matches.csv").write_text("query_id,reference_id\nQ0,R0\nQ1,R1\nQ2,R2\nQ3,\n")
+    return root
+
+
+def test_photos_come_from_the_benchmarks_lists_under_its_root(tmp_path):
+    root = _disc_root(tmp_path / "disc")
+    first, second, _, _ = _disc()
+    images = images_for(first, "disc", str(root), {"train_dir": None})
+    a, b = outcomes_of(first), outcomes_of(second)
+    sheet, _ = change_sheet([Comparison("disc", a, b, images, images)], 24)
+    row = sheet.rows[0]  # Q1: the query, the first run's top (R1, a true copy), the second's (R0, false)
+    assert [(t.image.name if t.image else None, t.mark) for t in row.tiles] == [
+        ("Q1.jpg", "query"), ("R1.jpg", "true"), ("R0.jpg", "false")]
+    page, shown = render_html(sheet)
+    assert shown == 2 and page.count("data:image/jpeg;base64,") == 6  # Q1, R1, R0; Q2, R0, R2
+    assert isinstance(images_for(first, "disc", "", {}), NoImages)
+    assert isinstance(images_for(first, "disc", "s3://bucket/disc", {}), NoImages)
+    assert isinstance(images_for(first, "no_such_benchmark", str(root), {}), NoImages)
+
+
+def test_a_path_outside_the_root_is_refused(tmp_path):
+    root = tmp_path / "root"
+    outside = _jpeg(tmp_path / "secret.jpg", (255, 0, 0))
+    (root / "q").mkdir(parents=True)
+    (root / "q" / "link.jpg").symlink_to(outside)
+
+    class Adapter:
+        def image_sets(self):
+            return {"query": ImageSet(("Q1", "Q2"), (root / ".." / "secret.jpg", root / "q" / "link.jpg"))}
+
+    images = BenchmarkImages(root, Adapter())
+    first, second, _, _ = _disc()
+    sheet, _ = change_sheet([Comparison("d", outcomes_of(first), outcomes_of(second), images, images)], 24)
+    tiles = [row.tiles[0] for row in sheet.rows]
+    assert all(t.image is None and "outside the benchmark's root" in t.missing for t in tiles)
+    page, _ = render_html(sheet)
+    assert "data:image" not in page
+
+
+def test_abid_questions_show_their_bin_photo(tmp_path):
+    _jpeg(tmp_path / "bin-images" / "00524.jpg", (1, 2, 3))
+    first = answer_units([1], [1], ["523:B00X#2"], task="verification")
+    [(unit, path, why)] = AbidImages(tmp_path).unit(outcomes_of(first), 0)
+    assert unit == "523:B00X#2" and path == (tmp_path / "bin-images" / "00524.jpg").resolve() and not why
+
+
+# --- through MLflow: vsbench compare --runs, the report's link, the nightly sheet ----------------------
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("VSBENCH_RESAMPLES", "50")
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def _night(client, experiment: str, name: str, units: Units, root: Path, folder: Path) -> tuple[str, str]:
+    """A parent run with one DISC evaluation run holding ``units``: (parent id, evaluation run id)."""
+    from vsbench.tracking.evaluations import Embedder, evaluations_of, log_evaluations
+    from vsbench.tracking.provenance import DATA_DIGEST_TAG, DATA_ROOT_TAG
+    from vsbench.tracking.runs import open_parent_run
+
+    parent = open_parent_run(experiment, f"kfp-{name}", "vsbench-nightly", {})
+    path = folder / f"{name}.parquet"
+    sha = units.write(path)
+    record = {"codec": "Flat", "accuracy_at_1": float(units.values("correct_at_1").sum() / 3)}
+    evaluations = evaluations_of("disc", [record], Embedder(model="m"), data_digest="ab" * 32, data_root=str(root),
+                                 run_params={"k": 10, "benchmark_options": json.dumps({"train_dir": None})},
+                                 units=[{"path": str(path), "sha256": sha}])
+    [run_id] = log_evaluations(client, parent, evaluations, tags={DATA_DIGEST_TAG: "ab" * 32, DATA_ROOT_TAG: str(root)})
+    client.set_terminated(parent, "FINISHED")
+    return parent, run_id
+
+
+def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vsbench.cli.app import app
+    from vsbench.steps.compare import night_compare_sheet
+
+    root = _disc_root(tmp_path / "disc")
+    first, second, _, _ = _disc()
+    baseline, run_a = _night(store, "e", "a", first, root, tmp_path)
+    night, run_b = _night(store, "e", "b", second, root, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["compare", "--runs", run_a, run_b, "--sheet", "changed",
+                                      "--report", "report.html"])
+    assert result.exit_code == 0, result.output
+    assert "compare sheet: 1 units right only in the first, 1 right only in the second" in result.output
+    page = (tmp_path / "changed" / f"compare-{run_a[:8]}-{run_b[:8]}.html").read_text()
+    assert (tmp_path / "changed" / f"compare-{run_a[:8]}-{run_b[:8]}.png").stat().st_size > 0
+    assert set(re.findall(r"<h2>disc · (Q\d) ·", page)) == {"Q1", "Q2"}
+    assert page.count("data:image/jpeg;base64,") == 6
+    report = (tmp_path / "report.html").read_text()
+    assert f'href="changed/compare-{run_a[:8]}-{run_b[:8]}.html"' in report
+
+    result = CliRunner().invoke(app, ["compare", "--runs", run_b, run_a, "--json"])
+    sheet = json.loads(result.output)["sheet"]
+    assert (sheet["first_only"], sheet["second_only"]) == (1, 1)
+    assert Path(sheet["html"]).parent.name == f"compare-{run_b[:8]}-{run_a[:8]}"  # the default folder
+
+    parent_only = CliRunner().invoke(app, ["compare", "--runs", baseline, night, "--json"])  # no unit files
+    assert "sheet" not in json.loads(parent_only.stdout) and "warning: no compare sheet" in parent_only.stderr
+
+    monkeypatch.setenv("VSBENCH_FAILURE_ROWS", "0")  # sheets off: none, and no key
+    result = CliRunner().invoke(app, ["compare", "--runs", run_a, run_b, "--json", "--sheet", "off"])
+    assert "sheet" not in json.loads(result.output) and not (tmp_path / "off").exists()
+    monkeypatch.delenv("VSBENCH_FAILURE_ROWS")
+
+    written = night_compare_sheet(store, night, baseline)
+    assert written is not None and (written["counts"]["first_only"], written["counts"]["second_only"]) == (1, 1)
+    logged = {f.path for f in store.list_artifacts(night, "failures")}
+    assert logged == {f"failures/compare-{baseline}.png", f"failures/compare-{baseline}.html"}
+
+
+def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):
+    from kfp.dsl import Metrics
+    from vsbench.components.nightly import regression_check
+
+    root = _disc_root(tmp_path / "disc")
+    first, second, _, _ = _disc()
+    baseline, _ = _night(store, "e", "a", first, root, tmp_path)
+    night, _ = _night(store, "e", "b", second, root, tmp_path)
+    out = Metrics(name="metrics", uri="", metadata={})
+    regression_check.python_func(experiment="e", parent_run_id=night, threshold=0.5, relative=False,
+                                 metrics_json="[]", pipeline="vsbench-nightly", metrics=out)
+    assert "compare sheet: 1 units right only in the baseline, 1 only tonight" in capsys.readouterr().out
+    assert {f.path for f in store.list_artifacts(night, "failures")} == {
+        f"failures/compare-{baseline}.png", f"failures/compare-{baseline}.html"}
