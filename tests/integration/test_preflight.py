@@ -211,3 +211,15 @@ def test_a_step_command_checks_its_options_in_one_pass_before_reading_anything(d
     assert len(errors) == len(expected), result.output
     for start in expected:
         assert any(line.startswith(f"error: {start}") for line in errors), (start, errors)
+
+
+def test_a_model_file_that_does_not_exist_is_refused_before_any_work(data, tmp_path: Path, no_embedding) -> None:
+    """It used to be found after the embed step started (30 s), leaving a lock file and an incomplete
+    manifest behind (issue 48)."""
+    root, _ = data
+    out = tmp_path / "out"
+    code, errors, output = _run(root, out, tmp_path / "missing" / "model.pt")
+    assert code == 2 and len(errors) == 1, output
+    assert errors[0] == (f"error: --model-options: path '{tmp_path / 'missing' / 'model.pt'}': no such file or "
+                         "folder; give the path of the torchscript model's file")
+    assert not out.exists()

@@ -118,6 +118,14 @@ def _model(run: SimilarityRun, runner: str, problems: list[str], label: Callable
 
     _collect(problems, lambda: check_model(run.model, run.model_options),
              label("model_options" if run.model_options else "model") + ": ")
+    for name in WEIGHTS_OPTIONS:  # a file the model reads: missing, it would stop the embed step after its start
+        value = run.model_options.get(name)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        looks_like_a_path = name == "path" or os.sep in value or Path(value).suffix != ""
+        if looks_like_a_path and not Path(value).exists():
+            problems.append(f"{label('model_options')}: {name} {value!r}: no such file or folder; give the path of "
+                            f"the {run.model} model's file")
     if runner == "inline":
         return
     for name in WEIGHTS_OPTIONS:  # read by a step process or container with its own working folder
