@@ -116,8 +116,8 @@ def _torchvision_resnet(depth: int, weights: str) -> Embedder:
 def _fetch_torchvision_weights(weights: Any, arch: str) -> dict[str, Any]:
     try:
         return weights.get_state_dict(progress=False, check_hash=True, weights_only=True)
-    except Exception as exc:
-        raise RuntimeError(
+    except Exception as exc:  # no network, a proxy, a bad hash: the user's setting to fix, in one line (issue 48)
+        raise WeightsError(
             f"could not fetch torchvision's {weights} weights for {arch} "
             f"({type(exc).__name__}: {exc}). Where there is no network, pre-fill the torch hub cache "
             f"(TORCH_HOME); to benchmark an untrained network, ask for it with weights='random'."
@@ -184,8 +184,8 @@ def _fetch_dino_vits16(expected: str | None) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             torch.hub.download_url_to_file(DINO_VITS16_URL, str(path), hash_prefix=expected, progress=False)
-        except Exception as exc:
-            raise RuntimeError(
+        except Exception as exc:  # as torchvision's: an expected failure, one line
+            raise WeightsError(
                 f"could not fetch DINO ViT-S/16's weights from {DINO_VITS16_URL} ({type(exc).__name__}: {exc}); "
                 f"where there is no network, put that file at {path} or pass {{'weights': 'PATH'}}") from exc
     return path
@@ -208,7 +208,7 @@ def dino_vits16(weights: str = "pretrained", weights_sha256: str | None = None) 
         with seeded():  # random weights: the run's seed; pretrained ones are overwritten below
             net = torch.hub.load(repo, "dino_vits16", pretrained=False, trust_repo=True, skip_validation=True)
     except Exception as exc:
-        raise RuntimeError(f"could not load DINO ViT-S/16's code through torch.hub ({repo}; {type(exc).__name__}: "
+        raise WeightsError(f"could not load DINO ViT-S/16's code through torch.hub ({repo}; {type(exc).__name__}: "
                            f"{exc}); it needs github.com once, or a torch hub cache (TORCH_HOME) holding "
                            f"hub/{DINO_HUB_REPO.replace('/', '_')}_{DINO_HUB_COMMIT}") from exc
     code = f"{DINO_HUB_REPO}@{DINO_HUB_COMMIT}"
