@@ -372,12 +372,31 @@ def test_what_a_rerun_keeps_is_verified_against_its_inputs(tmp_path):
     assert (again.resized, again.kept, again.failed) == (4, 94, 2)
     assert len(again.redone) == 4
     reasons = " | ".join(again.redone)
-    # 00003: its output was touched too (os.utime moves the ctime), which is said first (issue 37)
-    assert "00003.jpg: the output changed" in reasons and "00004.jpg: the output changed" in reasons
+    # 00003: its output was only touched (os.utime moves the ctime; the bytes are the ones written, which
+    # its digest shows: issue 48), so what is said is its source's change
+    assert "00003.jpg: its source changed" in reasons and "00004.jpg: the output's bytes are not those" in reasons
     assert "00005.jpg: the output is missing" in reasons and "00006.jpg: its source changed" in reasons
     with Image.open(out / "00003.jpg") as image:
         assert image.size == (224, 224)
     quiet = resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    assert (quiet.resized, quiet.kept, quiet.redone) == (0, 98, [])
+
+
+def test_a_copy_of_the_output_folder_is_kept_after_one_read_of_each_output(tmp_path):
+    """cp -a (or a restored backup) gives every output a new inode and ctime: the bytes are the ones
+    written, which their recorded digests show, so nothing is resized again and nothing is said; the
+    copy's manifest then holds the new stat records, and the next run only calls stat (issue 48)."""
+    import shutil
+
+    data, out = _hundred_with_two_bad(tmp_path), tmp_path / "out"
+    resize_abid(data, out, workers=1, progress=False, max_failure_rate=0.05)
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, copy_function=shutil.copy2)  # as cp -a: new inodes, the mtimes kept
+    (copy / "00010.jpg").write_bytes((copy / "00010.jpg").read_bytes()[:-1] + b"\x00")  # one output altered
+    again = resize_abid(data, copy, workers=1, progress=False, max_failure_rate=0.05)
+    assert (again.resized, again.kept, again.failed) == (1, 97, 2), again.redone
+    assert again.redone == ["00010.jpg: the output's bytes are not those written; redone"]
+    quiet = resize_abid(data, copy, workers=1, progress=False, max_failure_rate=0.05)
     assert (quiet.resized, quiet.kept, quiet.redone) == (0, 98, [])
 
 

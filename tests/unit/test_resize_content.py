@@ -7,6 +7,7 @@ in place with its mtime restored. Two resizes into one ``--out`` ran side by sid
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -173,7 +174,7 @@ def test_an_output_rewritten_with_its_size_and_mtime_restored_is_redone(data, tm
     again = _run(data, out)
     assert path.read_bytes() == original == _fresh(data, tmp_path, "00002.jpg")  # on main: kept as edited
     assert (again.resized, again.kept, again.hashed) == (1, 5, 1)
-    assert again.redone == ["00002.jpg: the output changed since it was written; redone"]
+    assert again.redone == ["00002.jpg: the output's bytes are not those written; redone"]
 
 
 def test_a_manifest_of_an_older_vsbench_vouches_for_nothing(data, tmp_path):
@@ -241,7 +242,7 @@ def test_a_source_record_of_another_device_is_read_again(data, tmp_path):
     _run(data, out)
     manifest = out / MANIFEST_NAME
     written = json.loads(manifest.read_text())
-    assert written["record_fields"][2] == "source_dev" and written["record_fields"][7] == "output_dev"
+    assert written["record_fields"][2] == "source_dev" and written["record_fields"][8] == "output_dev"
     written["outputs"]["00002.jpg"][2] += 1  # the same (inode, size, mtime, ctime) on another volume
     manifest.write_text(json.dumps(written))
     again = _run(data, out)
@@ -256,11 +257,12 @@ def test_a_manifest_without_devices_reads_each_source_once_and_keeps_its_outputs
     manifest = out / MANIFEST_NAME
     written = json.loads(manifest.read_text())
     written["record_fields"] = list(resize.PREVIOUS_RECORD_FIELDS)
-    written["outputs"] = {name: r[:2] + r[3:7] + r[8:] for name, r in written["outputs"].items()}
+    written["outputs"] = {name: r[:2] + r[3:7] + r[9:] for name, r in written["outputs"].items()}
     manifest.write_text(json.dumps(written))
     again = _run(data, out)
     assert (again.resized, again.kept, again.hashed) == (0, 6, 6)
     third = _run(data, out)
     assert (third.resized, third.kept, third.hashed) == (0, 6, 0)
     records = json.loads(manifest.read_text())["outputs"]
-    assert all(r[2] == r[7] == os.stat(out).st_dev for r in records.values())
+    assert all(r[2] == r[8] == os.stat(out).st_dev for r in records.values())
+    assert all(r[7] == hashlib.sha256((out / name).read_bytes()).hexdigest() for name, r in records.items())

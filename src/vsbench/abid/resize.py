@@ -79,7 +79,7 @@ from vsbench.imaging.resample import one_thread, resize_bilinear
 from vsbench.io.digests import RACY_NS
 from vsbench.io.inputs import read_json
 from vsbench.io.locks import output_lock, step_lock, writing_lock
-from vsbench.io.storage import atomic_write_bytes, atomic_write_text, stat_record, stat_trusted
+from vsbench.io.storage import atomic_write_bytes, atomic_write_text, file_sha256, stat_record, stat_trusted
 from vsbench.runtime.loaders import usable_cpus
 
 MANIFEST_NAME = "_manifests/resize.json"
@@ -93,16 +93,20 @@ DEFAULT_DECODE: Decode = "full"  # the challenge's pixels; "fast" and "draft" ar
 
 # One output as the manifest records it (a list, not an object: full ABID has 536k of them):
 # [source name, source sha256, source device, inode, size, mtime ns, ctime ns,
-#  output device, inode, size, mtime ns, ctime ns]: the source's content, and the two stat records
-# (vsbench.io.storage.stat_record) that let an unchanged re-run vouch for both files without reading either.
+#  output sha256, output device, inode, size, mtime ns, ctime ns]: both files' content, and the two stat
+# records (vsbench.io.storage.stat_record) that let an unchanged re-run vouch for both without reading
+# either. The output's digest lets a copy of the folder (cp -a, a restored backup: new inodes and
+# ctimes, the same bytes) be kept after one read of each output instead of resizing everything again.
 Record = list[Any]
 RECORD_FIELDS = ("source", "source_sha256", "source_dev", "source_ino", "source_size", "source_mtime_ns",
-                 "source_ctime_ns", "output_dev", "output_ino", "output_size", "output_mtime_ns", "output_ctime_ns")
-OUTPUT_STAT = slice(7, 12)
-OUTPUT_DEV = 7
-# The records of vsbench before issue 46, without devices: read as records of an unknown device
-# (UNKNOWN_DEVICE), so each source is read and hashed once (its output kept when the bytes are the
-# recorded ones: no resize) and the next manifest holds the devices.
+                 "source_ctime_ns", "output_sha256", "output_dev", "output_ino", "output_size", "output_mtime_ns",
+                 "output_ctime_ns")
+OUTPUT = slice(7, 13)  # the output's half: its digest and its stat record
+OUTPUT_DEV = 8
+UNKNOWN_DIGEST = ""  # an output kept from a manifest that recorded no digest of it (before issue 48)
+# The records of vsbench before issue 46, without devices (or output digests): read as records of an
+# unknown device (UNKNOWN_DEVICE), so each source is read and hashed once (its output kept when the bytes
+# are the recorded ones: no resize, the output hashed then) and the next manifest holds both.
 PREVIOUS_RECORD_FIELDS = ("source", "source_sha256", "source_ino", "source_size", "source_mtime_ns",
                           "source_ctime_ns", "output_ino", "output_size", "output_mtime_ns", "output_ctime_ns")
 UNKNOWN_DEVICE = -1
@@ -166,7 +170,7 @@ class ResizeSummary:
         # time of 536k json.dumps calls (~2.4 s).
         dumps = json.dumps
         records = ",\n".join(f'    "{name}": [{dumps(r[0], ensure_ascii=False)}, "{r[1]}", {r[2]}, {r[3]}, {r[4]}, '
-                              f'{r[5]}, {r[6]}, {r[7]}, {r[8]}, {r[9]}, {r[10]}, {r[11]}]'
+                              f'{r[5]}, {r[6]}, "{r[7]}", {r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}]'
                               for name, r in sorted(self.outputs.items()))
         return f'{head},\n  "outputs": {{\n{records}\n  }}\n}}\n' if records else f'{head},\n  "outputs": {{}}\n}}\n'
 
@@ -250,11 +254,14 @@ def _source_fields(source: str, digest: str, info: os.stat_result, read_at: int)
 
 def _kept_output(job: ResizeJob) -> Record:
     """The output's half of a record whose source hashed to the recorded digest: the recorded one,
-    with the device taken now where an older manifest did not record it."""
+    with the device taken now where an older manifest did not record it, and the output's digest
+    taken now where it recorded none (an output of ~10 kB: a fraction of the source's read)."""
     assert job.expected is not None
-    kept = job.expected[OUTPUT_STAT]
-    if kept[0] == UNKNOWN_DEVICE:
-        kept = [os.stat(job.target).st_dev, *kept[1:]]
+    kept = list(job.expected[OUTPUT])
+    if kept[1] == UNKNOWN_DEVICE:
+        kept[1] = os.stat(job.target).st_dev
+    if kept[0] == UNKNOWN_DIGEST:
+        kept[0] = file_sha256(job.target)
     return kept
 
 
@@ -280,9 +287,10 @@ def _run_job(job: ResizeJob) -> Result:
         record = _source_fields(job.source, hashlib.sha256(data).hexdigest(), info, read_at)
         if job.expected is not None and job.expected[1] == record[1]:
             return job, "", record + _kept_output(job), SAME
-        atomic_write_bytes(job.target, resize_image_bytes(data, job.size, job.quality, job.decode))
+        resized = resize_image_bytes(data, job.size, job.quality, job.decode)
+        atomic_write_bytes(job.target, resized)
         written = os.stat(job.target)
-        return job, "", record + list(stat_record(written)), RESIZED
+        return job, "", record + [hashlib.sha256(resized).hexdigest(), *stat_record(written)], RESIZED
     except (ValueError, OSError) as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - any other decoder fault is this image's, never the step's
@@ -302,11 +310,15 @@ def _is_record(value: Any) -> bool:
     """A record as :meth:`ResizeSummary.manifest_text` writes it (anything else vouches for nothing;
     a digest is checked to be plain ASCII letters and digits, which is all the text writer assumes)."""
     return (type(value) is list and len(value) == len(RECORD_FIELDS) and type(value[0]) is str
-            and type(value[1]) is str and len(value[1]) == 64 and value[1].isascii() and value[1].isalnum()
-            and list(map(type, value[2:])) == _INTS)  # not bool (a subclass), not float
+            and _is_digest(value[1]) and (value[7] == UNKNOWN_DIGEST or _is_digest(value[7]))
+            and list(map(type, value[2:7] + value[8:])) == _INTS)  # not bool (a subclass), not float
 
 
-_INTS = [int] * (len(RECORD_FIELDS) - 2)
+def _is_digest(value: Any) -> bool:
+    return type(value) is str and len(value) == 64 and value.isascii() and value.isalnum()
+
+
+_INTS = [int] * (len(RECORD_FIELDS) - 3)
 
 
 def resize_abid(
@@ -382,10 +394,13 @@ def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quali
         else:
             if record is None:  # a change of settings is said once, by the counts
                 why = "" if settings_changed else LEGACY_WHY if legacy else "no manifest vouches for this output"
-            elif (made.st_ctime_ns != record[11] or made.st_mtime_ns != record[10] or made.st_size != record[9]
-                  or made.st_ino != record[8] or (made.st_dev != record[7] and record[7] != UNKNOWN_DEVICE)):
-                why = "the output changed since it was written"
+            elif (made.st_ctime_ns != record[12] or made.st_mtime_ns != record[11] or made.st_size != record[10]
+                  or made.st_ino != record[9] or (made.st_dev != record[8] and record[8] != UNKNOWN_DEVICE)) and \
+                    not _same_output(target, made, record, records, name):
+                why = ("the output changed since it was written" if record[7] == UNKNOWN_DIGEST
+                       else "the output's bytes are not those written")
             else:
+                record = records[name]  # (its stat record renewed when a copy kept the bytes)
                 try:
                     read = stat(source)
                 except FileNotFoundError:
@@ -474,6 +489,21 @@ def _collect(results: Iterable[Result], summary: ResizeSummary, bar, checkpoint:
             interval = max(CHECKPOINT_SECONDS, (last - now) / CHECKPOINT_SHARE)
 
 
+def _same_output(target: str, made: os.stat_result, record: Record, records: dict[str, Record], name: str) -> bool:
+    """Whether an output whose stat record changed still holds the bytes written (a copy of the folder:
+    ``cp -a``, a restored backup): its digest is read and compared, and on a match its record takes the
+    new stat record, so the next run vouches for it by ``stat`` again. False when no digest was recorded."""
+    if record[7] == UNKNOWN_DIGEST or made.st_size != record[10]:
+        return False
+    try:
+        same = file_sha256(target) == record[7]
+    except OSError:
+        return False
+    if same:
+        records[name] = [*record[:8], *stat_record(made)]
+    return same
+
+
 def _previous(manifest: Path) -> tuple[tuple[int, int, str] | None, dict[str, Record], bool]:
     """The settings, the per-output records of an earlier run's manifest, and whether its records
     are of an older vsbench (keyed on names and times, not content: they vouch for nothing);
@@ -489,7 +519,7 @@ def _previous(manifest: Path) -> tuple[tuple[int, int, str] | None, dict[str, Re
     if not isinstance(outputs, dict):
         return settings, {}, False
     if previous.get("record_fields") == list(PREVIOUS_RECORD_FIELDS):  # no devices: read each source once
-        outputs = {name: [*record[:2], UNKNOWN_DEVICE, *record[2:6], UNKNOWN_DEVICE, *record[6:]]
+        outputs = {name: [*record[:2], UNKNOWN_DEVICE, *record[2:6], UNKNOWN_DIGEST, UNKNOWN_DEVICE, *record[6:]]
                    for name, record in outputs.items() if type(record) is list and len(record) == 10}
     elif previous.get("record_fields") != list(RECORD_FIELDS):
         return settings, {}, bool(outputs)
