@@ -45,7 +45,8 @@ test: $(STAMP) $(CHROMIUM)
 # real mlflow server (so a picture cannot show what the code no longer does).
 screenshots: $(STAMP) $(CHROMIUM)
 	VSBENCH_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q tests/integration/test_report_browser.py \
-		tests/integration/test_mlflow_evaluations.py -k "chromium or compare_page"
+		tests/integration/test_mlflow_evaluations.py tests/integration/test_failure_pages.py \
+		-k "chromium or compare_page or failure_pages"
 
 test-containers: image-cpu
 	VSBENCH_REQUIRE_CONTAINERS=1 $(BIN)/python -m pytest -q tests/containers

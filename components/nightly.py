@@ -49,12 +49,13 @@ def comparison_report(experiment: str, last: int, report: Output[HTML], parent_r
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.reporting.html_report import write_report
-    from vsbench.reporting.runs import collect_runs
+    from vsbench.reporting.runs import FailureSheets, collect_runs
     from vsbench.reporting.significance import UnitsReader
     from vsbench.tracking.runs import log_artifact_to_run
 
     runs = collect_runs(experiment, last=last, include_run_id=parent_run_id or None)  # this run is not closed yet
     # each model tested against the best from the runs' unit files (marked ≈ where indistinguishable)
     write_report(runs, Path(report.path), title=f"{experiment}: last {last} runs",
-                 lower_is_better=lower_is_better_metrics(), reader=UnitsReader(MlflowClient()))
+                 lower_is_better=lower_is_better_metrics(), reader=UnitsReader(MlflowClient()),
+                 sheets=FailureSheets(MlflowClient()))  # each model's failure sheet linked in MLflow
     log_artifact_to_run(parent_run_id, Path(report.path), "report.html")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from vsbench.cli import abid, benchmarks, cluster, demo, report, score, similarity, synth, track
+from vsbench.cli import abid, benchmarks, cluster, demo, export, report, score, similarity, synth, track
 from vsbench.cli.common import SafeGroup
 from vsbench.cli.helpfmt import App
 
@@ -32,6 +32,7 @@ app.add_typer(abid.abid_app, name="abid")
 app.add_typer(similarity.similarity_app, name="similarity")
 app.add_typer(score.score_app, name="score", help="Score result files exactly as the original benchmarks do.")
 app.add_typer(track.track_app, name="track")
+app.add_typer(export.export_app, name="export")
 
 
 def main() -> None:

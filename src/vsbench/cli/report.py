@@ -49,7 +49,7 @@ def compare(
     from vsbench.reporting.html_report import write_report
     from vsbench.reporting.leaderboard import leaderboard, mark_indistinguishable, render_leaderboard, render_runs
     from vsbench.reporting.pairs import compare_runs, render_pair
-    from vsbench.reporting.runs import collect_runs
+    from vsbench.reporting.runs import FailureSheets, collect_runs
     from vsbench.reporting.significance import UnitsReader
 
     # MLflow's download bars would interleave with the tables (and with --json); a unit file is small.
@@ -92,8 +92,11 @@ def compare(
     else:
         lower = None
     title = (f"{experiment}" + (f": last {last} runs" if last else "")) if experiment else "runs compared"
+    sheets = FailureSheets(MlflowClient())  # each model's failure sheet linked (one listing per table column)
     write_report(records, report, title=title, lower_is_better=lower, reader=reader if tests else None,
-                 pairs=pairs)
+                 pairs=pairs, sheets=sheets)
+    for why in sheets.refused.values():
+        typer.echo(f"failure sheets not linked: {why}", err=True)
     typer.echo(f"report: {report}")
 
 

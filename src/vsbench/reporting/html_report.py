@@ -1,5 +1,6 @@
 """The self-contained HTML report: a leaderboard table per benchmark, trends over time and the latest
-values as embedded PNG figures, baselines as dashed lines, every value linked to its MLflow run."""
+values as embedded PNG figures, baselines as dashed lines, every value linked to its MLflow run and
+every model to its failure sheet in MLflow's artifact view."""
 
 from __future__ import annotations
 
@@ -31,14 +32,16 @@ from vsbench.reporting.runs import (
     RANDOM_FEATURES,
     LowerIsBetter,
     RunRecord,
+    SheetFinder,
     provenance,
     ran_in,
     runs_by_id,
     source,
 )
 from vsbench.reporting.significance import UnitsReader, format_p, split_intervals
+from vsbench.tracking.failures import SheetFiles
 from vsbench.tracking.names import SEPARATOR
-from vsbench.tracking.views import run_page
+from vsbench.tracking.views import artifact_page, run_page
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -53,6 +56,7 @@ td.missing { color: #999; }
 td a.run-link { color: inherit; text-decoration: none; border-bottom: 1px dotted #888; }
 td.provenance { text-align: left; font-size: 0.85em; color: #444; }
 tr[data-baseline-for] td { color: #666; font-style: italic; }
+tr.failures td { background: #fafafa; font-size: 0.85em; } a.failure-link { color: #a02020; }
 img.plot { max-width: 100%; display: block; margin: 0.5em 0 1.5em; border: 1px solid #eee; }
 .note { color: #555; font-size: 0.9em; }
 #plot-warning { display: none; background: #fdd; padding: 0.5em; }
@@ -253,7 +257,43 @@ def _test_words(cell: Cell) -> str:
     return f"vs the best: {format_p(cell.p_value)}, {cell.test}"
 
 
-def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
+def _failure_cell(model: str, sheets: Sequence[SheetFiles], experiment_id: str) -> str:
+    """A model's failure sheets as links into MLflow's artifact view (the HTML page, and its PNG);
+    an empty cell when it has none."""
+    links = []
+    for sheet in sheets:
+        label = "failures" if len(sheets) == 1 else f"failures: {sheet.stem}"
+        title = f"failure sheet of {model} (MLflow run {sheet.run_id}, {sheet.page})"
+        links.append(f'<a class="failure-link" href="{html.escape(artifact_page(sheet.run_id, experiment_id, sheet.page))}" '
+                     f'title="{html.escape(title)}">{html.escape(label)}</a>')
+        if sheet.html and sheet.png:
+            links.append(f'<a class="failure-png" href="{html.escape(artifact_page(sheet.run_id, experiment_id, sheet.png))}" '
+                         f'title="{html.escape(sheet.png)}">png</a>')
+    return f'<td class="failures">{" ".join(links)}</td>'
+
+
+def _failures_row(models: list[str], newest: Mapping[str, RunRecord], sheets: SheetFinder | None) -> str:
+    """The table's last row: each model's failure sheet (its newest run's), "" when no model has one."""
+    if sheets is None:
+        return ""
+    found = {model: (sheets(newest[model]), newest[model].experiment_id) for model in models if model in newest}
+    if not any(files for files, _ in found.values()):
+        return ""
+    cells = "".join(_failure_cell(model, *found[model]) if model in found else '<td class="failures"></td>'
+                    for model in models)
+    return f'<tr class="failures"><td>failure sheet</td><td></td>{cells}</tr>'
+
+
+def _newest(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
+    """model -> its newest record (the run whose values the table shows)."""
+    newest: dict[str, RunRecord] = {}
+    for record in sorted(records, key=lambda r: r.start_time, reverse=True):
+        newest.setdefault(record.model, record)
+    return newest
+
+
+def _html_table(frame: pd.DataFrame, benchmark: str, records: Sequence[RunRecord] = (),
+                sheets: SheetFinder | None = None) -> str:
     models, rows = table_cells(frame)
     head = "".join(f"<th>{html.escape(name)}</th>" for name in ["metric", "better", *models])
     body = []
@@ -264,6 +304,7 @@ def _html_table(frame: pd.DataFrame, benchmark: str) -> str:
         note = f" (baseline of {html.escape(score)})" if score else ""
         body.append(f'<tr data-metric="{html.escape(metric)}"{marker}><td>{html.escape(metric)}{note}</td>'
                     f"<td>{better}</td>{tds}</tr>")
+    body.append(_failures_row(models, _newest(records), sheets))
     return (f'<table class="leaderboard" data-benchmark="{html.escape(benchmark)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
 
@@ -291,7 +332,7 @@ def _versus_best_table(frame: pd.DataFrame) -> str:
 
 
 def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataFrame,
-                       colors: Mapping[str, Any]) -> str:
+                       colors: Mapping[str, Any], sheets: SheetFinder | None = None) -> str:
     metrics = plotted_metrics(frame)
     models = sorted(frame["model"].unique())
     used = {model: colors[model] for model in models}
@@ -300,7 +341,7 @@ def _benchmark_section(benchmark: str, records: list[RunRecord], frame: pd.DataF
     bars = _png(_bars_figure(frame, metrics, used, higher))
     name = html.escape(benchmark)
     return (f'<section class="benchmark" id="benchmark-{name}"><h2>{name}</h2>'
-            f"{_html_table(frame, benchmark)}{_versus_best_table(frame)}"
+            f"{_html_table(frame, benchmark, records, sheets)}{_versus_best_table(frame)}"
             f"<h3>Over time</h3>"
             f'<img class="plot trend" alt="{name}: each metric over time per model" '
             f'src="data:image/png;base64,{trend}">'
@@ -330,18 +371,21 @@ def _runs_table(records: list[RunRecord]) -> str:
 
 
 def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_better: LowerIsBetter | None = None,
-                 reader: UnitsReader | None = None, pairs: Sequence[RunPair] = ()) -> Path:
+                 reader: UnitsReader | None = None, pairs: Sequence[RunPair] = (),
+                 sheets: SheetFinder | None = None) -> Path:
     """One self-contained HTML file: per benchmark the leaderboard table (values with their 95%
     intervals), each metric over time per model and the latest values as bars (intervals as error
     bars); then the runs it covers. With ``reader``, each model is tested against the best from the
     runs' unit files (marked ``≈`` where indistinguishable, and a table of the tests); ``pairs``
-    (``vsbench compare --runs``) add a table of paired differences each. Returns ``path``."""
+    (``vsbench compare --runs``) add a table of paired differences each. With ``sheets``
+    (:class:`~vsbench.reporting.runs.FailureSheets`), each table's last row links every model's failure
+    sheet (its newest run's) in MLflow's artifact view. Returns ``path``."""
     frame = leaderboard(runs, lower_is_better)
     if reader is not None and not frame.empty:
         frame = mark_indistinguishable(frame, reader)
     colors = _colors(sorted(frame["model"].unique()) if not frame.empty else [])
     generated = datetime.now(UTC)
-    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors)
+    sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors, sheets)
                 for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [] if pairs else [
         '<p class="note">No finished pipeline runs with metrics yet.</p>']
     run_count = len({r.run_id for r in runs})

@@ -39,7 +39,7 @@ and the report see a single shape whatever pipeline produced the run.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +55,7 @@ from vsbench.tracking.evaluations import (
     VARIANT_TAG,
     model_label,
 )
+from vsbench.tracking.failures import SheetFiles, sheets_on_run
 from vsbench.tracking.names import LOWER_IS_BETTER_WORDS, interval_name, lower_is_better, split_run_metric
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
@@ -311,6 +312,42 @@ def with_score_run(record: RunRecord, scored: list[Any]) -> RunRecord:
     bounds = {name: value for name, value in step.data.metrics.items()
               if (split := interval_name(name)) is not None and split[0] in record.metrics and name not in record.metrics}
     return replace(record, units_run_id=step.info.run_id, metrics={**record.metrics, **bounds})
+
+
+def sheet_run_id(record: RunRecord) -> str:
+    """The run whose ``failures/`` holds a record's failure sheet (issue 47): the run of its unit files
+    (an evaluation run itself, the ABID pipeline's score step), else an evaluation run itself; "" for
+    the pairs a parent run holds itself (several pairs share that run: whose sheet would it be?)."""
+    return record.units_run_id or (record.run_id if record.parent_run_id else "")
+
+
+# A record -> its failure sheets (FailureSheets; a test hands over a plain function).
+SheetFinder = Callable[[RunRecord], Sequence[SheetFiles]]
+
+
+@dataclass
+class FailureSheets:
+    """Each record's failure sheets in MLflow (:func:`~vsbench.tracking.failures.sheets_on_run`), each
+    run listed at most once. A run whose listing fails shows no sheet and keeps why in ``refused``
+    (a report is not lost for a link)."""
+
+    client: Any
+
+    def __post_init__(self) -> None:
+        self._found: dict[str, list[SheetFiles]] = {}
+        self.refused: dict[str, str] = {}
+
+    def __call__(self, record: RunRecord) -> list[SheetFiles]:
+        run_id = sheet_run_id(record)
+        if not run_id:
+            return []
+        if run_id not in self._found:
+            try:
+                self._found[run_id] = sheets_on_run(self.client, run_id)
+            except Exception as exc:  # noqa: BLE001 - MLflow raises several types for an unreadable store
+                self._found[run_id] = []
+                self.refused[run_id] = f"run {run_id}: its failure sheets cannot be listed ({type(exc).__name__}: {exc})"
+        return self._found[run_id]
 
 
 def ran_in(record: RunRecord) -> str:

@@ -3,12 +3,12 @@
 A user should not have to learn MLflow's UI to see what issue 38's layout is for. Two things make
 the numbers one click away:
 
-* **Links** (:func:`run_page`, :func:`evaluations_page`): a command prints them when its run is in
-  MLflow, and the HTML report links every value. They open the UI's *Model training* view
-  (:data:`ML_VIEW`): MLflow 3.17 picks its labels from the sidebar's GenAI | Model training switch,
-  not from the experiment's kind tag, and only that view says "Runs" and has the Models tab. A
-  server store links to itself; a local store (sqlite, files) to what ``mlflow ui`` serves, or to
-  ``VSBENCH_MLFLOW_UI``.
+* **Links** (:func:`run_page`, :func:`artifact_page`, :func:`evaluations_page`): a command prints
+  them when its run is in MLflow, and the HTML report links every value and failure sheet. They
+  open the UI's *Model training* view (:data:`ML_VIEW`): MLflow 3.17 picks its labels from the
+  sidebar's GenAI | Model training switch, not from the experiment's kind tag, and only that view
+  says "Runs" and has the Models tab. A server store links to itself; a local store (sqlite, files)
+  to what ``mlflow ui`` serves, or to ``VSBENCH_MLFLOW_UI``.
 * **The evaluations view** (:data:`EVALUATIONS_VIEW`): a *shared view* of the experiment, which is
   how MLflow's own "Share" button saves one: the tag ``mlflow.sharedViewState.<key>`` holds the
   runs page's state as JSON, and ``?viewStateShareKey=<key>`` opens it. vsbench's view lists the
@@ -53,6 +53,13 @@ def served(uri: str) -> bool:
 def run_page(run_id: str, experiment_id: str, uri: str | None = None) -> str:
     """A run's page, in the Model training view."""
     return f"{ui_base(uri)}/#/experiments/{experiment_id or '0'}/runs/{run_id}?{ML_VIEW}"
+
+
+def artifact_page(run_id: str, experiment_id: str, path: str, uri: str | None = None) -> str:
+    """A run's Artifacts tab with the artifact ``path`` selected and previewed (an image drawn, an HTML
+    page rendered): MLflow 3's route ``runs/<run>/artifacts/<path>`` (its UI's ``getRunPageRoute``)."""
+    quoted = urllib.parse.quote(path.strip("/"), safe="/")
+    return f"{ui_base(uri)}/#/experiments/{experiment_id or '0'}/runs/{run_id}/artifacts/{quoted}?{ML_VIEW}"
 
 
 def evaluations_page(experiment_id: str, uri: str | None = None) -> str:

