@@ -28,7 +28,7 @@ from vsbench.cli.common import (
     user_errors,
 )
 from vsbench.cli.helpfmt import MORE, App
-from vsbench.platform.local_run import abid_ending, run_abid_pipeline_locally
+from vsbench.platform.local_run import ABID_FOLDERS, abid_ending, run_abid_pipeline_locally
 
 abid_app = App(no_args_is_help=True, help="Amazon Bin Image Dataset: download, prepare, resize, run.")
 
@@ -444,10 +444,6 @@ def _run_local_checks(**arguments: str) -> None:
         typer.echo(f"error: {problem}", err=True)
     if problems:
         raise typer.Exit(BAD_INPUT_EXIT)
-
-
-ABID_FOLDERS = ("raw", "tasks", "bin-images-resize", "runs/counting", "runs/siamese", "runs/quantity")
-"""What the ABID pipeline's steps write under its data root (components/abid.py), each held by a run."""
 
 
 def _run_local(data_root: Path, *, source: str, endpoint_url: str, limit: int, seed: int, size: int,

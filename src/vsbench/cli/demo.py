@@ -13,6 +13,7 @@ from vsbench.cli.common import (
     TrackOpt,
     VerboseOpt,
     check_runner,
+    user_errors,
 )
 from vsbench.platform.demo import DEFAULT_BINS, run_demo
 
@@ -41,5 +42,7 @@ def demo(
     is unchanged."""
 
     check_runner(runner)
-    raise typer.Exit(run_demo(out.resolve(), bins=bins, seed=seed, profile=profile, runner=runner, image=image,
-                              track=track, verbose=verbose))
+    with user_errors():  # another demo holding OUT: one line naming it
+        code = run_demo(out.resolve(), bins=bins, seed=seed, profile=profile, runner=runner, image=image,
+                        track=track, verbose=verbose)
+    raise typer.Exit(code)

@@ -13,8 +13,9 @@ import os
 import time
 from pathlib import Path
 
+from vsbench.io.locks import run_lease
 from vsbench.io.storage import atomic_write_json, upload_tree
-from vsbench.platform.local_run import abid_ending, run_abid_pipeline_locally
+from vsbench.platform.local_run import ABID_FOLDERS, abid_ending, run_abid_pipeline_locally
 from vsbench.platform.local_s3 import LocalS3
 from vsbench.runtime.loaders import usable_cpus
 from vsbench.tracking.config import ARTIFACT_LOCATION_ENV, disable_tracking
@@ -61,14 +62,9 @@ def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str
             os.environ.pop(key, None)  # the pipeline reads anonymously, as from the real public bucket
         where = "in the vsbench image" if runner == "container" else "as processes of this environment"
         print(f"[3/3] running the ABID pipeline with kfp.local, every step {where} ...", flush=True)
-        report = run_abid_pipeline_locally(
-            data_root=out / "data", pipeline_root=out / "kfp",
-            arguments={"source": f"s3://{BUCKET}", "endpoint_url": s3.endpoint_url, "seed": seed,
-                       "max_per_class": 20000, "experiment": EXPERIMENT, "train_profile": profile,
-                       "params_json": json.dumps({"demo_bins": bins, "demo_seed": seed, "profile": profile,
-                                                  "data": f"generated ABID, {bins} bins, seed {seed}"})},
-            runner=runner, image=image, verbose=verbose,
-        )
+        with run_lease([out / "data" / name for name in ABID_FOLDERS], what=f"{out} (vsbench demo)"):
+            report = _run_pipeline(out, s3.endpoint_url, bins=bins, seed=seed, profile=profile, runner=runner,
+                                   image=image, verbose=verbose)
 
     print()
     print(f"generate  {synth_seconds:7.1f} s   {bins} bins" + ("" if synth_seconds else " (reused)"))
@@ -76,3 +72,16 @@ def run_demo(out: Path, *, bins: int = DEFAULT_BINS, seed: int = 0, profile: str
     print(report.render())
     print(abid_ending(report, os.environ["MLFLOW_TRACKING_URI"] if track else "", EXPERIMENT))
     return 0 if report.succeeded else 1
+
+
+def _run_pipeline(out: Path, endpoint_url: str, *, bins: int, seed: int, profile: str, runner: str,
+                  image: str | None, verbose: bool):
+    """The ABID pipeline on the demo's bucket, its data under ``out/data`` (held by the caller)."""
+    return run_abid_pipeline_locally(
+        data_root=out / "data", pipeline_root=out / "kfp",
+        arguments={"source": f"s3://{BUCKET}", "endpoint_url": endpoint_url, "seed": seed,
+                   "max_per_class": 20000, "experiment": EXPERIMENT, "train_profile": profile,
+                   "params_json": json.dumps({"demo_bins": bins, "demo_seed": seed, "profile": profile,
+                                              "data": f"generated ABID, {bins} bins, seed {seed}"})},
+        runner=runner, image=image, verbose=verbose,
+    )

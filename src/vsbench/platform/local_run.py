@@ -34,6 +34,10 @@ from vsbench.runtime.images import CPU_IMAGE
 RUNNERS = ("subprocess", "container")
 LOG_FOLDER = "logs"  # under the pipeline root, beside kfp.local's run folders
 
+ABID_FOLDERS = ("raw", "tasks", "bin-images-resize", "runs/counting", "runs/siamese", "runs/quantity")
+"""What the ABID pipeline's steps write under its data root (components/abid.py): a local run holds
+each for its whole length (:func:`vsbench.io.locks.run_lease`; `abid run-local`, the demo)."""
+
 ABID_STEPS = ("abid-download", "abid-prepare", "abid-resize", "abid-train-counting", "abid-train-siamese",
               "abid-quantity", "abid-score")
 STEP_COUNTS = {
