@@ -36,6 +36,7 @@ from vsbench.reporting.sheets import MAX_TILES, Row, Tile, image_in_root, rank_t
 
 MISSED = "missed"
 FALSE = "false"
+MAX_EXTRA = 3  # true matches shown past a row's results (a DISC query may have several copies)
 
 
 @dataclass(frozen=True)
@@ -124,19 +125,20 @@ def query_row(pictures: Pictures, *, unit: str, query: str, query_sets: Sequence
               what: str = "true match") -> Row:
     """One query as a row: its image, its first ``MAX_TILES - 1`` results best first (each with its
     score and 1-based rank, marked ``true``/``false``, or unmarked when unknown: ``None``), then the
-    true matches not among them (``also_true``: id and 0-based rank, or None when not retrieved).
+    true matches not among them (``also_true``: id and 0-based rank, or None when not retrieved; at
+    most :data:`MAX_EXTRA`, each taking the place of the last result shown).
     ``true_rank``: the 0-based rank of the best true match, None when there is none among the results;
     ``k``: how many results the benchmark keeps (``not in the top k``)."""
-    shown = list(neighbours[:MAX_TILES - 1])
+    first = {str(image_id) for image_id, _, _ in neighbours[:MAX_TILES - 1]}
+    extra = list(dict.fromkeys((str(i), r) for i, r in also_true if str(i) not in first))[:MAX_EXTRA]
+    shown = list(neighbours[:MAX_TILES - 1 - len(extra)])  # the true matches past them keep their tiles
     tiles = [pictures.tile(query, query_sets, (str(unit) if str(unit) == str(query) else f"{unit}: {query}",
                                                "query"), "query")]
     for place, (image_id, score, is_true) in enumerate(shown):
         mark = "" if is_true is None else ("true" if is_true else "false")
         tiles.append(pictures.tile(image_id, reference_sets, (str(image_id), score_text(score, score_word),
                                                               f"rank {place + 1}"), mark))
-    room = MAX_TILES - len(tiles)
-    shown_ids = {str(image_id) for image_id, _, _ in shown}
-    for image_id, rank in [(i, r) for i, r in also_true if str(i) not in shown_ids][:room]:
+    for image_id, rank in extra:
         tiles.append(pictures.tile(image_id, reference_sets, (str(image_id), what, rank_text(rank, k)), "true"))
     if kind == MISSED:
         title = f"query {unit}: {what} {rank_text(true_rank, k)}"

@@ -57,10 +57,13 @@ def copydays_sheet(units: Units, images: Mapping[str, tuple[ImageSet, Path]], *,
         flat = np.arange(offsets[row], offsets[row + 1])[:MAX_TILES - 1]
         neighbours = [(str(texts[i]), float(distances[i]), bool(hits[i])) for i in flat.tolist() if texts[i] != ""]
         query = str(units.ids[row])
+        also = [(str(t), None) for t in truth.get(query, ())]
+        if rank[row] >= MAX_TILES - 1:  # ranked, past the tiles a row has: shown last, with its rank
+            also.append((str(texts[offsets[row] + rank[row]]), int(rank[row])))
         sheet_rows.append(query_row(pictures, unit=query, query=query, query_sets=("query",), kind=kind,
                                     neighbours=neighbours, reference_sets=REFERENCE_SETS, k=k,
                                     true_rank=None if rank[row] < 0 else int(rank[row]),
-                                    also_true=[(str(t), None) for t in truth.get(query, ())],
+                                    also_true=also,
                                     score_word="distance", what="original"))
     return Sheet(title or f"{units.benchmark} {units.variant}: worst queries (original ranked lowest or missing from "
                           f"the top {k})", tuple(sheet_rows), total, what="failing queries", notes=pictures.notes())
