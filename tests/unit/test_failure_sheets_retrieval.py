@@ -294,3 +294,20 @@ def test_a_true_match_ranked_past_the_row_keeps_a_tile_with_its_rank(tmp_path: P
     assert row.title == "query q: true match rank 16" and len(row.tiles) == 12
     assert [t.caption[0] for t in row.tiles[1:-1]] == names[:10]
     assert row.tiles[-1].caption == ("r15", "true match", "rank 16") and row.tiles[-1].mark == "true"
+
+
+def test_ten_thousand_failures_stay_under_the_caps(tmp_path: Path) -> None:
+    from vsbench.reporting.sheets import MAX_HTML_BYTES, MAX_PNG_ROWS, MAX_ROWS
+
+    n = 10_000
+    queries = np.asarray([f"Q{i:05d}" for i in range(n)])
+    predicted = np.asarray([f"R{i % 97}" for i in range(n)])
+    scores = (np.arange(n) % 1000) / 1000.0
+    units = copy_detection_units(queries, predicted, scores, queries, np.asarray([f"C{i}" for i in range(n)]),
+                                 queries=queries)
+    empty = ImageSet((), ())  # no image to read: every tile says why, the bounds are what is tested
+    sheet = copy_detection_sheet(units, {"query": (empty, tmp_path), "reference": (empty, tmp_path)}, rows=10**6, k=10)
+    assert sheet.total == n and len(sheet.rows) == MAX_ROWS
+    assert sheet.rows[0].title == "query Q00999: copy not in the top 10"  # the most confident miss first
+    written = write_sheet(sheet, tmp_path, "big")
+    assert written["rows"]["png"] == MAX_PNG_ROWS and written["files"]["html"]["bytes"] <= MAX_HTML_BYTES

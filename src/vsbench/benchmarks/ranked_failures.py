@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from vsbench.io.features import ImageSet
-from vsbench.reporting.sheets import MAX_TILES, Row, Tile, image_in_root, rank_text
+from vsbench.reporting.sheets import MAX_ROWS, MAX_TILES, Row, Tile, image_in_root, rank_text
 
 MISSED = "missed"
 FALSE = "false"
@@ -54,7 +54,8 @@ class Outcomes:
 
 
 def worst(outcomes: Outcomes, rows: int) -> tuple[list[tuple[int, str]], int]:
-    """``([(unit row, MISSED or FALSE), ...] worst first, at most ``rows``), the number of failures)``."""
+    """``([(unit row, MISSED or FALSE), ...] worst first, at most ``rows`` and :data:`MAX_ROWS`), the
+    number of failures)``: only the chosen few are ever made into rows (10,000 misses cost two sorts)."""
     ids = np.asarray(outcomes.ids).astype(str)
     has_true = np.asarray(outcomes.has_true, dtype=bool)
     rank = np.asarray(outcomes.true_rank, dtype=np.int64)
@@ -70,7 +71,7 @@ def worst(outcomes: Outcomes, rows: int) -> tuple[list[tuple[int, str]], int]:
     missed = missed[np.lexsort((ids[missed], -confidence[missed], -lowest))]
     false = false[np.lexsort((ids[false], -confidence[false]))]
     total = int(missed.size + false.size)
-    rows = max(0, rows)
+    rows = min(max(0, rows), MAX_ROWS)  # whatever a caller asks: the renderer keeps no more
     take_false = min(false.size, max(rows // 2, rows - missed.size))
     take_missed = min(missed.size, rows - take_false)
     chosen = [(int(r), MISSED) for r in missed[:take_missed]] + [(int(r), FALSE) for r in false[:take_false]]
