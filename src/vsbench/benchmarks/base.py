@@ -11,7 +11,8 @@ An adapter reads a benchmark's native files (``load(root, **options)``) and expo
   record's metrics are computed over, and the statistic that recomputes each metric from them).
   The runner writes those as Parquet, adds each metric's 95% interval to its record
   (``<metric>_ci95_low``, ``<metric>_ci95_high``) and logs them with the evaluation; a benchmark
-  that gives no units gets numbers without intervals (docs/intervals.md).
+  that gives no units gets numbers without intervals (docs/intervals.md). Optionally, a
+  ``failure_sheet`` that draws a record's worst units as a picture (docs/failures.md).
 
 Benchmarks that rank with FAISS (DISC, Copydays, ABID as a gallery) split ``evaluate`` in two, so
 that index, search and score can be pipeline steps of their own (:mod:`vsbench.retrieval.engine`):
@@ -31,6 +32,7 @@ A benchmark plugin (README "Add your own benchmark") imports what an adapter dea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,10 +40,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from vsbench.io.features import FeatureSet, ImageSet
+from vsbench.reporting.sheets import Row, Sheet, Tile, image_in_root
 from vsbench.stats.units import ListColumn, Units
 
-__all__ = ["Benchmark", "EvalResult", "EvalSettings", "FeatureSet", "ImageSet", "ListColumn", "Units", "option_path",
-           "unit_rows"]
+__all__ = ["Benchmark", "EvalResult", "EvalSettings", "FeatureSet", "ImageSet", "ListColumn", "Row", "Sheet", "Tile",
+           "Units", "image_in_root", "option_path", "unit_rows"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,11 @@ class EvalResult:
     units: list[Units | None] = field(default_factory=list)
     # Set by the runner: per record, the unit file it wrote (vsbench.stats.records.add_intervals) or None.
     unit_files: list[dict[str, Any] | None] = field(default_factory=list)
+    # Optional: ``failure_sheet(record index, rows)``, the record's failure sheet of at most ``rows`` rows
+    # (a :class:`~vsbench.reporting.sheets.Sheet`, drawn from its units and the images shown), or None
+    # for none. The runner writes it beside the units and logs it with the evaluation; a benchmark
+    # that leaves this None has no sheet, and nothing says so (docs/failures.md).
+    failure_sheet: Callable[[int, int], Sheet | None] | None = None
 
 
 class Benchmark(Protocol):

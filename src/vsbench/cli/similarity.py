@@ -454,7 +454,8 @@ def _print_similarity_table(out: Path, manifest: dict) -> None:
     from vsbench.stats.records import interval_lines, is_interval_field
 
     if table is not None or not csv_name:
-        columns = tuple(dict.fromkeys(key for record in records for key in record if not is_interval_field(key)))
+        columns = tuple(dict.fromkeys(key for record in records for key in record
+                                      if not is_interval_field(key) and key != "failures"))  # a sheet: its files
         typer.echo(records_to_csv(records[:TABLE_ROWS], columns).rstrip() if records else "(no records)")
         if len(records) > TABLE_ROWS:
             typer.echo(f"... {len(records) - TABLE_ROWS} more records in metrics.json")

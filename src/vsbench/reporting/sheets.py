@@ -131,11 +131,15 @@ def thumbnail(path: Path, size: int = THUMB) -> tuple[Any | None, str]:
 
 
 class _Thumbs:
-    """Each image's thumbnail made once per sheet (a reference shown in many rows is read once)."""
+    """Each image's thumbnail made once per sheet (a reference shown in many rows is read once), and
+    once for both files of a sheet and every sheet of one score when the caller passes one along
+    (:func:`write_sheet`'s ``thumbs``): the PNG and the HTML page show the same pictures, and the
+    records of one evaluation (DISC with and without score normalization) mostly the same images."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._made: dict[Path, tuple[Any | None, str]] = {}
+        self.jpeg: dict[Path, str] = {}  # the HTML page's base64 JPEG of each thumbnail
 
     def get(self, tile: Tile) -> tuple[Any | None, str]:
         if tile.image is None:
@@ -153,7 +157,7 @@ def _summary(sheet: Sheet, shown: int) -> str:
 # --- PNG -------------------------------------------------------------------------------------------
 
 
-def render_png(sheet: Sheet, size: int = THUMB) -> tuple[bytes, int]:
+def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -> tuple[bytes, int]:
     """The sheet as PNG bytes and the number of rows drawn (at most :data:`MAX_PNG_ROWS`)."""
     from PIL import Image, ImageDraw, ImageFont
 
@@ -169,7 +173,7 @@ def render_png(sheet: Sheet, size: int = THUMB) -> tuple[bytes, int]:
     draw = ImageDraw.Draw(canvas)
     draw.text((pad, pad), sheet.title[:160], fill="black", font=bold)
     draw.text((pad, pad + title_h), _summary(sheet, len(rows)) + _legend_text(sheet), fill=(80, 80, 80), font=font)
-    thumbs = _Thumbs(size)
+    thumbs = thumbs if thumbs is not None and thumbs.size == size else _Thumbs(size)
     for n, row in enumerate(rows):
         top = header + n * row_h
         draw.text((pad, top), row.title[:200], fill="black", font=font)
@@ -186,9 +190,33 @@ def render_png(sheet: Sheet, size: int = THUMB) -> tuple[bytes, int]:
                 canvas.paste(picture, (left + (size - picture.width) // 2, y + (size - picture.height) // 2))
             for k, line in enumerate(tile.caption[:CAPTION_LINES]):
                 draw.text((left, y + size + 3 + 13 * k), line[:22], fill=colour if k == 0 else "black", font=font)
-    out = io.BytesIO()
-    canvas.save(out, "PNG", optimize=False, compress_level=6)
-    return out.getvalue(), len(rows)
+    return png_bytes(canvas), len(rows)
+
+
+def png_bytes(canvas: Any) -> bytes:
+    """An RGB Pillow image as PNG bytes, written for speed: every line with PNG's "Up" filter (one
+    numpy subtraction) and zlib level 1. Pillow's own writer tries five filters per line and took
+    2.6 s for a 24-row sheet at its level 6, 0.6 s at level 1; this takes ~0.16 s for a file the
+    size of level 6's (bench/failure_sheets.py), the same pixels."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    pixels = np.asarray(canvas.convert("RGB"), dtype=np.uint8)
+    height, width = pixels.shape[:2]
+    lines = pixels.reshape(height, width * 3)
+    raw = np.empty((height, width * 3 + 1), dtype=np.uint8)
+    raw[:, 0] = 2  # filter type Up: each byte minus the byte above it (modulo 256)
+    raw[0, 1:] = lines[0]
+    np.subtract(lines[1:], lines[:-1], out=raw[1:, 1:])
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, deflate, no interlace
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw.tobytes(), 1))
+            + chunk(b"IEND", b""))
 
 
 def _font(image_font: Any, size: int) -> Any:
@@ -213,11 +241,12 @@ def _wrap(text: str, width: int) -> list[str]:
 # --- HTML ------------------------------------------------------------------------------------------
 
 
-def render_html(sheet: Sheet, size: int = THUMB, max_bytes: int = MAX_HTML_BYTES) -> tuple[str, int]:
+def render_html(sheet: Sheet, size: int = THUMB, max_bytes: int = MAX_HTML_BYTES,
+                thumbs: _Thumbs | None = None) -> tuple[str, int]:
     """The sheet as one self-contained HTML page (thumbnails embedded as JPEG data URIs, every text
     escaped) and the number of rows it holds: rows are added while the page stays under ``max_bytes``."""
-    thumbs = _Thumbs(size)
-    encoded: dict[Path, str] = {}
+    thumbs = thumbs if thumbs is not None and thumbs.size == size else _Thumbs(size)
+    encoded = thumbs.jpeg
     parts: list[str] = []
     used = 0
     shown = 0
@@ -273,14 +302,17 @@ def _e(text: str) -> str:
 # --- both files --------------------------------------------------------------------------------------
 
 
-def write_sheet(sheet: Sheet, folder: str | os.PathLike[str], stem: str, size: int = THUMB) -> dict[str, Any]:
+def write_sheet(sheet: Sheet, folder: str | os.PathLike[str], stem: str, size: int = THUMB,
+                thumbs: _Thumbs | None = None) -> dict[str, Any]:
     """Write ``<stem>.png`` and ``<stem>.html`` into ``folder`` (atomically); returns what was written:
-    the two paths, their sha256, the rows each shows and the rows there were."""
+    the two paths, their sha256, the rows each shows and the rows there were. ``thumbs``
+    (:func:`thumbnails`): the thumbnails made so far, shared by every sheet of one score."""
     from vsbench.io.storage import atomic_write_bytes
 
     folder = Path(folder)
-    png, png_rows = render_png(sheet, size)
-    page, html_rows = render_html(sheet, size)
+    thumbs = thumbs if thumbs is not None and thumbs.size == size else _Thumbs(size)
+    png, png_rows = render_png(sheet, size, thumbs)
+    page, html_rows = render_html(sheet, size, thumbs=thumbs)
     data = page.encode("utf-8")
     written = {}
     for suffix, payload in (("png", png), ("html", data)):
@@ -289,6 +321,11 @@ def write_sheet(sheet: Sheet, folder: str | os.PathLike[str], stem: str, size: i
         written[suffix] = {"path": str(path), "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}
     return {"files": written, "rows": {"png": png_rows, "html": html_rows}, "total": sheet.total,
             "title": sheet.title}
+
+
+def thumbnails(size: int = THUMB) -> _Thumbs:
+    """A thumbnail cache to pass to :func:`write_sheet` for every sheet of one score (each image read once)."""
+    return _Thumbs(size)
 
 
 def rank_text(rank: int | None, k: int) -> str:

@@ -248,11 +248,14 @@ class Engine:
                              "index; run vsbench similarity index --finish --merge-ondisk, or search without it")
 
     def _write(self, result: EvalResult) -> EvalResult:
-        """``metrics.json`` (the records, each headline metric with its interval, and the unit files) and
-        the benchmark's own CSV (the original's columns: no interval there)."""
+        """``metrics.json`` (the records, each headline metric with its interval, its failure sheet, and
+        the unit files) and the benchmark's own CSV (the original's columns: no interval there)."""
+        from vsbench.reporting.record_sheets import write_failure_sheets
         from vsbench.stats.records import add_intervals
 
         result.unit_files = add_intervals(self.run.benchmark, result.records, result.units, self.out)
+        # Each record's worst units as pictures beside its unit file (docs/failures.md); never fails the score.
+        write_failure_sheets(self.run.benchmark, result.records, result.unit_files, result.failure_sheet, self.out)
         atomic_write_json(self.out / "metrics.json", {"benchmark": self.run.benchmark, "records": result.records,
                                                       "units": result.unit_files})
         if result.csv_name:

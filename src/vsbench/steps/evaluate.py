@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.benchmarks.registry import get as benchmark_spec
+from vsbench.reporting.record_sheets import failure_files
 from vsbench.retrieval.engine import FEATURES_DIR
 from vsbench.runspec.run import BenchmarkRun
 from vsbench.tracking.config import tracking_disabled
@@ -32,7 +33,7 @@ def evaluations_for(run: BenchmarkRun, model: str, records: Sequence[Mapping[str
     """One :class:`~vsbench.tracking.evaluations.Evaluation` per record of ``run`` scored with ``model``
     from the features under ``out``; ``data``: the provenance tags of the data (its digest and root);
     ``units``: per record, the unit file entry the score wrote (``metrics.json``'s ``units``; read from
-    there when not given)."""
+    there when not given); each record's failure sheet (its ``failures`` entry) is logged with it."""
     embedder = Embedder.from_features(Path(out) / FEATURES_DIR, model, model_options, seed)
     data = data or {}
     run_params = {"codecs": run.codecs, "k": run.k, "score_norm": run.score_norm or "none",
@@ -45,7 +46,8 @@ def evaluations_for(run: BenchmarkRun, model: str, records: Sequence[Mapping[str
                           data_root=data.get(DATA_ROOT_TAG) or str(run.root),
                           declared_lower=benchmark_spec(run.benchmark).lower_is_better, baseline=baseline,
                           units=[None if entry is None else {**entry, "path": str(Path(out) / entry["file"])}
-                                 for entry in entries])
+                                 for entry in entries],
+                          failures=[failure_files(record, Path(out)) for record in records])
 
 
 def unit_entries(out: Path, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any] | None]:

@@ -187,6 +187,9 @@ class Evaluation(BaseModel):
     # under the run's units/ (vsbench.tracking.units); empty when the benchmark gives none.
     units_file: Text = ""
     units_sha256: Annotated[str, StringConstraints(max_length=64)] = ""
+    # The record's failure sheet (issue 47): its PNG and HTML page (local path -> sha256), logged under
+    # the run's failures/; empty when the benchmark draws none or the sheets are off.
+    failures: dict[Text, Annotated[str, StringConstraints(max_length=64)]] = Field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -268,13 +271,15 @@ def _metric_name(name: str) -> str:
 def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedder: Embedder, *,
                    run_params: Mapping[str, Any], data_digest: str = "", data_root: str = "",
                    declared_lower: Collection[str] = (), baseline: str = "",
-                   units: Sequence[Mapping[str, Any] | None] = ()) -> list[Evaluation]:
+                   units: Sequence[Mapping[str, Any] | None] = (),
+                   failures: Sequence[Mapping[str, str]] = ()) -> list[Evaluation]:
     """One evaluation per record: its text fields are the variant, its numbers the metrics (values as
     scored: never changed, only named). ``run_params`` are the run's (``k``, ``codecs``, ``score_norm``,
     ``search_params``, ``global_cap``, ``benchmark_options``); a record's own ``codec`` and
     ``score_norm`` win (DISC scores each codec unnormalized and normalized). ``declared_lower``: the
     metrics the benchmark declares lower-is-better (plus the usual words: rmse, loss, error, seconds).
-    ``units``: per record, its unit file entry (``path``, ``sha256``, ``ci``: the interval's params) or None."""
+    ``units``: per record, its unit file entry (``path``, ``sha256``, ``ci``: the interval's params) or None;
+    ``failures``: per record, its failure sheet's files (local path -> sha256), empty for none."""
     evaluations = []
     for index, record in enumerate(records):
         unit = units[index] if index < len(units) else None
@@ -298,7 +303,9 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
             benchmark=benchmark, data_digest=data_digest[:64], data_root=data_root[:6000], embedder=embedder,
             variant=variant, params={k: str(v)[:6000] for k, v in params.items()}, metrics=metrics,
             lower_is_better=lower, baseline=baseline,
-            units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or "")))
+            units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or ""),
+            failures={str(path)[:6000]: str(sha)[:64] for path, sha in
+                      (failures[index] if index < len(failures) else {}).items()}))
     return evaluations
 
 
@@ -428,6 +435,7 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
             if params or metrics:
                 client.log_batch(run_id, params=params, metrics=metrics)
             _log_units(client, run_id, evaluation)
+            _log_failures(client, run_id, evaluation)
             client.set_terminated(run_id, "FINISHED", end_time=now)
         run_ids.append(run_id)
         model_ids.append(model_id)
@@ -456,6 +464,30 @@ def _log_units(client: Any, run_id: str, evaluation: Evaluation) -> None:
               "(score again to compare this run paired)", file=sys.stderr)
         return
     log_unit_files(client, run_id, {str(path): evaluation.units_sha256})
+
+
+FAILURES_DIR = "failures"
+
+
+def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
+    """The evaluation's failure sheet (PNG and HTML page) under the run's ``failures/``, each file checked
+    against the digest the score recorded first (a file gone or changed is one line, not logged: the
+    run keeps its numbers, and a sheet is a picture of them, not a part)."""
+    from vsbench.stats.units import digest_of
+
+    for name, sha256 in sorted(evaluation.failures.items()):
+        path = Path(name)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            print(f"vsbench: {evaluation.run_name}: failure sheet {path} not logged ({exc.strerror or exc})",
+                  file=sys.stderr)
+            continue
+        if sha256 and digest_of(data) != sha256:
+            print(f"vsbench: {evaluation.run_name}: failure sheet {path} changed since the score wrote it; not logged",
+                  file=sys.stderr)
+            continue
+        client.log_artifact(run_id, str(path), FAILURES_DIR)
 
 
 def evaluations_view_state() -> dict[str, Any]:

@@ -36,10 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark, Units
+from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark, Sheet, Units
+from vsbench.benchmarks.copydays.failures import copydays_sheet
 from vsbench.benchmarks.copydays.metrics import copydays_hits, copydays_metrics, trapezoid_ap_from_ranks
 from vsbench.benchmarks.copydays.units import copydays_units
 from vsbench.benchmarks.disc.adapter import aligned_features, list_images
+from vsbench.benchmarks.ranked_failures import Pictures
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.index.settings import NO_NORM_LABEL, parse_codecs
 from vsbench.io.features import FeatureSet, ImageSet
@@ -134,9 +136,24 @@ class CopydaysBenchmark(SearchedBenchmark):
             units.append(copydays_units(self.queries.ids, hits, distances, num_positives, self.blocks,
                                         strong_block=STRONG, block_metrics=block_metrics, result_ids=result_ids,
                                         benchmark=self.name, variant=codec))
+        sets = {"query": (self.queries, self.root)}
+        if self.distractors is not None and self.distractors.paths:  # the operator's folder (an option)
+            sets["distractors"] = (self.distractors, Path(self.distractors.paths[0]).parent)
+        pictures = Pictures(sets)
+        query_row = {query: n for n, query in enumerate(self.queries.ids)}
+
+        def originals(queries: Sequence[str]) -> dict[str, list[str]]:
+            return {q: [str(index_ids[r]) for r in sorted(self.positives[query_row[q]])] for q in queries
+                    if q in query_row}
+
+        def failure_sheet(index: int, rows: int) -> Sheet | None:
+            unit = units[index]
+            return None if unit is None else copydays_sheet(unit, sets, rows=rows, truths=originals, pictures=pictures)
+
         return EvalResult(records=records, csv_name=CSV_NAME, csv_columns=tuple(CSV_FIELDS.values()),
                           csv_rows=copydays_csv_rows(records),
-                          figures={"copydays_blocks.png": _blocks_figure(records)}, units=units)
+                          figures={"copydays_blocks.png": _blocks_figure(records)}, units=units,
+                          failure_sheet=failure_sheet)
 
 
 def load_copydays(

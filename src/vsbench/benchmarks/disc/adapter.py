@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark, Units
+from vsbench.benchmarks.base import EvalResult, EvalSettings, SearchedBenchmark, Sheet, Units
+from vsbench.benchmarks.disc.failures import copy_detection_sheet
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.disc.readers import read_copy_detection_ground_truth
 from vsbench.benchmarks.disc.units import copy_detection_units
+from vsbench.benchmarks.ranked_failures import Pictures
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.index.settings import parse_score_norms
 from vsbench.io.features import FeatureError, FeatureSet, ImageSet
@@ -181,8 +183,27 @@ class DiscBenchmark(SearchedBenchmark):
             precision, recall = precision_recall_curve(found.score, is_tp, len(self.gt_query))
             curves.setdefault(codec, []).append((score_norm, metrics.uap, precision, recall))
         figures = {f"disc_pr_{_slug(codec)}.png": _pr_figure(codec, variants) for codec, variants in curves.items()}
+        pictures = Pictures({"query": (self.queries, self.root), "reference": (self.references, self.root)})
+
+        def failure_sheet(index: int, rows: int) -> Sheet | None:
+            unit = units[index]
+            return None if unit is None else copy_detection_sheet(unit, pictures.sets, rows=rows, k=settings.k,
+                                                                  truths=self.copies_of, pictures=pictures)
+
         return EvalResult(records=records, csv_name=CSV_NAME, csv_columns=tuple(CSV_FIELDS.values()),
-                          csv_rows=disc_csv_rows(records), figures=figures, units=units)
+                          csv_rows=disc_csv_rows(records), figures=figures, units=units, failure_sheet=failure_sheet)
+
+    def copies_of(self, queries: Sequence[str]) -> dict[str, list[str]]:
+        """Each of a few ``queries``' ground-truth references (a failure sheet shows the copies never
+        retrieved): looked up in the ground truth's codes, no text made per row."""
+        query_ids, reference_ids = as_ids(self.gt_query), as_ids(self.gt_reference)
+        found: dict[str, list[str]] = {}
+        for query in queries:
+            code = query_ids.value_index(query)
+            if code is not None:
+                rows = np.flatnonzero(query_ids.codes == code)
+                found[query] = [ref for ref in (str(v) for v in reference_ids[rows].tolist()) if ref]
+        return found
 
     def _ground_truth_keys(self) -> np.ndarray:
         """Each findable positive pair as ``query_row * n_references + reference_row`` (rows of the image

@@ -24,12 +24,14 @@ the fulfil labels, mAP over queries (:mod:`vsbench.benchmarks.product_search.met
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, option_path
+from vsbench.benchmarks.base import EvalResult, EvalSettings, Sheet, Units, option_path
+from vsbench.benchmarks.product_search.failures import product_search_sheet
 from vsbench.benchmarks.product_search.metrics import ProductSearchMetrics, product_search_metrics
 from vsbench.benchmarks.product_search.readers import (
     candidate_gallery_rows,
@@ -83,8 +85,9 @@ class ProductSearchBenchmark:
                                                      self.gallery_path)
         self.labels = [query.labels for query in self.queries]
         self._sets: dict[str, ImageSet] = {}
+        self.images_dir = option_path(self.root, images)
         if self.submission is None:
-            images_dir = option_path(self.root, images)
+            images_dir = self.images_dir
             for query in self.queries:
                 if not query.source_pid:
                     raise InputError(self.queries_path, "missing 'source_pid' (the image-only mode embeds it)",
@@ -130,7 +133,17 @@ class ProductSearchBenchmark:
         record: dict[str, Any] = {"mode": self.mode, **metrics.as_dict()}
         units = product_search_units(query_feats, gallery_feats, rows, self.labels, ids=query_ids(self.queries),
                                      variant=self.mode)
-        return EvalResult(records=[record], figures={"product_search_ap.png": ap_histogram(metrics)}, units=[units])
+        return EvalResult(records=[record], figures={"product_search_ap.png": ap_histogram(metrics)}, units=[units],
+                          failure_sheet=None if self.submission is not None else self._failure_sheet(units))
+
+    def _failure_sheet(self, units: Units) -> Callable[[int, int], Sheet | None]:
+        """The image-only mode's sheet (a submission's features have no images to show)."""
+        def failure_sheet(index: int, rows: int) -> Sheet | None:
+            sets = {name: (images, self.images_dir) for name, images in self._sets.items()}
+            return product_search_sheet(units, sets, rows=rows, query_images=[q.source_pid for q in self.queries],
+                                        candidates=[self.gallery_ids[r].tolist() for r in self.candidate_rows])
+
+        return failure_sheet
 
 
 

@@ -56,7 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.benchmarks.base import EvalResult, EvalSettings, Units, option_path
+from vsbench.benchmarks.base import EvalResult, EvalSettings, Sheet, Units, option_path
+from vsbench.benchmarks.ranked_failures import Pictures
+from vsbench.benchmarks.vsd.failures import vsd_sheet
 from vsbench.benchmarks.vsd.metrics import DEFAULT_KS, candidate_rank, unique_product_topk, vsd_metrics
 from vsbench.benchmarks.vsd.units import vsd_units
 from vsbench.io.features import FeatureSet, ImageSet
@@ -271,7 +273,15 @@ class VsdBenchmark:
             record.update(metrics)
             records.append(record)
             units.append(seeds)
-        return EvalResult(records=records, units=units)
+        shared: list[Pictures] = []  # made once, for the first sheet (the images' paths: crops when cropped)
+
+        def failure_sheet(index: int, rows: int) -> Sheet | None:
+            if not shared:
+                folder = self.crop_dir if self.crop_bbox else self.images_dir
+                shared.append(Pictures({IMAGE_SET: (self.image_sets()[IMAGE_SET], folder)}))
+            return vsd_sheet(units[index], shared[0].sets, rows=rows, pictures=shared[0])
+
+        return EvalResult(records=records, units=units, failure_sheet=failure_sheet)
 
     def _score(self, protocol: Protocol, feats: FeatureSet, use_gpu: bool | None
                ) -> tuple[dict[str, float | int], Units]:
@@ -305,7 +315,11 @@ class VsdBenchmark:
         metrics = vsd_metrics(seeds, labels, ranks["torch"], scores, DEFAULT_KS,
                               tie_ranks=(ranks["worst"], ranks["best"])).as_dict()
         metrics["num_skipped_tags"] = protocol.skipped_tags
-        return metrics, vsd_units(seeds, labels, ranks["torch"], scores, DEFAULT_KS, variant=protocol.name)
+        gallery = np.asarray(protocol.gallery, dtype=object)
+        neighbours = {path: ([str(g) for g in gallery[tops["torch"][q]]], similarity[q, tops["torch"][q]].tolist())
+                      for q, path in enumerate(protocol.queries)}
+        return metrics, vsd_units(seeds, labels, ranks["torch"], scores, DEFAULT_KS, variant=protocol.name,
+                                  candidates=[tag.candidate for tag in protocol.tags], neighbours=neighbours)
 
     def _filtered_top(self, protocol: Protocol, similarity: np.ndarray, positives: Mapping[int, set[int]], k: int,
                       positives_first: bool | None) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ tag, rank of the candidate in the seed's filtered list) and its contributions to
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -33,9 +33,15 @@ def harmonic(k: int) -> float:
 
 
 def vsd_units(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, scores: ArrayLike,
-              ks: Sequence[int] = DEFAULT_KS, *, variant: str = "") -> Units:
+              ks: Sequence[int] = DEFAULT_KS, *, variant: str = "", candidates: Sequence[str] | None = None,
+              neighbours: Mapping[str, tuple[Sequence[str], Sequence[float]]] | None = None) -> Units:
     """Units from the arguments :func:`~vsbench.benchmarks.vsd.metrics.vsd_metrics` takes (one entry per
-    tagged pair); one unit per seed, in order of first appearance, its id the seed's name."""
+    tagged pair); one unit per seed, in order of first appearance, its id the seed's name.
+
+    For the failure sheet (:mod:`vsbench.benchmarks.vsd.failures`), and used by no metric:
+    ``candidates``, each tagged pair's candidate image (column ``candidate``, beside ``score``), and
+    ``neighbours``, each seed's ranked list as scored (its filtered top k: image ids and cosines;
+    columns ``top`` and ``top_score``)."""
     y = np.asarray(labels, dtype=np.int8)
     r = np.asarray(ranks, dtype=np.int64)
     s = np.asarray(scores, dtype=np.float64)
@@ -58,6 +64,17 @@ def vsd_units(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, sc
     columns["score"] = ListColumn.from_owner(s, owner, n)
     columns["label"] = ListColumn.from_owner(y, owner, n)
     columns["rank"] = ListColumn.from_owner(r, owner, n)
+    if candidates is not None:
+        if len(candidates) != len(seeds):
+            raise ValueError(f"{len(candidates)} candidates for {len(seeds)} tagged pairs")
+        grouped = ListColumn.from_owner(np.arange(len(seeds)), owner, n)
+        columns["candidate"] = ListColumn.coded(np.asarray([str(c) for c in candidates], dtype=str)[grouped.values],
+                                                grouped.offsets)
+    if neighbours is not None:
+        lists = [neighbours.get(str(name), ((), ())) for name in names[order]]
+        columns["top"] = ListColumn.coded(np.asarray([str(i) for ids, _ in lists for i in ids], dtype=str),
+                                          np.concatenate([[0], np.cumsum([len(ids) for ids, _ in lists])]).astype(np.int64))
+        columns["top_score"] = ListColumn.from_lists([np.asarray(values, dtype=np.float64) for _, values in lists])
     metrics: dict[str, dict[str, object]] = {}
     for k in ks:
         metrics[f"hr_at_{k}"] = {"statistic": "ratio", "num": f"hr_at_{k}", "den": "has_positive"}

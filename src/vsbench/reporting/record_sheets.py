@@ -1,0 +1,73 @@
+"""A score's failure sheets written beside its unit files, and named in its records.
+
+Why here: the similarity engine (and any other runner that writes unit files) makes the sheets the
+same way: one per record that has units and a benchmark that draws one, as
+``<out>/failures/<stem of the record's unit file>.png`` and ``.html``, the record gaining
+``"failures": {"png", "html", "rows", "total", "sha256"}`` (paths relative to ``out``, like
+``units``), which the evaluation's MLflow run logs under ``failures/``. ``VSBENCH_FAILURE_ROWS=0``
+turns them off. A sheet is a picture of the score, not a part of it: whatever stops one (a bad
+setting, an image folder gone, a bug in a plugin's sheet) is one warning line and no sheet, never a
+failed score.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from vsbench.reporting.sheets import SHEET_ROWS_ENV, Sheet, sheet_rows, thumbnails, write_sheet
+
+FAILURES_DIR = "failures"
+FAILURES_KEY = "failures"  # the record's key
+
+
+def write_failure_sheets(benchmark: str, records: Sequence[MutableMapping[str, Any]],
+                         unit_files: Sequence[dict[str, Any] | None],
+                         make: Callable[[int, int], Sheet | None] | None, out: Path) -> int:
+    """Each record's sheet (``make(record index, rows)``) written under ``out/failures`` and named in
+    the record; returns how many were written. Nothing when ``make`` is None (a benchmark without
+    sheets: nothing is said) or the sheets are off."""
+    if make is None:
+        return 0
+    try:
+        rows = sheet_rows()
+    except ValueError as exc:
+        print(f"vsbench: {benchmark}: no failure sheets ({exc})", file=sys.stderr)
+        return 0
+    if rows == 0:
+        return 0
+    thumbs = thumbnails()  # one image, one decode, for every sheet of this score
+    written = 0
+    for index, record in enumerate(records):
+        entry = unit_files[index] if index < len(unit_files) else None
+        if not entry:
+            continue
+        stem = Path(str(entry["file"])).stem
+        try:
+            sheet = make(index, rows)
+            if sheet is None:
+                continue
+            files = write_sheet(sheet, Path(out) / FAILURES_DIR, stem, thumbs=thumbs)
+        except Exception as exc:  # noqa: BLE001 - a picture never fails the score it pictures
+            variant = " · ".join(str(v) for v in record.values() if isinstance(v, str))
+            print(f"vsbench: {benchmark} {variant}: no failure sheet ({type(exc).__name__}: {str(exc)[:300]}; "
+                  f"{SHEET_ROWS_ENV}=0 turns them off)", file=sys.stderr)
+            continue
+        record[FAILURES_KEY] = {
+            "png": f"{FAILURES_DIR}/{stem}.png", "html": f"{FAILURES_DIR}/{stem}.html",
+            "rows": files["rows"]["html"], "total": files["total"],
+            "sha256": {kind: files["files"][kind]["sha256"] for kind in ("png", "html")}}
+        written += 1
+    return written
+
+
+def failure_files(record: Mapping[str, Any], out: Path) -> dict[str, str]:
+    """``{local path: sha256}`` of a record's two sheet files (empty when it has none)."""
+    entry = record.get(FAILURES_KEY)
+    if not isinstance(entry, dict):
+        return {}
+    digests = entry.get("sha256") if isinstance(entry.get("sha256"), dict) else {}
+    return {str(Path(out) / str(entry[kind])): str(digests.get(kind, "")) for kind in ("png", "html")
+            if isinstance(entry.get(kind), str)}
