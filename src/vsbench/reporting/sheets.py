@@ -30,6 +30,8 @@ import hashlib
 import html
 import io
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ MAX_ROWS = 200  # rows a sheet keeps, whatever a caller asks
 MAX_PNG_ROWS = 40  # rows the PNG draws (the HTML page may hold more)
 MAX_HTML_BYTES = 8 * 2**20  # the HTML page's size cap (thumbnails are ~3-6 kB each as JPEG)
 CAPTION_LINES = 3
+PNG_COMPRESS = 1  # zlib level: a sheet is mostly photos, which level 6 shrinks ~10% more at twice the time
 MARKS = {"query": (40, 90, 200), "true": (30, 150, 60), "false": (200, 40, 40), "": (150, 150, 150)}
 MARK_WORDS = {"query": "query", "true": "true match", "false": "false match", "": ""}
 SHEET_ROWS_ENV = "VSBENCH_FAILURE_ROWS"
@@ -153,8 +156,9 @@ def _summary(sheet: Sheet, shown: int) -> str:
 # --- PNG -------------------------------------------------------------------------------------------
 
 
-def render_png(sheet: Sheet, size: int = THUMB) -> tuple[bytes, int]:
-    """The sheet as PNG bytes and the number of rows drawn (at most :data:`MAX_PNG_ROWS`)."""
+def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -> tuple[bytes, int]:
+    """The sheet as PNG bytes and the number of rows drawn (at most :data:`MAX_PNG_ROWS`). ``thumbs``:
+    thumbnails already made for this sheet (:func:`write_sheet` shares them with the HTML page)."""
     from PIL import Image, ImageDraw, ImageFont
 
     font = _font(ImageFont, 11)
@@ -162,14 +166,20 @@ def render_png(sheet: Sheet, size: int = THUMB) -> tuple[bytes, int]:
     rows = sheet.rows[:MAX_PNG_ROWS]
     pad, title_h, caption_h = 6, 18, 13 * CAPTION_LINES + 4
     tiles = max((min(len(r.tiles), MAX_TILES) for r in rows), default=1)
-    width = max(640, pad + tiles * (size + pad))
-    header = 2 * title_h + pad
+    # As wide as the tiles and the text drawn (at most 640 for the text): a sheet of one or two tiles a
+    # row is half the pixels, and the PNG's encoding (most of a sheet's cost) half the time.
+    header_lines = [(bold, sheet.title[:160], "black"), (font, _summary(sheet, len(rows)) + ".", (80, 80, 80))]
+    if _legend_text(sheet):
+        header_lines.append((font, _legend_text(sheet), (80, 80, 80)))
+    texts = [(f, t) for f, t, _ in header_lines] + [(font, row.title[:200]) for row in rows]
+    width = max(pad + tiles * (size + pad), min(640, 2 * pad + int(max(f.getlength(t) for f, t in texts))))
+    header = len(header_lines) * title_h + pad
     row_h = title_h + size + caption_h + pad
     canvas = Image.new("RGB", (width, header + max(1, len(rows)) * row_h + pad), "white")
     draw = ImageDraw.Draw(canvas)
-    draw.text((pad, pad), sheet.title[:160], fill="black", font=bold)
-    draw.text((pad, pad + title_h), _summary(sheet, len(rows)) + _legend_text(sheet), fill=(80, 80, 80), font=font)
-    thumbs = _Thumbs(size)
+    for n, (f, text, colour) in enumerate(header_lines):
+        draw.text((pad, pad + n * title_h), text, fill=colour, font=f)
+    thumbs = thumbs or _Thumbs(size)
     for n, row in enumerate(rows):
         top = header + n * row_h
         draw.text((pad, top), row.title[:200], fill="black", font=font)
@@ -187,7 +197,7 @@ def render_png(sheet: Sheet, size: int = THUMB) -> tuple[bytes, int]:
             for k, line in enumerate(tile.caption[:CAPTION_LINES]):
                 draw.text((left, y + size + 3 + 13 * k), line[:22], fill=colour if k == 0 else "black", font=font)
     out = io.BytesIO()
-    canvas.save(out, "PNG", optimize=False, compress_level=6)
+    canvas.save(out, "PNG", optimize=False, compress_level=PNG_COMPRESS)
     return out.getvalue(), len(rows)
 
 
@@ -200,7 +210,7 @@ def _font(image_font: Any, size: int) -> Any:
 
 def _legend_text(sheet: Sheet) -> str:
     marks = [f"{MARK_NAMES[m]} = {w}" for m, w in sheet.legend.items() if w and m in MARK_NAMES]
-    return (".   Frames: " + ", ".join(marks)) if marks else ""
+    return ("Frames: " + ", ".join(marks)) if marks else ""
 
 
 MARK_NAMES = {"query": "blue", "true": "green", "false": "red"}
@@ -213,10 +223,11 @@ def _wrap(text: str, width: int) -> list[str]:
 # --- HTML ------------------------------------------------------------------------------------------
 
 
-def render_html(sheet: Sheet, size: int = THUMB, max_bytes: int = MAX_HTML_BYTES) -> tuple[str, int]:
+def render_html(sheet: Sheet, size: int = THUMB, max_bytes: int = MAX_HTML_BYTES,
+                thumbs: _Thumbs | None = None) -> tuple[str, int]:
     """The sheet as one self-contained HTML page (thumbnails embedded as JPEG data URIs, every text
     escaped) and the number of rows it holds: rows are added while the page stays under ``max_bytes``."""
-    thumbs = _Thumbs(size)
+    thumbs = thumbs or _Thumbs(size)
     encoded: dict[Path, str] = {}
     parts: list[str] = []
     used = 0
@@ -279,8 +290,9 @@ def write_sheet(sheet: Sheet, folder: str | os.PathLike[str], stem: str, size: i
     from vsbench.io.storage import atomic_write_bytes
 
     folder = Path(folder)
-    png, png_rows = render_png(sheet, size)
-    page, html_rows = render_html(sheet, size)
+    thumbs = _Thumbs(size)  # each image decoded once for both files
+    png, png_rows = render_png(sheet, size, thumbs)
+    page, html_rows = render_html(sheet, size, thumbs=thumbs)
     data = page.encode("utf-8")
     written = {}
     for suffix, payload in (("png", png), ("html", data)):
@@ -295,3 +307,39 @@ def rank_text(rank: int | None, k: int) -> str:
     """A true match's place in words: ``rank 3`` (1-based), or ``not in the top 10``."""
     return f"rank {rank + 1}" if rank is not None else f"not in the top {k}"
 
+
+
+# --- a score step's failure sheet -----------------------------------------------------------------------
+
+FAILURES_DIR = "failures"  # beside the unit files: <out>/failures/<unit file stem>.png|.html
+
+
+def failure_rows() -> int:
+    """:func:`sheet_rows` from the environment for a score step: a value that is not a count is one
+    warning and no sheets (a picture never fails a score), said once per step by asking once."""
+    try:
+        return sheet_rows()
+    except ValueError as exc:
+        print(f"vsbench: {exc}; no failure sheets", file=sys.stderr)
+        return 0
+
+
+def write_failure_sheet(make: Callable[[], Sheet | None], folder: str | os.PathLike[str], stem: str, what: str, *,
+                        base: str | os.PathLike[str] | None = None, size: int = THUMB) -> dict[str, Any] | None:
+    """Build a sheet with ``make`` and write ``<folder>/<stem>.png|.html``; returns the record's entry
+    ``{"png", "html", "rows", "total"}`` (paths relative to ``base`` when given, else as written; ``rows``:
+    the rows the HTML page shows) or None when ``make`` has no sheet. Anything that goes wrong is one
+    warning line naming ``what`` and None: the score it illustrates stands without it."""
+    try:
+        sheet = make()
+        if sheet is None:
+            return None
+        written = write_sheet(sheet, folder, stem, size)
+        paths = {suffix: Path(written["files"][suffix]["path"]) for suffix in ("png", "html")}
+        if base is not None:
+            paths = {suffix: path.relative_to(base) for suffix, path in paths.items()}
+    except Exception as exc:  # noqa: BLE001 - a sheet that cannot be made never fails the score
+        print(f"vsbench: {what}: no failure sheet ({type(exc).__name__}: {str(exc)[:300]})", file=sys.stderr)
+        return None
+    return {"png": str(paths["png"]), "html": str(paths["html"]), "rows": written["rows"]["html"],
+            "total": sheet.total}

@@ -253,12 +253,34 @@ class Engine:
         from vsbench.stats.records import add_intervals
 
         result.unit_files = add_intervals(self.run.benchmark, result.records, result.units, self.out)
+        add_failure_sheets(self.bench, result, self.out)
         atomic_write_json(self.out / "metrics.json", {"benchmark": self.run.benchmark, "records": result.records,
                                                       "units": result.unit_files})
         if result.csv_name:
             rows = result.csv_rows if result.csv_rows is not None else result.records
             atomic_write_text(self.out / result.csv_name, records_to_csv(rows, result.csv_columns))
         return result
+
+
+def add_failure_sheets(bench: Benchmark, result: EvalResult, out: Path) -> None:
+    """Each record's failure sheet (issue 47), for a benchmark that makes one (``failure_sheet(units,
+    rows)``: the patch pairs): ``out/failures/<unit file stem>.png|.html``, named in the record's unit
+    file entry under ``failures`` (``png``, ``html`` relative to ``out``, ``rows``, ``total``), which the
+    evaluation run logs under ``failures/``. ``VSBENCH_FAILURE_ROWS=0``: none; one that cannot be made:
+    one warning line, the score stands."""
+    from vsbench.reporting.sheets import FAILURES_DIR, failure_rows, write_failure_sheet
+
+    make = getattr(bench, "failure_sheet", None)
+    if make is None or not any(result.unit_files):
+        return
+    rows = failure_rows()
+    for units, entry in zip(result.units, result.unit_files):
+        if not rows or units is None or entry is None:
+            continue
+        written = write_failure_sheet(lambda units=units: make(units, rows), out / FAILURES_DIR,
+                                      Path(entry["file"]).stem, f"{bench.name} {units.variant}".strip(), base=out)
+        if written is not None:
+            entry["failures"] = written
 
 
 class UnreadableImages(ValueError):

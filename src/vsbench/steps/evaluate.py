@@ -44,8 +44,17 @@ def evaluations_for(run: BenchmarkRun, model: str, records: Sequence[Mapping[str
                           data_digest=data.get(DATA_DIGEST_TAG, ""),
                           data_root=data.get(DATA_ROOT_TAG) or str(run.root),
                           declared_lower=benchmark_spec(run.benchmark).lower_is_better, baseline=baseline,
-                          units=[None if entry is None else {**entry, "path": str(Path(out) / entry["file"])}
+                          units=[None if entry is None else {**entry, "path": str(Path(out) / entry["file"]),
+                                                             **_failures_under(Path(out), entry)}
                                  for entry in entries])
+
+
+def _failures_under(out: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry's failure sheet (``failures``, paths relative to ``out``) with its paths under ``out``."""
+    sheet = entry.get("failures")
+    if not isinstance(sheet, Mapping):
+        return {}
+    return {"failures": {**sheet, **{key: str(out / sheet[key]) for key in ("png", "html") if sheet.get(key)}}}
 
 
 def unit_entries(out: Path, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any] | None]:

@@ -187,6 +187,9 @@ class Evaluation(BaseModel):
     # under the run's units/ (vsbench.tracking.units); empty when the benchmark gives none.
     units_file: Text = ""
     units_sha256: Annotated[str, StringConstraints(max_length=64)] = ""
+    # Its failure sheet (issue 47): the PNG and HTML the score wrote beside the unit file, logged under
+    # the run's failures/ (vsbench.reporting.sheets); empty when there is none.
+    failure_files: list[Text] = Field(default_factory=list)
 
     @property
     def model(self) -> str:
@@ -298,8 +301,17 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
             benchmark=benchmark, data_digest=data_digest[:64], data_root=data_root[:6000], embedder=embedder,
             variant=variant, params={k: str(v)[:6000] for k, v in params.items()}, metrics=metrics,
             lower_is_better=lower, baseline=baseline,
-            units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or "")))
+            units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or ""),
+            failure_files=_failure_files(unit)))
     return evaluations
+
+
+def _failure_files(unit: Mapping[str, Any] | None) -> list[str]:
+    """The failure sheet's two files named in a unit file entry (``failures``: ``png``, ``html``)."""
+    sheet = (unit or {}).get("failures")
+    if not isinstance(sheet, Mapping):
+        return []
+    return [str(sheet[key])[:6000] for key in ("png", "html") if sheet.get(key)]
 
 
 # --- MLflow -------------------------------------------------------------------------------------------------
@@ -428,6 +440,7 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
             if params or metrics:
                 client.log_batch(run_id, params=params, metrics=metrics)
             _log_units(client, run_id, evaluation)
+            _log_failures(client, run_id, evaluation)
             client.set_terminated(run_id, "FINISHED", end_time=now)
         run_ids.append(run_id)
         model_ids.append(model_id)
@@ -456,6 +469,20 @@ def _log_units(client: Any, run_id: str, evaluation: Evaluation) -> None:
               "(score again to compare this run paired)", file=sys.stderr)
         return
     log_unit_files(client, run_id, {str(path): evaluation.units_sha256})
+
+
+def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
+    """The evaluation's failure sheet (PNG and HTML) under the run's ``failures/``: MLflow's artifact view
+    shows both. A file gone since the score wrote it is one line; the run stands without its picture."""
+    for file in evaluation.failure_files:
+        path = Path(file)
+        if not path.is_file():
+            print(f"vsbench: {evaluation.run_name}: failure sheet {path} not logged (not there)", file=sys.stderr)
+            continue
+        client.log_artifact(run_id, str(path), FAILURES_ARTIFACTS)
+
+
+FAILURES_ARTIFACTS = "failures"
 
 
 def evaluations_view_state() -> dict[str, Any]:
