@@ -17,7 +17,8 @@ bin id), each checked to lie under it (:func:`~vsbench.reporting.sheets.image_in
 out of it is refused and named, never read); an image index that is not a non-negative integer is a
 tile saying so. Asins and ids come from the task files: the renderer escapes them. Thumbnails are
 :data:`THUMB` pixels: half the resized images' 224, which the JPEG decoder makes directly (draft mode,
-no resampling), the cheapest size to show.
+no resampling), the cheapest size to show. A tile's caption is its bin; the row's title says the rest
+(one line of text a tile: drawing text is a good part of a PNG sheet's cost).
 """
 
 from __future__ import annotations
@@ -75,8 +76,7 @@ def counting_sheet(entries: Sequence[Sequence[Any]], answers: np.ndarray, truths
     for n in wrong[:rows].tolist():
         index, p, t = entries[n][0], int(predicted[n]), int(truth[n])
         shown.append(Row(f"bin {ids[n]}: true count {t}, predicted {p} (off by {abs(p - t)})",
-                         (bin_tile(images, index, "false", (str(ids[n]), f"true {t}, predicted {p}",
-                                                            f"error {p - t:+d}")),)))
+                         (bin_tile(images, index, "false", (f"bin {ids[n]}",)),)))
     return Sheet("ABID counting: the bins counted wrong", tuple(shown), total=int(wrong.size),
                  what="counting errors", notes=_notes(shown), legend=dict(LEGENDS["counting"]))
 
@@ -93,8 +93,8 @@ def verification_sheet(entries: Sequence[Sequence[Any]], answers: np.ndarray, tr
         index, asin = entry[0], str(entry[1])
         targets = entry[3] if len(entry) > 3 and isinstance(entry[3], list) else []
         said, true = _yes(predicted[n]), _yes(truth[n])
-        query = bin_tile(images, index, "query", (str(ids[n]), f"asin {asin}", f"said {said}, truth {true}"))
-        reference = (bin_tile(images, targets[0], "true", (f"bin {targets[0]}", "holds the asin")) if targets else
+        query = bin_tile(images, index, "query", (f"bin {index}",))
+        reference = (bin_tile(images, targets[0], "true", (f"bin {targets[0]}",)) if targets else
                      Tile(None, ("no training bin",), "true", "the task file lists no training bin with this asin"))
         shown.append(Row(f"{ids[n]}: is asin {asin} in bin {index}? said {said}, truth {true}",
                          (query, reference)))
@@ -114,8 +114,7 @@ def quantity_sheet(entries: Sequence[Sequence[Any]], answers: np.ndarray, truths
         said, true = _yes(predicted[n]), _yes(truth[n])
         shown.append(Row(f"{ids[n]}: {asked} of asin {asin} in bin {index}? said {said}, truth {true} "
                          f"(holds {held})",
-                         (bin_tile(images, index, "query", (str(ids[n]), f"{asked} x {asin}?",
-                                                            f"said {said}, truth {true}")),)))
+                         (bin_tile(images, index, "query", (f"bin {index}",)),)))
     return Sheet("ABID quantity verification: the wrong answers", tuple(shown), total=int(wrong.size),
                  what="wrong answers", notes=_notes(shown), legend=dict(LEGENDS["quantity"]))
 

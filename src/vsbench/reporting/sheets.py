@@ -164,7 +164,8 @@ def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -
     font = _font(ImageFont, 11)
     bold = _font(ImageFont, 13)
     rows = sheet.rows[:MAX_PNG_ROWS]
-    pad, title_h, caption_h = 6, 18, 13 * CAPTION_LINES + 4
+    lines = max((min(len(t.caption), CAPTION_LINES) for r in rows for t in r.tiles[:MAX_TILES]), default=0)
+    pad, title_h, caption_h = 6, 18, 13 * lines + 4  # room for the longest caption drawn, no more
     tiles = max((min(len(r.tiles), MAX_TILES) for r in rows), default=1)
     # As wide as the tiles and the text drawn (at most 640 for the text): a sheet of one or two tiles a
     # row is half the pixels, and the PNG's encoding (most of a sheet's cost) half the time.
@@ -196,9 +197,35 @@ def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -
                 canvas.paste(picture, (left + (size - picture.width) // 2, y + (size - picture.height) // 2))
             for k, line in enumerate(tile.caption[:CAPTION_LINES]):
                 draw.text((left, y + size + 3 + 13 * k), line[:22], fill=colour if k == 0 else "black", font=font)
-    out = io.BytesIO()
-    canvas.save(out, "PNG", optimize=False, compress_level=PNG_COMPRESS)
-    return out.getvalue(), len(rows)
+    return png_bytes(canvas), len(rows)
+
+
+def png_bytes(canvas: Any, level: int = PNG_COMPRESS) -> bytes:
+    """An RGB image as PNG bytes: every row with the Sub filter, computed in numpy, then zlib at ``level``.
+
+    Why not Pillow's encoder: it tries each of the five filters on every row, which on a sheet costs
+    about as much again as the compression itself; one filter computed at once halves the PNG's time
+    (the largest part of a sheet's cost, issue 47's bound) for files a few percent larger. Lossless and
+    standard: any PNG reader reads it back exactly (tests/unit/test_failure_sheets_abid_pairs.py)."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    pixels = np.asarray(canvas.convert("RGB"), dtype=np.uint8)
+    height, width = pixels.shape[:2]
+    rows = pixels.reshape(height, width * 3)
+    raw = np.empty((height, width * 3 + 1), dtype=np.uint8)
+    raw[:, 0] = 1  # filter type Sub: each byte minus the one a pixel to its left (mod 256)
+    raw[:, 1:4] = rows[:, :3]
+    np.subtract(rows[:, 3:], rows[:, :-3], out=raw[:, 4:])
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw.tobytes(), level))
+            + chunk(b"IEND", b""))
 
 
 def _font(image_font: Any, size: int) -> Any:
