@@ -1,4 +1,5 @@
-"""Bench: what the intervals add to the score steps of real runs (issue 45: at most 10%).
+"""Bench: what the intervals (issue 45) and the failure sheets (issue 47) add to the score steps of
+real runs (each: at most 10%).
 
 Why: bench/intervals.py times the scorers alone; a user waits for the step. This times, in one
 process, alternating, the score step with intervals off (``VSBENCH_RESAMPLES=0``: the unit files are
@@ -10,9 +11,15 @@ still written) and on (the default, 1000 resamples), on
   (``--demo DIR``, default ``demo-output``; skipped when there is none).
 
 Each is run ``--repeats`` times per setting (median reported; the first of each discarded as a
-warm-up), so the ratio compares like with like on a shared machine.
+warm-up), so the ratio compares like with like on a shared machine. The intervals are compared with
+the failure sheets off (``VSBENCH_FAILURE_ROWS=0``).
 
-Run: ``python bench/intervals_steps.py [--demo demo-output] [--repeats 5] [--json out.json]``
+The failure sheets: the demo's ABID score step with ``VSBENCH_FAILURE_ROWS=0`` (off) and 24 (the
+default: three sheets, counting, verification and quantity, of 24 rows each, written as PNG and
+HTML), intervals on, alternating in this process; and the same step as the pipeline runs it, a
+fresh process per call (imports and all, no tracking), alternating, wall seconds.
+
+Run: ``python bench/intervals_steps.py [--demo demo-output] [--repeats 5] [--no-disc] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -33,19 +40,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import format_table, log, machine_info, write_json
 
 
-def side_by_side(step: Callable[[], Any], repeats: int) -> dict[str, float]:
-    """Median seconds of ``step`` with intervals off and on, alternating, after one warm-up of each."""
-    seconds: dict[str, list[float]] = {"0": [], "1000": []}
+def side_by_side(step: Callable[[], Any], repeats: int, variable: str = "VSBENCH_RESAMPLES",
+                 settings: tuple[str, str] = ("0", "1000")) -> dict[str, float]:
+    """Median seconds of ``step`` with ``variable`` set to each of ``settings`` (off, on), alternating,
+    after one warm-up of each."""
+    seconds: dict[str, list[float]] = {value: [] for value in settings}
     for round_ in range(repeats + 1):
-        for resamples in ("0", "1000"):
-            os.environ["VSBENCH_RESAMPLES"] = resamples
+        for value in settings:
+            os.environ[variable] = value
             started = time.perf_counter()
             step()
             if round_:
-                seconds[resamples].append(time.perf_counter() - started)
-    os.environ.pop("VSBENCH_RESAMPLES", None)
-    off, on = statistics.median(seconds["0"]), statistics.median(seconds["1000"])
+                seconds[value].append(time.perf_counter() - started)
+    os.environ.pop(variable, None)
+    off, on = statistics.median(seconds[settings[0]]), statistics.median(seconds[settings[1]])
     return {"off_s": off, "on_s": on, "added": on / off - 1}
+
+
+def demo_process(demo: Path, work: Path) -> Callable[[], Any]:
+    """The demo's ABID score step in a fresh process (as a pipeline task runs it, without tracking)."""
+    tasks, runs = demo / "data" / "tasks", demo / "data" / "runs"
+    code = ("import sys; from vsbench.steps.abid import abid_score_step as s; s(*sys.argv[1:5], units_dir=sys.argv[5])")
+    args = [sys.executable, "-c", code, str(tasks), str(runs / "counting" / "counting_result.txt"),
+            str(runs / "siamese" / "obj_verification_result.txt"),
+            str(runs / "quantity" / "obj_num_verification_result.txt"), str(work / "abid-units-process")]
+    return lambda: subprocess.run(args, check=True, env={**os.environ, "TQDM_DISABLE": "1"},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def disc_step(work: Path) -> Callable[[], Any]:
@@ -84,22 +104,37 @@ def main() -> None:
     parser.add_argument("--demo", type=Path, default=Path("demo-output"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--no-disc", action="store_true", help="leave the synthetic DISC run out (the demo only)")
     args = parser.parse_args()
     os.environ["VSBENCH_NO_TRACK"] = "1"
-    rows = []
+    os.environ["VSBENCH_FAILURE_ROWS"] = "0"  # the intervals alone; the sheets are measured below
+    rows: list[dict[str, Any]] = []
+    sheet_rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="vsbench-bench-") as tmp:
         work = Path(tmp)
-        log("preparing the synthetic DISC run (embedding once)")
-        rows.append({"step": "similarity score, synthetic DISC run", **side_by_side(disc_step(work), args.repeats)})
+        if not args.no_disc:
+            log("preparing the synthetic DISC run (embedding once)")
+            rows.append({"step": "similarity score, synthetic DISC run",
+                         **side_by_side(disc_step(work), args.repeats)})
         step = demo_step(args.demo, work)
         if step is None:
             log(f"no finished demo under {args.demo}: the ABID score step is left out (run make demo first)")
         else:
             rows.append({"step": f"abid score, the demo ({args.demo})", **side_by_side(step, args.repeats)})
+            sheets = ("VSBENCH_FAILURE_ROWS", ("0", "24"))
+            os.environ.pop("VSBENCH_RESAMPLES", None)
+            sheet_rows.append({"step": "abid score, the demo, in this process",
+                               **side_by_side(step, args.repeats, *sheets)})
+            sheet_rows.append({"step": "abid score, the demo, a process per call",
+                               **side_by_side(demo_process(args.demo, work), args.repeats, *sheets)})
     print(format_table(["step", "intervals off s", "on (1000 resamples) s", "added"],
                        [[r["step"], f"{r['off_s']:.3f}", f"{r['on_s']:.3f}", f"{100 * r['added']:+.1f}%"]
                         for r in rows]))
-    write_json(args.json, {"machine": machine_info(), "repeats": args.repeats, "rows": rows})
+    if sheet_rows:
+        print(format_table(["step", "failure sheets off s", "on (24 rows) s", "added"],
+                           [[r["step"], f"{r['off_s']:.3f}", f"{r['on_s']:.3f}", f"{100 * r['added']:+.1f}%"]
+                            for r in sheet_rows]))
+    write_json(args.json, {"machine": machine_info(), "repeats": args.repeats, "rows": rows, "sheets": sheet_rows})
 
 
 if __name__ == "__main__":

@@ -141,9 +141,17 @@ def read_question_ids(path: str | Path, task: str) -> np.ndarray:
     what two runs over the same task file are paired on. ``task``: counting, verification, quantity."""
     from vsbench.abid.units import question_ids
 
+    return question_ids(read_task_entries(path, task), task)
+
+
+@names_memory_errors
+def read_task_entries(path: str | Path, task: str) -> list[list[Any]]:
+    """A task file's questions as its JSON lists, each checked to hold the fields ``task`` (counting,
+    verification, quantity) needs; the field values are the file's (the failure sheets check the image
+    index they show)."""
     path = Path(path)
     least = {"counting": 2, "verification": 3, "quantity": 5}.get(task, 0)
-    return question_ids(_entries(path, least, f"an ABID {task} question"), task)
+    return _entries(path, least, f"an ABID {task} question")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ import hashlib
 import html
 import io
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ MAX_ROWS = 200  # rows a sheet keeps, whatever a caller asks
 MAX_PNG_ROWS = 12  # rows the PNG draws: the overview MLflow shows; the HTML page holds every row (bench/failure_sheets.py)
 MAX_HTML_BYTES = 8 * 2**20  # the HTML page's size cap (thumbnails are ~3-6 kB each as JPEG)
 CAPTION_LINES = 3
+PNG_COMPRESS = 1  # zlib level: a sheet is mostly photos, which level 6 shrinks ~10% more at twice the time
 MARKS = {"query": (40, 90, 200), "true": (30, 150, 60), "false": (200, 40, 40), "": (150, 150, 150)}
 MARK_WORDS = {"query": "query", "true": "true match", "false": "false match", "": ""}
 SHEET_ROWS_ENV = "VSBENCH_FAILURE_ROWS"
@@ -158,7 +161,8 @@ def _summary(sheet: Sheet, shown: int) -> str:
 
 
 def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -> tuple[bytes, int]:
-    """The sheet as PNG bytes and the number of rows drawn (at most :data:`MAX_PNG_ROWS`)."""
+    """The sheet as PNG bytes and the number of rows drawn (at most :data:`MAX_PNG_ROWS`). ``thumbs``:
+    thumbnails already made for this sheet (:func:`write_sheet` shares them with the HTML page)."""
     from PIL import Image, ImageDraw, ImageFont
 
     font = _font(ImageFont, 11)
@@ -167,15 +171,22 @@ def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -
     # third of a sheet's time for them (0.3 ms a line against 0.02 ms); titles keep the smoother one.
     small = ImageFont.load_default_imagefont() if hasattr(ImageFont, "load_default_imagefont") else font
     rows = sheet.rows[:MAX_PNG_ROWS]
-    pad, title_h, caption_h = 6, 18, 13 * CAPTION_LINES + 4
+    lines = max((min(len(t.caption), CAPTION_LINES) for r in rows for t in r.tiles[:MAX_TILES]), default=0)
+    pad, title_h, caption_h = 6, 18, 13 * lines + 4  # room for the longest caption drawn, no more
     tiles = max((min(len(r.tiles), MAX_TILES) for r in rows), default=1)
-    width = max(640, pad + tiles * (size + pad))
-    header = 2 * title_h + pad
+    # As wide as the tiles and the text drawn (at most 640 for the text): a sheet of one or two tiles a
+    # row is half the pixels, and the PNG's encoding (most of a sheet's cost) half the time.
+    header_lines = [(bold, sheet.title[:160], "black"), (font, _summary(sheet, len(rows)) + ".", (80, 80, 80))]
+    if _legend_text(sheet):
+        header_lines.append((font, _legend_text(sheet), (80, 80, 80)))
+    texts = [(f, t) for f, t, _ in header_lines] + [(font, row.title[:200]) for row in rows]
+    width = max(pad + tiles * (size + pad), min(640, 2 * pad + int(max(f.getlength(t) for f, t in texts))))
+    header = len(header_lines) * title_h + pad
     row_h = title_h + size + caption_h + pad
     canvas = Image.new("RGB", (width, header + max(1, len(rows)) * row_h + pad), "white")
     draw = ImageDraw.Draw(canvas)
-    draw.text((pad, pad), sheet.title[:160], fill="black", font=bold)
-    draw.text((pad, pad + title_h), _summary(sheet, len(rows)) + _legend_text(sheet), fill=(80, 80, 80), font=font)
+    for n, (f, text, colour) in enumerate(header_lines):
+        draw.text((pad, pad + n * title_h), text, fill=colour, font=f)
     thumbs = thumbs if thumbs is not None and thumbs.size == size else _Thumbs(size)
     for n, row in enumerate(rows):
         top = header + n * row_h
@@ -196,11 +207,13 @@ def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -
     return png_bytes(canvas), len(rows)
 
 
-def png_bytes(canvas: Any) -> bytes:
-    """An RGB Pillow image as PNG bytes, written for speed: every line with PNG's "Up" filter (one
-    numpy subtraction) and zlib level 1. Pillow's own writer tries five filters per line and took
-    2.6 s for a 24-row sheet at its level 6, 0.6 s at level 1; this takes ~0.16 s for a file the
-    size of level 6's (bench/failure_sheets.py), the same pixels."""
+def png_bytes(canvas: Any, level: int = PNG_COMPRESS) -> bytes:
+    """An RGB image as PNG bytes: every row with the Sub filter, computed in numpy, then zlib at ``level``.
+
+    Why not Pillow's encoder: it tries each of the five filters on every row, which on a sheet costs
+    about as much again as the compression itself; one filter computed at once halves the PNG's time
+    (the largest part of a sheet's cost, issue 47's bound) for files a few percent larger. Lossless and
+    standard: any PNG reader reads it back exactly (tests/unit/test_failure_sheets_abid_pairs.py)."""
     import struct
     import zlib
 
@@ -208,17 +221,17 @@ def png_bytes(canvas: Any) -> bytes:
 
     pixels = np.asarray(canvas.convert("RGB"), dtype=np.uint8)
     height, width = pixels.shape[:2]
-    lines = pixels.reshape(height, width * 3)
+    rows = pixels.reshape(height, width * 3)
     raw = np.empty((height, width * 3 + 1), dtype=np.uint8)
-    raw[:, 0] = 2  # filter type Up: each byte minus the byte above it (modulo 256)
-    raw[0, 1:] = lines[0]
-    np.subtract(lines[1:], lines[:-1], out=raw[1:, 1:])
+    raw[:, 0] = 1  # filter type Sub: each byte minus the one a pixel to its left (mod 256)
+    raw[:, 1:4] = rows[:, :3]
+    np.subtract(rows[:, 3:], rows[:, :-3], out=raw[:, 4:])
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, deflate, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw.tobytes(), 1))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw.tobytes(), level))
             + chunk(b"IEND", b""))
 
 
@@ -231,7 +244,7 @@ def _font(image_font: Any, size: int) -> Any:
 
 def _legend_text(sheet: Sheet) -> str:
     marks = [f"{MARK_NAMES[m]} = {w}" for m, w in sheet.legend.items() if w and m in MARK_NAMES]
-    return (".   Frames: " + ", ".join(marks)) if marks else ""
+    return ("Frames: " + ", ".join(marks)) if marks else ""
 
 
 MARK_NAMES = {"query": "blue", "true": "green", "false": "red"}
@@ -335,3 +348,39 @@ def rank_text(rank: int | None, k: int) -> str:
     """A true match's place in words: ``rank 3`` (1-based), or ``not in the top 10``."""
     return f"rank {rank + 1}" if rank is not None else f"not in the top {k}"
 
+
+
+# --- a score step's failure sheet -----------------------------------------------------------------------
+
+FAILURES_DIR = "failures"  # beside the unit files: <out>/failures/<unit file stem>.png|.html
+
+
+def failure_rows() -> int:
+    """:func:`sheet_rows` from the environment for a score step: a value that is not a count is one
+    warning and no sheets (a picture never fails a score), said once per step by asking once."""
+    try:
+        return sheet_rows()
+    except ValueError as exc:
+        print(f"vsbench: {exc}; no failure sheets", file=sys.stderr)
+        return 0
+
+
+def write_failure_sheet(make: Callable[[], Sheet | None], folder: str | os.PathLike[str], stem: str, what: str, *,
+                        base: str | os.PathLike[str] | None = None, size: int = THUMB) -> dict[str, Any] | None:
+    """Build a sheet with ``make`` and write ``<folder>/<stem>.png|.html``; returns the record's entry
+    ``{"png", "html", "rows", "total"}`` (paths relative to ``base`` when given, else as written; ``rows``:
+    the rows the HTML page shows) or None when ``make`` has no sheet. Anything that goes wrong is one
+    warning line naming ``what`` and None: the score it illustrates stands without it."""
+    try:
+        sheet = make()
+        if sheet is None:
+            return None
+        written = write_sheet(sheet, folder, stem, size)
+        paths = {suffix: Path(written["files"][suffix]["path"]) for suffix in ("png", "html")}
+        if base is not None:
+            paths = {suffix: path.relative_to(base) for suffix, path in paths.items()}
+    except Exception as exc:  # noqa: BLE001 - a sheet that cannot be made never fails the score
+        print(f"vsbench: {what}: no failure sheet ({type(exc).__name__}: {str(exc)[:300]})", file=sys.stderr)
+        return None
+    return {"png": str(paths["png"]), "html": str(paths["html"]), "rows": written["rows"]["html"],
+            "total": sheet.total}

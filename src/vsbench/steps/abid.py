@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.abid.download import DownloadIncomplete, download_abid, manifest_name
+from vsbench.abid.ids import RESIZED_DIR
 from vsbench.abid.metrics import counting_metrics, verification_metrics
 from vsbench.abid.prepare import PREPARE_COUNTS, prepare_abid, require_task_files, tasks_dataset
 from vsbench.abid.quantity import RESULT_NAME, run_quantity_baseline
@@ -310,22 +311,28 @@ def abid_quantity_step(
 def abid_score_step(
     tasks: str, counting_result: str, verification_result: str, quantity_result: str, *,
     parent_run_id: str = "", manifest_path: str | None = None, units_dir: str | None = None,
-    resamples: int | None = None,
+    resamples: int | None = None, images: str | None = None,
 ) -> StepResult:
     """Score the three result files exactly as the challenge does; headline metrics go to the parent run.
 
     Each headline metric also gets its 95% bootstrap interval over the questions
     (``<metric>_ci95_low/_high``; ``resamples`` else ``VSBENCH_RESAMPLES``, 0 for none), and each task's
     per-question outcomes go to a unit file (:mod:`vsbench.abid.units`) in ``units_dir`` (default:
-    the manifest's folder; neither given: no files, the intervals still), logged on the step's run."""
+    the manifest's folder; neither given: no files, the intervals still), logged on the step's run.
+    Beside them, each task's failure sheet (:mod:`vsbench.abid.failures`: the wrong answers with their
+    bin photos from ``images``, default ``<tasks>/../bin-images-resize``) as ``failures/<unit file
+    stem>.png|.html``, named in the manifest's unit entry under ``failures`` and logged on the step's run
+    under ``failures/``; ``VSBENCH_FAILURE_ROWS=0``: none."""
     from vsbench.abid import readers as abid_readers
     from vsbench.reporting import plots
+    from vsbench.reporting.sheets import FAILURES_DIR, failure_rows
     from vsbench.stats.resample import Resampling
 
     root = Path(tasks)
     require_task_files(root, "score")
     started = time.perf_counter()
     resampling = Resampling.from_env(resamples)  # a bad VSBENCH_RESAMPLES stops here, before any work
+    rows = failure_rows()  # a bad VSBENCH_FAILURE_ROWS is one warning here, and no sheets
     with child_run(parent_run_id, "abid-score", {"task_set": "moderate", **resampling.params()}) as tracker:
         log_tasks_dataset((tracker,), root, "evaluation")
         files = {task: root / name for task, name in TASK_FILES.items()}
@@ -347,8 +354,14 @@ def abid_score_step(
         metrics["quantity_num_examples"] = float(quantity.num_examples)
         units = _score_units(files, answers, truths)
         metrics.update(_interval_metrics(units, resampling))
-        written = _write_units(units, units_dir or (str(Path(manifest_path).parent) if manifest_path else ""))
+        folder = units_dir or (str(Path(manifest_path).parent) if manifest_path else "")
+        written = _write_units(units, folder)
         tracker.log_unit_files({path: sha256 for path, sha256 in written.items()})
+        sheets = _failure_sheets(files, answers, truths, units, Path(images) if images else root.parent / RESIZED_DIR,
+                                 folder, rows)
+        for sheet in sheets.values():
+            for suffix in ("png", "html"):
+                tracker.log_artifact(Path(sheet[suffix]), FAILURES_DIR)
         for figure, name in (
             (plots.per_class_bars(counting.per_class_accuracy, counting.per_class_rmse, counting.per_class_count,
                                   "counting"), "plots/counting_per_class.png"),
@@ -364,7 +377,10 @@ def abid_score_step(
         linked = _link_scores_to_models(tracker, parent_run_id, root, metrics)
         manifest = {"counting_confusion_matrix": counting.confusion_matrix.tolist(),
                     "verification_confusion_matrix": _binary_confusion(verification_result, verify_truth),
-                    "units": {Path(path).name: {"path": path, "sha256": sha256} for path, sha256 in written.items()},
+                    "units": {Path(path).name: {"path": path, "sha256": sha256,
+                                                **({"failures": sheets[Path(path).name]} if Path(path).name in sheets
+                                                   else {})}
+                              for path, sha256 in written.items()},
                     "intervals": resampling.params()}
         return finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started,
                       tracked=[*(k for k in metrics if k not in linked), "step_seconds"])
@@ -391,6 +407,18 @@ def _score_units(files: dict[str, Path], answers: dict[str, Any], truths: dict[s
                      if task == "counting" else
                      answer_units(answers[task], truths[task], ids, task=task, prefix=f"{task}_", variant="moderate"))
     return out
+
+
+def _failure_sheets(files: dict[str, Path], answers: dict[str, Any], truths: dict[str, Any], units: dict[str, Any],
+                    images: Path, folder: str, rows: int) -> dict[str, dict[str, Any]]:
+    """Unit file name -> its failure sheet's entry (none without a folder for the unit files)."""
+    from vsbench.abid.failures import write_abid_failure_sheets
+
+    if not folder:
+        return {}
+    made = write_abid_failure_sheets(files, answers, truths, {task: units[task].ids for task in units}, images,
+                                     Path(folder), {task: Path(name).stem for task, name in UNIT_FILES.items()}, rows)
+    return {UNIT_FILES[task]: entry for task, entry in made.items()}
 
 
 def _interval_metrics(units: dict[str, Any], resampling) -> dict[str, float]:

@@ -188,7 +188,9 @@ class PatchPairsBenchmark:
                                          for variant, m in grid.items()]
         records.append({"variant": "mean", "distance": self.distance, "mean_pr_ap": mean_pr_ap(grid)})
         units = self.units(by_stem)
-        return EvalResult(records=records, figures=curve_figures(grid), units=[units[r["variant"]] for r in records])
+        listed = [units[r["variant"]] for r in records]
+        return EvalResult(records=records, figures=curve_figures(grid), units=listed,
+                          failure_sheet=lambda index, rows: self.failure_sheet(listed[index], rows))
 
     def units(self, by_stem: Mapping[str, np.ndarray]) -> dict[str, Units]:
         """Per record variant, its pairs (:mod:`vsbench.benchmarks.patch_pairs.units`), clustered by the
@@ -199,6 +201,17 @@ class PatchPairsBenchmark:
                                 clusters={name: pair_sequences(f.first, self.sequence_pattern)
                                           for name, f in files.items()})
 
+    def failure_sheet(self, units: Units, rows: int) -> Any:
+        """The record's hardest false positives and false negatives at its 95%-recall threshold, as a
+        :class:`~vsbench.reporting.sheets.Sheet` (:mod:`vsbench.benchmarks.patch_pairs.failures`); the
+        engine writes it beside the record's unit file. Raises when the patch folder is gone."""
+        from vsbench.benchmarks.patch_pairs.failures import pair_failure_sheet
+
+        if not self.patches_dir.is_dir():
+            raise FileNotFoundError(f"the patch folder {self.patches_dir} is not there")
+        files = {**self.positives, **self.negatives}
+        return pair_failure_sheet(units, {name: (f.first, f.second) for name, f in files.items()}, self.patches_dir,
+                                  self.patch_ext, rows)
 
 
 
