@@ -5,6 +5,7 @@ be made is one warning, never a failed step."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -110,15 +111,16 @@ def test_the_similarity_score_writes_each_records_sheet_and_names_it(tmp_path: P
     root = tmp_path / "data"
     features = _patch_set(root, {"neg_diffseq_1_a": f"x{EVIL.replace('/', '')}"})
     result = _engine_score(root, features, tmp_path / "out")
-    written = json.loads((tmp_path / "out" / "metrics.json").read_text())["units"]
-    assert [entry["failures"]["total"] for entry in written] == [4, 1, 5, 2, 6]  # the mean pools every file
-    for entry in written:
+    written = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    records, entries = written["records"], written["units"]
+    assert [record["failures"]["total"] for record in records] == [4, 1, 5, 2, 6]  # the mean pools every file
+    for record, entry in zip(records, entries):
         stem = Path(entry["file"]).stem
-        assert entry["failures"]["png"] == f"failures/{stem}.png" and entry["failures"]["html"] == f"failures/{stem}.html"
-        assert (tmp_path / "out" / entry["failures"]["png"]).read_bytes().startswith(b"\x89PNG")
-    page = (tmp_path / "out" / written[0]["failures"]["html"]).read_text()
+        assert record["failures"]["png"] == f"failures/{stem}.png" and record["failures"]["html"] == f"failures/{stem}.html"
+        assert (tmp_path / "out" / record["failures"]["png"]).read_bytes().startswith(b"\x89PNG")
+    page = (tmp_path / "out" / records[0]["failures"]["html"]).read_text()
     assert "<script>" not in page and "x&lt;script&gt;alert(1)&lt;script&gt;" in page
-    assert result.unit_files[0]["failures"] == written[0]["failures"]
+    assert result.records[0]["failures"] == records[0]["failures"]
 
 
 def test_sheets_off_and_a_patch_folder_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -128,7 +130,7 @@ def test_sheets_off_and_a_patch_folder_gone(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv(SHEET_ROWS_ENV, "0")
     _engine_score(root, features, tmp_path / "off")
     assert not (tmp_path / "off" / "failures").exists()
-    assert all("failures" not in e for e in json.loads((tmp_path / "off" / "metrics.json").read_text())["units"])
+    assert all("failures" not in r for r in json.loads((tmp_path / "off" / "metrics.json").read_text())["records"])
     monkeypatch.delenv(SHEET_ROWS_ENV)
     bench = load_patch_pairs(root)
     for path in (root / "patches").iterdir():
@@ -265,16 +267,20 @@ def test_an_abid_image_outside_the_root_is_refused(abid: Path, tmp_path: Path, t
 
 
 def test_the_evaluation_run_logs_the_sheet_under_failures(tmp_path: Path) -> None:
+    from vsbench.reporting.record_sheets import failure_files
     from vsbench.tracking.evaluations import Embedder, _log_failures, evaluations_of
 
-    png, html = tmp_path / "a.png", tmp_path / "a.html"
+    (tmp_path / "failures").mkdir()
+    png, html = tmp_path / "failures" / "a.png", tmp_path / "failures" / "a.html"
     png.write_bytes(b"\x89PNG")
     html.write_text("<html>")
-    unit = {"path": str(tmp_path / "u.parquet"), "sha256": "0" * 64,
-            "failures": {"png": str(png), "html": str(html), "rows": 1, "total": 3}}
-    (evaluation,) = evaluations_of("patch_pairs", [{"variant": "mean", "mean_pr_ap": 0.5}], Embedder(model="m"),
-                                   run_params={}, units=[unit])
-    assert evaluation.failure_files == [str(png), str(html)]
+    record = {"variant": "mean", "mean_pr_ap": 0.5,
+              "failures": {"png": "failures/a.png", "html": "failures/a.html", "rows": 1, "total": 3,
+                           "sha256": {"png": hashlib.sha256(png.read_bytes()).hexdigest(),
+                                      "html": hashlib.sha256(html.read_bytes()).hexdigest()}}}
+    (evaluation,) = evaluations_of("patch_pairs", [record], Embedder(model="m"), run_params={},
+                                   failures=[failure_files(record, tmp_path)])
+    assert sorted(evaluation.failures) == sorted([str(png), str(html)])
 
     class Client:
         logged: list[tuple[str, str, str]] = []
@@ -284,7 +290,7 @@ def test_the_evaluation_run_logs_the_sheet_under_failures(tmp_path: Path) -> Non
 
     client = Client()
     _log_failures(client, "run", evaluation)
-    assert client.logged == [("run", str(png), "failures"), ("run", str(html), "failures")]
+    assert sorted(client.logged) == sorted([("run", str(png), "failures"), ("run", str(html), "failures")])
 
 
 def test_the_sheets_png_reads_back_exactly() -> None:
