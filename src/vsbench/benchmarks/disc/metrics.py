@@ -179,10 +179,13 @@ def match_predictions(pred_query: ArrayLike, pred_reference: ArrayLike, pred_sco
     q_codes, gq_codes = _query_codes(pq, gq)
     n_queries = int(max(q_codes.max(initial=-1), gq_codes.max()) + 1)
     r_codes, gr_codes, n_refs = _reference_codes(pr, gr, n_queries)
-    pred_keys = q_codes * n_refs + r_codes  # one int64 per (query, reference) pair
+    pred_keys = np.multiply(q_codes, n_refs, dtype=np.int64)  # one int64 per (query, reference) pair
+    pred_keys += r_codes
+    del r_codes  # the largest arrays of a scoring are these few: each is let go once used (issue 48)
     order = np.argsort(pred_keys)
     sorted_keys = pred_keys[order]
     _reject_duplicates(sorted_keys, pred_keys, pq, pr)
+    del pred_keys
 
     unique_gt, first_row, multiplicity = np.unique(gq_codes * n_refs + gr_codes, return_index=True,
                                                    return_counts=True)
@@ -416,7 +419,9 @@ def _top_pairs(q_codes: np.ndarray, scores: np.ndarray, n_queries: int, gt_q_cod
     with no other prediction of the query tying it (``alone``: isc2021's rank 0)."""
     best = np.full(n_queries, -np.inf)
     np.maximum.at(best, q_codes, scores)
-    at_best = np.bincount(q_codes, weights=scores == best[q_codes], minlength=n_queries)
+    # How many predictions of each query score its top: a count of the tied ones (no float weights:
+    # two arrays as large as the predictions fewer, issue 48's memory bound).
+    at_best = np.bincount(q_codes[scores == best[q_codes]], minlength=n_queries)
     on_top = predicted & (gt_scores == best[gt_q_codes])
     return on_top, on_top & (at_best[gt_q_codes] == 1)
 
