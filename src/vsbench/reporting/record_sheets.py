@@ -17,9 +17,8 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vsbench.reporting.sheets import SHEET_ROWS_ENV, Sheet, sheet_rows, thumbnails, write_sheet
+from vsbench.reporting.sheets import FAILURES_DIR, SHEET_ROWS_ENV, Sheet, failure_rows, thumbnails, write_sheet
 
-FAILURES_DIR = "failures"
 FAILURES_KEY = "failures"  # the record's key
 
 
@@ -31,11 +30,7 @@ def write_failure_sheets(benchmark: str, records: Sequence[MutableMapping[str, A
     sheets: nothing is said) or the sheets are off."""
     if make is None:
         return 0
-    try:
-        rows = sheet_rows()
-    except ValueError as exc:
-        print(f"vsbench: {benchmark}: no failure sheets ({exc})", file=sys.stderr)
-        return 0
+    rows = failure_rows()  # a bad VSBENCH_FAILURE_ROWS: one warning, no sheets
     if rows == 0:
         return 0
     thumbs = thumbnails()  # one image, one decode, for every sheet of this score
