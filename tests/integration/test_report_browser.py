@@ -5,7 +5,7 @@ the report built from it must render offline: every leaderboard table with its r
 baselines marked as baselines of their scores), every value and run linked to its MLflow run, a
 data/profile/code line per run, every plot decoded (the report's own script counts them into
 ``data-plots-decoded``), and a screenshot that is a page, not a blank.
-``VSBENCH_UPDATE_SCREENSHOT=1`` copies the screenshot to docs/img/compare-report.png (the README's).
+``VSBENCH_UPDATE_SCREENSHOT=1`` copies the screenshot to docs/img/compare-report.png (the README's and docs/compare.md's).
 
 Chromium is a system package: ``make test`` installs it (``apt-get install -y chromium``). Without
 it this test FAILS rather than skips, so a CI image that lost it cannot pass unnoticed.

@@ -1,4 +1,4 @@
-"""bench/resize.py runs end to end on a few images and writes the figures README "Figures" quotes.
+"""bench/resize.py runs end to end on a few images and writes the figures docs/figures.md quotes.
 
 Not a timing test (figures from 8 images mean nothing): it keeps the bench runnable and its JSON
 keys, the on-disk pass and the file-work row in place.

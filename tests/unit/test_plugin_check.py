@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,6 +52,17 @@ def test_check_passes_the_installed_example_plugin_by_entry_point_name(plugin_si
     assert model.stdout.startswith("OK model mean_colour (entry point mean_colour = vsbench_example.mean_colour"), \
         model.stdout
     assert "dim 6, input 32x32" in model.stdout and "mean (0.0, 0.0, 0.0), std (1.0, 1.0, 1.0)" in model.stdout
+
+
+def test_check_run_runs_the_installed_plugin_end_to_end_without_the_checkout(plugin_site: Path, tmp_path: Path) -> None:
+    """docs/plugins.md's test command for a plugin's own environment: no tests/ folder, no pytest."""
+    env = environment(plugin_site)
+    done = subprocess.run([sys.executable, "-m", "vsbench", "benchmarks", "--check", "colour_match", "--run"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[-1].startswith("OK trial colour_match: generated data (seed 3)"), done.stdout
+    alone = vsbench(env, "benchmarks", "--run")
+    assert alone.returncode == 2 and alone.stderr.startswith("error: --run goes with --check NAME")
 
 
 def test_check_takes_a_reference_before_the_plugin_is_installed() -> None:

@@ -5,19 +5,15 @@ A new benchmark is tested here by registering it, without writing a test."""
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from vsbench.benchmarks import registry
 from vsbench.benchmarks.registry import BenchmarkSpec
-from vsbench.io.features import FeatureSet, save_features
-from vsbench.retrieval.engine import Engine
 from vsbench.runspec.run import SimilarityRun
 from vsbench.steps.similarity import run_inline
+from vsbench.steps.trial import random_features, trial_problems
 
 SPECS = registry.specs()
 GENERATED = [name for name, spec in SPECS.items() if spec.generator]
@@ -48,39 +44,27 @@ def _generated(name: str, out: Path) -> tuple[Path, dict]:
 
 def _random_features(spec: BenchmarkSpec, root: Path, options: dict, path: Path) -> None:
     """A seeded random feature for every image the benchmark embeds (rows repeated: ties)."""
-    bench = spec.load(root, **options)
-    ids = sorted({i for images in bench.image_sets().values() for i in images.ids})
-    values = np.random.default_rng(11).standard_normal((len(ids), 8)).astype(np.float32)
-    values[1::4] = values[0::4][: len(values[1::4])]
-    save_features(path, FeatureSet(np.asarray(ids), values))
+    random_features(spec, root, options, path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", GENERATED)
 def test_a_generated_benchmark_runs_end_to_end_and_shards_change_no_number(tmp_path: Path, name: str) -> None:
-    spec = SPECS[name]
-    root, options = _generated(name, tmp_path / "data")
-    features = tmp_path / "features.npz"
-    _random_features(spec, root, options, features)
-    run = SimilarityRun(benchmark=name, root=str(root), benchmark_options=options, model="precomputed",
-                        model_options={"path": str(features)}, score_norm="")
-    records = run_inline(run, tmp_path / "one", progress=False).manifest["records"]
-    assert records
-    keys = {key for record in records for key in record}
-    assert set(spec.metrics) <= keys, f"{name} declares metrics its records lack: {set(spec.metrics) - keys}"
-    for record in records:
-        for key, value in record.items():
-            assert not (isinstance(value, float) and math.isinf(value)), (name, key)
-    sharded = run.model_copy(update={"num_shards": 2, "search_shards": 2, "reference_shards": 2})
-    assert run_inline(sharded, tmp_path / "sharded", progress=False).manifest["records"] == records
-    written = json.loads((tmp_path / "one" / "metrics.json").read_text())
-    assert {k: written[k] for k in ("benchmark", "records")} == {"benchmark": name, "records": records}
-    assert len(written["units"]) == len(records)  # per record, its unit file, or None (no intervals)
-    for record, entry in zip(records, written["units"]):
-        if entry is not None:  # what the units recompute is in the record, with its interval
-            assert (tmp_path / "one" / entry["file"]).is_file()
-            assert all(m in record and f"{m}_ci95_low" in record for m in entry["metrics"]), (name, entry)
-    assert Engine(run, tmp_path / "one").bench is not None
+    """The trial run a plugin's author runs as ``vsbench benchmarks --check NAME --run``: generated data,
+    random features, every declared metric reported, finite, the same records with shards, metrics.json
+    and the unit files as the records say."""
+    assert trial_problems(name, tmp_path) == []
+
+
+def test_the_trial_run_names_a_declared_metric_the_records_lack(tmp_path: Path, monkeypatch) -> None:
+    """The trial can fail: a spec declaring a metric its records never report is one sentence naming it."""
+    spec = SPECS["disc"]
+    lying = BenchmarkSpec(**{**{f: getattr(spec, f) for f in ("name", "title", "loader", "generator", "aliases",
+                                                                  "tasks", "lower_is_better", "datasets")},
+                             "metrics": (*spec.metrics, "no_such_metric")})
+    monkeypatch.setattr(registry, "get", lambda name: lying)
+    problems = trial_problems(spec.name, tmp_path)
+    assert problems == [f"{spec.name}: its records lack declared metrics no_such_metric (BenchmarkSpec.metrics)"]
 
 
 @pytest.mark.parametrize("name", GENERATED)

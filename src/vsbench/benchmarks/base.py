@@ -26,7 +26,7 @@ that index, search and score can be pipeline steps of their own (:mod:`vsbench.r
 Benchmarks that score files without any model (``vsbench score ...``) use the same scorers in
 ``vsbench.metrics``.
 
-A benchmark plugin (README "Add your own benchmark") imports what an adapter deals in from here,
+A benchmark plugin (docs/plugins.md) imports what an adapter deals in from here,
 :data:`__all__`: wherever those types live inside vsbench, this module keeps naming them.
 """
 

@@ -5,7 +5,7 @@ then checked from its declarations alone: the spec's fields and their types, the
 names (each imported, callable, and callable the way vsbench calls it), and the adapter class the
 loader's return annotation names (its methods and their return annotations). Nothing is generated,
 loaded or embedded, so the check takes a second and needs no data; the run over generated data is
-``pytest tests/unit/test_registry.py -k NAME`` (docs/plugins.md).
+``--check NAME --run`` (``vsbench.steps.trial``; docs/plugins.md).
 
 Each problem is one sentence naming what to change; the caller prints them one a line.
 """

@@ -20,11 +20,17 @@ def list_benchmarks(
         help="Check a benchmark or model plugin instead: an entry-point name (vsbench.benchmarks or "
              "vsbench.models), a 'module:attribute' or module, or a registered name. One line per problem, "
              "exit 2; an OK line per benchmark and model otherwise. Default: no check, list the benchmarks.")] = None,
+    run: Annotated[bool, typer.Option(
+        "--run", help="With --check: also run each benchmark it names end to end, in a temporary folder: its "
+                      "generator's data, random features, unsharded and with 2 shards (what vsbench's own tests "
+                      "run over every benchmark; no checkout, nothing downloaded or tracked).")] = False,
 ) -> None:
     """Every registered benchmark: its name, the other spellings commands accept, tasks and metrics."""
     if check is not None:
-        check_plugin(check)
+        check_plugin(check, run=run)
         return
+    if run:
+        fail("--run goes with --check NAME: vsbench benchmarks --check NAME --run")
     with user_errors():
         found = specs()
     if as_json:
@@ -51,10 +57,11 @@ def list_benchmarks(
             typer.echo(f"  commands: {'; '.join(extras)}")
 
 
-def check_plugin(plugin: str) -> None:
+def check_plugin(plugin: str, *, run: bool = False) -> None:
     """``--check PLUGIN``: every benchmark spec and model ``plugin`` names, checked; each problem one
     line on stderr (exit 2), else one OK line each on stdout. Only that plugin is loaded, so a plugin
-    that breaks the registry (and so every other command) can still be checked."""
+    that breaks the registry (and so every other command) can still be checked. ``run``: then each
+    benchmark's trial run (:mod:`vsbench.steps.trial`), once the declarations passed."""
     found = _checked(plugin)
     problems = [line for lines, _ in found for line in lines]
     for line in problems:
@@ -63,6 +70,41 @@ def check_plugin(plugin: str) -> None:
         raise typer.Exit(BAD_INPUT_EXIT)
     for _, summary in found:
         typer.echo(summary)
+    if run:  # "OK benchmark NAME (...)": a benchmark's name holds no space (registry.NAME_PATTERN)
+        _trial([summary.split()[2] for _, summary in found if summary.startswith("OK benchmark ")])
+
+
+def _trial(names: list[str]) -> None:
+    """Each benchmark's trial run in a temporary folder: one line per problem (exit 2), else an OK line."""
+    import tempfile
+    from pathlib import Path
+
+    from vsbench.benchmarks import registry
+    from vsbench.steps.trial import SEED, trial_problems
+
+    if not names:
+        fail("--run: the plugin names no benchmark (a model is built and run on two images by --check itself)")
+    problems: list[str] = []
+    for name in names:
+        try:
+            registry.get(name)
+        except ValueError:
+            problems.append(f"--run {name}: not registered here; install the plugin (pip install ./your-plugin) so "
+                            "that its entry point names it, then run it again")
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"vsbench-trial-{name}-") as work:
+            try:
+                found = trial_problems(name, Path(work))
+            except Exception as exc:  # noqa: BLE001 - the plugin's own code failed: one line, which benchmark
+                found = [f"{name}: the trial run raised {type(exc).__name__}: {exc}"]
+        problems += found
+        if not found:
+            typer.echo(f"OK trial {name}: generated data (seed {SEED}), random features, every declared metric "
+                       "reported, the same records with 2 shards")
+    for line in problems:
+        typer.echo(f"error: {line}", err=True)
+    if problems:
+        raise typer.Exit(BAD_INPUT_EXIT)
 
 
 def _checked(plugin: str) -> list[tuple[list[str], str]]:
