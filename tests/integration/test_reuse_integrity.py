@@ -30,8 +30,9 @@ from vsbench.cli.app import app
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")]
 
-OUTPUTS = ("metrics.json", "disc_metrics.csv", ".png", ".parquet")  # what a run writes for the user (the
-# per-query units under out/units/ included: written by every score, never read back), never reads back
+OUTPUTS = ("metrics.json", "disc_metrics.csv", ".png", ".parquet", ".html")  # what a run writes for the user (the
+# per-query units under out/units/ and the failure sheets under out/failures/ included: written by every
+# score, never read back), never reads back
 LOCKS = ".vsbench-lock"  # one-writer locks: their content only names the holder in a message
 DAMAGES = ("flip", "truncate", "random", "swap", "empty", "foreign")
 STAGES = ("cache", "features", "index", "search")  # each made from the one before
