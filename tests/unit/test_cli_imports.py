@@ -95,6 +95,26 @@ def test_a_refused_similarity_run_loads_neither_torch_nor_faiss(tmp_path: Path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("step", ["index", "search", "score"])
+def test_a_refused_step_command_loads_neither_torch_nor_faiss(tmp_path: Path, step: str) -> None:
+    """`similarity index|search|score` check their options before importing the step (torch, faiss)."""
+    argv = ["similarity", step, "--benchmark", "disc", "--root", str(tmp_path / "no-such-root"),
+            "--out", str(tmp_path / "nothing")]
+    codes, loaded, stderr = _loaded(argv, cwd=tmp_path)
+    assert codes == [2] and "error: --root" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert not loaded & set(CHECKED), sorted(loaded & set(CHECKED))
+
+
+def test_a_refused_similarity_submit_loads_no_torch(tmp_path: Path) -> None:
+    """`vsbench submit --pipeline similarity` reads the pipeline's parameters (kfp) and asks faiss about
+    a codec it does not know, but the model (torch) waits for the other checks to pass."""
+    argv = ["submit", "--host", "http://127.0.0.1:9", "--pipeline", "similarity", "--arg", "codecs=Bogus",
+            "--arg", "model=nosuch"]
+    codes, loaded, stderr = _loaded(argv, cwd=tmp_path)
+    assert codes == [2] and "error: --arg codecs" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert not loaded & {"torch", "mlflow", "pandas"}, sorted(loaded & {"torch", "mlflow", "pandas"})
+
+
 def test_the_plain_codecs_the_preflight_takes_without_faiss_are_faiss_codecs() -> None:
     """:data:`PLAIN_CODECS` are passed without asking faiss: each must pass its check."""
     from vsbench.index.codec import check_codec

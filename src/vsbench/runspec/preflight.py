@@ -7,7 +7,8 @@ after the one before it was fixed. :func:`similarity_problems` checks the run's 
 folder and its output folder without reading an image or building a model, and returns every
 problem it finds, each a line that names the option (or file) and the fix; the benchmark it
 loaded on the way (its native files: lists and ground truth, no image) is returned too, so the
-run does not read them twice.
+run does not read them twice. The checks that need torch (the model, a CUDA device) or pandas (the
+benchmark's files) wait for the others to pass: a refused run answers in under 2 s (issue 48).
 
 What is checked: the run spec's own fields (:class:`~vsbench.runspec.run.SimilarityRun`), the
 benchmark's options against its loader, the data folder and the benchmark's native files, the
@@ -222,7 +223,9 @@ def submitted_problems(arguments: dict[str, Any]) -> list[str]:
     """The problems of a similarity pipeline's ``arguments`` that this machine can tell before a
     cluster runs them (``vsbench cluster submit --pipeline similarity``): the run spec's fields, the
     benchmark's option names, the model and its options, each codec and the search parameters
-    against it, the score normalization. Paths, files and the device are the cluster's, not checked."""
+    against it, the score normalization. Paths, files and the device are the cluster's, not checked.
+    The model (whose registry imports torch) is checked once the others pass, as in
+    :func:`similarity_problems`."""
     fields = {name: arguments[name] for name in SimilarityRun.model_fields if name in arguments}
     fields.setdefault("benchmark", "disc")  # the pipeline's own defaults for the two it requires
     fields.setdefault("root", "/data")
@@ -233,6 +236,7 @@ def submitted_problems(arguments: dict[str, Any]) -> list[str]:
 
         _collect(problems, lambda: get(run.benchmark).check_options(run.benchmark_options), _argument(
             "benchmark_options: "))
-        _model(run, "inline", problems, _argument)
         _search(run, problems, _argument)
+        if not problems:
+            _model(run, "inline", problems, _argument)
     return problems
