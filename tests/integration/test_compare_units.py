@@ -128,9 +128,12 @@ def test_leaderboard_reads_intervals_and_marks_the_indistinguishable(board):
     # disjoint; plain has none), each once.
     assert reader.downloads == 3 and not reader.refused
 
-    text = render_leaderboard(mark_indistinguishable(frame, reader))
-    print(text)
+    marked = mark_indistinguishable(frame, reader)
     assert reader.downloads == 3  # cached
+    default = render_leaderboard(marked)  # within 100 columns: the intervals and tests with --details
+    assert all(len(line) <= 100 for line in default.splitlines()) and "0.6925≈" in default, default
+    text = render_leaderboard(marked, width=80, details=True)
+    print(text)
     assert all(len(line) <= 80 for line in text.splitlines()), text
     close_line = next(line for line in text.splitlines() if line.strip().startswith("close"))
     assert re.search(r"0\.6925 \[0\.\d+, 0\.\d+\]≈\s+p=\d\.\d{3} paired$", close_line), close_line

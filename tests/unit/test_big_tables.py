@@ -111,7 +111,7 @@ def test_out_of_memory_while_reading_is_one_line_naming_the_file(tmp_path: Path,
 
 def test_an_out_of_memory_elsewhere_is_one_line_without_a_traceback_file(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from vsbench.cli import score
+    from vsbench.benchmarks.disc import metrics as disc_metrics
 
     def no_memory(*args: object, **kwargs: object) -> None:
         raise MemoryError
@@ -120,7 +120,7 @@ def test_an_out_of_memory_elsewhere_is_one_line_without_a_traceback_file(tmp_pat
     preds.write_text("query_id,reference_id,score\nQ1,R1,0.5\n")
     gt = tmp_path / "gt.csv"
     gt.write_text("query_id,reference_id\nQ1,R1\n")
-    monkeypatch.setattr(score, "copy_detection_metrics", no_memory)
+    monkeypatch.setattr(disc_metrics, "copy_detection_metrics", no_memory)
     monkeypatch.setenv("VSBENCH_ERROR_DIR", str(tmp_path / "errors"))
     result = CliRunner().invoke(app, ["score", "copy-detection", "--predictions", str(preds), "--gt", str(gt),
                                       "--output", str(tmp_path / "m.json"), "--no-track"])

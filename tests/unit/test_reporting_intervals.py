@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from vsbench.reporting.leaderboard import leaderboard, render_leaderboard
+from vsbench.reporting.leaderboard import leaderboard, render_leaderboard, render_runs
 from vsbench.reporting.regression import compare_metrics
 from vsbench.reporting.runs import RunRecord
 from vsbench.reporting.significance import (
@@ -51,7 +51,7 @@ def test_leaderboard_cells_carry_intervals_and_fit_80_columns():
     uap = frame[frame.metric == "uap"].set_index("model")
     assert math.isclose(uap.loc[long_names[2], "low"], 0.65) and uap.loc[long_names[2], "best"]
     assert frame[frame.metric == "accuracy_at_1"].low.isna().all()
-    text = render_leaderboard(frame)
+    text = render_leaderboard(frame, width=80, details=True)
     print(text)
     assert all(len(line) <= 80 for line in text.splitlines())
     assert f"uap (higher is better)\n  {long_names[2]}\n    0.7 [0.65, 0.75]*\n" in text
@@ -61,6 +61,40 @@ def test_leaderboard_cells_carry_intervals_and_fit_80_columns():
     wide = render_leaderboard(leaderboard(short)).splitlines()
     assert wide[1].split() == ["metric", "better", "a", "c"]  # fits: the table as it always was
     assert wide[2].split() == ["uap", "higher", "0.5", "[0.4,", "0.6]*", "0.4", "[0.3,", "0.5]"]
+
+
+def test_compare_fits_100_columns_with_long_model_names_and_details_on_request():
+    """Issue 48: `vsbench compare` printed its leaderboard 233 columns wide. Now the models whose names
+    do not fit are m1, m2... with a legend of the full names, the intervals on request (--details)."""
+    names = ['resnet34 {"weights": "random"} · Flat', 'efficientnet_lite0 {"bins": 8} · PCAW64,L2norm,Flat',
+             'dino_vits16 · Flat', 'sscd_disc_mixup {"weights": "imagenet"} · PCAW512,L2norm,Flat',
+             'timm:convnext_tiny.fb_in22k_ft_in1k {"pool": "gem", "weights": "imagenet"} · IVF1024,PQ32 · ' + "x" * 90]
+    records = [RunRecord(f"{i:032x}", START, "vsbench-similarity", name, "disc",
+                         {"uap": 0.5 + i / 10, "uap_ci95_low": 0.45 + i / 10, "uap_ci95_high": 0.55 + i / 10,
+                          "accuracy_at_1": 0.3 + i / 100, "recall_at_p90": 0.1},
+                         {"vsbench.image": "registry.example.com/team/vsbench-cuda:2026.11.28-abcdef",
+                          "vsbench.image_id": "sha256:" + "f" * 64})
+               for i, name in enumerate(names)]
+    frame = leaderboard(records)
+    text = render_leaderboard(frame)
+    print(text)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100 and "[" not in text.split("models:")[0]  # intervals hidden
+    assert lines[1].split() == ["metric", "better", "m1", "m2", "m3", "m4", "m5"]
+    legend = text.split("models:\n")[1]
+    for label, name in zip(["m1", "m2", "m3", "m4"], sorted(names)):
+        assert f"  {label}  {name}\n" in legend  # the full name, each once
+    assert "m5  timm:convnext_tiny.fb_in22k_ft_in1k" in legend and "x" * 20 in legend
+    assert "vsbench compare --details" in text
+    detailed = render_leaderboard(frame, details=True)
+    assert "0.9 [0.85, 0.95]*" in detailed and all(name in detailed for name in names[:4])
+    runs = render_runs(records)
+    assert max(len(line) for line in runs.splitlines()) <= 100 and "  ran in registry.example.com" in runs
+    # A leaderboard that fits keeps its intervals and names (the table as it always was).
+    short = render_leaderboard(leaderboard([
+        RunRecord("r", START, "p", m, "b", {"uap": v, "uap_ci95_low": v - 0.1, "uap_ci95_high": v + 0.1}, {})
+        for m, v in (("a", 0.5), ("c", 0.4))]))
+    assert "models:" not in short and "[0.4, 0.6]*" in short and "[low, high]: 95% bootstrap interval" in short
 
 
 def test_the_readers_tests_pair_only_the_same_units_of_the_same_data():

@@ -29,6 +29,9 @@ def compare(
                                                               "both hold).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="With --runs: one JSON object instead of text; "
                                                          "no report.")] = False,
+    details: Annotated[bool, typer.Option(
+        "--details", help="The leaderboard with every value's 95% interval and the models' full names in place "
+                          "(default: within 100 columns, long names as m1, m2... with a legend).")] = False,
     tests: Annotated[bool, typer.Option(help="Test each model against the best from the runs' unit files "
                                              "(marks ≈); --no-tests reads no unit file.")] = True,
     sheet: Annotated[Path | None, typer.Option(
@@ -84,7 +87,7 @@ def compare(
         frame = leaderboard(records, lower)
         if tests and reader is not None:
             frame = mark_indistinguishable(frame, reader)
-        typer.echo(render_leaderboard(frame))
+        typer.echo(render_leaderboard(frame, details=details))
         typer.echo("")
         typer.echo(render_runs(records))
         for why in (reader.refused.values() if reader is not None else ()):

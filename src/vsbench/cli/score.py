@@ -3,7 +3,8 @@
 Each command reads and validates its inputs (:mod:`vsbench.io.readers`), calls one pure
 scorer, prints a small table and writes the record atomically. Bad input ends with exit code 2 and
 a one-line message on stderr that names the file and line, never a traceback.
-The readers (and pandas) are imported inside the commands, so that ``vsbench --help`` stays quick.
+The readers, scorers, numpy and the tracking (MLflow) are imported inside the commands, so that
+``vsbench --help`` stays quick (bench/cli_startup.py).
 JSON has no NaN: a value that does not exist (a class without examples) is written as ``null``.
 """
 
@@ -12,25 +13,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
 
-from vsbench.abid.metrics import WRAP_FREE_ERROR, counting_metrics, verification_metrics
-from vsbench.benchmarks.disc.metrics import copy_detection_metrics
-from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid
-from vsbench.benchmarks.product_search.metrics import product_search_metrics
 from vsbench.benchmarks.registry import builtin_specs
 from vsbench.benchmarks.ties import tie_fields
 from vsbench.cli.common import user_errors
 from vsbench.cli.helpfmt import App
-from vsbench.io import inputs
-from vsbench.io.storage import atomic_write_json
-from vsbench.stats.records import PLURAL, is_interval_field
-from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
 from vsbench.tracking.names import interval_name
-from vsbench.tracking.provenance import data_tags
+
+if TYPE_CHECKING:
+    import numpy as np
 
 score_app = App(no_args_is_help=True, add_completion=False,
                 help="Score result files against ground truth; write a metrics JSON.")
@@ -84,6 +78,8 @@ def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[st
     import json
     import time
 
+    from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
+    from vsbench.tracking.provenance import data_tags
     from vsbench.tracking.units import UNITS_DIR, UNITS_TAG
 
     artifacts = {str(output): ""}
@@ -124,6 +120,8 @@ def print_record(title: str, record: dict[str, Any], units: Any = None, resampli
     scores) with their intervals. A metric with a ``<name>_worst``/``<name>_best`` range (ties that
     other orders would break otherwise) shows it beside its value.
     """
+    from vsbench.stats.records import is_interval_field
+
     ranges = {key[: -len("_worst")] for key in record if key.endswith("_worst") and
               key[: -len("_worst")] + "_best" in record}
     shown = {k: ({i: x for i, x in v.items() if not is_interval_field(i)} if isinstance(v, dict) else v)
@@ -154,6 +152,8 @@ def _unit_only_rows(record: dict[str, Any], units: Any, shown: set[str]) -> list
     names = [m for m in units.metrics if m not in shown and _interval_of(record, m) is not None]
     if not names:
         return []
+    import numpy as np
+
     from vsbench.stats.statistics import evaluate
 
     values = evaluate(units, np.ones((1, len(units)), dtype=np.int32), {m: units.metrics[m] for m in names})
@@ -165,6 +165,8 @@ def _unit_only_rows(record: dict[str, Any], units: Any, shown: set[str]) -> list
 
 
 def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
+    from vsbench.stats.records import PLURAL, is_interval_field
+
     if units is None:
         return "  (95% intervals are not available for this benchmark here: its scorer keeps no per-unit outcomes)"
     if resampling is None or not resampling.enabled or not any(is_interval_field(k) for k in record):
@@ -177,6 +179,8 @@ def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
 
 def _report(title: str, record: dict[str, Any], output: Path, units: Any = None, resampling: Any = None) -> None:
     """Print the record (:func:`print_record`), then write the whole record."""
+    from vsbench.io.storage import atomic_write_json
+
     print_record(title, record, units, resampling)
     with user_errors():
         atomic_write_json(output, record)
@@ -239,6 +243,7 @@ def abid_counting(
     """ABID counting: accuracy, RMSE, per-class accuracy and RMSE (each with its 95% bootstrap interval
     over the questions), confusion matrix. The per-question outcomes go to <output>.units.parquet."""
     from vsbench.abid import readers as abid_readers
+    from vsbench.abid.metrics import counting_metrics
     from vsbench.abid.units import counting_units
 
     resampling = _resampling(resamples)
@@ -272,6 +277,9 @@ def _listed(values: list[int], most: int = 10) -> str:
 def _counting_notes(pred: Path, answers: np.ndarray, truth: np.ndarray, per_class_count: np.ndarray) -> list[str]:
     """One line each, whatever the number of classes or answers: classes the ground truth does not
     use, answers outside its classes, and errors too large for the challenge script's integer square."""
+    import numpy as np
+
+    from vsbench.abid.metrics import WRAP_FREE_ERROR
 
     notes = []
     classes = per_class_count.size
@@ -307,7 +315,10 @@ def abid_verification(
 ) -> None:
     """ABID object verification: accuracy (with its 95% bootstrap interval over the questions), precision
     and recall of "yes". The per-question outcomes go to <output>.units.parquet."""
+    import numpy as np
+
     from vsbench.abid import readers as abid_readers
+    from vsbench.abid.metrics import verification_metrics
     from vsbench.abid.units import answer_units
 
     resampling = _resampling(resamples)
@@ -342,7 +353,9 @@ def abid_quantity(
 ) -> None:
     """ABID quantity verification: accuracy, with its 95% bootstrap interval over the questions. The
     per-question outcomes go to <output>.units.parquet."""
+
     from vsbench.abid import readers as abid_readers
+    from vsbench.abid.metrics import verification_metrics
     from vsbench.abid.units import answer_units
 
     resampling = _resampling(resamples)
@@ -377,7 +390,7 @@ def copy_detection(
     """DISC2021 metrics: micro AP, accuracy at 1, recall at precision 0.9, as isc2021 computes them, each
     with its 95% bootstrap interval over the queries. The per-query outcomes go to <output>.units.parquet."""
     from vsbench.benchmarks.disc import readers as disc_readers
-    from vsbench.benchmarks.disc.metrics import match_predictions
+    from vsbench.benchmarks.disc.metrics import copy_detection_metrics, match_predictions
     from vsbench.benchmarks.disc.units import copy_detection_units
     from vsbench.io.ids import release_memory
 
@@ -433,12 +446,14 @@ def pairs(
     sequence here: `similarity run` on the patches does that). The per-pair outcomes go to
     <output>.units.<variant>.parquet."""
     from vsbench.benchmarks.patch_pairs import readers as pairs_readers
+    from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid
     from vsbench.benchmarks.patch_pairs.units import patch_pair_units
+    from vsbench.io.inputs import InputError
 
     resampling = _resampling(resamples)
     with user_errors():
         if not results.is_dir():
-            raise inputs.InputError(results, "not a folder")
+            raise InputError(results, "not a folder")
         positives = {name: pairs_readers.read_hpatches_results(results / f, 1) for name, f in HPATCHES_POSITIVES.items()}
         negatives = {name: pairs_readers.read_hpatches_results(results / f, 0) for name, f in HPATCHES_NEGATIVES.items()}
         grid = patch_pair_grid(positives, negatives)
@@ -471,6 +486,7 @@ def product_search(
     """Language-assisted product search: mAP of the annotated candidates ranked by cosine, with its 95%
     bootstrap interval over the queries. The per-query outcomes go to <output>.units.parquet."""
     from vsbench.benchmarks.product_search import readers as product_readers
+    from vsbench.benchmarks.product_search.metrics import product_search_metrics
     from vsbench.benchmarks.product_search.units import product_search_units, query_ids
 
     resampling = _resampling(resamples)

@@ -321,8 +321,6 @@ def similarity_index(
 
     {checks}"""
     refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
-    from vsbench.steps.similarity import similarity_index_step
-
     stages = [name for name, chosen in (("train", train), ("fill", fill), ("finish", finish)) if chosen]
     if len(stages) > 1 or (fill and shard is None) or (shard is not None and not fill):
         fail("give at most one of --train, --fill --shard i, --finish (none: all three in turn); --shard goes "
@@ -330,6 +328,8 @@ def similarity_index(
     stage = stages[0] if stages else "all"
     run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, reference_shards=reference_shards, merge_ondisk=merge_ondisk)
+    from vsbench.steps.similarity import similarity_index_step  # torch and faiss: once the checks pass
+
     with user_errors():
         result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard,
                                        model_options=_asked_options(model_options), seed=seed)
@@ -363,12 +363,12 @@ def similarity_search(
 
     {checks}"""
     refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
-    from vsbench.retrieval.engine import Engine
-    from vsbench.steps.similarity import search_tasks, similarity_search_step
-
     run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
+    from vsbench.retrieval.engine import Engine  # torch and faiss: once the checks pass
+    from vsbench.steps.similarity import search_tasks, similarity_search_step
+
     # One read of the benchmark and the features (and one check of them) for every task.
     engine = Engine(run, out, model=model, model_options=_asked_options(model_options), seed=seed)
     for number in task if task else search_tasks(search_shards, reference_shards, merge_ondisk):
@@ -398,12 +398,12 @@ def similarity_score(
     refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
     import time
 
-    from vsbench.retrieval.engine import Engine
-    from vsbench.steps.similarity import similarity_score_step
-
     run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, global_cap=global_cap, search_shards=search_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
+    from vsbench.retrieval.engine import Engine  # torch and faiss: once the checks pass
+    from vsbench.steps.similarity import similarity_score_step
+
     started = time.time()
     engine = Engine(run, out, model=model, model_options=_asked_options(model_options), seed=seed)
     with user_errors():

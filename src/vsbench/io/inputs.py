@@ -32,9 +32,10 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported by the array readers only: vsbench --help never loads it
+    import numpy as np
 
 QUOTE_CHARS = 100
 T = TypeVar("T")
@@ -330,6 +331,8 @@ def read_bytes(path: str | Path, *, max_bytes: int, variable: str) -> bytes:
 
 
 def _npy_header(handle: Any) -> tuple[tuple[int, ...], np.dtype]:
+    import numpy as np
+
     version = np.lib.format.read_magic(handle)
     if version == (1, 0):
         shape, _, dtype = np.lib.format.read_array_header_1_0(handle, max_header_size=10_000)
@@ -423,6 +426,8 @@ def load_arrays(path: str | Path, names: tuple[str, ...] | list[str] | None = No
     only those members of an ``.npz`` are checked and read (the ones it lacks are left out of the
     result for the caller to name): an unused 3 GiB member costs nothing."""
     path = Path(path)
+    import numpy as np
+
     check_array_file(path, names)
     try:
         data = np.load(path, allow_pickle=False)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas (~0.4-1.4 s) is imported by the readers that parse: a check never loads it
+    import pandas as pd
 
 from vsbench.io.ids import Ids
 from vsbench.io.inputs import (
@@ -30,6 +32,8 @@ def read_text_csv(path: Path) -> pd.DataFrame:
     (with a header it may instead silently turn the first column into an index). The file passes
     the bounded checks first (size, line length, UTF-8), so pandas never sees a 2 GB line.
     """
+    import pandas as pd
+
     check_text(path, encoding="utf-8-sig")
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, header=None,
@@ -90,6 +94,8 @@ def check_nonempty_fields(path: Path, frame: pd.DataFrame, columns: list[str], f
 
 
 def parse_finite(path: Path, text: pd.Series, what: str, first_line: int) -> np.ndarray:
+    import pandas as pd
+
     values = pd.to_numeric(text.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
     if (row := first_true(~np.isfinite(values))) is not None:
         raw = text.iloc[row].strip()

@@ -103,7 +103,10 @@ BEST_MARK = "*"
 SAME_MARK = "≈"
 FOOTER = ("* best latest value among the models (higher is better unless the column says lower); "
           "≈ not distinguishable from the best (p >= 0.05, paired test on the same units, else unpaired "
-          "bootstrap); [low, high]: 95% bootstrap interval")
+          "bootstrap)")
+INTERVALS_NOTE = "[low, high]: 95% bootstrap interval"
+HIDDEN_NOTE = "each value's 95% interval and the full names in place: vsbench compare --details"
+WIDTH = 100  # the terminal columns the leaderboard fits without --details (issue 48)
 
 
 @dataclass(frozen=True)
@@ -156,34 +159,62 @@ def _text_table(rows: list[list[str]], left: tuple[int, ...] = (0,)) -> str:
                                enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
-def _cell_text(cell: Cell | None) -> str:
+def _cell_text(cell: Cell | None, intervals: bool = True) -> str:
     if cell is None:
         return "- "
-    interval = f" {cell.interval}" if cell.interval else ""
+    interval = f" {cell.interval}" if intervals and cell.interval else ""
     return f"{cell.text}{interval}{cell.mark or ' '}"
 
 
-def _wide(models: list[str], rows: list[tuple[str, str, list[Cell | None]]]) -> str:
+def _wide(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], intervals: bool = True) -> str:
     """Metrics as rows, a column per model: the table as it always was."""
-    lines = [["metric", "better", *models]] + [[metric, better, *(_cell_text(cell) for cell in cells)]
+    lines = [["metric", "better", *models]] + [[metric, better, *(_cell_text(cell, intervals) for cell in cells)]
                                                for metric, better, cells in rows]
     return _text_table(lines)
 
 
-def _long(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], width: int = 80) -> str:
-    """A block per metric, a row per model (what fits 80 columns when the models are many or their
+def _long(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], width: int = WIDTH,
+          intervals: bool = True) -> str:
+    """A block per metric, a row per model (what fits the width when the models are many or their
     names long): ``  model  value [low, high] mark  p=... paired``; names too long for that get the
     value on the line below them."""
     blocks = []
     for metric, better, cells in rows:
-        lines = [[f"  {model}", _cell_text(cell), _versus(cell)] for model, cell in zip(models, cells)
+        lines = [[f"  {model}", _cell_text(cell, intervals), _versus(cell)] for model, cell in zip(models, cells)
                  if cell is not None]
         table = _text_table(lines, left=(0, 2))
-        if max(len(line) for line in table.splitlines()) > width:
+        if _widest(table) > width:
             values = _text_table([["", *line[1:]] for line in lines], left=(0, 2)).splitlines()
             table = "\n".join(f"{name}\n    {value.strip()}" for (name, *_), value in zip(lines, values))
         blocks.append(f"{metric} ({better} is better)\n{table}")
     return "\n".join(blocks)
+
+
+def _widest(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def _legend(labels: list[str], models: list[str], width: int) -> str:
+    """``m1  <the model's full name>``, one per model, a long name wrapped under itself."""
+    pad = max(len(label) for label in labels) + 4
+    return "\n".join(textwrap.fill(model, width=width, initial_indent=f"  {label}".ljust(pad),
+                                    subsequent_indent=" " * pad, break_on_hyphens=False)
+                      for label, model in zip(labels, models))
+
+
+def _fitted(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], width: int) -> tuple[str, bool]:
+    """(the table within ``width`` columns, whether it left something out): the full table when it
+    fits; else without the intervals; else the models as ``m1``, ``m2``... with a legend of their
+    full names; else a block per metric with those labels."""
+    for names, intervals in ((models, True), (models, False)):
+        table = _wide(names, rows, intervals)
+        if _widest(table) <= width:
+            return table, not intervals
+    labels = [f"m{i}" for i in range(1, len(models) + 1)]
+    table = _wide(labels, rows, intervals=False)
+    if _widest(table) > width:
+        table = _long(labels, rows, width, intervals=False)
+    return f"{table}\nmodels:\n{_legend(labels, models, width)}", True
 
 
 def _versus(cell: Cell) -> str:
@@ -196,26 +227,38 @@ def _versus(cell: Cell) -> str:
     return f"{format_p(cell.p_value)} {kind}"
 
 
-def render_leaderboard(frame: pd.DataFrame, width: int = 80) -> str:
-    """Plain text for the terminal: per benchmark, metrics x models with each value's interval, the
-    best marked ``*`` and those indistinguishable from it ``≈``. A benchmark whose table would be
-    wider than ``width`` columns is written as a block per metric with a row per model (issue 48)."""
+def render_leaderboard(frame: pd.DataFrame, width: int = WIDTH, details: bool = False) -> str:
+    """Plain text for the terminal: per benchmark, metrics x models, the best marked ``*`` and those
+    indistinguishable from it ``≈``, within ``width`` columns (issue 48: it was 233 wide). Each
+    value's interval is shown where the table still fits; long model names become ``m1``, ``m2``...
+    with a legend. ``details`` (``vsbench compare --details``): every interval and the full names in
+    place, a block per metric with a row per model when wider than ``width``."""
     if frame.empty:
         return "no finished pipeline runs with metrics"
     blocks = []
+    hidden = False
     for benchmark, group in frame.groupby("benchmark", sort=True):
         models, rows = table_cells(group)
-        table = _wide(models, rows)
-        if max(len(line) for line in table.splitlines()) > width:
-            table = _long(models, rows, width)
+        if details:
+            table = _wide(models, rows)
+            if _widest(table) > width:
+                table = _long(models, rows, width)
+        else:
+            table, left_out = _fitted(models, rows, width)
+            hidden = hidden or left_out
         blocks.append(f"== {benchmark} ==\n{table}")
-    blocks.append(textwrap.fill(FOOTER, width=width))
+    footer = f"{FOOTER}; {HIDDEN_NOTE if hidden else INTERVALS_NOTE}"
+    blocks.append(textwrap.fill(footer, width=width))
     return "\n\n".join(blocks)
 
 
-def render_runs(records: list[RunRecord]) -> str:
-    """The runs behind the leaderboard, newest first, with where their steps ran."""
-    rows = [["MLflow run", "started (UTC)", "pipeline", "ran in"]] + [
-        [run_id, f"{group[0].start_time:%Y-%m-%d %H:%M:%S}", group[0].pipeline, ran_in(group[0])]
-        for run_id, group in runs_by_id(records).items()]
-    return _text_table(rows)
+def render_runs(records: list[RunRecord], width: int = WIDTH) -> str:
+    """The runs behind the leaderboard, newest first, with where their steps ran (on a line of its own
+    under each run when the table would be wider than ``width``: an image's name and id are long)."""
+    rows = [[run_id, f"{group[0].start_time:%Y-%m-%d %H:%M:%S}", group[0].pipeline, ran_in(group[0])]
+            for run_id, group in runs_by_id(records).items()]
+    table = _text_table([["MLflow run", "started (UTC)", "pipeline", "ran in"], *rows])
+    if _widest(table) <= width:
+        return table
+    lines = _text_table([["MLflow run", "started (UTC)", "pipeline"], *(row[:3] for row in rows)]).splitlines()
+    return "\n".join([lines[0], *(f"{line}\n  ran in {row[3]}" for line, row in zip(lines[1:], rows))])

@@ -7,7 +7,8 @@ after the one before it was fixed. :func:`similarity_problems` checks the run's 
 folder and its output folder without reading an image or building a model, and returns every
 problem it finds, each a line that names the option (or file) and the fix; the benchmark it
 loaded on the way (its native files: lists and ground truth, no image) is returned too, so the
-run does not read them twice.
+run does not read them twice. The checks that need torch (the model, a CUDA device) or pandas (the
+benchmark's files) wait for the others to pass: a refused run answers in under 2 s (issue 48).
 
 What is checked: the run spec's own fields (:class:`~vsbench.runspec.run.SimilarityRun`), the
 benchmark's options against its loader, the data folder and the benchmark's native files, the
@@ -76,18 +77,6 @@ def output_problem(out: Path) -> str | None:
     return None
 
 
-def _benchmark(run: SimilarityRun, problems: list[str]) -> Benchmark | None:
-    """The benchmark's native files, read (no image decoded) when its options are valid."""
-    from vsbench.benchmarks.registry import get
-
-    spec = get(run.benchmark)
-    before = len(problems)
-    _options_and_root(run, problems, f" (vsbench synth similarity {run.benchmark} --out DIR makes one)")
-    if len(problems) > before:
-        return None
-    return _collect(problems, lambda: spec.load(Path(run.root), **run.benchmark_options))
-
-
 def _options_and_root(run: SimilarityRun | BenchmarkRun, problems: list[str], root_hint: str) -> None:
     """The benchmark's option names against its loader, and its data folder (``root_hint`` ends
     the line: where one comes from)."""
@@ -135,12 +124,21 @@ def _model(run: SimilarityRun, runner: str, problems: list[str], label: Callable
                             f"(--runner {runner}) do not resolve from here; give {str(Path(value).resolve())!r}")
 
 
+# Codecs every descriptor size and metric takes, with nothing to tune: no need to ask faiss (whose
+# import alone costs ~0.5 s) when the search parameters are empty. test_preflight_imports checks
+# each against check_codec.
+PLAIN_CODECS = frozenset({"Flat", "L2norm,Flat"})
+
+
 def _search(run: SimilarityRun | BenchmarkRun, problems: list[str], label: Callable[[str], str] = _option) -> None:
-    from vsbench.index.codec import check_codec
     from vsbench.index.settings import parse_codecs, parse_score_norms
 
     codecs = _collect(problems, lambda: parse_codecs(run.codecs), label("codecs") + ": ") or []
     for codec in codecs:
+        if codec in PLAIN_CODECS and not run.search_params.strip():
+            continue
+        from vsbench.index.codec import check_codec
+
         found: list[str] = []
         _collect(found, lambda codec=codec: check_codec(codec, run.search_params))
         problems += [label("search_params" if line.startswith("search parameters") else "codecs") + ": " + line
@@ -177,20 +175,33 @@ def similarity_problems(fields: dict[str, Any], *, out: Path, device: str, batch
                         runner: str = "inline") -> tuple[SimilarityRun | None, Benchmark | None, list[str]]:
     """(the run, its benchmark, every problem found) for ``similarity run``'s options ``fields``
     (:class:`SimilarityRun`'s), before any image is read. The run and the benchmark are None when
-    they could not be made; each problem is one line naming the option and the fix."""
+    they could not be made; each problem is one line naming the option and the fix.
+
+    Two rounds, so that a refused run answers in well under 2 s (issue 48): first every check that
+    needs neither torch nor the benchmark's readers (pandas) — the fields, the benchmark's option
+    names and data folder, the codecs and search parameters, the score normalization, the device's
+    name, the output folder, the batch size, the environment — all reported together; only when
+    they pass, the deep ones: the benchmark's native files, the model and its files (the registry
+    imports torch), whether the accelerator asked for is there."""
     from vsbench.runtime.device import device_problem
 
     run, checked, problems = _parsed(fields)
     problems = [_as_option(line) for line in problems]
-    bench = None
     if checked is not None:
-        bench = _benchmark(checked, problems)
-        _model(checked, runner, problems)
+        _options_and_root(checked, problems, f" (vsbench synth similarity {checked.benchmark} --out DIR makes one)")
         _search(checked, problems)
-    problems += [p for p in (device_problem(device), output_problem(out)) if p]
+    accelerator = device.partition(":")[0] in ("cuda", "mps")  # device_problem asks torch whether it is there
+    problems += [p for p in (None if accelerator else device_problem(device), output_problem(out)) if p]
     if batch_size < 1:
         problems.append(f"--batch-size {batch_size}: must be at least 1 (images per forward pass)")
     _environment(problems)
+    if problems or checked is None:
+        return run, None, problems
+    from vsbench.benchmarks.registry import get
+
+    bench = _collect(problems, lambda: get(checked.benchmark).load(Path(checked.root), **checked.benchmark_options))
+    _model(checked, runner, problems)
+    problems += [p for p in (device_problem(device) if accelerator else None,) if p]
     return run, bench, problems
 
 
@@ -212,7 +223,9 @@ def submitted_problems(arguments: dict[str, Any]) -> list[str]:
     """The problems of a similarity pipeline's ``arguments`` that this machine can tell before a
     cluster runs them (``vsbench cluster submit --pipeline similarity``): the run spec's fields, the
     benchmark's option names, the model and its options, each codec and the search parameters
-    against it, the score normalization. Paths, files and the device are the cluster's, not checked."""
+    against it, the score normalization. Paths, files and the device are the cluster's, not checked.
+    The model (whose registry imports torch) is checked once the others pass, as in
+    :func:`similarity_problems`."""
     fields = {name: arguments[name] for name in SimilarityRun.model_fields if name in arguments}
     fields.setdefault("benchmark", "disc")  # the pipeline's own defaults for the two it requires
     fields.setdefault("root", "/data")
@@ -223,6 +236,7 @@ def submitted_problems(arguments: dict[str, Any]) -> list[str]:
 
         _collect(problems, lambda: get(run.benchmark).check_options(run.benchmark_options), _argument(
             "benchmark_options: "))
-        _model(run, "inline", problems, _argument)
         _search(run, problems, _argument)
+        if not problems:
+            _model(run, "inline", problems, _argument)
     return problems

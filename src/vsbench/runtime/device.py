@@ -1,11 +1,19 @@
-"""Device choice and mixed precision, decided once so every step uses the GPU the same way."""
+"""Device choice and mixed precision, decided once so every step uses the GPU the same way.
+
+torch is imported by the functions that need it: :func:`device_problem` answers ``auto``, ``cpu``
+and a name that is no device without it, so a run its checks refuse never loads torch (issue 48).
+"""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")  # what vsbench runs on, with an optional ":N"
 
 
 @dataclass(frozen=True)
@@ -18,39 +26,45 @@ class DeviceSetup:
         return self.device.type == "cuda"
 
     def autocast(self) -> contextlib.AbstractContextManager:
+        import torch
+
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     def needs_grad_scaler(self) -> bool:
+        import torch
+
         return self.amp_dtype is torch.float16
 
 
 def device_problem(name: str) -> str | None:
     """What is wrong with ``--device name`` on this machine (one line with the fix), or None:
-    a name torch does not know, or CUDA asked for where none is visible. Checked before a run
-    starts, so that a missing GPU is not found after the data has been read."""
-    if name == "auto":
+    a name that is no device vsbench runs on, or CUDA (MPS) asked for where none is visible. Checked
+    before a run starts, so that a missing GPU is not found after the data has been read; torch is
+    imported only for the accelerator's question."""
+    kind, colon, index = name.partition(":")
+    if name == "auto" or (kind == "cpu" and (not colon or index.isdigit())):
         return None
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
+    if kind not in DEVICE_TYPES or (colon and not index.isdigit()):
         return f"--device {name!r} is not a device: use auto, cpu, cuda or cuda:N"
-    if device.type == "cuda":
+    import torch  # only to ask whether the accelerator named is there
+
+    if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if not count:
             return f"--device {name}: no CUDA device is visible on this machine; use --device cpu (or auto)"
-        if device.index is not None and device.index >= count:
+        if colon and int(index) >= count:
             return f"--device {name}: this machine has {count} CUDA device(s), 0 to {count - 1}"
-    elif device.type == "mps" and not torch.backends.mps.is_available():
+    elif not torch.backends.mps.is_available():
         return f"--device {name}: no MPS device on this machine; use --device cpu (or auto)"
-    elif device.type not in ("cpu", "mps"):
-        return f"--device {name!r}: vsbench runs on auto, cpu, cuda or cuda:N"
     return None
 
 
 def resolve_device(name: str = "auto") -> torch.device:
     """``auto`` -> CUDA when visible, else the CPU; any other name as torch reads it."""
+    import torch
+
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
@@ -63,6 +77,8 @@ def setup_device(name: str = "auto", amp: bool = True) -> DeviceSetup:
     problem = device_problem(name)
     if problem is not None:  # the user's choice, not a fault: one line (exit 2) with the fix
         raise ValueError(problem)
+    import torch
+
     device = resolve_device(name)
     amp_dtype = None
     if amp and device.type == "cuda":

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from vsbench.io.inputs import (
     InputError,
@@ -79,6 +78,8 @@ def read_gallery_image_ids(path: str | Path) -> np.ndarray:
     path = Path(path)
     frame = read_headed_csv(path, ["Image ID"])
     check_nonempty_fields(path, frame, ["Image ID"], first_line=2)
+    import pandas as pd  # here, not at the top: loading the benchmark's module (a check) needs no pandas
+
     ids = frame["Image ID"].str.strip().to_numpy()
     if (row := first_true(pd.Series(ids).duplicated().to_numpy())) is not None:
         earlier = first_true(ids == ids[row])
