@@ -155,7 +155,8 @@ def test_report_shows_intervals_marks_and_the_tests(board, tmp_path):
     assert "paired permutation" in pairs and "3 / 0" in pairs  # McNemar: 3 units right only in best
 
 
-def test_compare_two_runs_paired_unpaired_and_as_json(board, tmp_path):
+def test_compare_two_runs_paired_unpaired_and_as_json(board, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the compare sheet's default folder is ./compare-<A>-<B>/
     from vsbench.cli.app import app
 
     runner = CliRunner()
