@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -205,18 +205,7 @@ def writer_lock(folder: str | os.PathLike[str], context: Distributed, *, what: s
     its outcome, so a busy folder stops every rank at once with the same line instead of leaving
     them waiting on a collective. Launchers (``--nproc``, a TrainJob's submitter) do not hold it:
     a lock held by a parent would block its own rank 0 (flock is per open file)."""
-    with contextlib.ExitStack() as stack:
-        failure: BaseException | None = None
-        if context.is_main:
-            try:
-                stack.enter_context(output_lock(folder, what=what))
-            except Exception as exc:  # noqa: BLE001 - told to the other ranks, then raised here
-                failure = exc
-        refusal = context.share("" if failure is None else (str(failure) or type(failure).__name__))
-        if failure is not None:
-            raise failure
-        if refusal:
-            raise OutputBusy(refusal)
+    with _held_by_rank0(context, lambda stack: stack.enter_context(output_lock(folder, what=what)), OutputBusy):
         yield
 
 
@@ -226,19 +215,32 @@ def inputs_lock(folders: dict[str, str | os.PathLike[str]], context: Distributed
     for the block, so that ``abid resize`` and ``abid prepare`` do not rewrite them while it reads:
     rank 0 holds them for the job (its outcome shared, as :func:`writer_lock`'s). ``folders``: the
     option that names each folder (``--images``) -> the folder."""
+    def hold(stack: contextlib.ExitStack) -> None:
+        for option, folder in folders.items():
+            stack.enter_context(reading_lock(folder, what=f"{option} {folder}"))
+
+    with _held_by_rank0(context, hold, InputBusy):
+        yield
+
+
+@contextlib.contextmanager
+def _held_by_rank0(context: Distributed, hold: Callable[[contextlib.ExitStack], Any],
+                   busy: type[OutputBusy]) -> Iterator[None]:
+    """Rank 0 takes the locks (``hold`` enters them on a stack) for the block; its refusal is shared,
+    so every rank stops at once with rank 0's line (``busy`` on the others) instead of waiting on a
+    collective that rank 0 never reaches."""
     with contextlib.ExitStack() as stack:
         failure: BaseException | None = None
         if context.is_main:
             try:
-                for option, folder in folders.items():
-                    stack.enter_context(reading_lock(folder, what=f"{option} {folder}"))
+                hold(stack)
             except Exception as exc:  # noqa: BLE001 - told to the other ranks, then raised here
                 failure = exc
         refusal = context.share("" if failure is None else (str(failure) or type(failure).__name__))
         if failure is not None:
             raise failure
         if refusal:
-            raise InputBusy(refusal)
+            raise busy(refusal)
         yield
 
 

@@ -228,15 +228,15 @@ def abid_train(
                    f"{result.manifest['trainjob_engine']}, started in {result.manifest['trainjob_startup_seconds']:.1f} s, "
                    f"{result.manifest['trainjob_seconds']:.1f} s in all)")
         return
+    under_torchrun = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    if nproc > 1 and under_torchrun:
+        raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
+                                 param_hint="--nproc")
     with user_errors():  # a --tasks folder without task files: say to run `abid prepare`, before any process
         # starts (a TrainJob's nodes check it themselves: their volume may not be this machine's)
         from vsbench.abid.prepare import require_task_files
 
         require_task_files(tasks, task)
-    under_torchrun = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
-    if nproc > 1 and under_torchrun:
-        raise typer.BadParameter("already running under torchrun (WORLD_SIZE is set): leave --nproc at 1",
-                                 param_hint="--nproc")
     # A parent run as every command makes one, unless given one (a pipeline's) or started by torchrun
     # (a TrainJob's node, a job by hand: each rank would make its own; torchrun sets LOCAL_RANK even
     # for one process); opened once the checks passed.
