@@ -46,7 +46,8 @@ test: $(STAMP) $(CHROMIUM)
 screenshots: $(STAMP) $(CHROMIUM)
 	VSBENCH_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q tests/integration/test_report_browser.py \
 		tests/integration/test_mlflow_evaluations.py tests/integration/test_failure_pages.py \
-		-k "chromium or compare_page or failure_pages"
+		tests/integration/test_mlflow_as_read.py \
+		-k "chromium or compare_page or failure_pages or as_read"
 
 test-containers: image-cpu
 	VSBENCH_REQUIRE_CONTAINERS=1 $(BIN)/python -m pytest -q tests/containers

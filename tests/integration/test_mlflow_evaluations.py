@@ -89,7 +89,7 @@ def test_two_models_give_one_run_per_evaluation_with_the_same_metric_keys(two_ru
     assert parent.data.tags["vsbench.evaluations"] == "2"
     assert parent.data.tags["vsbench.best.disc.run"] in {run.info.run_id for run in second.values()}
     run = second["Flat · 1.00[0,2]"]
-    assert run.info.run_name == 'disc · resnet34 {"weights":"random"} · Flat · 1.00[0,2]'
+    assert run.info.run_name == 'disc · resnet34-random · Flat · 1.00[0,2]'
     assert {k: run.data.params[k] for k in ("benchmark", "model", "codec", "score_norm", "k", "seed")} == {
         "benchmark": "disc", "model": "resnet34", "codec": "Flat", "score_norm": "1.00[0,2]", "k": "10", "seed": "0"}
     assert json.loads(run.data.params["model_options"]) == {"weights": "random"}
@@ -308,7 +308,7 @@ def test_the_evaluations_view_draws_a_week_of_nights_as_a_line_per_evaluation(ml
                                                                                tmp_path):
     """The done-when of issue 38 over time: seven nights of two models, opened at the link a command
     prints (the experiment's evaluations view), are two lines in MLflow's own chart of each metric,
-    each through the seven nights at their days, with the values logged."""
+    each through the seven nights at their times (the view's date axis), with the values logged."""
     from vsbench.tracking.views import evaluations_page
 
     client = MlflowClient()
@@ -321,7 +321,7 @@ def test_the_evaluations_view_draws_a_week_of_nights_as_a_line_per_evaluation(ml
             uap = round(base + 0.01 * night * (1 if model == MODELS[0] else -1), 4)
             _evaluate(client, parent, "disc", model, [{"codec": "Flat", "score_norm": "none", "uap": uap}],
                       timestamp_ms=first_day + night * DAY_MS + 3_600_000)
-            logged[model].append((day_of(first_day + night * DAY_MS), uap))
+            logged[model].append((first_day + night * DAY_MS + 3_600_000, uap))  # wall time: a date axis
         client.set_terminated(parent, "FINISHED")
 
     charts = _charted(evaluations_page(experiment_id, mlflow_tracking), tmp_path / "profile")

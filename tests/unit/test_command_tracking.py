@@ -73,7 +73,13 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
             "&compareRunsMode=CHART&workflowType=machine_learning") in result.output
     assert f"ui --backend-store-uri {uri})" in result.output
     view = json.loads(MlflowClient(uri).get_experiment(experiment).tags["mlflow.sharedViewState.vsbench-evaluations"])
-    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "vsbench.series"}]
+    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "vsbench.line"}]
+    assert view["globalLineChartConfig"]["xAxisKey"] == "time"  # dates, not day numbers (issue 48)
+    assert (f"leaderboard: http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey="
+            "vsbench-leaderboard-patch_pairs") in result.output
+    board = json.loads(MlflowClient(uri).get_experiment(experiment).tags[
+        "mlflow.sharedViewState.vsbench-leaderboard-patch_pairs"])
+    assert board["orderByKey"].startswith("metrics.`") and "params.`model`" in board["selectedColumns"]
     assert run.info.status == "FINISHED"
     # Benchmark and model first, then the command's run key.
     assert run.info.run_name.startswith('patch_pairs · efficientnet_lite0 {"weights":"random"} · vsbench-similarity-cli-')
@@ -91,7 +97,7 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert len(children) == len(by_variant) > 1 and "mean · l2" in by_variant
     mean = by_variant["mean · l2"]
     assert mean.data.metrics["mean_pr_ap"] == json.loads((out / "metrics.json").read_text())["records"][-1]["mean_pr_ap"]
-    assert mean.info.run_name == 'patch_pairs · efficientnet_lite0 {"weights":"random"} · mean · l2'
+    assert mean.info.run_name == 'patch_pairs · efficientnet_lite0-random · mean · l2'
     assert (mean.data.params["seed"], mean.data.tags["vsbench.baseline"]) == ("7", "random-features")
     assert json.loads(mean.data.params["model_options"]) == {"weights": "random"}
     assert run.data.tags["vsbench.evaluations"] == str(len(children))

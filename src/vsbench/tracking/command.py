@@ -100,6 +100,7 @@ class Outcome:
     error: str = ""
     experiment_id: str = ""
     evaluations: int = 0  # evaluation runs under it: the evaluations view is worth a link
+    benchmarks: tuple[str, ...] = ()  # the benchmarks evaluated: each has a leaderboard view
 
     @property
     def uploaded(self) -> bool:
@@ -191,8 +192,9 @@ def upload_bundle(path: Path, tracking_uri: str | None = None, model_files: bool
     return _upload(path, tracking_uri, model_files)[0]
 
 
-def _upload(path: Path, tracking_uri: str | None = None, model_files: bool = False) -> tuple[str, str, int]:
-    """:func:`upload_bundle`, returning (run id, experiment id, evaluation runs) for the links printed.
+def _upload(path: Path, tracking_uri: str | None = None,
+            model_files: bool = False) -> tuple[str, str, int, tuple[str, ...]]:
+    """:func:`upload_bundle`, returning (run id, experiment id, evaluation runs, benchmarks) for the links printed.
 
     The store is ``tracking_uri`` (the caller's choice: ``--tracking-uri``), else
     ``MLFLOW_TRACKING_URI``, else the local default store: never the URI the bundle names. Every
@@ -249,7 +251,7 @@ def _upload(path: Path, tracking_uri: str | None = None, model_files: bool = Fal
     done = bundle.model_copy(update={"uploaded": Uploaded(run_id=run_id, tracking_uri=redact_uri(uri),
                                                           at=datetime.now(UTC).isoformat())})
     atomic_write_json(path, done.as_file())
-    return run_id, experiment_id, len(bundle.evaluations)
+    return run_id, experiment_id, len(bundle.evaluations), tuple(dict.fromkeys(e.benchmark for e in bundle.evaluations))
 
 
 def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | None = None,
@@ -260,8 +262,8 @@ def upload_within(path: Path, timeout: float | None = None, tracking_uri: str | 
     so the command ends on time and the bundle says it was not uploaded."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
     done, error = _within(lambda: _upload(path, uri or None, model_files), timeout, "vsbench-mlflow-upload")
-    run_id, experiment_id, evaluations = done or ("", "", 0)
-    return Outcome(path, run_id, uri, error, experiment_id, evaluations)
+    run_id, experiment_id, evaluations, benchmarks = done or ("", "", 0, ())
+    return Outcome(path, run_id, uri, error, experiment_id, evaluations, benchmarks)
 
 
 def _within(work: Callable[[], Any], timeout: float | None, name: str) -> tuple[Any, str]:
@@ -290,12 +292,14 @@ def ui_links(outcome: Outcome) -> list[str]:
     evaluations view (one line per evaluation over the nights, :mod:`vsbench.tracking.views`). A local
     store needs ``mlflow ui`` first: the line says how."""
     from vsbench.tracking.bundles import redact_uri
-    from vsbench.tracking.views import evaluations_page, run_page, served
+    from vsbench.tracking.views import evaluations_page, leaderboard_page, run_page, served
 
     if not outcome.experiment_id:
         return []
     uri = redact_uri(outcome.tracking_uri)
     lines = [f"  run page:    {run_page(outcome.run_id, outcome.experiment_id, uri)}"]
+    for benchmark in outcome.benchmarks:
+        lines.append(f"  leaderboard: {leaderboard_page(outcome.experiment_id, benchmark, uri)} ({benchmark}, best first)")
     if outcome.evaluations:
         lines.append(f"  evaluations: {evaluations_page(outcome.experiment_id, uri)} (every night, a line per evaluation)")
     if not served(uri):

@@ -12,18 +12,26 @@ run, an *evaluation*:
   same for every model; what varies is in params (``benchmark``, ``model``, ``model_options``,
   ``codec``, ``score_norm``, ``k``, ``seed``, the search parameters) and tags (``vsbench.benchmark``,
   ``vsbench.model``, ``vsbench.variant``, ``vsbench.series``, ``vsbench.lower_is_better``);
-* named for a person: ``disc · efficientnet_lite0 · PCAW64,L2norm,Flat · none``;
+* named for a person: ``disc · resnet34-random · PCAW64,L2norm,Flat · none`` (:func:`readable_label`:
+  the options' values, not their JSON, which MLflow's narrow name column cut to ``resnet34 {"we…``);
+  the options themselves are params (``model_options``) and in the series' identity;
 * its metrics logged with the ``model_id`` of the embedder's LoggedModel and the benchmark's
   dataset (name = benchmark, digest = the data's digest), so the experiment's Models tab and
   ``search_logged_models(datasets=..., order_by=...)`` rank models per dataset;
-* each metric at step = the UTC day it was scored (days since 1970-01-01), so runs of one
-  ``vsbench.series`` grouped in MLflow's chart view draw one line over the nights.
+* each metric at step = the UTC day it was scored (days since 1970-01-01) and at the night's own
+  timestamp, so runs of one series grouped in MLflow's chart view draw one line over the nights, on
+  a date axis (the evaluations view plots wall time; the step keeps the nights apart for readers that
+  go by step). Lines are grouped by ``vsbench.line`` (``resnet34-random · Flat · none``), the legend's
+  label; ``vsbench.series`` (the name as logged before issue 48 and a digest) stays the identity
+  the regression check pairs nights by, unchanged so older nights keep pairing.
 
 A LoggedModel is one (embedder, variant): model name, canonical options, seed, weights digest and
 the record's variant (codec and score normalization). The variant belongs to it because MLflow
 ranks a model by its *latest* value of a metric per dataset: two codecs logged on one model would
 overwrite each other. It is found again by the tag ``vsbench.model_key`` and reused, so a week of
-nightly runs updates one model's values rather than making seven. It is an external model (its
+nightly runs updates one model's values rather than making seven. Its name is the readable label and
+the variant (``resnet34-random · Flat · none``); a second model of another identity that would take a
+name already used in the experiment gets a short digest of its key appended. It is an external model (its
 weights live in a library or a file, not in MLflow): family, weights source, weights digest,
 preprocessing, dimension as params; a file the user named in the options is its artifact when
 uploaded live (a later ``vsbench track upload`` records its digest only).
@@ -54,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from vsbench.tracking.names import SEPARATOR, interval_name, lower_is_better, safe_part
 from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
-from vsbench.tracking.views import EVALUATIONS_VIEW, save_shared_view
+from vsbench.tracking.views import EVALUATIONS_VIEW, column, leaderboard_key, save_shared_view
 
 EVALUATION_STEP = "evaluation"  # the value of vsbench.step on an evaluation run
 BENCHMARK_TAG = "vsbench.benchmark"
@@ -62,6 +70,7 @@ MODEL_TAG = "vsbench.model"
 MODEL_OPTIONS_TAG = "vsbench.model_options"
 VARIANT_TAG = "vsbench.variant"
 SERIES_TAG = "vsbench.series"
+LINE_TAG = "vsbench.line"  # the readable label a chart groups an evaluation's nights under
 LOWER_TAG = "vsbench.lower_is_better"
 HEADLINE_TAG = "vsbench.headline"
 EVALUATION_KEY_TAG = "vsbench.evaluation"  # this evaluation's key under its parent: an upload finds it again
@@ -98,6 +107,29 @@ def model_label(model: str, options: Mapping[str, Any]) -> str:
     """The model as people read it: its name, then its options when it has any
     (``efficientnet_lite0 {"bins":4}``): two option sets of one model never share a column."""
     return model if not options else f"{model} {canonical_options(options)}"
+
+
+def _option_word(key: str, value: Any) -> str:
+    """One option as a name part: a word value as itself (``random``), a file by its stem, a number or
+    flag with its key (``bins4``, ``pretrained``), anything else by its key and a short digest."""
+    if isinstance(value, bool):
+        return key if value else f"no_{key}"
+    if isinstance(value, (int, float)):
+        return f"{key}{value:g}" if isinstance(value, float) else f"{key}{value}"
+    if isinstance(value, str) and value:
+        if "/" in value or "\\" in value:
+            return Path(value).stem or key
+        if len(value) <= 24 and all(c.isalnum() or c in "._-" for c in value):
+            return value
+    return f"{key}_{_digest(value, 6)}"
+
+
+def readable_label(model: str, options: Mapping[str, Any]) -> str:
+    """The model as a person reads it in MLflow's names: ``resnet34-random`` for
+    ``{"weights": "random"}``, ``histogram-bins4``; the options themselves are kept in params. Two
+    option sets could read alike (two files of one stem): run names need not be unique, and the
+    LoggedModel's name is made unique where it is created (:func:`ensure_logged_model`)."""
+    return "-".join([model, *(_option_word(str(k), v) for k, v in sorted(options.items()))])
 
 
 def day_of(timestamp_ms: int) -> int:
@@ -205,18 +237,30 @@ class Evaluation(BaseModel):
         return model_label(self.embedder.model, self.embedder.options)
 
     @property
+    def readable(self) -> str:
+        """The model as MLflow's names show it (see :func:`readable_label`)."""
+        return readable_label(self.embedder.model, self.embedder.options)
+
+    @property
     def run_name(self) -> str:
-        """``disc · efficientnet_lite0 · PCAW64,L2norm,Flat · 1.00[0,2]``: benchmark and model first,
+        """``disc · resnet34-random · PCAW64,L2norm,Flat · 1.00[0,2]``: benchmark and model first,
         cut to what MLflow's runs table shows."""
-        name = NAME_JOIN.join(part for part in (self.benchmark, self.label, self.variant_text) if part)
-        return name if len(name) <= MAX_RUN_NAME else name[:MAX_RUN_NAME - 1] + "…"
+        return _cut(NAME_JOIN.join(part for part in (self.benchmark, self.readable, self.variant_text) if part))
+
+    @property
+    def line(self) -> str:
+        """The ``vsbench.line`` tag: the chart's label of this evaluation's nights,
+        ``resnet34-random · Flat · none`` (the chart is of one metric, so of one benchmark's runs)."""
+        seed = f"seed {self.embedder.seed}" if self.embedder.seed else ""
+        return _cut(NAME_JOIN.join(part for part in (self.readable, seed, self.variant_text) if part))
 
     @property
     def series(self) -> str:
-        """The ``vsbench.series`` tag: nightly runs of one evaluation share it, and MLflow's chart view,
-        grouped by it, draws them as one line labelled with it. So it reads as the run name does, and
-        ends with a short :attr:`series_digest` that keeps two evaluations whose names are cut alike apart."""
-        return f"{self.run_name}{NAME_JOIN}{self.series_digest[:10]}"
+        """The ``vsbench.series`` tag: nightly runs of one evaluation share it (the regression check
+        pairs nights by it). The run name as logged before issue 48 (options as JSON) and a short
+        :attr:`series_digest`: unchanged, so nights logged before and after pair."""
+        name = _cut(NAME_JOIN.join(part for part in (self.benchmark, self.label, self.variant_text) if part))
+        return f"{name}{NAME_JOIN}{self.series_digest[:10]}"
 
     @property
     def series_digest(self) -> str:
@@ -236,9 +280,15 @@ class Evaluation(BaseModel):
 
     @property
     def model_name(self) -> str:
-        """The LoggedModel's name (MLflow refuses ``/ : . % " '``): ``efficientnet_lite0 · Flat · 1_00[0,2]``."""
-        name = NAME_JOIN.join(part for part in (self.label, self.variant_text) if part).translate(_BAD_MODEL_NAME)
+        """The LoggedModel's name (MLflow refuses ``/ : . % " '``): ``resnet34-random · Flat · 1_00[0,2]``."""
+        name = NAME_JOIN.join(part for part in (self.readable, self.variant_text) if part).translate(_BAD_MODEL_NAME)
         return name[:200]
+
+    @property
+    def headlines(self) -> list[str]:
+        """The metrics a leaderboard shows: the record's first three, intervals left out (DISC: ``uap``,
+        ``accuracy_at_1``, ``recall_at_p90``); the first is :attr:`headline`."""
+        return [m for m in self.metrics if interval_name(m) is None][:3]
 
     @property
     def headline(self) -> str:
@@ -248,7 +298,7 @@ class Evaluation(BaseModel):
     def tags(self) -> dict[str, str]:
         return {STEP_TAG: EVALUATION_STEP, BENCHMARK_TAG: self.benchmark, MODEL_TAG: self.embedder.model,
                 MODEL_OPTIONS_TAG: canonical_options(self.embedder.options)[:5000],
-                VARIANT_TAG: self.variant_text or "-", SERIES_TAG: self.series,
+                VARIANT_TAG: self.variant_text or "-", SERIES_TAG: self.series, LINE_TAG: self.line,
                 LOWER_TAG: ",".join(self.lower_is_better), HEADLINE_TAG: self.headline,
                 **({"vsbench.baseline": self.baseline} if self.baseline else {})}
 
@@ -261,6 +311,11 @@ class Evaluation(BaseModel):
         the nightly regression check's rules (``disc__*__uap``) keep matching."""
         prefix = SEPARATOR.join([self.benchmark, safe_part(self.label), *(safe_part(v) for v in self.variant.values())])
         return {metric: f"{prefix}{SEPARATOR}{metric}" for metric in self.metrics}
+
+
+def _cut(name: str) -> str:
+    """``name`` cut to what MLflow's runs table shows."""
+    return name if len(name) <= MAX_RUN_NAME else name[:MAX_RUN_NAME - 1] + "…"
 
 
 def _metric_name(name: str) -> str:
@@ -355,8 +410,12 @@ def ensure_logged_model(client: Any, experiment_id: str, evaluation: Evaluation,
                                         max_results=1)
     if found:
         return found[0].model_id
+    name = evaluation.model_name
+    quoted = name.replace("\\", "\\\\").replace("'", "\\'")
+    if client.search_logged_models(experiment_ids=[experiment_id], filter_string=f"name = '{quoted}'", max_results=1):
+        name = f"{name[:190]}{NAME_JOIN}{key[:8]}"  # another identity reads alike: its key keeps them apart
     model = client.create_logged_model(
-        experiment_id, name=evaluation.model_name, source_run_id=source_run_id, model_type=MODEL_TYPE,
+        experiment_id, name=name, source_run_id=source_run_id, model_type=MODEL_TYPE,
         tags={MODEL_KEY_TAG: key, EXTERNAL_MODEL_TAG: "true", MODEL_TAG: evaluation.model,
               VARIANT_TAG: evaluation.variant_text or "-", BENCHMARK_TAG: evaluation.benchmark},
         params={**evaluation.embedder.params(), **{f"variant.{k}": v for k, v in evaluation.variant.items()}})
@@ -441,6 +500,8 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
         model_ids.append(model_id)
     summarize_parent(client, parent_run_id, experiment_id, model_ids)
     save_shared_view(client, experiment_id, EVALUATIONS_VIEW, evaluations_view_state())
+    for benchmark, evaluation in {e.benchmark: e for e in evaluations}.items():
+        save_shared_view(client, experiment_id, leaderboard_key(benchmark), leaderboard_view_state(evaluation))
     return run_ids
 
 
@@ -492,17 +553,48 @@ def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
 
 def evaluations_view_state() -> dict[str, Any]:
     """The experiment's shared view :data:`~vsbench.tracking.views.EVALUATIONS_VIEW`: the evaluation
-    runs only, one group per ``vsbench.series`` (which MLflow's chart view draws as one line through
-    the group's nights), every group shown. Field names and values are MLflow 3.17 UI's (its "Share"
-    button saves the same JSON); a UI that does not know a field ignores it."""
+    runs only, one group per ``vsbench.line`` (which MLflow's chart view draws as one line through
+    the group's nights, labelled with it), every group shown, plotted against wall time (dates).
+    Field names and values are MLflow 3.17 UI's (its "Share" button saves the same JSON); a UI that
+    does not know a field ignores it."""
     return {
-        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}'",
+        # Only runs with a line: without the second clause MLflow's grouped view also lists the
+        # evaluations' parents as an "Unassigned" line.
+        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{LINE_TAG}` LIKE '%'",
         "orderByKey": "attributes.start_time",
         "orderByAsc": False,
-        "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": SERIES_TAG}]},
+        "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": LINE_TAG}]},
         "runsHiddenMode": "SHOW_ALL",
         "useGroupedValuesInCharts": True,
         "hideEmptyCharts": True,
+        "globalLineChartConfig": {"xAxisKey": "time", "lineSmoothness": 0, "selectedXAxisMetricKey": ""},
+        # A chart a row: its legend (two rows high, whatever the card's height) then holds two names a
+        # row, four lines named where three charts a row named two; MLflow adds a chart per metric.
+        "compareRunSections": [{"uuid": "vsbench-metrics", "name": "Model metrics", "display": True,
+                                "isReordered": False, "deleted": False, "isGenerated": True,
+                                "columns": 1, "cardHeight": 420}],
+        "compareRunCharts": [],
+    }
+
+
+def leaderboard_view_state(evaluation: Evaluation) -> dict[str, Any]:
+    """The shared view ``vsbench-leaderboard-<benchmark>``: that benchmark's evaluation runs as the
+    table's rows (their parents filtered out, so none is nested under a collapsed parent), best first
+    by the headline metric in its own direction, its headline metrics and the model's params the
+    visible columns (MLflow's default Source / Models / Dataset columns left out: they push the
+    metrics off a 1600-pixel screen)."""
+    benchmark = evaluation.benchmark.replace("'", "\\'")
+    headline = evaluation.headline
+    return {
+        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{BENCHMARK_TAG}` = '{benchmark}'",
+        "orderByKey": column("metrics", headline),
+        "orderByAsc": headline in evaluation.lower_is_better,
+        "selectedColumns": [*(column("metrics", m) for m in evaluation.headlines),
+                            *(column("params", p) for p in ("model", "model_options", "codec", "score_norm"))],
+        "runsHiddenMode": "SHOW_ALL",
+        "groupBy": None,
+        "columnWidths": {column("attributes", "Run Name"): 290, column("params", "model"): 140,
+                         column("params", "model_options"): 170},
     }
 
 

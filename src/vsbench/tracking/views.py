@@ -16,7 +16,17 @@ the numbers one click away:
   one line through its runs' steps (each night logs at its UTC day), so a week of nights of one
   evaluation is one line per metric chart and two models are two lines. The state's field names
   are those of MLflow 3.17's UI (``groupBy``, ``runsHiddenMode``...); an older or newer UI ignores
-  a field it does not know, and the link still opens the experiment.
+  a field it does not know, and the link still opens the experiment. Its charts plot against wall
+  time (``globalLineChartConfig.xAxisKey = "time"``): the x axis reads as dates, not as the step
+  (a day number, 20.78k), and each line is labelled ``vsbench.line`` (``resnet34-random · Flat · none``).
+* **The leaderboard view** (:func:`leaderboard_page`, one per benchmark, key
+  ``vsbench-leaderboard-<benchmark>``): the runs table with that benchmark's evaluation runs as
+  rows (their parents filtered out, so nothing is nested under a collapsed parent), the headline
+  metrics and the model's params as the visible columns, sorted best first by the headline metric.
+
+MLflow prints its own "View run / View experiment" lines when a run ends; they open the GenAI view.
+:data:`SUPPRESS_URLS_ENV` (MLflow's documented switch) is set for every process that imports
+``vsbench.tracking``, so the links above are the only ones a command prints.
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ DEFAULT_UI = "http://127.0.0.1:5000"  # what `mlflow ui` serves
 ML_VIEW = "workflowType=machine_learning"  # the UI's Model training view (see the module docstring)
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow's own prefix for a saved, shareable view
 EVALUATIONS_VIEW = "vsbench-evaluations"
+LEADERBOARD_VIEW = "vsbench-leaderboard-"  # + the benchmark: one saved leaderboard per benchmark
+SUPPRESS_URLS_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # MLflow's own "View run ..." lines off
 
 
 def ui_base(uri: str | None = None) -> str:
@@ -66,6 +78,25 @@ def evaluations_page(experiment_id: str, uri: str | None = None) -> str:
     """The experiment's evaluations view: the chart view, one line per evaluation over the nights."""
     query = urllib.parse.urlencode({"viewStateShareKey": EVALUATIONS_VIEW, "compareRunsMode": "CHART"})
     return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}&{ML_VIEW}"
+
+
+def leaderboard_key(benchmark: str) -> str:
+    """The shared view key of ``benchmark``'s leaderboard (MLflow keeps it in an experiment tag)."""
+    from vsbench.tracking.names import safe_part
+
+    return LEADERBOARD_VIEW + safe_part(benchmark)
+
+
+def leaderboard_page(experiment_id: str, benchmark: str, uri: str | None = None) -> str:
+    """The runs table as a leaderboard of ``benchmark``'s evaluations (see the module docstring)."""
+    query = urllib.parse.urlencode({"viewStateShareKey": leaderboard_key(benchmark), "compareRunsMode": "TABLE"})
+    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}&{ML_VIEW}"
+
+
+def column(kind: str, name: str) -> str:
+    """A runs-table column as MLflow 3.17's UI names it in ``selectedColumns`` and ``orderByKey``
+    (its ``makeCanonicalSortKey``): ``metrics.`uap```, ``params.`model```."""
+    return f"{kind}.`{name}`"
 
 
 def save_shared_view(client: Any, experiment_id: str, key: str, state: dict[str, Any]) -> None:

@@ -1,0 +1,152 @@
+"""MLflow's pages as a person reads them (issue 48), in headless Chromium at 1600x900 against a real
+``mlflow server``.
+
+Three nights of two models (two variants each) are logged as the nightly pipeline logs them; then a
+command's run is recorded by a process of its own, as ``vsbench similarity run`` records it, and its
+output is read: vsbench's links only (MLflow's "View run" lines suppressed), each in the Model
+training view. The links it prints are then opened: the leaderboard (evaluation runs as rows, the
+headline metrics and model params visible without scrolling sideways, best first), the evaluations
+chart (a date axis, every line named in its legend), and the Models tab (readable names).
+``VSBENCH_UPDATE_SCREENSHOT=1`` copies the screenshots to docs/img (docs/tracking.md's pictures).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from vsbench.tracking.evaluations import Embedder, evaluations_of, log_evaluations
+from vsbench.tracking.runs import ensure_experiment, open_parent_run
+
+from .test_failure_pages import _Chromium
+
+pytestmark = pytest.mark.integration
+
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+WINDOW = (1600, 900)
+DAY_MS = 86_400_000
+MODELS = {"resnet34": 0.5, "efficientnet_lite0": 0.4}
+NORMS = {"none": 0.0, "1.00[0,2]": 0.03}
+HEADLINES = ("uap", "accuracy_at_1", "recall_at_p90")
+LINES = {f"{m}-random · Flat · {n}" for m in MODELS for n in NORMS}
+
+_COMMAND = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from vsbench.tracking.command import record_command_run
+    from vsbench.tracking.evaluations import Embedder, evaluations_of
+    records = [{"codec": "Flat", "score_norm": "none", "uap": 0.53, "accuracy_at_1": 0.7, "recall_at_p90": 0.4}]
+    evaluations = evaluations_of("disc", records, Embedder(model="resnet34", options={"weights": "random"}),
+                                 run_params={"codecs": "Flat", "k": 10}, data_digest="cd" * 32)
+    record_command_run(Path(sys.argv[1]), experiment=sys.argv[2], pipeline="vsbench-similarity",
+                       params={"benchmark": "disc", "model": "resnet34"}, metrics={}, evaluations=evaluations)
+""")
+
+
+def _records(base: float, night: int) -> list[dict]:
+    return [{"codec": "Flat", "score_norm": norm, "uap": round(base + shift + 0.01 * night, 4),
+             "accuracy_at_1": round(base + 0.2 + shift, 4), "recall_at_p90": round(base - 0.1 + shift, 4)}
+            for norm, shift in NORMS.items()]
+
+
+@pytest.fixture(scope="module")
+def shown(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The experiment, the command's output, and a Chromium to open its links."""
+    root = tmp_path_factory.mktemp("as-read")
+    experiment = f"as-read-{root.name}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+        client = MlflowClient()
+        experiment_id = ensure_experiment(client, experiment)
+        now = int(time.time() * 1000)
+        for night in range(3):
+            parent = open_parent_run(experiment, f"kfp-night-{night}", "vsbench-nightly", {})
+            for model, base in MODELS.items():
+                evaluations = evaluations_of("disc", _records(base, night), Embedder(model=model, options={"weights": "random"}),
+                                             run_params={"codecs": "Flat", "k": 10}, data_digest="cd" * 32)
+                log_evaluations(client, parent, evaluations, timestamp_ms=now - (3 - night) * DAY_MS)
+            client.set_terminated(parent, "FINISHED")
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"}
+        env.update(MLFLOW_TRACKING_URI=mlflow_server, PYTHONPATH=os.pathsep.join(sys.path))
+        command = subprocess.run([sys.executable, "-c", _COMMAND, str(root / "bundle.json"), experiment],
+                                 capture_output=True, text=True, timeout=120, env=env)
+        assert command.returncode == 0, command.stderr[-3000:]
+        browser = _Chromium(root / "profile", WINDOW)
+        try:
+            yield {"client": client, "experiment_id": experiment_id, "output": command.stdout, "browser": browser,
+                   "root": root}
+        finally:
+            browser.close()
+
+
+def _link(output: str, label: str) -> str:
+    return re.search(rf"^\s*{label}:\s+(\S+)", output, re.M).group(1)
+
+
+def _keep(path: Path, name: str) -> None:
+    if os.environ.get("VSBENCH_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(path, DOCS_IMG / name)
+
+
+def test_the_command_prints_only_vsbench_links_each_in_the_model_training_view(shown):
+    output = shown["output"]
+    assert "View run" not in output and "View experiment" not in output, output  # MLflow's own lines
+    urls = re.findall(r"https?://\S+/#/\S+", output)  # pages (the store's own address is named too)
+    assert len(urls) == 3, output  # run page, leaderboard, evaluations
+    assert all("workflowType=machine_learning" in url for url in urls), urls
+
+
+def test_the_leaderboard_shows_evaluations_as_rows_with_their_columns_best_first(shown):
+    browser = shown["browser"]
+    browser.open(_link(shown["output"], "leaderboard"))
+    headers = browser.wait("(h => h.length > 8 && h)(Array.from(document.querySelectorAll('.ag-header-cell[col-id]'))"
+                           ".map(e => [e.getAttribute('col-id'), e.getBoundingClientRect().right]))", "the runs table")
+    wanted = {f"metrics.`{m}`" for m in HEADLINES} | {f"params.`{p}`" for p in ("model", "model_options", "codec",
+                                                                                  "score_norm")}
+    right = dict(headers)
+    assert wanted <= set(right), headers
+    assert all(right[column] <= WINDOW[0] for column in wanted), headers  # no scrolling sideways
+    rows = browser.wait("(r => r.length >= 13 && r)(Array.from(document.querySelectorAll("
+                        "'.ag-center-cols-container .ag-row')).map(r => [Number(r.getAttribute('row-index')), "
+                        "r.querySelector('[col-id=\"metrics.`uap`\"]').innerText]))", "every evaluation as a row")
+    uap = [float(value) for _, value in sorted(rows)]
+    assert len(uap) == 13 and uap == sorted(uap, reverse=True), rows  # 3 nights x 4 + the command's; no parent
+    names = browser.value("Array.from(document.querySelectorAll('.ag-pinned-left-cols-container .ag-row')).map(r => r.innerText)")
+    assert any("resnet34-random" in name for name in names), names
+    _keep(browser.screenshot(shown["root"] / "leaderboard.png"), "mlflow-leaderboard.png")
+
+
+def test_the_evaluations_chart_has_a_date_axis_and_names_every_line(shown):
+    browser = shown["browser"]
+    browser.open(_link(shown["output"], "evaluations"))
+    charts = browser.wait("(c => c.length && c.every(x => x.x.length) && c)(Array.from(document.querySelectorAll("
+                          "'.js-plotly-plot')).map(el => ({x: (el.data || []).flatMap(t => (t.x || []).filter(v => v !== null)), "
+                          "axis: el.layout && el.layout.xaxis && el.layout.xaxis.type})))", "the charts")
+    assert all(min(chart["x"]) > 1e12 for chart in charts), charts  # wall-time milliseconds, not a day number
+    assert {chart["axis"] for chart in charts} == {"date"}, charts
+    legend = browser.value("Array.from(document.querySelectorAll('.js-plotly-plot')).slice(0, 1).map(el => "
+                           "{ let c = el; for (let i = 0; i < 6; i++) c = c.parentElement; return c.innerText; })[0]")
+    named = {line for line in LINES if f"{line} (uap)" in legend or f"{line} (accuracy_at_1)" in legend}
+    assert named == LINES, legend
+    _keep(browser.screenshot(shown["root"] / "chart.png"), "mlflow-evaluations-chart.png")
+
+
+def test_the_models_tab_names_models_as_people_read_them(shown):
+    client, experiment_id = shown["client"], shown["experiment_id"]
+    names = {model.name for model in client.search_logged_models(experiment_ids=[experiment_id])}
+    assert names == {line.replace(".", "_") for line in LINES}, names  # one per identity, options in params
+    browser = shown["browser"]
+    browser.open(f"{client.tracking_uri}/#/experiments/{experiment_id}/models?workflowType=machine_learning")
+    browser.wait("document.body.innerText.includes('resnet34-random') && document.body.innerText.includes("
+                 "'efficientnet_lite0-random')", "the Models tab's names")
+    _keep(browser.screenshot(shown["root"] / "models.png"), "mlflow-models-named.png")
