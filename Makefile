@@ -39,7 +39,7 @@ $(CHROMIUM):
 # tests/containers/ run the pipelines inside the CPU image when an engine and the image are there
 # and are skipped otherwise; VSBENCH_REQUIRE_CONTAINERS=1 (CI) makes that skip a failure.
 test: $(STAMP) $(CHROMIUM)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25  # the 25 slowest at the end: where the time goes (issue 48)
 
 # The pictures in README.md and docs/tracking.md, taken by the browser tests from real runs in a
 # real mlflow server (so a picture cannot show what the code no longer does).
