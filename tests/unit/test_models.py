@@ -22,6 +22,7 @@ from vsbench.models.registry import (
     available_models,
     build_model,
 )
+from vsbench.models.weights import WeightsError
 
 REQUIRED = {"efficientnet_lite0", "resnet34", "resnet50", "dino_vits16", "torchscript", "abid_trunk",
             "precomputed"}
@@ -104,7 +105,7 @@ def test_resnet_weights_that_cannot_be_fetched_are_an_error(monkeypatch: pytest.
         raise urllib.error.URLError("no route to host")
 
     monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
-    with pytest.raises(RuntimeError, match=r"IMAGENET1K_V2.*resnet50.*no route to host.*weights='random'"):
+    with pytest.raises(WeightsError, match=r"IMAGENET1K_V2.*resnet50.*no route to host.*weights='random'"):
         build_model("resnet50")
     with pytest.raises(ValueError, match="IMAGENET1K_V1"):
         build_model("resnet34", weights="IMAGENET1K_V9")
@@ -195,7 +196,7 @@ def test_dino_weights_are_checked_by_digest(fake_hub: dict, monkeypatch: pytest.
     cached = Path(torch.hub.get_dir()) / "checkpoints" / "dino_deitsmall16_pretrain.pth"
     cached.unlink()
     monkeypatch.setattr(backbones, "DINO_VITS16_SHA256", "f" * 64)
-    with pytest.raises(RuntimeError, match="invalid hash value"):
+    with pytest.raises(WeightsError, match="invalid hash value"):
         build_model("dino_vits16")
     assert not cached.exists()
     with pytest.raises(ValueError, match="64 lowercase hex"):
@@ -223,7 +224,7 @@ def test_dino_without_network_or_hub_cache_says_what_it_needs(fake_hub: dict, mo
         raise urllib.error.URLError("offline")
 
     monkeypatch.setattr(torch.hub, "load", unreachable)
-    with pytest.raises(RuntimeError, match="torch hub cache .*facebookresearch_dino_7c446df5b9f4"):
+    with pytest.raises(WeightsError, match="torch hub cache .*facebookresearch_dino_7c446df5b9f4"):
         build_model("dino_vits16")
 
 
