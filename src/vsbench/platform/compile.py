@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from vsbench.platform.cluster import ClusterSettings
@@ -34,8 +35,9 @@ def load_pipeline(name: str, cluster: ClusterSettings | None = None, suite_path:
     return build(cluster)
 
 
-def compile_all(out: Path, cluster: ClusterSettings | None = None, suite_path: Path | None = None) -> list[Path]:
-    """Write ``<out>/<name>.yaml`` for each pipeline, atomically; returns the paths.
+def compile_all(out: Path, cluster: ClusterSettings | None = None, suite_path: Path | None = None,
+                names: Sequence[str] | None = None) -> list[Path]:
+    """Write ``<out>/<name>.yaml`` for each pipeline (or each of ``names``), atomically; returns the paths.
 
     kfp compiles into a private scratch folder; the YAML then goes through :func:`atomic_write_bytes`,
     which gives it the mode a plain ``open()`` would (0644 under the usual umask), not the 0600 of a
@@ -48,7 +50,7 @@ def compile_all(out: Path, cluster: ClusterSettings | None = None, suite_path: P
     out.mkdir(parents=True, exist_ok=True)
     written = []
     with tempfile.TemporaryDirectory(prefix="vsbench-compile-") as scratch:
-        for name in PIPELINES:
+        for name in PIPELINES if names is None else names:
             compiled = Path(scratch) / f"{name}.yaml"
             compiler.Compiler().compile(load_pipeline(name, cluster, suite_path), package_path=str(compiled))
             target = out / f"{name}.yaml"
