@@ -13,10 +13,12 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
+import statistics
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +166,36 @@ def process_cpu_seconds(pid: int) -> float | None:
     ticks = os.sysconf("SC_CLK_TCK")
     # fields[0] is the state (field 3); utime, stime, cutime, cstime are fields 14..17.
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children: the steadier figure on a shared machine."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def side_by_side(step: Callable[[], Any], repeats: int, variable: str, settings: tuple[str, str]) -> dict[str, float]:
+    """Median wall and CPU seconds of ``step`` with the environment ``variable`` set to each of
+    ``settings`` (off, on), taking turns after one warm-up of each, so that both see the same
+    machine load; ``added`` and ``added_cpu`` are the ratios on/off - 1."""
+    seconds: dict[str, list[float]] = {value: [] for value in settings}
+    cpu: dict[str, list[float]] = {value: [] for value in settings}
+    before = os.environ.get(variable)
+    try:
+        for round_ in range(repeats + 1):
+            for value in settings:
+                os.environ[variable] = value
+                started, used = time.perf_counter(), cpu_seconds()
+                step()
+                if round_:
+                    seconds[value].append(time.perf_counter() - started)
+                    cpu[value].append(cpu_seconds() - used)
+    finally:
+        if before is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = before
+    off, on = (statistics.median(seconds[value]) for value in settings)
+    off_cpu, on_cpu = (statistics.median(cpu[value]) for value in settings)
+    return {"off_s": off, "on_s": on, "added": on / off - 1, "off_cpu_s": off_cpu, "on_cpu_s": on_cpu,
+            "added_cpu": on_cpu / off_cpu - 1 if off_cpu else float("nan")}

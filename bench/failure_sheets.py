@@ -21,47 +21,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import format_table, log, machine_info, write_json
+from _common import format_table, log, machine_info, side_by_side, write_json
 
 SETTINGS = ("0", "24")  # VSBENCH_FAILURE_ROWS: off, the default
 
 
-def _cpu() -> float:
-    """CPU seconds of this process and its finished children: the steadier figure on a shared machine."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def side_by_side(step: Callable[[], Any], repeats: int) -> dict[str, float]:
-    """Median wall and CPU seconds of ``step`` with the sheets off and on, alternating, after one
-    warm-up of each."""
-    seconds: dict[str, list[float]] = {rows: [] for rows in SETTINGS}
-    cpu: dict[str, list[float]] = {rows: [] for rows in SETTINGS}
-    for round_ in range(repeats + 1):
-        for rows in SETTINGS:
-            os.environ["VSBENCH_FAILURE_ROWS"] = rows
-            started, used = time.perf_counter(), _cpu()
-            step()
-            if round_:
-                seconds[rows].append(time.perf_counter() - started)
-                cpu[rows].append(_cpu() - used)
-    os.environ.pop("VSBENCH_FAILURE_ROWS", None)
-    off, on = statistics.median(seconds["0"]), statistics.median(seconds["24"])
-    off_cpu, on_cpu = statistics.median(cpu["0"]), statistics.median(cpu["24"])
-    return {"off_s": off, "on_s": on, "added": on / off - 1, "off_cpu_s": off_cpu, "on_cpu_s": on_cpu,
-            "added_cpu": on_cpu / off_cpu - 1}
+def sheets_side_by_side(step: Callable[[], Any], repeats: int) -> dict[str, float]:
+    """``step`` with the sheets off and at the default rows, taking turns."""
+    return side_by_side(step, repeats, "VSBENCH_FAILURE_ROWS", SETTINGS)
 
 
 def prepare(work: Path) -> tuple[Path, Path]:
@@ -104,8 +80,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vsbench-bench-") as tmp:
         log("preparing the synthetic DISC run (embedding once)")
         data, out = prepare(Path(tmp))
-        rows.append({"step": "similarity score, in process", **side_by_side(in_process(data, out), args.repeats)})
-        rows.append({"step": "vsbench similarity score (a process)", **side_by_side(command(data, out), args.repeats)})
+        rows.append({"step": "similarity score, in process", **sheets_side_by_side(in_process(data, out), args.repeats)})
+        rows.append({"step": "vsbench similarity score (a process)", **sheets_side_by_side(command(data, out), args.repeats)})
     print(format_table(["synthetic DISC run", "sheets off s", "on (24 rows) s", "added", "CPU off s", "CPU on s",
                         "CPU added"],
                        [[r["step"], f"{r['off_s']:.3f}", f"{r['on_s']:.3f}", f"{100 * r['added']:+.1f}%",

@@ -26,35 +26,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import format_table, log, machine_info, write_json
+from _common import format_table, log, machine_info, side_by_side, write_json
 
-
-def side_by_side(step: Callable[[], Any], repeats: int, variable: str = "VSBENCH_RESAMPLES",
-                 settings: tuple[str, str] = ("0", "1000")) -> dict[str, float]:
-    """Median seconds of ``step`` with ``variable`` set to each of ``settings`` (off, on), alternating,
-    after one warm-up of each."""
-    seconds: dict[str, list[float]] = {value: [] for value in settings}
-    for round_ in range(repeats + 1):
-        for value in settings:
-            os.environ[variable] = value
-            started = time.perf_counter()
-            step()
-            if round_:
-                seconds[value].append(time.perf_counter() - started)
-    os.environ.pop(variable, None)
-    off, on = statistics.median(seconds[settings[0]]), statistics.median(seconds[settings[1]])
-    return {"off_s": off, "on_s": on, "added": on / off - 1}
+RESAMPLES = ("VSBENCH_RESAMPLES", ("0", "1000"))  # intervals off, the default resamples
 
 
 def demo_process(demo: Path, work: Path) -> Callable[[], Any]:
@@ -115,12 +98,12 @@ def main() -> None:
         if not args.no_disc:
             log("preparing the synthetic DISC run (embedding once)")
             rows.append({"step": "similarity score, synthetic DISC run",
-                         **side_by_side(disc_step(work), args.repeats)})
+                         **side_by_side(disc_step(work), args.repeats, *RESAMPLES)})
         step = demo_step(args.demo, work)
         if step is None:
             log(f"no finished demo under {args.demo}: the ABID score step is left out (run make demo first)")
         else:
-            rows.append({"step": f"abid score, the demo ({args.demo})", **side_by_side(step, args.repeats)})
+            rows.append({"step": f"abid score, the demo ({args.demo})", **side_by_side(step, args.repeats, *RESAMPLES)})
             sheets = ("VSBENCH_FAILURE_ROWS", ("0", "24"))
             os.environ.pop("VSBENCH_RESAMPLES", None)
             sheet_rows.append({"step": "abid score, the demo, in this process",
