@@ -217,7 +217,8 @@ def test_the_abid_score_step_writes_the_sheets_and_names_them(abid: Path, tmp_pa
         entry = units[f"abid_{task}_units.parquet"]["failures"]
         assert entry == {"png": str(tmp_path / "score" / "failures" / f"abid_{task}_units.png"),
                          "html": str(tmp_path / "score" / "failures" / f"abid_{task}_units.html"),
-                         "rows": total, "total": total}
+                         "rows": total, "total": total, "sha256": {
+                             kind: hashlib.sha256(Path(entry[kind]).read_bytes()).hexdigest() for kind in ("png", "html")}}
         assert Path(entry["png"]).read_bytes().startswith(b"\x89PNG")
     pages = {task: Path(units[f"abid_{task}_units.parquet"]["failures"]["html"]).read_text()
              for task in ("counting", "verification", "quantity")}

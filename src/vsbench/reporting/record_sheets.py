@@ -12,12 +12,12 @@ failed score.
 
 from __future__ import annotations
 
-import sys
+import functools
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vsbench.reporting.sheets import FAILURES_DIR, SHEET_ROWS_ENV, Sheet, failure_rows, thumbnails, write_sheet
+from vsbench.reporting.sheets import FAILURES_DIR, Sheet, failure_rows, thumbnails, write_failure_sheet
 
 FAILURES_KEY = "failures"  # the record's key
 
@@ -39,22 +39,12 @@ def write_failure_sheets(benchmark: str, records: Sequence[MutableMapping[str, A
         entry = unit_files[index] if index < len(unit_files) else None
         if not entry:
             continue
-        stem = Path(str(entry["file"])).stem
-        try:
-            sheet = make(index, rows)
-            if sheet is None:
-                continue
-            files = write_sheet(sheet, Path(out) / FAILURES_DIR, stem, thumbs=thumbs)
-        except Exception as exc:  # noqa: BLE001 - a picture never fails the score it pictures
-            variant = " · ".join(str(v) for v in record.values() if isinstance(v, str))
-            print(f"vsbench: {benchmark} {variant}: no failure sheet ({type(exc).__name__}: {str(exc)[:300]}; "
-                  f"{SHEET_ROWS_ENV}=0 turns them off)", file=sys.stderr)
-            continue
-        record[FAILURES_KEY] = {
-            "png": f"{FAILURES_DIR}/{stem}.png", "html": f"{FAILURES_DIR}/{stem}.html",
-            "rows": files["rows"]["html"], "total": files["total"],
-            "sha256": {kind: files["files"][kind]["sha256"] for kind in ("png", "html")}}
-        written += 1
+        variant = " · ".join(str(v) for v in record.values() if isinstance(v, str))
+        sheet = write_failure_sheet(functools.partial(make, index, rows), Path(out) / FAILURES_DIR,
+                                    Path(str(entry["file"])).stem, f"{benchmark} {variant}", base=out, thumbs=thumbs)
+        if sheet is not None:
+            record[FAILURES_KEY] = sheet
+            written += 1
     return written
 
 

@@ -366,21 +366,25 @@ def failure_rows() -> int:
 
 
 def write_failure_sheet(make: Callable[[], Sheet | None], folder: str | os.PathLike[str], stem: str, what: str, *,
-                        base: str | os.PathLike[str] | None = None, size: int = THUMB) -> dict[str, Any] | None:
-    """Build a sheet with ``make`` and write ``<folder>/<stem>.png|.html``; returns the record's entry
-    ``{"png", "html", "rows", "total"}`` (paths relative to ``base`` when given, else as written; ``rows``:
-    the rows the HTML page shows) or None when ``make`` has no sheet. Anything that goes wrong is one
-    warning line naming ``what`` and None: the score it illustrates stands without it."""
+                        base: str | os.PathLike[str] | None = None, size: int = THUMB,
+                        thumbs: _Thumbs | None = None) -> dict[str, Any] | None:
+    """Build a sheet with ``make`` and write ``<folder>/<stem>.png|.html``: the one writer of every
+    failure sheet (a score's records and ABID's tasks). Returns the record's entry ``{"png", "html",
+    "rows", "total", "sha256"}`` (paths relative to ``base`` when given, else as written; ``rows``: the
+    rows the HTML page shows; ``sha256``: of each file, checked when the run logs them) or None when
+    ``make`` has no sheet. Anything that goes wrong is one warning line naming ``what`` and None: the
+    score it illustrates stands without it. ``thumbs``: shared by every sheet of one score."""
     try:
         sheet = make()
         if sheet is None:
             return None
-        written = write_sheet(sheet, folder, stem, size)
+        written = write_sheet(sheet, folder, stem, size, thumbs=thumbs)
         paths = {suffix: Path(written["files"][suffix]["path"]) for suffix in ("png", "html")}
         if base is not None:
             paths = {suffix: path.relative_to(base) for suffix, path in paths.items()}
     except Exception as exc:  # noqa: BLE001 - a sheet that cannot be made never fails the score
-        print(f"vsbench: {what}: no failure sheet ({type(exc).__name__}: {str(exc)[:300]})", file=sys.stderr)
+        print(f"vsbench: {what}: no failure sheet ({type(exc).__name__}: {str(exc)[:300]}; "
+              f"{SHEET_ROWS_ENV}=0 turns them off)", file=sys.stderr)
         return None
-    return {"png": str(paths["png"]), "html": str(paths["html"]), "rows": written["rows"]["html"],
-            "total": sheet.total}
+    return {"png": paths["png"].as_posix(), "html": paths["html"].as_posix(), "rows": written["rows"]["html"],
+            "total": sheet.total, "sha256": {kind: written["files"][kind]["sha256"] for kind in ("png", "html")}}
