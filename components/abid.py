@@ -123,20 +123,12 @@ def abid_train_counting(
     here, and fails when it fails; its rank 0 logs under the parent run. On a Training Operator v1
     cluster, the PyTorchJob of k8s/training writes the same runs/counting, and this step (same
     profile and seed) then finds the finished checkpoints and only predicts, exports and logs."""
-    from vsbench.io.locks import folder_lease
-    from vsbench.io.storage import use_verify_inputs
-    from vsbench.runspec.run import json_object
-    from vsbench.steps.abid import abid_train_step
+    from vsbench.steps.abid import abid_train_in_pipeline
 
-    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
-
-    with folder_lease(data_root, kfp_run_id):  # this run's lease on data_root, renewed while it works
-        result = abid_train_step("counting", f"{data_root}/tasks", f"{data_root}/bin-images-resize",
-                                 f"{data_root}/runs/counting", backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
-                                 profile=profile, seed=seed, device=device,
-                                 overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
-                                 manifest_path=manifest.path, progress=False)
-    for name, value in result.metrics.items():
+    for name, value in abid_train_in_pipeline(
+            "counting", data_root, profile=profile, overrides_json=overrides_json, seed=seed, device=device,
+            parent_run_id=parent_run_id, manifest_path=manifest.path, backend=backend, nodes=nodes,
+            gpus_per_node=gpus_per_node, verify_inputs=verify_inputs, kfp_run_id=kfp_run_id).items():
         metrics.log_metric(name, value)
 
 
@@ -149,20 +141,12 @@ def abid_train_siamese(
     """Train the siamese verification baseline (resumable); writes runs/siamese/obj_verification_result.txt.
 
     Several GPUs or nodes: backend "trainjob", as for counting."""
-    from vsbench.io.locks import folder_lease
-    from vsbench.io.storage import use_verify_inputs
-    from vsbench.runspec.run import json_object
-    from vsbench.steps.abid import abid_train_step
+    from vsbench.steps.abid import abid_train_in_pipeline
 
-    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
-
-    with folder_lease(data_root, kfp_run_id):  # this run's lease on data_root, renewed while it works
-        result = abid_train_step("siamese", f"{data_root}/tasks", f"{data_root}/bin-images-resize",
-                                 f"{data_root}/runs/siamese", backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
-                                 profile=profile, seed=seed, device=device,
-                                 overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
-                                 manifest_path=manifest.path, progress=False)
-    for name, value in result.metrics.items():
+    for name, value in abid_train_in_pipeline(
+            "siamese", data_root, profile=profile, overrides_json=overrides_json, seed=seed, device=device,
+            parent_run_id=parent_run_id, manifest_path=manifest.path, backend=backend, nodes=nodes,
+            gpus_per_node=gpus_per_node, verify_inputs=verify_inputs, kfp_run_id=kfp_run_id).items():
         metrics.log_metric(name, value)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -344,7 +345,8 @@ def test_a_form_json_parameter_that_is_no_object_is_one_line_naming_it(text: str
     for component in (abid_train_counting, abid_train_siamese):
         with pytest.raises(ValueError, match=f"^train_overrides {message}"):
             component.python_func(data_root=str(tmp_path), profile="demo", overrides_json=text, seed=0, device="cpu",
-                                  parent_run_id="", manifest=None, metrics=None)
+                                  parent_run_id="", manifest=SimpleNamespace(path=str(tmp_path / "manifest")),
+                                  metrics=None)
 
 
 @pytest.mark.parametrize("umask", [0o027])  # neither a temporary file's 0600 nor the usual 0644

@@ -224,6 +224,26 @@ def abid_train_step(task: str, tasks: str, images: str, out: str, *, backend: st
     return StepResult(out, metrics, manifest)
 
 
+def abid_train_in_pipeline(task: str, data_root: str, *, profile: str, overrides_json: str, seed: int,
+                           device: str, parent_run_id: str, manifest_path: str, backend: str, nodes: int,
+                           gpus_per_node: int, verify_inputs: str, kfp_run_id: str) -> dict[str, float]:
+    """The body of the pipeline's two training components (counting, siamese): the data root's
+    layout, the run's verify-inputs mode and its lease on ``data_root`` (renewed while it trains);
+    returns the metrics the component logs. One function, so that the two tasks cannot drift."""
+    from vsbench.io.locks import folder_lease
+    from vsbench.io.storage import use_verify_inputs
+    from vsbench.runspec.run import json_object
+
+    use_verify_inputs(verify_inputs)  # "": the environment's (stat unless VSBENCH_VERIFY_INPUTS says full)
+    with folder_lease(data_root, kfp_run_id):
+        result = abid_train_step(task, f"{data_root}/tasks", f"{data_root}/bin-images-resize",
+                                 f"{data_root}/runs/{task}", backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
+                                 profile=profile, seed=seed, device=device,
+                                 overrides=json_object(overrides_json, "train_overrides"), parent_run_id=parent_run_id,
+                                 manifest_path=manifest_path, progress=False)
+    return dict(result.metrics)
+
+
 _TRAIN_DEFAULTS: dict[str, Any] = {"profile": "demo", "seed": 0, "device": "auto", "overrides": None,
                                    "parent_run_id": "", "manifest_path": None, "progress": True, "decode": "auto"}
 
