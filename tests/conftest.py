@@ -64,6 +64,16 @@ def private_tracking_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     os.environ.pop("VSBENCH_NO_TRACK", None)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def module_starts_tracked() -> None:
+    """A module's own fixtures start with tracking as the session left it: an autouse fixture runs
+    before the module-scoped fixtures of its scope, which run before any test's own (per-test)
+    fixtures. Seen: a command that found tracking off in the module before set VSBENCH_NO_TRACK
+    (``disable_tracking``), and the next module's two tracked runs, made in a module fixture, wrote
+    no MLflow run; it depended on the order the files ran in (and would on pytest-xdist's split)."""
+    os.environ.pop("VSBENCH_NO_TRACK", None)
+
+
 @pytest.fixture(scope="session")
 def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     with LocalS3(log=tmp_path_factory.mktemp("moto") / "moto.log") as server:
