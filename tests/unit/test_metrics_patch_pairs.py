@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from tests.originals import hpatches_metrics
 from vsbench.benchmarks.patch_pairs.metrics import mean_pr_ap, patch_pair_grid, patch_pair_metrics, pr_curve, roc_curve
 
 
@@ -76,3 +79,61 @@ def test_rejects_empty_and_non_finite() -> None:
     # An infinite distance is never retrieved (upstream tpfp): the curve stops short of tpr 1.
     m = patch_pair_metrics([np.inf, 1.0], [2.0, 3.0])
     assert m.roc.tpr[-1] == 0.5 and m.roc.auc == pytest.approx(0.5)
+
+
+# ------------------------------------------------- edges found by mutation testing (issue 49)
+
+
+def exactly(message: str) -> str:
+    """A ``match`` pattern for this message and nothing around it."""
+    return "^" + re.escape(message) + "$"
+
+
+@pytest.mark.parametrize(("scores", "labels", "message"), [
+    ([0.1, 0.2], [1], "scores (2,) and labels (1,) must be 1-D of the same length"),
+    ([[0.1, 0.2]], [[1, 0]], "scores (1, 2) and labels (1, 2) must be 1-D of the same length"),
+    ([0.1, np.inf], [1, 0], "scores must be numbers below +inf (-inf means never retrieved)"),
+    ([0.1, 0.2], [1, 2], "labels must be 0 or 1"),
+])
+def test_curves_refuse_malformed_input_with_their_message(scores: list, labels: list, message: str) -> None:
+    for curve in (roc_curve, pr_curve):
+        with pytest.raises(ValueError, match=exactly(message)):
+            curve(scores, labels)
+
+
+@pytest.mark.parametrize(("pos", "neg"), [([[0.1, 0.2]], [0.3]), ([0.1], [[0.3]]), ([0.1], [])])
+def test_patch_pair_metrics_refuses_other_shapes_with_its_message(pos: list, neg: list) -> None:
+    with pytest.raises(ValueError, match=exactly("need a non-empty 1-D array of positive and of negative distances")):
+        patch_pair_metrics(pos, neg)
+
+
+def test_mean_of_nothing_message_exactly() -> None:
+    with pytest.raises(ValueError, match=exactly("no results to average")):
+        mean_pr_ap({})
+
+
+def test_unsigned_integer_scores_rank_by_value() -> None:
+    # Negating a uint8 array wraps (-0 = 0 ranks first): scores must be floats before they are negated.
+    scores, labels = np.array([0, 1, 2], dtype=np.uint8), [1, 0, 0]
+    assert roc_curve(scores, labels).auc == 0.0
+    np.testing.assert_array_equal(pr_curve(scores, labels).recall, [0, 0, 0, 1])
+
+
+def test_tied_curves_equal_hpatches_point_by_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 300 scores on 3 values: an unstable sort (numpy's default) reorders the ties and moves the curve.
+    monkeypatch.setattr(np, "trapz", np.trapezoid, raising=False)  # upstream's np.trapz left numpy 2.4
+    rng = np.random.default_rng(0)
+    scores, labels = rng.integers(0, 3, 300).astype(float), rng.integers(0, 2, 300)
+    fpr, tpr, _ = hpatches_metrics.roc(scores, labels)
+    precision, recall, _ = hpatches_metrics.pr(scores, labels)
+    roc, pr = roc_curve(scores, labels), pr_curve(scores, labels)
+    np.testing.assert_array_equal(roc.fpr, fpr)
+    np.testing.assert_array_equal(roc.tpr, tpr)
+    np.testing.assert_array_equal(pr.precision, precision)
+    np.testing.assert_array_equal(pr.recall, recall)
+
+
+def test_as_dict_carries_every_value() -> None:
+    m = patch_pair_metrics([0.1, 0.2, 0.3, 0.4, 0.5], [0.6, 0.7])
+    assert m.as_dict() == {"roc_auc": 1.0, "pr_ap": 1.0, "num_positives": 5, "num_negatives": 2,
+                           "num_imbalanced_positives": 1}
