@@ -38,8 +38,13 @@ $(CHROMIUM):
 
 # tests/containers/ run the pipelines inside the CPU image when an engine and the image are there
 # and are skipped otherwise; VSBENCH_REQUIRE_CONTAINERS=1 (CI) makes that skip a failure.
+# Two pytest processes (pytest-xdist), a test module per process at a time (--dist loadscope: a
+# module's shared fixtures, such as a finished run several tests read, are made once): on 2 cores
+# much of the suite waits on the processes it starts (steps, servers, the browser), and the other
+# process uses that time. TEST_WORKERS=0 runs it in this process; --durations: the 25 slowest.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(CHROMIUM)
-	$(BIN)/python -m pytest -q --durations=25  # the 25 slowest at the end: where the time goes (issue 48)
+	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope) --durations=25
 
 # The pictures in README.md and docs/tracking.md, taken by the browser tests from real runs in a
 # real mlflow server (so a picture cannot show what the code no longer does).
