@@ -145,10 +145,30 @@ def test_no_positive_tag_message_exactly() -> None:
         vsd_metrics(["s", "s"], [0, 0], [0, 0], [0.3, 0.2])
 
 
-def test_a_nan_rank_is_refused_not_read_as_a_miss() -> None:
-    # The conversion to int64 refuses it (a float *array*'s NaN would be cast, platform-dependently).
-    with pytest.raises(ValueError, match="cannot convert float NaN to integer"):
-        vsd_metrics(["s", "s", "s"], [1, 1, 0], [1.0, np.nan, 0.0], [0.5, 0.4, 0.3], ks=(5,))
+@pytest.mark.parametrize("ranks", [[1.0, np.nan, 0.0], np.array([1.0, np.nan, 0.0]), np.array([1.0, np.inf, 0.0]),
+                                   np.array([1.0, 2.5, 0.0]), np.array([1.0, 2.0, 0.0], dtype=np.float32)[::-1] * 0.5])
+def test_a_nan_or_fractional_rank_is_refused_not_read_as_a_miss(ranks) -> None:
+    """Checked before the cast: numpy turns a float array's NaN into INT_MIN on x86 but may give 0 (a
+    silent 'not retrieved') elsewhere, and 2.5 into 2."""
+    message = "ranks are whole numbers (1-based, 0 for 'not retrieved'), not NaN, inf or fractions"
+    with pytest.raises(ValueError, match=exactly(message)):
+        vsd_metrics(["s", "s", "s"], [1, 1, 0], ranks, [0.5, 0.4, 0.3], ks=(5,))
+
+
+def test_whole_float_ranks_score_as_the_integers() -> None:
+    as_floats = vsd_metrics(["s", "s", "t"], [1, 0, 1], np.array([1.0, 0.0, 3.0]), [0.5, 0.4, 0.3], ks=(5,))
+    assert as_floats == vsd_metrics(["s", "s", "t"], [1, 0, 1], [1, 0, 3], [0.5, 0.4, 0.3], ks=(5,))
+
+
+@pytest.mark.parametrize(("tie_ranks", "message"), [
+    (([1, -1], [1, 0]), "tie_ranks are 1-based, with 0 for 'not retrieved'"),
+    (([1, 0], [np.nan, 0]), "tie_ranks are whole numbers (1-based, 0 for 'not retrieved'), not NaN, inf or fractions"),
+    (([1, 0, 0], [1, 0]), "tie_ranks must have one entry per tagged pair in each order"),
+    (([1, 0], ["a", 0]), "tie_ranks are whole numbers (1-based, 0 for 'not retrieved'), not <U21"),
+])
+def test_bad_tie_ranks_are_refused_like_ranks(tie_ranks, message: str) -> None:
+    with pytest.raises(ValueError, match=exactly(message)):
+        vsd_metrics(["s", "s"], [1, 0], [1, 0], [0.5, 0.4], tie_ranks=tie_ranks)
 
 
 def test_tie_ranks_give_the_worst_and_best_hr_and_mrr() -> None:

@@ -130,6 +130,20 @@ def _hit_rates(pos_ranks: np.ndarray, num_seeds: int, ks: Sequence[int]) -> tupl
     return hr, mrr
 
 
+def _ranks(values: ArrayLike, name: str) -> np.ndarray:
+    """1-based ranks as int64, 0 for 'not retrieved'. Checked before the cast: numpy turns a NaN or a
+    fraction into some integer (which one depends on the CPU), so a bad rank is refused, not scored."""
+    raw = np.asarray(values)
+    if raw.dtype.kind == "f" and not (np.isfinite(raw).all() and (raw == np.floor(raw)).all()):
+        raise ValueError(f"{name} are whole numbers (1-based, 0 for 'not retrieved'), not NaN, inf or fractions")
+    if raw.dtype.kind not in "iuf" and raw.size:
+        raise ValueError(f"{name} are whole numbers (1-based, 0 for 'not retrieved'), not {raw.dtype}")
+    ranks = raw.astype(np.int64)
+    if (ranks < 0).any():
+        raise ValueError(f"{name} are 1-based, with 0 for 'not retrieved'")
+    return ranks
+
+
 def vsd_metrics(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, scores: ArrayLike,
                 ks: Sequence[int] = DEFAULT_KS, *, tie_ranks: tuple[ArrayLike, ArrayLike] | None = None) -> VsdMetrics:
     """HR@k, MRR@k, ROC-AUC and PR-AUC over the tagged pairs, one entry per pair.
@@ -141,19 +155,19 @@ def vsd_metrics(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, 
     best order of tied scores) fills ``ties`` for HR and MRR (ROC and PR AUC do not depend on tie order).
     """
     y, s = _binary_inputs(labels, scores)
-    r = np.asarray(ranks, dtype=np.int64)
+    r = _ranks(ranks, "ranks")
     if r.shape != y.shape or len(seeds) != y.size:
         raise ValueError("seeds, labels, ranks and scores must have one entry per tagged pair")
-    if (r < 0).any():
-        raise ValueError("ranks are 1-based, with 0 for 'not retrieved'")
     positive_seeds = {seed for seed, label in zip(seeds, y.tolist()) if label}
     if not positive_seeds:
         raise ValueError("no positive tag: HR and MRR are undefined")
     hr, mrr = _hit_rates(r[y], len(positive_seeds), ks)
     ties: dict[str, TieRange] = {}
     if tie_ranks is not None:
-        (hr_w, mrr_w), (hr_b, mrr_b) = (_hit_rates(np.asarray(t, dtype=np.int64)[y], len(positive_seeds), ks)
-                                        for t in tie_ranks)
+        worst, best = (_ranks(t, "tie_ranks") for t in tie_ranks)
+        if worst.shape != y.shape or best.shape != y.shape:
+            raise ValueError("tie_ranks must have one entry per tagged pair in each order")
+        (hr_w, mrr_w), (hr_b, mrr_b) = (_hit_rates(t[y], len(positive_seeds), ks) for t in (worst, best))
         for k in ks:
             ties[f"hr_at_{k}"] = TieRange(hr_w[k], hr_b[k])
             ties[f"mrr_at_{k}"] = TieRange(mrr_w[k], mrr_b[k])
