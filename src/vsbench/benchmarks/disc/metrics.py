@@ -258,13 +258,14 @@ def shared_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.
     else (object arrays, mixed numbers) goes through a Python dict, which is Python's own equality.
     """
     kind_a, kind_b = first.dtype.kind, second.dtype.kind
-    if first.size == 0 or second.size == 0 or (kind_a == kind_b and kind_a in _SAME_KIND_SAFE):
-        if first.size == 0 or second.size == 0:
-            only = first if second.size == 0 else second
+    if first.size == 0 or second.size == 0:
+        only = first if second.size == 0 else second
+        if only.dtype.kind != "O":  # an object array may mix ids numpy cannot sort (1 and "1"): the dict below
             _, codes = np.unique(only, return_inverse=True) if only.size else (None, np.zeros(0, dtype=np.int64))
             codes = codes.astype(np.int64).ravel()
             empty = np.zeros(0, dtype=np.int64)
             return (codes, empty) if second.size == 0 else (empty, codes)
+    elif kind_a == kind_b and kind_a in _SAME_KIND_SAFE:
         _, codes = np.unique(np.concatenate([first, second]), return_inverse=True)
         codes = codes.astype(np.int64).ravel()
         return codes[: first.size], codes[first.size :]
