@@ -41,10 +41,11 @@ $(CHROMIUM):
 # Two pytest processes (pytest-xdist), a test module per process at a time (--dist loadscope: a
 # module's shared fixtures, such as a finished run several tests read, are made once): on 2 cores
 # much of the suite waits on the processes it starts (steps, servers, the browser), and the other
-# process uses that time. TEST_WORKERS=0 runs it in this process; --durations: the 25 slowest.
+# process uses that time. --no-loadscope-reorder keeps tests/conftest.py's order (modules with a slow
+# test first) instead of xdist's (most tests first). TEST_WORKERS=0: one process. --durations: the 25 slowest.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(CHROMIUM)
-	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope) --durations=25
+	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder) --durations=25
 
 # The pictures in README.md and docs/tracking.md, taken by the browser tests from real runs in a
 # real mlflow server (so a picture cannot show what the code no longer does).

@@ -12,6 +12,15 @@ from vsbench.platform.local_s3 import LocalS3
 
 _bucket_numbers = itertools.count()
 
+# Under pytest-xdist (``make test``: two processes on 2 cores), each process and the steps it starts
+# get their share of the cores for torch's and BLAS's thread pools (set before anything imports
+# torch), not a pool as wide as the machine each: oversubscribed pools spin-wait and cost CPU time
+# for nothing. A value the caller set is kept; tests that need a count set their own.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
+    os.environ.setdefault("MKL_NUM_THREADS", _share)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def session_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

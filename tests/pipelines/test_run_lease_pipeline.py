@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +53,19 @@ def test_a_second_run_waits_for_the_whole_subprocess_run_and_the_first_table_is_
     out = tmp_path / "out"
     first = subprocess.Popen([sys.executable, "-m", "vsbench", *_args(root, out, models["a"], "--runner", "subprocess")],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    # Its output is read as it comes (a full pipe would stop it mid-run, seen under pytest-xdist), and
+    # the moment it ends is taken as it happens, not when this thread gets round to asking.
+    lines: list[str] = []
+    ended: list[float] = []
+
+    def follow() -> None:
+        assert first.stdout is not None
+        lines.extend(first.stdout)
+        first.wait()
+        ended.append(time.monotonic())
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
     try:
         deadline = time.monotonic() + 120
         while not (out / "_kfp").exists():  # kfp.local has started: the pipeline's steps are under way
@@ -61,14 +75,16 @@ def test_a_second_run_waits_for_the_whole_subprocess_run_and_the_first_table_is_
         errors = [line for line in refused.output.splitlines() if line.startswith("error:")]
         assert refused.exit_code == 2 and len(errors) == 1, refused.output[-2000:]
         assert "a pipeline run (for all its steps)" in errors[0] and str(out) in errors[0]
-        assert first.poll() is None  # refused while the first run was still going
+        assert not ended  # refused while the first run was still going
         waited = CliRunner().invoke(app, _args(root, out, models["b"]), env={"VSBENCH_LOCK_WAIT_S": "600"})
-        assert first.poll() is not None, "the second run got the folder before the first run had ended"
-        output = first.stdout.read() if first.stdout else ""
+        waited_done = time.monotonic()
+        follower.join(timeout=120)
     finally:
         if first.poll() is None:
             first.kill()
-        first.wait()
+        follower.join(timeout=30)
+    output = "".join(lines)
+    assert ended and ended[0] <= waited_done, "the second run got the folder before the first run had ended"
     assert first.returncode == 0, output[-3000:]
     assert _rows(output) == fresh, output[-3000:]  # scored on its own features only
     assert waited.exit_code == 0, waited.output[-2000:]
