@@ -56,6 +56,7 @@ def test_option_files_are_hashed_and_folders_only_under_the_weights_options(tmp_
 
     assert found == {"config": path_digest(folder), "weights": sha256(b"weights"), "zz_plugin_file": sha256(b"weights")}
     assert list(found) == sorted(found)  # visited in sorted order
+    assert memo.hashed == 3  # w.pt (twice: a memo that trusts no stat), x.json: through the memo given
 
 
 def test_an_empty_weights_option_does_not_hash_the_working_folder(tmp_path: Path,
@@ -84,10 +85,12 @@ def test_the_input_key_hashes_each_image_in_order_with_its_id(tmp_path: Path) ->
     images[1].write_bytes(b"two")
     weights = tmp_path / "w.pt"
     weights.write_bytes(b"w")
-    key, digests = embed.input_key(images, IDS, {"weights": str(weights)}, DigestMemo(None, trust_stat=False))
+    memo = DigestMemo(None, trust_stat=False)
+    key, digests = embed.input_key(images, IDS, {"weights": str(weights)}, memo)
     assert digests == [sha256(b"one"), sha256(b"two"), None]
     assert key == {"images_sha256": combine(zip(IDS, digests)), "option_files": {"weights": sha256(b"w")},
                    "libraries": library_versions()}
+    assert memo.hashed == 3  # the option's file too, through the memo (remembered for the recheck after the build)
     swapped, _ = embed.input_key(images[::-1], IDS, {}, DigestMemo(None, trust_stat=False), threads=1)
     assert swapped["images_sha256"] != key["images_sha256"]
 
@@ -131,8 +134,7 @@ def base_key(**inputs: object) -> dict:
 def test_the_key_change_names_the_part_that_changed(change: dict, words: str) -> None:
     new = base_key()
     assert embed._key_change({**new, **change}, new) == words
-    if "decode" not in change:
-        assert embed._key_change(new, {**new, **change}) == words
+    assert embed._key_change(new, {**new, **change}) == words
 
 
 @pytest.mark.parametrize(("inputs", "words"), [
@@ -302,3 +304,8 @@ def test_the_normalizer_is_float32_whatever_the_default_dtype() -> None:
     finally:
         torch.set_default_dtype(before)
     assert scale.dtype == shift.dtype == torch.float32
+
+
+def test_the_normalizer_is_on_the_device_asked_for() -> None:
+    scale, shift = embed.normalizer(Preprocessing(8, 8, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)), torch.device("meta"))
+    assert scale.device.type == shift.device.type == "meta"

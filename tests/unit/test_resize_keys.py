@@ -118,6 +118,17 @@ def test_a_job_resizes_and_records_both_halves(tmp_path: Path, monkeypatch: pyte
     assert len(rec) == len(RECORD_FIELDS)
 
 
+def test_a_job_resizes_with_its_own_settings(tmp_path: Path) -> None:
+    data = jpeg(3, 96, 80)  # over 2x the size on both sides: draft decodes at a reduced DCT scale
+    job = ResizeJob(str(tmp_path / "3.jpg"), str(tmp_path / "00003.jpg"), 24, 60, "draft")
+    Path(job.source).write_bytes(data)
+    assert resize._run_job(job)[3] == RESIZED
+    output = Path(job.target).read_bytes()
+    assert output == resize.resize_image_bytes(data, 24, 60, "draft")
+    assert output != resize.resize_image_bytes(data, 24, 60, "full")
+    assert Image.open(io.BytesIO(output)).size == (24, 24)
+
+
 def test_a_job_whose_source_still_has_the_recorded_bytes_keeps_the_output(tmp_path: Path) -> None:
     data = jpeg()
     job = job_in(tmp_path, data, record("5.jpg", sha256(data)))
@@ -198,7 +209,7 @@ def test_a_digest_is_64_ascii_letters_and_digits() -> None:
 # --- ResizeSummary.manifest_text -------------------------------------------------------------------
 
 def summary(**outputs: list) -> ResizeSummary:
-    return ResizeSummary("d", "o", 32, 75, "full", 1, inputs=2, resized=1, outputs=dict(outputs))
+    return ResizeSummary("/données", "o", 32, 75, "full", 1, inputs=2, resized=1, outputs=dict(outputs))
 
 
 def test_the_manifest_holds_the_summary_and_one_record_a_line() -> None:
@@ -220,7 +231,7 @@ def test_a_manifest_without_records() -> None:
     text = s.manifest_text()
     assert json.loads(text) == {**s.as_dict(), "record_fields": list(RECORD_FIELDS), "outputs": {}}
     assert text.endswith('  "outputs": {}\n}\n')
-    assert text.startswith('{\n  "data": "d",\n')
+    assert text.startswith('{\n  "data": "/données",\n')  # UTF-8, not \\u escapes
 
 
 # --- _previous -------------------------------------------------------------------------------------
@@ -269,7 +280,8 @@ def test_records_of_an_older_vsbench_vouch_for_nothing_and_are_said_to_be_old(tm
 def test_records_without_devices_are_read_as_of_an_unknown_device(tmp_path: Path) -> None:
     old = ["1.jpg", D1, 2, 3, 4, 5, 7, 8, 9, 10]
     path = write(tmp_path / "m.json", {**SETTINGS, "record_fields": list(PREVIOUS_RECORD_FIELDS),
-                                       "outputs": {"a": old, "b": old[:9], "c": {"x": 1}, "d": [*old[:2], "3", *old[3:]]}})
+                                       "outputs": {"a": old, "b": old[:9], "c": {str(n): n for n in range(10)},
+                                                   "d": [*old[:2], "3", *old[3:]], "e": "0123456789"}})
     assert resize._previous(path) == (
         (32, 75, "full"), {"a": ["1.jpg", D1, UNKNOWN_DEVICE, 2, 3, 4, 5, UNKNOWN_DIGEST, UNKNOWN_DEVICE, 7, 8, 9, 10]},
         False)
@@ -287,16 +299,21 @@ def test_a_copied_output_with_the_written_bytes_is_kept_with_its_new_stat(tmp_pa
     assert records == {"00001.jpg": [*old[:8], *stat_record(made)]}
 
 
-def test_an_output_with_other_bytes_or_no_digest_is_not_the_one_written(tmp_path: Path) -> None:
+def test_an_output_with_other_bytes_or_no_digest_is_not_the_one_written(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "00001.jpg"
     target.write_bytes(b"new")
     made = os.stat(target)
-    for old in ([*record(output=sha256(b"out"))[:10], 3, 0, 0],  # other bytes, same size
-                [*record(output=sha256(b"new"))[:10], 4, 0, 0],  # another size: not even read
-                [*record(output=UNKNOWN_DIGEST)[:10], 3, 0, 0]):
+    reads: list[str] = []
+    monkeypatch.setattr(resize, "file_sha256", lambda path: reads.append(path) or sha256(Path(path).read_bytes()))
+    for old, read in (([*record(output=sha256(b"out"))[:10], 3, 0, 0], 1),  # other bytes, same size
+                      ([*record(output=sha256(b"new"))[:10], 4, 0, 0], 0),  # another size: not even read
+                      ([*record(output=UNKNOWN_DIGEST)[:10], 3, 0, 0], 0)):  # nothing to compare with
         records = {"00001.jpg": old}
+        reads.clear()
         assert resize._same_output(str(target), made, old, records, "00001.jpg") is False
         assert records == {"00001.jpg": old}
+        assert len(reads) == read
     gone = [*record(output=sha256(b"new"))[:10], 3, 0, 0]
     target.unlink()
     assert resize._same_output(str(target), made, gone, {}, "00001.jpg") is False
@@ -373,8 +390,7 @@ def photos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(data: Path, out: Path, size: int = 16, **options: object) -> ResizeSummary:
-    return resize.resize_abid(data, out, size=size, workers=1, progress=False,
-                              **{"max_failure_rate": 1.0, **options})
+    return resize.resize_abid(data, out, size=size, progress=False, **{"max_failure_rate": 1.0, "workers": 1, **options})
 
 
 def manifest_records(out: Path) -> dict:
@@ -385,6 +401,8 @@ def test_an_unchanged_rerun_reads_no_output_either(photos: Path, tmp_path: Path,
     out = tmp_path / "a" / "b" / "out"  # folders made as needed
     first = run(photos, out)
     assert (first.resized, first.kept, first.hashed, first.failed, first.inputs) == (3, 0, 3, 0, 3)
+    assert (first.data, first.out, first.size, first.quality, first.decode, first.workers) == (
+        str(photos), str(out), 16, 75, "full", 1)
 
     def no_read(path: object) -> str:
         raise AssertionError(f"{path} read")
@@ -405,6 +423,25 @@ def test_an_output_whose_stat_alone_changed_is_read_once_and_its_record_renewed(
         again = run(photos, out)
         assert (again.resized, again.kept, again.redone_count) == (0, 3, 0), field
         assert manifest_records(out)["00009.jpg"][8:] == list(stat_record(now)), field
+
+
+@pytest.mark.parametrize("change", ["dev", "ino", "size", "mtime", "ctime"])
+def test_an_output_whose_record_differs_in_one_field_is_looked_at_again(photos: Path, tmp_path: Path,
+                                                                        change: str) -> None:
+    out = tmp_path / "out"
+    run(photos, out)
+    manifest = out / resize.MANIFEST_NAME
+    data = json.loads(manifest.read_text())
+    position = {"dev": 8, "ino": 9, "size": 10, "mtime": 11, "ctime": 12}[change]
+    data["outputs"]["00009.jpg"][position] += 1
+    manifest.write_text(json.dumps(data))
+    again = run(photos, out)
+    if change == "size":  # another size: other bytes, without reading them
+        assert (again.resized, again.kept) == (1, 2)
+        assert again.redone == ["00009.jpg: the output's bytes are not those written; redone"]
+    else:  # read: the bytes written, kept, and its record renewed
+        assert (again.resized, again.kept, again.redone_count) == (0, 3, 0)
+    assert manifest_records(out)["00009.jpg"][8:] == list(stat_record(os.stat(out / "00009.jpg")))
 
 
 def test_an_output_replaced_by_a_copy_of_itself_is_kept(photos: Path, tmp_path: Path) -> None:
@@ -537,8 +574,12 @@ def test_failures_are_listed_by_file_name_and_count_against_every_input(photos: 
     assert (first.inputs, first.failed, first.resized) == (7, 2, 5)
     from vsbench.imaging.limits import TooManyFailures
 
-    with pytest.raises(TooManyFailures, match=r"resize: 2 of 7 images .*--max-failure-rate"):
+    with pytest.raises(TooManyFailures) as stopped:
         run(photos, out, max_failure_rate=0.28)  # kept outputs count as done: 2/7 = 0.2857
+    assert str(stopped.value) == (
+        f"resize: 2 of 7 images (28.6%) could not be used, over the maximum failure rate of 28.0%; the reasons "
+        f"are listed in {out / resize.MANIFEST_NAME}. Fix or remove those files, or accept them with "
+        "--max-failure-rate (or VSBENCH_MAX_FAILURE_RATE) set higher")
     again = run(photos, out, max_failure_rate=0.29)
     assert (again.kept, again.failed) == (5, 2)
     assert json.loads((out / resize.MANIFEST_NAME).read_text())["failures"] == again.failures
@@ -566,4 +607,96 @@ def test_fast_on_a_small_job_says_the_other_modes_finish_sooner(photos: Path, tm
     run(photos, tmp_path / "out", decode="fast")  # nothing to do: nothing said
     monkeypatch.setattr(resize, "FAST_PAYS_OFF_PHOTOS", 3)
     run(photos, tmp_path / "other", decode="fast")  # 3 photos: where fast pays off
+    assert capsys.readouterr().err == ""
+
+
+def test_the_manifest_is_checkpointed_as_the_run_goes(photos: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    monkeypatch.setattr(resize, "CHECKPOINT_SECONDS", 0.0)  # a write after every image,
+    monkeypatch.setattr(resize, "CHECKPOINT_SHARE", float("inf"))  # however long a write takes
+    seen: list[list[str]] = []
+    run_job = resize._run_job
+
+    def watched(job: ResizeJob) -> tuple:
+        manifest = out / resize.MANIFEST_NAME
+        seen.append(sorted(json.loads(manifest.read_text())["outputs"]) if manifest.exists() else [])
+        return run_job(job)
+
+    monkeypatch.setattr(resize, "_run_job", watched)
+    run(photos, out)
+    assert seen == [[], ["00001.jpg"], ["00001.jpg", "00009.jpg"]]
+
+
+class Pool:
+    """get_context("fork").Pool, in process: which pool a run asks for, and how."""
+
+    def __init__(self, asked: list, method: str) -> None:
+        self.asked, self.method = asked, method
+
+    def Pool(self, workers: int, initializer: object = None) -> Pool:  # noqa: N802 - multiprocessing's name
+        self.asked.append((self.method, workers, initializer))
+        return self
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def imap_unordered(self, function, jobs, chunksize: int):  # noqa: ANN001
+        self.asked.append(chunksize)
+        return map(function, jobs)
+
+
+@pytest.mark.parametrize(("workers", "photos_count", "pool"), [(1, 3, False), (2, 3, False), (2, 4, True),
+                                                               (3, 6, True), (3, 5, False)])
+def test_a_pool_is_started_only_for_two_images_a_worker_or_more(photos: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, workers: int,
+                                                                photos_count: int, pool: bool) -> None:
+    for n in range(2, photos_count - 1):
+        (photos / "bin-images" / f"{n}.jpg").write_bytes(jpeg(n))
+    asked: list = []
+    monkeypatch.setattr(resize, "get_context", lambda method: Pool(asked, method))
+    done = run(photos, tmp_path / "out", workers=workers)
+    assert done.resized == photos_count
+    assert asked == ([("fork", workers, None), 8] if pool else [])
+
+
+def test_a_fast_run_resizes_on_one_torch_thread(photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vsbench.imaging import jpeg as jpeg_module
+
+    if not jpeg_module.available():
+        pytest.skip("no simplejpeg")
+    threads: list[int] = []
+    run_job = resize._run_job
+    monkeypatch.setattr(resize, "_run_job", lambda job: threads.append(torch.get_num_threads()) or run_job(job))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run(photos, tmp_path / "fast", decode="fast")
+        assert threads == [1, 1, 1]
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_fast_pool_starts_each_worker_on_one_torch_thread(photos: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from vsbench.imaging import jpeg as jpeg_module
+
+    if not jpeg_module.available():
+        pytest.skip("no simplejpeg")
+    for n in range(2, 5):
+        (photos / "bin-images" / f"{n}.jpg").write_bytes(jpeg(n))
+    asked: list = []
+    monkeypatch.setattr(resize, "get_context", lambda method: Pool(asked, method))
+    run(photos, tmp_path / "out", decode="fast", workers=2)
+    assert asked == [("fork", 2, resize._init_worker), 8]
+
+
+def test_a_full_or_draft_run_says_nothing_of_fast(photos: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    run(photos, tmp_path / "full")
+    run(photos, tmp_path / "draft", decode="draft")
     assert capsys.readouterr().err == ""
