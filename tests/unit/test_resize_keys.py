@@ -610,9 +610,12 @@ def test_fast_on_a_small_job_says_the_other_modes_finish_sooner(photos: Path, tm
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_the_manifest_is_checkpointed_as_the_run_goes(photos: Path, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
     out = tmp_path / "out"
+    (photos / "bin-images" / "2.jpg").write_bytes(jpeg(2))
+    monkeypatch.setattr(resize, "get_context", lambda method: Pool([], method))  # 2 workers: the pool's path
     monkeypatch.setattr(resize, "CHECKPOINT_SECONDS", 0.0)  # a write after every image,
     monkeypatch.setattr(resize, "CHECKPOINT_SHARE", float("inf"))  # however long a write takes
     seen: list[list[str]] = []
@@ -624,8 +627,8 @@ def test_the_manifest_is_checkpointed_as_the_run_goes(photos: Path, tmp_path: Pa
         return run_job(job)
 
     monkeypatch.setattr(resize, "_run_job", watched)
-    run(photos, out)
-    assert seen == [[], ["00001.jpg"], ["00001.jpg", "00009.jpg"]]
+    run(photos, out, workers=workers)
+    assert seen == [[], ["00001.jpg"], ["00001.jpg", "00002.jpg"], ["00001.jpg", "00002.jpg", "00009.jpg"]]
 
 
 class Pool:
