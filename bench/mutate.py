@@ -42,18 +42,35 @@ ROOT = Path(__file__).resolve().parents[1]
 class Guard:
     """One guard module and the fast tests (unit level, no training, no server) that cover it.
 
-    ``functions``: where only part of a module is a guard (the keys in ``embed.py``, the
-    normalization in ``data.py``), the functions counted, as mutmut names them (``x_name`` for a
-    function, ``xǁClassǁ`` for a class's methods); the rest is mutated but not counted."""
+    ``functions``: where only part of a module is a guard (the keys in ``embed.py`` and
+    ``resize.py``, the normalization in ``data.py``), the functions counted, as mutmut names them
+    (``x_name`` for a function, ``xǁClassǁname`` for a method, ``xǁClassǁ`` for all of a class's);
+    only their mutants are run (the rest of the file is mutated by mutmut but neither run nor counted)."""
 
     name: str
     source: str
     tests: tuple[str, ...]
     functions: tuple[str, ...] = ()
 
+    @property
+    def prefix(self) -> str:
+        """The dotted module name mutmut gives this file's mutants (``vsbench.io.digests``)."""
+        return self.source.removeprefix("src/").removesuffix(".py").replace("/", ".")
+
+    def stems(self) -> tuple[str, ...]:
+        """How the counted mutants' names start: a function's ``x_name__mutmut_`` (not ``x_name``:
+        ``x__resize`` would take in ``x__resize_and_encode``), a class's ``xǁClassǁ`` whole."""
+        return tuple(name if name.endswith("ǁ") else f"{name}__mutmut_" for name in self.functions)
+
     def counts(self, mutant: str) -> bool:
         function = mutant.rsplit(".", 1)[-1]
-        return not self.functions or any(function.startswith(name) for name in self.functions)
+        return not self.functions or function.startswith(self.stems())
+
+    def patterns(self) -> list[str]:
+        """What ``mutmut run`` is given: the counted mutants only (fnmatch patterns of the names
+        :meth:`counts` takes). The rest of the file is mutated (mutmut mutates whole files) but never
+        run: a guard's mutants cost their own tests only, not those of every function beside it."""
+        return [f"{self.prefix}.{stem}*" for stem in self.stems() or ("",)]
 
 
 GUARDS: tuple[Guard, ...] = (
@@ -69,11 +86,13 @@ GUARDS: tuple[Guard, ...] = (
     Guard("normalization", "src/vsbench/abid/data.py", ("tests/unit/test_batch_transform.py",
                                                         "tests/unit/test_distributed.py"),
           ("xǁBatchTransformǁ", "x_flip_generator")),
-    Guard("embed_keys", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed.py",),
+    Guard("embed_keys", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed_keys.py",),
           ("x_input_key", "x__resume_key", "x__key_change", "x__is_complete", "x_option_file_digests",
            "x__ids_digest", "x_inputs_path", "x_normalizer")),
-    Guard("resize_keys", "src/vsbench/abid/resize.py", ("tests/unit/test_resize_content.py",
-                                                        "tests/unit/test_resize.py")),
+    Guard("resize_keys", "src/vsbench/abid/resize.py", ("tests/unit/test_resize_keys.py",
+                                                        "tests/unit/test_resize_content.py"),
+          ("x__source_fields", "x__kept_output", "x__run_job", "x__is_record", "x__is_digest", "x__same_output",
+           "x__previous", "x__resize", "x__collect", "xǁResizeSummaryǁmanifest_text")),
     Guard("preflight", "src/vsbench/runspec/preflight.py", ("tests/unit/test_cli_errors.py",)),
     Guard("scorer_abid", "src/vsbench/abid/metrics.py", ("tests/unit/test_metrics_abid.py",
                                                          "tests/unit/test_metrics_abid_mutants.py")),
@@ -135,7 +154,7 @@ def mutant_results(copy: Path, guards: list[Guard], env: dict[str, str]) -> dict
     listing = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=copy,
                              env=env, capture_output=True, text=True).stdout
     by_module: dict[str, dict[str, str]] = {guard.name: {} for guard in guards}
-    prefixes = {guard.source.removeprefix("src/").removesuffix(".py").replace("/", "."): guard for guard in guards}
+    prefixes = {guard.prefix: guard for guard in guards}
     for line in listing.splitlines():
         match = re.match(r"\s*(\S+): (.+)$", line)
         if not match:
@@ -183,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[mutate] {len(guards)} modules in a copy at {copy}", flush=True)
         log = copy / "mutmut-run.log"
         with log.open("w") as sink:  # mutmut redraws a spinner per mutant: kept out of the terminal
-            run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
+            run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
+                                  *[pattern for guard in guards for pattern in guard.patterns()]],
                                  cwd=copy, env=env, stdout=sink, stderr=subprocess.STDOUT)
         if run.returncode:
             print(log.read_text()[-4000:])
