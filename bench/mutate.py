@@ -12,10 +12,12 @@ the ~3 s of a fresh ``python -m pytest``). cosmic-ray runs one test command per 
 cost each time, and no per-function test selection); pytest-gremlins is younger and was not tried. mutmut reads its settings from ``[tool.mutmut]``, which this script writes
 into the copy only.
 
-Nothing of the working tree or the user's caches is touched: the tree (tracked and untracked files
-git does not ignore, so a clean clone gives the same set) is copied into a temporary folder, mutmut
-runs there with HOME, XDG_CACHE_HOME and vsbench's caches pointed inside it, and the folder is
-removed at the end (``--keep`` keeps it, to look at a survivor with ``mutmut show``).
+Nothing of the working tree or the user's caches is touched: for each module in turn, the tree
+(tracked and untracked files git does not ignore, so a clean clone gives the same set) is copied
+into a temporary folder, mutmut runs there with HOME, XDG_CACHE_HOME and vsbench's caches pointed
+inside it, and the folder is removed at the end (``--keep`` keeps it, to look at a survivor with
+``mutmut show``). One module a run: mutmut picks each mutant's tests among those that reach its
+function, so one run for two modules would run one's slow tests against the other's mutants.
 
     make mutate                                  # every guard module
     python bench/mutate.py --modules digests locks --json build/mutation.json
@@ -184,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modules", nargs="*", help=f"guards to mutate (default: all): {[g.name for g in GUARDS]}")
     parser.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--json", type=Path, help="also write the figures here (outside the copy)")
-    parser.add_argument("--show", type=int, default=40, help="print the diff of at most this many survivors")
-    parser.add_argument("--keep", action="store_true", help="keep the copy (to run `mutmut show` in it)")
+    parser.add_argument("--show", type=int, default=40, help="print the diff of at most this many survivors a module")
+    parser.add_argument("--keep", action="store_true", help="keep the copies, one a module (to run `mutmut show` in them)")
     args = parser.parse_args(argv)
     known = {guard.name: guard for guard in GUARDS}
     unknown = sorted(set(args.modules or []) - set(known))
@@ -193,45 +195,61 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown guard modules {unknown}; choose from {sorted(known)}")
     guards = [known[name] for name in args.modules] if args.modules else list(GUARDS)
 
-    copy = Path(tempfile.mkdtemp(prefix="vsbench-mutation-"))
+    started = time.monotonic()
+    rows, failed = [], 0
+    for guard in guards:
+        row, code = mutate_one(guard, args.max_children, args.show, args.keep)
+        rows.append(row)
+        failed = failed or code
+    seconds = time.monotonic() - started
+    print(f"\n[mutate] {seconds:.0f} s wall for {len(guards)} modules")
+    print(f"{'module':24} {'mutants':>8} {'killed':>7} {'rate':>6} {'no tests':>9} {'seconds':>8}")
+    for row in rows:
+        rate = f"{row['killed_rate']:.0%}" if row["killed_rate"] is not None else "-"
+        print(f"{row['module']:24} {row['mutants']:>8} {row['killed']:>7} {rate:>6} {row['no_tests']:>9} "
+              f"{row['seconds']:>8}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"seconds": round(seconds), "modules": rows}, indent=1) + "\n")
+    return failed
+
+
+def mutate_one(guard: Guard, max_children: int, show: int, keep: bool) -> tuple[dict[str, object], int]:
+    """One guard in a copy of its own: mutmut picks a mutant's tests among those that reach its
+    function, so with two guards in one run a slow test of one (the lock tests in
+    test_digests_locks.py) would be run against the other's mutants too. Returns the module's row
+    (with its wall seconds) and mutmut's exit code; prints its survivors."""
+    copy = Path(tempfile.mkdtemp(prefix=f"vsbench-mutation-{guard.name}-"))
     started = time.monotonic()
     try:
         copy_tree(ROOT, copy)
-        write_config(copy, guards)
+        write_config(copy, [guard])
         env = private_env(copy)
-        print(f"[mutate] {len(guards)} modules in a copy at {copy}", flush=True)
+        print(f"[mutate] {guard.name}: {guard.source} against {len(guard.tests)} test files, in {copy}", flush=True)
         log = copy / "mutmut-run.log"
         with log.open("w") as sink:  # mutmut redraws a spinner per mutant: kept out of the terminal
-            run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
-                                  *[pattern for guard in guards for pattern in guard.patterns()]],
-                                 cwd=copy, env=env, stdout=sink, stderr=subprocess.STDOUT)
+            run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children),
+                                  *guard.patterns()], cwd=copy, env=env, stdout=sink, stderr=subprocess.STDOUT)
         if run.returncode:
             print(log.read_text()[-4000:])
-        seconds = time.monotonic() - started
-        rows = summary(mutant_results(copy, guards, env))
-        print(f"\n[mutate] {seconds:.0f} s wall; mutmut exited {run.returncode}")
-        print(f"{'module':24} {'mutants':>8} {'killed':>7} {'rate':>6}  no tests")
-        for row in rows:
-            rate = f"{row['killed_rate']:.0%}" if row["killed_rate"] is not None else "-"
-            print(f"{row['module']:24} {row['mutants']:>8} {row['killed']:>7} {rate:>6}  {row['no_tests']}")
-        survivors = [m for row in rows for m in row["survivors"]]  # type: ignore[attr-defined]
-        print(f"\n[mutate] {len(survivors)} survivors")
-        for mutant in survivors[:args.show]:
+        [row] = summary(mutant_results(copy, [guard], env))
+        row["seconds"] = round(time.monotonic() - started)
+        rate = f"{row['killed_rate']:.0%}" if row["killed_rate"] is not None else "-"
+        survivors: list[str] = row["survivors"]  # type: ignore[assignment]
+        print(f"[mutate] {guard.name}: {row['killed']} of {row['mutants']} killed ({rate}), {len(survivors)} "
+              f"survivors, {row['seconds']} s; mutmut exited {run.returncode}", flush=True)
+        for mutant in survivors[:show]:
             shown = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], cwd=copy,
                                    env=env, capture_output=True, text=True).stdout
             print(shown.strip() or mutant)
-        for mutant in survivors[args.show:]:
+        for mutant in survivors[show:]:
             print(mutant)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"seconds": round(seconds), "modules": rows}, indent=1) + "\n")
-        return 0 if run.returncode == 0 else run.returncode
+        return row, run.returncode
     finally:
-        if args.keep:
+        if keep:
             print(f"[mutate] kept {copy}")
         else:
             shutil.rmtree(copy, ignore_errors=True)
-
 
 if __name__ == "__main__":
     sys.exit(main())
