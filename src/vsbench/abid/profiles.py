@@ -116,7 +116,7 @@ def profile_problems(name: str, overrides: Any, *, profile_option: str = "--prof
             get_profile(name, **known)
         except ValidationError as exc:
             for error in exc.errors():
-                where = ".".join(str(part) for part in error.get("loc", ())) or "the profile"
+                where = ".".join(str(part) for part in error["loc"]) or "the profile"  # pydantic's ErrorDetails
                 given = f" (got {error['input']!r})" if "input" in error and where != "the profile" else ""
-                problems.append(f"{overrides_option}: {where}: {error.get('msg', 'invalid')}{given}")
+                problems.append(f"{overrides_option}: {where}: {error['msg']}{given}")
     return problems
