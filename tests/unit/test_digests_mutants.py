@@ -141,3 +141,57 @@ def test_path_digest_of_a_file_is_its_sha256(tmp_path: Path) -> None:
     file.write_bytes(b"weights")
     assert path_digest(file) == hashlib.sha256(b"weights").hexdigest()
     assert path_digest(tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize(("given", "environment", "believed"), [
+    (False, "stat", False), (True, "full", True), (None, "stat", True), (None, "full", False)])
+def test_trust_stat_given_overrides_the_environment(tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch,
+                                                    given: bool | None, environment: str, believed: bool) -> None:
+    """A forged memo entry (the file's own stat record, another digest) is believed only where stat
+    records are trusted: by the argument when given (``--verify-inputs full`` reaches the memo so),
+    else by VSBENCH_VERIFY_INPUTS."""
+    monkeypatch.setenv("VSBENCH_VERIFY_INPUTS", environment)
+    image = old_file(tmp_path / "a.jpg", b"a")
+    memo_path = tmp_path / "memo.json"
+    memo_path.write_text(_memo_text(image, digest="f" * 64))
+    memo = DigestMemo(memo_path, trust_stat=given)
+    assert memo.trust_stat is believed
+    assert memo.digest(image) == ("f" * 64 if believed else hashlib.sha256(b"a").hexdigest())
+    assert memo.hashed == (0 if believed else 1)
+
+
+def test_forget_drops_a_files_entry_from_the_next_save(tmp_path: Path, settled: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file found changed while a step used it: the next run hashes it, whatever its record."""
+    monkeypatch.chdir(tmp_path)
+    kept, dropped = old_file(tmp_path / "kept.jpg", b"k"), old_file(tmp_path / "dropped.jpg", b"d")
+    memo = DigestMemo(tmp_path / "memo.json", trust_stat=True)
+    memo.digests([kept, dropped])
+    memo.forget(["dropped.jpg", "never-seen.jpg"])  # relative, as a step may name it; unknown ones are no error
+    memo.save()
+    saved = json.loads((tmp_path / "memo.json").read_text())
+    assert saved["names"] == [str(kept)]
+    again = DigestMemo(tmp_path / "memo.json", trust_stat=True)
+    assert again.digests([kept, dropped]) == [hashlib.sha256(b"k").hexdigest(), hashlib.sha256(b"d").hexdigest()]
+    assert again.hashed == 1  # only the forgotten one
+
+
+def test_remembered_answers_from_this_runs_entries_and_hashes_a_changed_file(tmp_path: Path, settled: None) -> None:
+    weights = old_file(tmp_path / "w.pt", b"weights")
+    memo = DigestMemo(tmp_path / "memo.json", trust_stat=True)
+    first = memo.digest(weights)
+    again = memo.remembered()
+    assert again.path is None and again.digest(weights) == first and again.hashed == 0
+    old_file(weights, b"other!!")  # same size, mtime set back: the ctime and the record differ
+    assert again.digest(weights) == hashlib.sha256(b"other!!").hexdigest() and again.hashed == 1
+    unused = DigestMemo(None, trust_stat=True).remembered()  # nothing used yet: nothing known
+    assert unused.digest(weights) == hashlib.sha256(b"other!!").hexdigest() and unused.hashed == 1
+
+
+def test_the_memo_file_is_compact_json(tmp_path: Path, settled: None) -> None:
+    """100k entries a memo: the separators without spaces keep it (and its load) a fifth smaller."""
+    memo = DigestMemo(tmp_path / "memo.json", trust_stat=True)
+    memo.digests([old_file(tmp_path / f"{i}.jpg", bytes([i])) for i in range(3)])
+    memo.save()
+    text = (tmp_path / "memo.json").read_text()
+    assert ", " not in text and '": ' not in text and text.endswith("]}\n")
