@@ -82,7 +82,8 @@ GUARDS: tuple[Guard, ...] = (
     # processes and wait in real time (seconds a mutant); these hold them from open files and count the waits
     Guard("locks", "src/vsbench/io/locks.py", ("tests/unit/test_locks_mutants.py",)),
     Guard("checkpoints", "src/vsbench/abid/checkpoints.py", ("tests/unit/test_training_identity.py",
-                                                          "tests/unit/test_checkpoint_resume.py")),
+                                                          "tests/unit/test_checkpoint_resume.py",
+                                                          "tests/unit/test_checkpoint_inputs.py")),
     Guard("profiles", "src/vsbench/abid/profiles.py", ("tests/unit/test_training_identity.py",
                                                      "tests/unit/test_profile_problems.py")),
     Guard("bundles", "src/vsbench/tracking/bundles.py", ("tests/unit/test_bundle_integrity.py",)),

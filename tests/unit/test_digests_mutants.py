@@ -195,3 +195,15 @@ def test_the_memo_file_is_compact_json(tmp_path: Path, settled: None) -> None:
     memo.save()
     text = (tmp_path / "memo.json").read_text()
     assert ", " not in text and '": ' not in text and text.endswith("]}\n")
+
+
+def test_a_memo_kept_nowhere_answers_a_later_check_from_its_entries(tmp_path: Path, settled: None) -> None:
+    """A training's re-check before each checkpoint (``InputRecord``) uses the memo that hashed its
+    inputs: after ``save``, unchanged files cost a ``stat``, even when the memo has no file."""
+    files = [old_file(tmp_path / f"{i}.jpg", bytes([i]) * 4) for i in range(3)]
+    memo = DigestMemo(None, trust_stat=True)
+    first = memo.digests(files)
+    memo.save()
+    assert memo.digests(files) == first and memo.hashed == 3
+    old_file(files[1], b"\xff" * 4)
+    assert memo.digests(files)[1] == hashlib.sha256(b"\xff" * 4).hexdigest() and memo.hashed == 4

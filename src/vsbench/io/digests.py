@@ -178,8 +178,11 @@ class DigestMemo:
 
     def save(self) -> None:
         """Keep this run's entries for the next (best effort: a read-only volume only costs the
-        next run a hash of each input). Nothing is written when they are the entries loaded."""
+        next run a hash of each input). Nothing is written when they are the entries loaded, or when
+        the memo is kept nowhere; either way, a later check in this run answers from these entries
+        (a ``stat`` each) instead of hashing every file again."""
         if self.path is None or self._used == self._known:
+            self._known = dict(self._used)
             return
         names = list(self._used)
         try:
