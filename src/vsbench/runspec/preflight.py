@@ -87,7 +87,7 @@ def _options_and_root(run: SimilarityRun | BenchmarkRun, problems: list[str], ro
     problems += [("--benchmark-options: " if " has no option " in line else "") + line for line in found]
     root = Path(run.root)
     if not root.is_dir():
-        problems.append(f"--root {root}: {'is a file, not' if root.exists() else 'no such'} folder; give the "
+        problems.append(f"--root {root}: {'is a file, not a' if root.exists() else 'no such'} folder; give the "
                         f"benchmark's data folder{root_hint}")
 
 
@@ -213,7 +213,7 @@ def step_problems(run: BenchmarkRun, out: Path) -> list[str]:
     problems: list[str] = []
     _options_and_root(run, problems, ", as given to the embed step")
     if not Path(out).is_dir():
-        problems.append(f"--out {out}: {'is a file, not' if Path(out).exists() else 'no such'} folder; give the "
+        problems.append(f"--out {out}: {'is a file, not a' if Path(out).exists() else 'no such'} folder; give the "
                         "folder the embed step wrote (vsbench similarity run --out, or the pipeline's)")
     _search(run, problems)
     return problems

@@ -183,12 +183,13 @@ def redact_uri(uri: str) -> str:
     """``uri`` without a ``user:password@`` part: a bundle is a plain file, never a place for secrets."""
     try:
         parts = urlsplit(uri)
+        if parts.username is None and parts.password is None:
+            return uri
+        host, port = parts.hostname or "", parts.port  # .port: ValueError when out of range
     except ValueError:
         return ""
-    if parts.username is None and parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address keeps its brackets
+    netloc = f"{host}:{port}" if port is not None else host
     return urlunsplit(parts._replace(netloc=netloc))
 
 
