@@ -152,7 +152,10 @@ def abid_ending(report: LocalRunReport, store_uri: str, experiment: str, off: st
               f"  {'resized images:':<22}{report.data_root / 'bin-images-resize'}"]
     if not store_uri:
         return "\n".join([*lines, f"  {'MLflow:':<22}{off}"])
-    uri = redact_uri(store_uri) or store_uri
+    uri = redact_uri(store_uri)
+    if not uri:  # a user:password@ part in a URI that cannot be read apart: never printed
+        return "\n".join([*lines, f"  {'MLflow store:':<22}MLFLOW_TRACKING_URI (experiment {experiment}; not shown: "
+                                   "it holds a password in a form that cannot be taken out)"])
     lines += [f"  {'MLflow store:':<22}{uri} (experiment {experiment})", ""]
     if uri.startswith(("http://", "https://")):
         return "\n".join([*lines, f"Open the MLflow UI at: {uri}"])
