@@ -312,3 +312,27 @@ def test_the_line_names_at_most_four_differences(tmp_path: Path, capsys: pytest.
     words = "; ".join(identity.differences(other)[:4])
     assert len(identity.differences(other)) == 5
     assert f"a checkpoint of other work ({words})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("which", [LAST, BEST])
+def test_a_checkpoint_of_other_work_names_the_first_four_differences_joined_by_semicolons(
+        tmp_path: Path, capsys: pytest.CaptureFixture, which: str) -> None:
+    """Five profile fields differ: the line names four, in the order ``differences`` gives them."""
+    identity = _identity(tmp_path)
+    other = training_identity("counting", PROFILE.model_copy(update={"lr": 0.5, "momentum": 0.5, "lr_gamma": 0.5,
+                                                                     "weight_decay": 0.5, "image_size": 64}),
+                              seed=0, hard=False, task_files=_inputs(tmp_path / "inputs")[0],
+                              images=_inputs(tmp_path / "inputs")[1], memo_path=None)
+    words = identity.differences(other.fields)
+    assert len(words) == 5
+    directory = checkpoint_dir(tmp_path / "out", "counting")
+    if which == LAST:
+        _save(directory / LAST, other, epoch=1)
+        expected = f"{directory / LAST}: a checkpoint of other work ({'; '.join(words[:4])})"
+    else:
+        _save(directory / LAST, identity, epoch=2, best_epoch=1)
+        _save(directory / BEST, other, epoch=1)
+        expected = f"{directory / BEST}: a checkpoint of other work beside this run's last.pt ({'; '.join(words[:4])})"
+    assert resume_state(directory, identity, epochs=3) is None
+    out = capsys.readouterr().out
+    assert out.startswith(expected + ": not resumed; moved aside to "), out
