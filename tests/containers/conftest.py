@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -42,14 +43,50 @@ def cpu_image() -> str:
 
 
 def vsbench_containers() -> list[str]:
-    """Ids of step containers (running or not) that any vsbench run left on this machine."""
+    """Ids of step containers (running or not) that this test process's runs left, or that a run
+    whose process is gone left. Not those of a live other process: under ``make test`` (two pytest
+    processes) the other one may be running its own steps right now."""
     engine = shutil.which("podman") or shutil.which("docker") or "podman"
-    listed = subprocess.run([engine, "ps", "--all", "--quiet", "--filter", "label=io.vsbench.owner-pid"],
+    listed = subprocess.run([engine, "ps", "--all", "--format", '{{.ID}} {{index .Labels "io.vsbench.owner-pid"}}',
+                             "--filter", "label=io.vsbench.owner-pid"],
                             capture_output=True, text=True, env=podman_environment(), timeout=60, check=True)
-    return listed.stdout.split()
+    left = []
+    for line in listed.stdout.splitlines():
+        container, _, owner = line.partition(" ")
+        if not owner.strip().isdigit() or int(owner) == os.getpid() or not _alive(int(owner)):
+            left.append(container)
+    return left
 
 
 def podman_services() -> list[str]:
-    """podman API services that vsbench started (their sockets live in vsbench-podman-* folders)."""
+    """podman API services that vsbench started (their sockets live in vsbench-podman-* folders) in
+    this test process, or whose starter is gone (each dies with its starter: PR_SET_PDEATHSIG, so an
+    orphan is a leak); not a live other process's (``make test`` runs two)."""
     found = subprocess.run(["pgrep", "-af", "podman system service"], capture_output=True, text=True, check=False)
-    return [line for line in found.stdout.splitlines() if "vsbench-podman-" in line]
+    left = []
+    for line in found.stdout.splitlines():
+        if "vsbench-podman-" not in line:
+            continue
+        parent = _parent(int(line.split()[0]))
+        if parent is None or parent in (os.getpid(), 1) or not _alive(parent):
+            left.append(line)
+    return left
+
+
+def _parent(pid: int) -> int | None:
+    """``pid``'s parent (None when ``pid`` has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
