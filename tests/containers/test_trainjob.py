@@ -35,8 +35,10 @@ TIMEOUT_S = 600
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    # the artifacts beside the store: without a location MLflow writes ./mlruns in the caller's folder
     return {**env, "OMP_NUM_THREADS": "1", "VSBENCH_DIST_TIMEOUT_S": "60",
-            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+            "VSBENCH_MLFLOW_ARTIFACT_LOCATION": str(tmp_path / "artifacts")}
 
 
 def _train(tiny: tuple[Path, Path], out: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
