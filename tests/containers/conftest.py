@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vsbench.platform.containers import podman_environment
+from vsbench.platform.containers import _pid_alive, podman_environment
 from vsbench.runtime.images import CPU_IMAGE
 
 
@@ -53,7 +53,7 @@ def vsbench_containers() -> list[str]:
     left = []
     for line in listed.stdout.splitlines():
         container, _, owner = line.partition(" ")
-        if not owner.strip().isdigit() or int(owner) == os.getpid() or not _alive(int(owner)):
+        if not owner.strip().isdigit() or int(owner) == os.getpid() or not _pid_alive(int(owner)):
             left.append(container)
     return left
 
@@ -68,7 +68,7 @@ def podman_services() -> list[str]:
         if "vsbench-podman-" not in line:
             continue
         parent = _parent(int(line.split()[0]))
-        if parent is None or parent in (os.getpid(), 1) or not _alive(parent):
+        if parent is None or parent in (os.getpid(), 1) or not _pid_alive(parent):
             left.append(line)
     return left
 
@@ -80,13 +80,3 @@ def _parent(pid: int) -> int | None:
     except OSError:
         return None
     return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
