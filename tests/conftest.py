@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -51,10 +52,14 @@ def builtin_print_restored() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def private_embedding_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def private_embedding_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test gets an empty embedding cache of its own (vsbench.models.cache), so no test is
-    served descriptors another test computed, and none writes to the user's ~/.cache."""
-    monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(tmp_path_factory.mktemp("embedding-cache")))
+    served descriptors another test computed, and none writes to the user's ~/.cache. It is removed
+    when the test ends (a cache, not evidence), so the session's disk use does not grow test by test."""
+    cache = tmp_path_factory.mktemp("embedding-cache")
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(cache))
+    yield
+    shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

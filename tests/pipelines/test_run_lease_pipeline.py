@@ -51,21 +51,34 @@ def test_a_second_run_waits_for_the_whole_subprocess_run_and_the_first_table_is_
     assert fresh
 
     out = tmp_path / "out"
+    # Unbuffered, so each line reaches the pipe when the first run prints it, not at its exit.
     first = subprocess.Popen([sys.executable, "-m", "vsbench", *_args(root, out, models["a"], "--runner", "subprocess")],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
-    # Its output is read as it comes (a full pipe would stop it mid-run, seen under pytest-xdist), and
-    # the moment it ends is taken as it happens, not when this thread gets round to asking.
-    lines: list[str] = []
-    ended: list[float] = []
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # Its output is read as it comes (a full pipe would stop it mid-run, seen under pytest-xdist), each
+    # line timed when it arrives. Its last line ("ran in: ...") is printed while it still holds OUT.
+    # Why not the process's exit: interpreter shutdown after the lease is released (torch, kfp and
+    # MLflow loaded) took longer than the whole waited run under pytest-xdist, which is no fault.
+    lines: list[tuple[float, str]] = []
 
     def follow() -> None:
         assert first.stdout is not None
-        lines.extend(first.stdout)
-        first.wait()
-        ended.append(time.monotonic())
+        for line in first.stdout:
+            lines.append((time.monotonic(), line))
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
+    # The moment the waited run's own work starts: after it got OUT, and after its checks.
+    from vsbench.steps import similarity as steps
+
+    started: list[float] = []
+    real_run_inline = steps.run_inline
+
+    def timed_run_inline(*args, **kwargs):
+        started.append(time.monotonic())
+        return real_run_inline(*args, **kwargs)
+
+    monkeypatch.setattr(steps, "run_inline", timed_run_inline)
     try:
         deadline = time.monotonic() + 120
         while not (out / "_kfp").exists():  # kfp.local has started: the pipeline's steps are under way
@@ -75,17 +88,18 @@ def test_a_second_run_waits_for_the_whole_subprocess_run_and_the_first_table_is_
         errors = [line for line in refused.output.splitlines() if line.startswith("error:")]
         assert refused.exit_code == 2 and len(errors) == 1, refused.output[-2000:]
         assert "a pipeline run (for all its steps)" in errors[0] and str(out) in errors[0]
-        assert not ended  # refused while the first run was still going
         waited = CliRunner().invoke(app, _args(root, out, models["b"]), env={"VSBENCH_LOCK_WAIT_S": "600"})
-        waited_done = time.monotonic()
+        first.wait(timeout=120)
         follower.join(timeout=120)
     finally:
         if first.poll() is None:
             first.kill()
         follower.join(timeout=30)
-    output = "".join(lines)
-    assert ended and ended[0] <= waited_done, "the second run got the folder before the first run had ended"
+    output = "".join(line for _, line in lines)
     assert first.returncode == 0, output[-3000:]
+    last = [at for at, line in lines if line.startswith("ran in:")]
+    assert len(last) == 1 and len(started) == 1, output[-3000:]
+    assert last[0] <= started[0], "the second run started its work before the first run had printed its table"
     assert _rows(output) == fresh, output[-3000:]  # scored on its own features only
     assert waited.exit_code == 0, waited.output[-2000:]
     assert _rows(waited.output) and _rows(waited.output) != fresh  # then the second ran, on its own model
