@@ -12,10 +12,15 @@ OUT    ?= demo-output
 
 # The pins of the images (images/constraints.txt) hold here too, so a step computes the same
 # numbers in the development environment and in the image.
+# pip >= 25 shows the build backend's warnings, and setuptools warns on every editable install whose
+# packages come from more than one folder (components/ and pipelines/ are packages of vsbench) that
+# "folders with the same name as your package may take precedence": nothing to act on, so that one
+# warning, matched by its first words, is not shown. Every other warning is.
 $(STAMP): pyproject.toml images/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,models,trainjob]" -c images/constraints.txt
+	PYTHONWARNINGS="ignore:Editable installation" \
+	  $(BIN)/python -m pip install --quiet -e ".[cpu,dev,models,trainjob]" -c images/constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
