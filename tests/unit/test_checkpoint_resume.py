@@ -52,11 +52,11 @@ def _inputs(folder: Path) -> tuple[list[Path], list[Path]]:
     return [folder / "train.txt"], [folder / "a.jpg", folder / "b.jpg"]
 
 
-def _identity(tmp_path: Path, seed: int = 0, **overrides: Any) -> TrainingIdentity:
+def _identity(tmp_path: Path, seed: int = 0, profile: TrainProfile = PROFILE, **overrides: Any) -> TrainingIdentity:
     task_files, images = _inputs(tmp_path / "inputs")
     arguments: dict[str, Any] = {"seed": seed, "hard": False, "task_files": task_files, "images": images,
                                  "memo_path": None, **overrides}
-    return training_identity("counting", PROFILE, **arguments)
+    return training_identity("counting", profile, **arguments)
 
 
 def _save(path: Path, identity: TrainingIdentity | None, epoch: int, best_epoch: int = 0, **extra: Any) -> None:
@@ -319,10 +319,8 @@ def test_a_checkpoint_of_other_work_names_the_first_four_differences_joined_by_s
         tmp_path: Path, capsys: pytest.CaptureFixture, which: str) -> None:
     """Five profile fields differ: the line names four, in the order ``differences`` gives them."""
     identity = _identity(tmp_path)
-    other = training_identity("counting", PROFILE.model_copy(update={"lr": 0.5, "momentum": 0.5, "lr_gamma": 0.5,
-                                                                     "weight_decay": 0.5, "image_size": 64}),
-                              seed=0, hard=False, task_files=_inputs(tmp_path / "inputs")[0],
-                              images=_inputs(tmp_path / "inputs")[1], memo_path=None)
+    other = _identity(tmp_path, profile=PROFILE.model_copy(update={"lr": 0.5, "momentum": 0.5, "lr_gamma": 0.5,
+                                                                   "weight_decay": 0.5, "image_size": 64}))
     words = identity.differences(other.fields)
     assert len(words) == 5
     directory = checkpoint_dir(tmp_path / "out", "counting")
