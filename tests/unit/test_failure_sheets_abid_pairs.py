@@ -223,17 +223,48 @@ def test_the_abid_score_step_writes_the_sheets_and_names_them(abid: Path, tmp_pa
     pages = {task: Path(units[f"abid_{task}_units.parquet"]["failures"]["html"]).read_text()
              for task in ("counting", "verification", "quantity")}
     # counting: largest absolute error first, the tie (q2, q6) in file order
-    assert _rows(pages["counting"]) == ["bin 2: true count 3, predicted 0 (off by 3)",
-                                        "bin 6: true count 5, predicted 2 (off by 3)",
-                                        "bin 0: true count 1, predicted 3 (off by 2)",
-                                        "bin 5: true count 2, predicted 3 (off by 1)"]
+    # each bin by its own id: task index 2 is bin 00003 (its photo 00003.jpg, its truth 00003.json)
+    assert _rows(pages["counting"]) == ["bin 00003: true count 3, predicted 0 (off by 3)",
+                                        "bin 00007: true count 5, predicted 2 (off by 3)",
+                                        "bin 00001: true count 1, predicted 3 (off by 2)",
+                                        "bin 00006: true count 2, predicted 3 (off by 1)"]
     escaped = EVIL.replace("<", "&lt;").replace(">", "&gt;")
-    assert _rows(pages["verification"]) == [f"4:{escaped}: is asin {escaped} in bin 4? said yes, truth no",
-                                            "5:B0CCCCCCCC: is asin B0CCCCCCCC in bin 5? said no, truth yes"]
+    assert _rows(pages["verification"]) == [
+        f"is asin {escaped} in bin 00005? said yes, truth no (question 4:{escaped})",
+        "is asin B0CCCCCCCC in bin 00006? said no, truth yes (question 5:B0CCCCCCCC)"]
     assert "<script>" not in pages["verification"] and pages["verification"].count("data:image/jpeg") == 3
     assert "no training bin" in pages["verification"]  # q2's task entry lists none: a tile saying so
-    assert _rows(pages["quantity"]) == ["1:B0EEEEEEEE:2: 2 of asin B0EEEEEEEE in bin 1? said no, truth yes (holds 2)",
-                                        "3:B0GGGGGGGG:1: 1 of asin B0GGGGGGGG in bin 3? said yes, truth no (holds 2)"]
+    assert _rows(pages["quantity"]) == [
+        "2 of asin B0EEEEEEEE in bin 00002? said no, truth yes (holds 2; question 1:B0EEEEEEEE:2)",
+        "1 of asin B0GGGGGGGG in bin 00004? said yes, truth no (holds 2; question 3:B0GGGGGGGG:1)"]
+
+
+def test_an_abid_sheets_label_names_the_bin_whose_photo_and_truth_it_shows(tmp_path: Path, tracked_off: None) -> None:
+    """The label of a counting error is the bin whose metadata file holds the true count shown, and whose
+    photo the tile shows (issue 57: labels were the 0-based task index, one bin off)."""
+    from vsbench.abid.prepare import prepare_abid
+    from vsbench.abid.resize import resize_abid
+    from vsbench.abid.synth import generate_abid
+
+    generate_abid(tmp_path / "raw", 24, seed=5, progress=False)
+    resize_abid(tmp_path / "raw", tmp_path / "bin-images-resize", size=32, workers=1, progress=False)
+    prepare_abid(tmp_path / "raw", tmp_path / "tasks", seed=0, val_fraction=0.5, progress=False)
+    questions = json.loads((tmp_path / "tasks" / "counting_val.json").read_text())
+    from vsbench.abid.failures import SHEETS
+    from vsbench.abid.readers import read_task_entries
+
+    entries = read_task_entries(tmp_path / "tasks" / "counting_val.json", "counting")
+    answers = np.array([count + 7 for _, count in questions])  # every answer wrong by 7
+    truths = np.array([count for _, count in questions])
+    sheet = SHEETS["counting"](entries, answers, truths, [str(e[0]) for e in entries],
+                               tmp_path / "bin-images-resize", 100)
+    assert len(sheet.rows) == len(questions) >= 5
+    for row in sheet.rows:
+        stem, true = re.fullmatch(r"bin (\d{5}): true count (\d+), predicted \d+ \(off by 7\)", row.title).groups()
+        raw = json.loads((tmp_path / "raw" / "metadata" / f"{int(stem)}.json").read_text())["BIN_FCSKU_DATA"]
+        assert sum(item["quantity"] for item in raw.values()) == int(true), row.title
+        assert row.tiles[0].image == (tmp_path / "bin-images-resize" / f"{stem}.jpg").resolve()
+        assert row.tiles[0].caption == (f"bin {stem}",)
 
 
 def test_abid_sheets_cut_off_and_without_images(abid: Path, tmp_path: Path, tracked_off: None,

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from vsbench.abid.ids import local_name
+from vsbench.abid.ids import bin_stem, local_name
 from vsbench.abid.readers import read_task_entries
 from vsbench.reporting.sheets import FAILURES_DIR, Row, Sheet, Tile, image_in_root, write_failure_sheet
 
@@ -50,9 +50,18 @@ def _index(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def bin_tile(images: Path, index: Any, mark: str, caption: tuple[str, ...]) -> Tile:
-    """The photo of bin ``index`` (0-based, as the task files count) under ``images``."""
+def bin_label(index: Any) -> str:
+    """``bin 00939`` for the task files' 0-based index 938: the bin's own id, the stem of the photo shown
+    and of the metadata file that holds its truth (the index itself names the *previous* bin's files)."""
     number = _index(index)
+    return f"bin {bin_stem(number + 1)}" if number is not None else f"entry {str(index)[:40]!r}"
+
+
+def bin_tile(images: Path, index: Any, mark: str) -> Tile:
+    """The photo of bin ``index`` (0-based, as the task files count) under ``images``, captioned with
+    its id (:func:`bin_label`)."""
+    number = _index(index)
+    caption = (bin_label(index),)
     if number is None:
         return Tile(None, caption, mark, f"image index {str(index)[:40]!r} is not a bin index")
     path, why = image_in_root(images, local_name(number + 1, "image"))
@@ -75,8 +84,8 @@ def counting_sheet(entries: Sequence[Sequence[Any]], answers: np.ndarray, truths
     shown = []
     for n in wrong[:rows].tolist():
         index, p, t = entries[n][0], int(predicted[n]), int(truth[n])
-        shown.append(Row(f"bin {ids[n]}: true count {t}, predicted {p} (off by {abs(p - t)})",
-                         (bin_tile(images, index, "false", (f"bin {ids[n]}",)),)))
+        shown.append(Row(f"{bin_label(index)}: true count {t}, predicted {p} (off by {abs(p - t)})",
+                         (bin_tile(images, index, "false"),)))
     return Sheet("ABID counting: the bins counted wrong", tuple(shown), total=int(wrong.size),
                  what="counting errors", notes=_notes(shown), legend=dict(LEGENDS["counting"]))
 
@@ -93,10 +102,10 @@ def verification_sheet(entries: Sequence[Sequence[Any]], answers: np.ndarray, tr
         index, asin = entry[0], str(entry[1])
         targets = entry[3] if len(entry) > 3 and isinstance(entry[3], list) else []
         said, true = _yes(predicted[n]), _yes(truth[n])
-        query = bin_tile(images, index, "query", (f"bin {index}",))
-        reference = (bin_tile(images, targets[0], "true", (f"bin {targets[0]}",)) if targets else
+        query = bin_tile(images, index, "query")
+        reference = (bin_tile(images, targets[0], "true") if targets else
                      Tile(None, ("no training bin",), "true", "the task file lists no training bin with this asin"))
-        shown.append(Row(f"{ids[n]}: is asin {asin} in bin {index}? said {said}, truth {true}",
+        shown.append(Row(f"is asin {asin} in {bin_label(index)}? said {said}, truth {true} (question {ids[n]})",
                          (query, reference)))
     return Sheet("ABID object verification: the wrong answers", tuple(shown), total=int(wrong.size),
                  what="wrong answers", notes=_notes(shown), legend=dict(LEGENDS["verification"]))
@@ -112,9 +121,9 @@ def quantity_sheet(entries: Sequence[Sequence[Any]], answers: np.ndarray, truths
         entry = entries[n]
         index, asin, held, asked = entry[0], str(entry[1]), entry[3], entry[4]
         said, true = _yes(predicted[n]), _yes(truth[n])
-        shown.append(Row(f"{ids[n]}: {asked} of asin {asin} in bin {index}? said {said}, truth {true} "
-                         f"(holds {held})",
-                         (bin_tile(images, index, "query", (f"bin {index}",)),)))
+        shown.append(Row(f"{asked} of asin {asin} in {bin_label(index)}? said {said}, truth {true} "
+                         f"(holds {held}; question {ids[n]})",
+                         (bin_tile(images, index, "query"),)))
     return Sheet("ABID quantity verification: the wrong answers", tuple(shown), total=int(wrong.size),
                  what="wrong answers", notes=_notes(shown), legend=dict(LEGENDS["quantity"]))
 

@@ -60,9 +60,15 @@ def parse_key(key: str, prefix: str = "") -> AbidKey | None:
     return AbidKey(bin_id=bin_id, kind=kind, key=key, padded=stem != str(bin_id))
 
 
+def bin_stem(bin_id: int) -> str:
+    """The challenge's spelling of a bin id, ``'%05d'``: the stem of its image and metadata files, so
+    the name a person reads is the file they would open."""
+    return f"{bin_id:05d}"
+
+
 def local_name(bin_id: int, kind: Kind) -> str:
     """The challenge's file name for a bin: ``'%05d.jpg'`` or ``'%05d.json'``."""
-    return f"{bin_id:05d}{_EXT_BY_KIND[kind]}"
+    return f"{bin_stem(bin_id)}{_EXT_BY_KIND[kind]}"
 
 
 def relative_path(bin_id: int, kind: Kind) -> str:
