@@ -143,6 +143,20 @@ def test_worst_first_within_a_section():
     assert _listed(first, second)[2] == ["1", "0", "2"]
 
 
+def test_worst_first_in_both_sections_by_the_wrong_runs_severity():
+    """Each section is ordered by the severity of the run that got the unit wrong: the first section
+    (right in the first run) by the second run's, the other by the first run's (issue 56: the second
+    section sorted by the wrong run's severity survived)."""
+    ids = ["0", "1", "2", "3", "4", "5"]
+    truth = [1, 2, 3, 1, 2, 3]
+    first = counting_units([1, 2, 3, 4, 9, 5], truth, ids)   # wrong on 3, 4, 5: off by 3, 7, 2
+    second = counting_units([3, 8, 4, 1, 2, 3], truth, ids)  # wrong on 0, 1, 2: off by 2, 6, 1
+    _, counts, units = _listed(first, second)
+    assert (counts["first_only"], counts["second_only"]) == (3, 3)
+    assert units == ["1", "0", "2", "4", "3", "5"]
+    assert _listed(second, first)[2] == ["4", "3", "5", "1", "0", "2"]
+
+
 def test_an_id_with_a_script_tag_is_escaped():
     evil = '<script>alert("x")</script>'
     first = counting_units([1, 2], [1, 2], [evil, "ok"])

@@ -92,3 +92,21 @@ def test_rows_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "many")
     with pytest.raises(ValueError, match="VSBENCH_FAILURE_ROWS"):
         sheets.sheet_rows()
+
+
+def test_every_text_a_sheet_prints_is_escaped_refusal_reasons_included(root: Path) -> None:
+    """A missing tile's reason quotes the dataset's own path: it reaches the page escaped, like ids,
+    captions, titles, notes and the legend (issue 56: ``_e(why)`` -> ``why`` passed every test)."""
+    evil = '../<img src=x onerror=alert(1)>.jpg'
+    sheet = Sheet(f"t {evil}", (Row(f"r {evil}", (Tile(None, (evil,), evil, f"{evil} lies outside the root"),)),),
+                  total=1, notes=(evil,), legend={evil: evil})
+    page, _ = render_html(sheet)
+    assert "<img src=x" not in page and "onerror=alert(1)>" not in page
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 6  # title, row, caption, reason, note, legend
+
+
+def test_a_huge_rows_setting_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "100000")
+    assert sheets.sheet_rows() == sheets.MAX_ROWS < 100_000
+    assert sheets.sheet_rows(10**9) == sheets.MAX_ROWS
+    assert sheets.sheet_rows(7) == 7
