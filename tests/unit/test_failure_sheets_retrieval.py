@@ -4,6 +4,8 @@ naming and logging them (off with VSBENCH_FAILURE_ROWS=0, a broken sheet never f
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import os
 from pathlib import Path
@@ -223,7 +225,11 @@ def test_a_sheet_that_cannot_be_made_is_one_warning(tmp_path: Path, capsys: pyte
     assert "failures" not in records[0] and records[1]["failures"]["png"] == "failures/b.png"
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "disc Flat: no failure sheet (FileNotFoundError: the image folder is gone" in lines[0]
-    assert set(failure_files(records[1], tmp_path)) == {str(tmp_path / "failures/b.png"), str(tmp_path / "failures/b.html")}
+    # Each file with the digest of its bytes as written: the evaluation's run logs a sheet only when it
+    # still has them (issue 56: a digest left empty was never checked).
+    assert failure_files(records[1], tmp_path) == {
+        str(tmp_path / f"failures/b.{kind}"): hashlib.sha256((tmp_path / f"failures/b.{kind}").read_bytes()).hexdigest()
+        for kind in ("png", "html")}
 
 
 def test_zero_rows_turns_the_sheets_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

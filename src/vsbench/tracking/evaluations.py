@@ -544,9 +544,9 @@ def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
             print(f"vsbench: {evaluation.run_name}: failure sheet {path} not logged ({exc.strerror or exc})",
                   file=sys.stderr)
             continue
-        if sha256 and digest_of(data) != sha256:
-            print(f"vsbench: {evaluation.run_name}: failure sheet {path} changed since the score wrote it; not logged",
-                  file=sys.stderr)
+        if not sha256 or digest_of(data) != sha256:  # no digest recorded: nothing says these are the score's
+            why = "changed since the score wrote it" if sha256 else "has no digest from the score that wrote it"
+            print(f"vsbench: {evaluation.run_name}: failure sheet {path} {why}; not logged", file=sys.stderr)
             continue
         client.log_artifact(run_id, str(path), FAILURES_DIR)
 
