@@ -133,3 +133,20 @@ def test_a_missing_query_list_is_named_as_that_option(embedded) -> None:
         error = _one_error(*_step(command, embedded["base"] / "a", embedded["out"], "--benchmark-options",
                                   '{"query_list": "lists/nope.txt"}', *(("--no-track",) if command == "run" else ())))
         assert str(embedded["base"] / "a" / "lists" / "nope.txt") in error and "benchmark option query_list" in error
+
+
+def test_a_shard_known_under_another_digest_is_checked_again(embedded) -> None:
+    """``checked`` spares a shard only when it holds the very digest the shard's manifest records: a
+    stem known under another digest (the shard re-embedded since) is read again (issue 56:
+    ``checked.get(stem) == recorded`` -> ``stem in checked`` survived)."""
+    from vsbench.benchmarks.registry import load_benchmark
+    from vsbench.retrieval.origin import check_images
+
+    root, features = embedded["base"] / "a", embedded["out"] / "features"
+    sets = load_benchmark("disc", root).image_sets()
+    checked: dict[str, str] = {}
+    assert check_images(features, sets, root, checked=checked) == len(sets) == len(checked)
+    assert check_images(features, sets, root, checked=dict(checked)) == 0
+    stale = {stem: "0" * 64 for stem in checked}
+    assert check_images(features, sets, root, checked=stale) == len(sets)
+    assert stale == checked  # the shards that passed, under the digests they hold
