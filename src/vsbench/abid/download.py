@@ -47,6 +47,7 @@ from vsbench.abid.s3_get import (
     BotoGetter,
 )
 from vsbench.io.locks import LOCK_FILE, lock_path, output_lock, step_lock
+from vsbench.io.progress import progress_bar
 from vsbench.io.storage import (
     TMP_MARKER,
     S3AccessError,
@@ -554,7 +555,6 @@ def _finish(summary: DownloadSummary | None, dest: Path, manifest: Path, had_man
 
 def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurrency, retries, backoff, progress,
               client, on_result, shard, num_shards, limit_failures, stall, started, log: KeyLog) -> DownloadSummary:
-    from tqdm.auto import tqdm
 
     anonymous = client is None and not has_aws_credentials()
     lister = client or s3_client(endpoint_url)
@@ -635,7 +635,7 @@ def _download(source: str, location, dest: Path, *, limit, endpoint_url, concurr
             bar.update(1)
         return len(done)
 
-    bar = tqdm(total=len(todo), desc="download", unit="obj", disable=not progress)
+    bar = progress_bar(total=len(todo), desc="download", unit="obj", disable=not progress)
     try:
         with bar:
             fetch_started = time.perf_counter()

@@ -43,6 +43,7 @@ from vsbench.abid.coverage import MODERATE_MAX_QUANTITY, explain_all, warning_li
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR, parse_name
 from vsbench.io.inputs import InputError, WordedInputError, read_json
 from vsbench.io.locks import writing_lock
+from vsbench.io.progress import progress_iter
 from vsbench.io.storage import atomic_write_chunks, atomic_write_json, is_temporary
 
 REPORT_NAME = "prepare_report.json"
@@ -431,7 +432,6 @@ def prepare_abid(
 def _write_tasks(data: Path, out: Path, images: dict[int, Path], meta_files: dict[int, Path], *, seed: int,
                  val_fraction: float, max_per_class: int, progress: bool) -> PrepareSummary:
     """:func:`prepare_abid`'s work, once the inputs are found and the folder is held."""
-    from tqdm.auto import tqdm
 
     n = max([*images, *meta_files])
     summary = PrepareSummary(data=str(data), out=str(out), seed=seed, max_id=n,
@@ -446,7 +446,8 @@ def _write_tasks(data: Path, out: Path, images: dict[int, Path], meta_files: dic
     def metadata_entries() -> Iterator[str]:
         """``metadata.json``'s entries in bin order, read once from the files; fills the lists above."""
         next_id = 1
-        for bin_id, path in tqdm(sorted(meta_files.items()), desc="metadata", unit="file", disable=not progress):
+        for bin_id, path in progress_iter(sorted(meta_files.items()), total=len(meta_files), desc="metadata",
+                                          unit="file", disable=not progress):
             raw, found = load_metadata(path, bin_id)
             problems.extend(found)
             if raw is not None and bin_id not in images:

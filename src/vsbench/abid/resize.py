@@ -79,6 +79,7 @@ from vsbench.imaging.resample import one_thread, resize_bilinear
 from vsbench.io.digests import RACY_NS
 from vsbench.io.inputs import read_json
 from vsbench.io.locks import output_lock, step_lock, writing_lock
+from vsbench.io.progress import progress_bar
 from vsbench.io.storage import atomic_write_bytes, atomic_write_text, file_sha256, stat_record, stat_trusted
 from vsbench.runtime.loaders import usable_cpus
 
@@ -370,7 +371,6 @@ def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quali
             workers: int, progress: bool, rate: float, started: float, manifest: str) -> ResizeSummary:
     """:func:`resize_abid` once ``out`` is this run's: decide what to keep (stat records only), then
     read, hash and resize the rest in a pool."""
-    from tqdm.auto import tqdm
 
     summary = ResizeSummary(str(data), str(out), size, quality, decode, workers, inputs=len(sources))
     settings, records, legacy = _previous(out / manifest)
@@ -433,7 +433,7 @@ def _resize(sources: dict[int, Path], data: Path, out: Path, *, size: int, quali
     def checkpoint() -> None:
         atomic_write_text(out / manifest, summary.manifest_text())
 
-    with tqdm(total=len(jobs), desc="resize", unit="img", disable=not progress) as bar:
+    with progress_bar(total=len(jobs), desc="resize", unit="img", disable=not progress) as bar:
         if workers == 1 or len(jobs) < 2 * workers:
             with _one_torch_thread(fast):
                 _collect(map(_run_job, jobs), summary, bar, checkpoint)

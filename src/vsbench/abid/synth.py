@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
-from tqdm import tqdm
 
 from vsbench.abid.ids import IMAGES_DIR, METADATA_DIR, parse_name
+from vsbench.io.progress import progress_bar
 from vsbench.io.storage import atomic_write_bytes
 
 # Independent random streams, each seeded with (seed, stream, index): changing how one part is
@@ -800,7 +800,7 @@ def generate_abid(
     out_dir = Path(out_dir)
     plan = plan_dataset(bins, seed)
     _remove_stale(out_dir, plan)
-    with tqdm(total=bins, desc="synthetic ABID", unit="bin", disable=not progress) as bar:
+    with progress_bar(total=bins, desc="synthetic ABID", unit="bin", disable=not progress) as bar:
         if workers <= 1:
             for plan_bin in plan.bins:
                 write_bin(out_dir, plan_bin, plan.catalog, seed)

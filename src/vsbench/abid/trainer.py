@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader
 from vsbench.abid.checkpoints import BEST, LAST, TrainingIdentity, check_best, check_inputs, load_state, resume_state
 from vsbench.abid.distributed import SINGLE, Distributed
 from vsbench.abid.profiles import TrainProfile
+from vsbench.io.progress import progress_bar
 from vsbench.io.storage import atomic_write_bytes
 from vsbench.runtime.device import DeviceSetup
 from vsbench.runtime.throughput import Throughput
@@ -141,7 +142,6 @@ def fit(
     rank's part of each global batch. ``progress`` draws the per-batch bar; the line per epoch
     (loss, accuracies, time, ``*`` on the epoch chosen so far) is printed on rank 0 either way, so
     a pipeline step's log shows how training goes."""
-    from tqdm.auto import tqdm
 
     meter = Throughput()  # start-up: moving the model, the first epoch's workers, the first batch
     torch.manual_seed(seed)
@@ -184,7 +184,7 @@ def fit(
         # The bar only counts: tqdm.auto wrapping the loader would iterate it twice (its async
         # wrapper calls iter() once more), starting a second set of workers and drawing one more
         # seed from the epoch's generator, so the order would not be the loader's own.
-        bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{profile.epochs}", unit="batch", disable=not progress,
+        bar = progress_bar(total=len(batches), desc=f"epoch {epoch + 1}/{profile.epochs}", unit="batch", disable=not progress,
                    leave=False)
         for batch_index, batch in enumerate(batches):
             optimizer.zero_grad(set_to_none=True)

@@ -53,7 +53,6 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
-from tqdm import tqdm
 
 from vsbench import __version__
 from vsbench.imaging import batched, jpeg, limits
@@ -67,6 +66,7 @@ from vsbench.io.features import (
     save_features,
 )
 from vsbench.io.inputs import WordedInputError
+from vsbench.io.progress import progress_bar
 from vsbench.io.storage import atomic_write_json, file_sha256
 from vsbench.models.cache import (
     WEIGHTS_OPTIONS,
@@ -356,8 +356,8 @@ def run_embedder(
     positions: list[torch.Tensor] = []
     failed: list[dict[str, str]] = []
     autocast = setup.autocast() if use_amp else contextlib.nullcontext()
-    with torch.inference_mode(), autocast, tqdm(total=len(paths), desc=desc, unit="img",
-                                                 disable=not progress) as bar:
+    with torch.inference_mode(), autocast, progress_bar(total=len(paths), desc=desc, unit="img",
+                                                         disable=not progress) as bar:
         for batch in batches:
             if decoder is None:
                 groups, failures, read = batch
