@@ -5,7 +5,6 @@ naming and logging them (off with VSBENCH_FAILURE_ROWS=0, a broken sheet never f
 from __future__ import annotations
 
 import hashlib
-
 import json
 import os
 from pathlib import Path

@@ -239,3 +239,22 @@ def test_no_true_positive_or_no_prediction_at_all(predictions: tuple) -> None:
     assert found["uap"][0] == found["recall_at_p90"][0] == found["accuracy_at_1"][0] == 0.0
     assert np.isnan(found["uap"][1]) and np.isnan(found["accuracy_at_1"][1])
     assert copy_detection_metrics(*case).uap == 0.0
+
+
+def test_one_unit_file_under_a_sequence_of_weight_blocks_gives_each_its_own_values() -> None:
+    """A paired comparison evaluates the same units under block after block of same-shaped weights
+    (and a caller may refill one array in place): every block must be scored on its own weights.
+    With the block cache comparing shapes only, a uAP drop of 0.449 got p = 1.0 (issue 56)."""
+    case = _case(21, every_query_has_a_copy=True)
+    units = copy_detection_units(*case)
+    rng = np.random.default_rng(8)
+    buffer = np.empty((4, len(units)), dtype=np.int64)
+    for step in range(6):
+        fresh = rng.integers(0, 4, (4, len(units)))
+        buffer[...] = fresh  # the same object as the block before, new content
+        for weights in ((fresh, buffer) if step < 3 else (buffer,)):
+            found = evaluate(units, weights)
+            for row, counts in enumerate(fresh):
+                expected = _scored(case, units.ids, counts)
+                for metric in METRICS:
+                    assert found[metric][row] == pytest.approx(expected[metric], abs=TOLERANCE, nan_ok=True), metric

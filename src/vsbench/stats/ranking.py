@@ -88,15 +88,15 @@ def _by_column(rows: int, flat_index: np.ndarray, values: np.ndarray) -> np.ndar
 def _cached_block(units: Units, name: str, weights: np.ndarray,
                   compute: Callable[[np.ndarray], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """All parts of one statistic for this block of weights, computed once: ``evaluate`` asks for uAP
-    and recall at P90 with the same weights array, and both come out of one pass. The array itself is
-    kept (so its id cannot be reused) and compared by identity and content."""
+    and recall at P90 with the same weights array, and both come out of one pass. A copy of the
+    weights is kept and compared by content: a caller that refills one array in place for the next
+    block must not get the last block's values back."""
     key = f"ranking:{name}:last"
     last = units._cache.get(key)
-    if last is not None and (last[0] is weights or (last[0].shape == weights.shape
-                                                   and np.array_equal(last[0], weights))):
+    if last is not None and last[0].shape == weights.shape and np.array_equal(last[0], weights):
         return last[1]
     out = compute(weights)
-    units._cache[key] = (weights, out)
+    units._cache[key] = (np.array(weights, copy=True), out)
     return out
 
 

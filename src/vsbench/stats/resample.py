@@ -6,7 +6,8 @@ of *counts* (how often each unit was drawn), and every statistic in :mod:`vsbenc
 evaluates a whole block of such rows at once with weighted sums over data sorted once. The counts
 come from ``numpy.random.default_rng(seed).integers(0, n, (resamples, n))``, the call scipy makes
 for ``bootstrap(..., rng=default_rng(seed), batch=None)``, so that an interval here equals scipy's
-percentile interval over the same draws (tests/unit/test_intervals.py). Blocks hold an even number
+percentile interval over the same draws (``test_interval_equals_scipy_bootstrap`` in
+tests/unit/test_units_copy_detection.py and test_units_copydays.py). Blocks hold an even number
 of draws: numpy's bounded 64-bit draw of a range under 2**32 uses each 64-bit word twice, and an odd
 block would throw half a word away and leave the stream.
 """

@@ -1,0 +1,133 @@
+"""Fast tests for the bugs issue 56 planted that survived every fast test (the nightly's decision,
+clustered unit files read back, lease renewal): pure functions of records and arrays, so a unit test
+sees what only the integration tests with a real ``mlflow server`` saw before.
+
+Each was seen failing with its bug planted (significance.py's two directions swapped, regression.py
+sending a refused drop to the noise, units.py dropping the clusters when read, the lease renewed
+every ttl*4).
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vsbench.io import locks
+from vsbench.reporting.regression import judge_drops
+from vsbench.reporting.significance import bad_direction
+from vsbench.stats.compare import Difference, replicates
+from vsbench.stats.resample import Resampling
+from vsbench.stats.units import Units, units_from_bytes
+
+
+def _difference(low: float, high: float, p: float, point: float | None = None) -> Difference:
+    point = (low + high) / 2 if point is None else point
+    return Difference("accuracy", 0.5, 0.5 + point, point, low, high, p, True, "hand-built")
+
+
+@pytest.mark.parametrize(("low", "high", "p", "higher_worse", "lower_worse"), [
+    (-0.30, -0.10, 0.001, True, False),   # clearly down: bad when higher is better
+    (0.10, 0.30, 0.001, False, True),     # clearly up: bad when lower is better
+    (-0.05, 0.20, 0.01, False, False),    # the interval holds 0: no verdict of "worse", whatever p says
+    (-0.20, 0.05, 0.01, False, False),
+    (-0.30, -0.10, 0.20, False, False),   # p over 0.05: not beyond chance either
+    (0.10, 0.30, 0.20, False, False),
+    (0.0, 0.30, 0.001, False, False),     # an interval ending at 0 does not exclude it
+    (-0.30, 0.0, 0.001, False, False),
+])
+def test_the_nightly_calls_a_drop_worse_only_when_its_interval_excludes_0_on_the_worse_side(
+        low: float, high: float, p: float, higher_worse: bool, lower_worse: bool) -> None:
+    difference = _difference(low, high, p)
+    assert bad_direction(difference, higher_is_better=True) is higher_worse
+    assert bad_direction(difference, higher_is_better=False) is lower_worse
+
+
+class _Reader:
+    """A unit-file reader whose files for ``refused`` metrics were refused (None: no difference)."""
+
+    def __init__(self, differences: dict[str, Difference | None]) -> None:
+        self.differences = differences
+        self.asked: list[tuple[str, str, str]] = []
+
+    def difference(self, before: str, now: str, metric: str) -> Difference | None:
+        self.asked.append((before, now, metric))
+        return self.differences[metric]
+
+
+def _drop(metric: str) -> dict[str, Any]:
+    return {"metric": metric, "previous": 0.9, "current": 0.5, "higher_is_better": True}
+
+
+def test_a_drop_whose_unit_files_are_refused_still_fails_the_night_and_noise_is_told_apart() -> None:
+    reader = _Reader({"tampered": None, "real": _difference(-0.5, -0.3, 0.001), "noise": _difference(-0.2, 0.1, 0.4)})
+    runs = {name: (f"run-{name}", name) for name in ("tampered", "real", "noise")}
+    tonight = {name: (f"run-{name}-2", name) for name in runs}
+    kept, noise = judge_drops([_drop("tampered"), _drop("real"), _drop("noise")], runs, tonight, reader)
+    assert [d["metric"] for d in kept] == ["tampered", "real"]
+    assert "test" not in kept[0]  # untested: kept as the threshold said, not dressed as a test
+    assert kept[1]["p_value"] == 0.001 and kept[1]["ci_high"] == -0.3
+    assert [d["metric"] for d in noise] == ["noise"]
+    assert reader.asked == [("run-tampered", "run-tampered-2", "tampered"), ("run-real", "run-real-2", "real"),
+                            ("run-noise", "run-noise-2", "noise")]
+
+
+def test_a_drop_without_unit_files_on_either_night_is_kept_untested() -> None:
+    reader = _Reader({})
+    kept, noise = judge_drops([_drop("accuracy")], {}, {"accuracy": ("b", "accuracy")}, reader)
+    assert [d["metric"] for d in kept] == ["accuracy"] and noise == [] and reader.asked == []
+
+
+def _clustered() -> Units:
+    rng = np.random.default_rng(3)
+    correct = rng.integers(0, 2, 40).astype(np.float64)
+    return Units("query", "disc", np.array([f"q{i:02d}" for i in range(40)]), {"correct": correct},
+                 {"accuracy": {"statistic": "ratio", "num": "correct"}},
+                 clusters=np.array([f"photo{i // 5}" for i in range(40)]), variant="none")
+
+
+def test_a_clustered_unit_file_read_back_keeps_its_clusters_and_resamples_them() -> None:
+    units = _clustered()
+    back = units_from_bytes(units.to_parquet_bytes())
+    assert back.clusters is not None and list(back.clusters) == list(units.clusters)
+    assert back.cluster_index()[1] == 8
+    resampling = Resampling(200, 0)
+    assert np.array_equal(replicates(back, resampling)["accuracy"], replicates(units, resampling)["accuracy"])
+    # and not the same as resampling each query on its own: the groups decide the draws
+    flat = Units(units.kind, units.benchmark, units.ids, units.columns, units.metrics, variant="none")
+    assert not np.array_equal(replicates(flat, resampling)["accuracy"], replicates(units, resampling)["accuracy"])
+
+
+class _RecordingEvent:
+    """threading.Event whose wait returns at once (stop) and records the interval asked for."""
+
+    waits: list[float] = []
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        _RecordingEvent.waits.append(float(timeout if timeout is not None else -1))
+        return True
+
+
+def test_a_leased_folder_is_renewed_well_before_its_lease_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(locks.LEASE_TTL_ENV, "600")
+    _RecordingEvent.waits = []
+    fake = types.ModuleType("threading")  # the real module, but for the renewal's stop event
+    fake.__dict__.update(threading.__dict__)
+    fake.Event = _RecordingEvent  # type: ignore[attr-defined]
+    monkeypatch.setattr(locks, "threading", fake)
+    with locks.folder_lease(tmp_path, "run-a"):
+        pass
+    assert _RecordingEvent.waits and 0 < _RecordingEvent.waits[0] <= 600 / 2
