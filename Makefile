@@ -77,10 +77,15 @@ bench: $(STAMP)
 # Mutation testing of the guard modules and the scorers (bench/mutate.py, docs/reliability.md):
 # mutmut in a temporary copy of the tree, each mutant against the fast tests that cover it; prints
 # the killed rate per module and the survivors. Not part of `test` (tens of minutes on 2 cores).
-# MUTATE_ARGS="--modules digests checkpoints" runs some modules only.
+# MODULES="digests checkpoints" runs some modules only; CHANGED=1 the guards whose module or tests
+# changed since the merge base with main (uncommitted work included), CHANGED=<ref> since any commit:
+# the habit before resolving an issue that touches a guard, in minutes.
 MUTATE_ARGS ?=
+MODULES ?=
+CHANGED ?=
 mutate: $(STAMP)
-	$(BIN)/python bench/mutate.py $(MUTATE_ARGS)
+	$(BIN)/python bench/mutate.py $(if $(MODULES),--modules $(MODULES)) \
+		$(if $(filter-out 0,$(CHANGED)),--changed $(if $(filter 1,$(CHANGED)),main,$(CHANGED))) $(MUTATE_ARGS)
 
 # Both images; with no docker, podman or buildah, root gets podman and buildah from Debian's
 # packages. Layers are reused between builds on the same machine.

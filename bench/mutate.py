@@ -19,7 +19,10 @@ inside it, and the folder is removed at the end (``--keep`` keeps it, to look at
 ``mutmut show``). One module a run: mutmut picks each mutant's tests among those that reach its
 function, so one run for two modules would run one's slow tests against the other's mutants.
 
-    make mutate                                  # every guard module
+    make mutate                                  # every guard module (about 45 min on 2 cores)
+    make mutate MODULES="significance sheets"    # some modules: minutes
+    make mutate CHANGED=1                        # the guards whose module or tests this branch changed
+    make mutate CHANGED=HEAD~3                   # ... or changed since any commit
     python bench/mutate.py --modules digests locks --json build/mutation.json
 """
 
@@ -75,6 +78,10 @@ class Guard:
         return [f"{self.prefix}.{stem}*" for stem in self.stems() or ("",)]
 
 
+# the unit-file tests of every benchmark: each checks its statistics against its scorer on resampled data
+UNIT_TESTS = tuple(f"tests/unit/test_units_{name}.py" for name in (
+    "abid", "copy_detection", "copydays", "patch_pairs", "product_search", "vsd", "records", "coverage"))
+
 GUARDS: tuple[Guard, ...] = (
     Guard("digests", "src/vsbench/io/digests.py", ("tests/unit/test_digests_locks.py",
                                                   "tests/unit/test_digests_mutants.py")),
@@ -111,6 +118,32 @@ GUARDS: tuple[Guard, ...] = (
     Guard("scorer_vsd", "src/vsbench/benchmarks/vsd/metrics.py", ("tests/unit/test_metrics_vsd.py",)),
     Guard("scorer_product_search", "src/vsbench/benchmarks/product_search/metrics.py",
           ("tests/unit/test_metrics_product_search.py",)),
+    # issue 56: what decides whether a difference is real, whether a night failed, what a sheet shows
+    Guard("stats_compare", "src/vsbench/stats/compare.py", UNIT_TESTS + ("tests/unit/test_decision_mutants.py",)),
+    Guard("stats_ranking", "src/vsbench/stats/ranking.py", ("tests/unit/test_units_copy_detection.py",
+                                                           "tests/unit/test_units_copydays.py")),
+    Guard("stats_resample", "src/vsbench/stats/resample.py", UNIT_TESTS),
+    Guard("stats_units", "src/vsbench/stats/units.py", UNIT_TESTS + ("tests/unit/test_decision_mutants.py",)),
+    Guard("stats_statistics", "src/vsbench/stats/statistics.py", UNIT_TESTS),
+    Guard("stats_curves", "src/vsbench/stats/curves.py", ("tests/unit/test_units_patch_pairs.py",
+                                                         "tests/unit/test_units_vsd.py")),
+    Guard("stats_records", "src/vsbench/stats/records.py", ("tests/unit/test_units_records.py",)),
+    Guard("stats_outcomes", "src/vsbench/stats/outcomes.py", ("tests/unit/test_compare_sheets.py",
+                                                             "tests/unit/test_failure_sheets_retrieval.py")),
+    Guard("significance", "src/vsbench/reporting/significance.py", ("tests/unit/test_reporting_intervals.py",
+                                                                    "tests/unit/test_decision_mutants.py"),
+          ("x_format_p", "x_resampling_of", "x_intervals_disjoint", "x_compare_metric", "x_bad_direction",
+           "x_difference_line")),
+    Guard("regression_decision", "src/vsbench/reporting/regression.py", ("tests/unit/test_reporting_intervals.py",
+                                                                         "tests/unit/test_decision_mutants.py"),
+          ("x_judge_drops", "x_deciding_tests")),
+    Guard("sheets", "src/vsbench/reporting/sheets.py", ("tests/unit/test_sheets.py",
+                                                       "tests/unit/test_failure_sheets_retrieval.py")),
+    Guard("record_sheets", "src/vsbench/reporting/record_sheets.py", ("tests/unit/test_failure_sheets_retrieval.py",
+                                                                     "tests/unit/test_failure_sheets_abid_pairs.py")),
+    Guard("changes", "src/vsbench/reporting/changes.py", ("tests/unit/test_compare_sheets.py",)),
+    Guard("abid_failures", "src/vsbench/abid/failures.py", ("tests/unit/test_failure_sheets_abid_pairs.py",)),
+    Guard("batched_decode", "src/vsbench/imaging/batched.py", ("tests/unit/test_batched_decode.py",)),
 )
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 
@@ -185,6 +218,29 @@ def summary(by_module: dict[str, dict[str, str]]) -> list[dict[str, object]]:
     return rows
 
 
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+def changed_files(root: Path, since: str = "") -> tuple[str, set[str]]:
+    """(what was compared against, the files that differ from it): the commits since the merge base
+    of HEAD and ``since`` (default ``main``: on a branch, what the branch changed), the uncommitted
+    changes and the untracked files git does not ignore. On ``main`` itself, its uncommitted work."""
+    base = since or "main"
+    try:
+        point = _git(root, "merge-base", "HEAD", base).strip()
+    except subprocess.CalledProcessError:
+        raise SystemExit(f"error: {base!r} is not a commit git knows here; give one: make mutate CHANGED=<ref>") from None
+    files = set(_git(root, "diff", "--name-only", point).split())
+    files |= set(_git(root, "ls-files", "--others", "--exclude-standard").split())
+    return f"{base} ({point[:10]})", files
+
+
+def changed_guards(files: set[str], guards: tuple[Guard, ...] = GUARDS) -> list[Guard]:
+    """The guards a change can weaken: their module changed, or one of the tests that kill its mutants."""
+    return [guard for guard in guards if guard.source in files or files.intersection(guard.tests)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--modules", nargs="*", help=f"guards to mutate (default: all): {[g.name for g in GUARDS]}")
@@ -192,12 +248,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here (outside the copy)")
     parser.add_argument("--show", type=int, default=40, help="print the diff of at most this many survivors a module")
     parser.add_argument("--keep", action="store_true", help="keep the copies, one a module (to run `mutmut show` in them)")
+    parser.add_argument("--changed", nargs="?", const="main", default=None, metavar="REF",
+                        help="only the guards whose module or tests changed since the merge base with REF "
+                             "(default main), uncommitted changes included")
     args = parser.parse_args(argv)
     known = {guard.name: guard for guard in GUARDS}
     unknown = sorted(set(args.modules or []) - set(known))
     if unknown:
         parser.error(f"unknown guard modules {unknown}; choose from {sorted(known)}")
     guards = [known[name] for name in args.modules] if args.modules else list(GUARDS)
+    if args.changed is not None:
+        against, files = changed_files(ROOT, args.changed)
+        guards = [guard for guard in guards if guard in changed_guards(files)]
+        print(f"[mutate] changed since {against}: {', '.join(g.name for g in guards) or 'no guard module'}")
+        if not guards:
+            return 0
 
     started = time.monotonic()
     rows, failed = [], 0
