@@ -118,18 +118,19 @@ def test_leaderboard_reads_intervals_and_marks_the_indistinguishable(board):
     reader = UnitsReader(board["client"])
     rows = mark_indistinguishable(frame, reader).set_index("model")
     assert rows.loc["close · Flat", "indistinguishable"] and rows.loc["close · Flat", "p_value"] >= 0.05
-    assert rows.loc["close · Flat", "test"].startswith("paired permutation test")
+    assert rows.loc["close · Flat", "test"].startswith("exact McNemar test")  # accuracy: 0/1 per unit
     assert rows.loc["close · Flat", "diff_low"] <= rows.loc["close · Flat", "diff_high"] <= 0
-    assert not rows.loc["far · Flat", "indistinguishable"] and rows.loc["far · Flat", "test"] == "intervals disjoint"
+    # far: its interval excludes 0 and says so from its own paired test (no "intervals disjoint" shortcut)
+    assert not rows.loc["far · Flat", "indistinguishable"] and rows.loc["far · Flat", "test"].startswith("exact McNemar")
+    assert rows.loc["far · Flat", "diff_high"] < 0
     assert rows.loc["other_units · Flat", "test"].startswith("unpaired")
     assert rows.loc["other_units · Flat", "indistinguishable"]
     assert rows.loc["plain · Flat", "test"] == "" and not rows.loc["plain · Flat", "indistinguishable"]
-    # Only the cells that needed a test read unit files: best, close, other_units (far's intervals are
-    # disjoint; plain has none), each once.
-    assert reader.downloads == 3 and not reader.refused
+    # Only the cells that needed a test read unit files: best, close, far, other_units (plain has none), each once.
+    assert reader.downloads == 4 and not reader.refused
 
     marked = mark_indistinguishable(frame, reader)
-    assert reader.downloads == 3  # cached
+    assert reader.downloads == 4  # cached
     default = render_leaderboard(marked)  # within 100 columns: the intervals and tests with --details
     assert all(len(line) <= 100 for line in default.splitlines()) and "0.6925≈" in default, default
     text = render_leaderboard(marked, width=80, details=True)
@@ -146,13 +147,13 @@ def test_report_shows_intervals_marks_and_the_tests(board, tmp_path):
     reader = UnitsReader(board["client"])
     pair = compare_runs(reader, board["best"], board["close"])
     page = write_report(records, tmp_path / "r.html", title="t", reader=reader, pairs=[pair]).read_text()
-    assert re.search(r'<td class="same" title="vs the best: p=[\d.]+, paired permutation[^"]*">'
+    assert re.search(r'<td class="same" title="vs the best: p=[\d.]+, exact McNemar[^"]*">'
                      r'<a [^>]*>0\.6925 ≈</a> <span class="ci">\[0\.\d+, 0\.\d+\]</span></td>', page)
     assert re.search(r'<td class="best"><a [^>]*>0\.7 \*</a> <span class="ci">\[', page)
     table = re.search(r'<table class="versus-best">.*?</table>', page).group(0)
-    assert table.count("<tr data-metric") == 3 and "intervals disjoint" in table and "unpaired" in table
+    assert table.count("<tr data-metric") == 3 and "intervals disjoint" not in table and "unpaired" in table
     pairs = re.search(r'<table class="pair">.*?</table>', page).group(0)
-    assert "paired permutation" in pairs and "3 / 0" in pairs  # McNemar: 3 units right only in best
+    assert "exact McNemar test" in pairs and "3 / 0" in pairs  # McNemar: 3 units right only in best
 
 
 def test_compare_two_runs_paired_unpaired_and_as_json(board, tmp_path, monkeypatch):
@@ -164,7 +165,10 @@ def test_compare_two_runs_paired_unpaired_and_as_json(board, tmp_path, monkeypat
                                  str(tmp_path / "pair.html")])
     assert result.exit_code == 0, result.output
     print(result.output)
-    assert "second - first  -0.0075 [" in result.output and "McNemar: 3 units right only in the first" in result.output
+    assert "second - first  -0.0075 [" in result.output
+    assert "exact McNemar test on every unit: 3 right only in the first, 0 only in the second" in result.output
+    # the verdict, in words, from the interval printed above it ([-0.0175, +0] holds 0)
+    assert "verdict  indistinguishable (≈): the 95% interval of the difference holds 0" in result.output
     assert "unpaired" not in result.output
     assert 'class="pair"' in (tmp_path / "pair.html").read_text()
 
@@ -229,7 +233,7 @@ def test_a_rerun_with_no_change_or_noise_only_raises_no_alarm(mlflow_tracking, f
     assert moved["paired"] and moved["p_value"] >= 0.05 and moved["ci_low"] < 0 < moved["ci_high"]
     assert moved["mcnemar"]["previous_only"] == 6 and moved["mcnemar"]["current_only"] == 2
     tags, saved = _outcome(noisy)
-    assert tags[REGRESSION_TAG] == "passed" and "paired permutation test" in tags[TEST_TAG]
+    assert tags[REGRESSION_TAG] == "passed" and "exact McNemar test" in tags[TEST_TAG]
     assert "not beyond chance" in tags["vsbench.regression.message"]
     assert saved["within_noise"][0]["metric"].endswith("__accuracy_at_1")
     # The same move without unit files fails, as it always did (the noisy night marked failed: no baseline).
@@ -264,9 +268,10 @@ def test_a_real_drop_in_many_units_is_caught_with_its_p_value(mlflow_tracking, f
     assert drop["mcnemar"] == {"previous_only": 60, "current_only": 0, "p_value": pytest.approx(2 * 0.5 ** 60)}
     tags, saved = _outcome(bad)
     assert tags[REGRESSION_TAG] == "failed"
-    assert re.search(r"__accuracy_at_1: paired permutation test \(400 random swaps, seed 0\), p=0\.00\d+",
+    assert re.search(r"__accuracy_at_1: exact McNemar test on every unit: 60 right only in the first, 0 only in "
+                     r"the second, p=1\.73\de-18",
                      tags[TEST_TAG]), tags[TEST_TAG]
-    assert re.search(r"0\.7 -> 0\.55, p=0\.00\d paired", tags["vsbench.regression.message"])
+    assert re.search(r"0\.7 -> 0\.55, p<0\.001 paired", tags["vsbench.regression.message"])
     assert saved["drops"][0]["p_value"] == drop["p_value"]
 
     # Other data (another digest) is compared unpaired, even where the unit ids coincide.

@@ -35,16 +35,19 @@ def _difference(low: float, high: float, p: float, point: float | None = None) -
     (0.10, 0.30, 0.001, False, True),     # clearly up: bad when lower is better
     (-0.05, 0.20, 0.01, False, False),    # the interval holds 0: no verdict of "worse", whatever p says
     (-0.20, 0.05, 0.01, False, False),
-    (-0.30, -0.10, 0.20, False, False),   # p over 0.05: not beyond chance either
-    (0.10, 0.30, 0.20, False, False),
+    (-0.30, -0.10, 0.20, True, False),    # the interval decides; a test on the other side is said beside it
+    (0.10, 0.30, 0.20, False, True),
     (0.0, 0.30, 0.001, False, False),     # an interval ending at 0 does not exclude it
     (-0.30, 0.0, 0.001, False, False),
+    (float("nan"), float("nan"), 0.001, False, False),  # no interval: no verdict
 ])
 def test_the_nightly_calls_a_drop_worse_only_when_its_interval_excludes_0_on_the_worse_side(
         low: float, high: float, p: float, higher_worse: bool, lower_worse: bool) -> None:
-    difference = _difference(low, high, p)
+    difference = _difference(low, high, p, point=-0.1)
     assert bad_direction(difference, higher_is_better=True) is higher_worse
     assert bad_direction(difference, higher_is_better=False) is lower_worse
+    assert difference.distinguishable is (higher_worse or lower_worse)
+    assert difference.test_disagrees is (difference.distinguishable != (p < 0.05))
 
 
 class _Reader:
@@ -64,7 +67,7 @@ def _drop(metric: str) -> dict[str, Any]:
 
 
 def test_a_drop_whose_unit_files_are_refused_still_fails_the_night_and_noise_is_told_apart() -> None:
-    reader = _Reader({"tampered": None, "real": _difference(-0.5, -0.3, 0.001), "noise": _difference(-0.2, 0.1, 0.4)})
+    reader = _Reader({"tampered": None, "real": _difference(-0.5, -0.3, 0.001), "noise": _difference(-0.2, 0.1, 0.04)})
     runs = {name: (f"run-{name}", name) for name in ("tampered", "real", "noise")}
     tonight = {name: (f"run-{name}-2", name) for name in runs}
     kept, noise = judge_drops([_drop("tampered"), _drop("real"), _drop("noise")], runs, tonight, reader)

@@ -160,7 +160,7 @@ def test_identical_runs_differ_by_zero_with_p_one() -> None:
     assert found["counting_rmse"].mcnemar is None  # not a mean of 0/1 outcomes
 
 
-def test_paired_p_value_equals_scipys_exact_permutation_test_on_tiny_inputs() -> None:
+def test_paired_p_values_equal_scipys_exact_tests_on_tiny_inputs() -> None:
     rng = np.random.default_rng(9)
     for trial in range(30):
         n = int(rng.integers(2, 11))
@@ -173,11 +173,16 @@ def test_paired_p_value_equals_scipys_exact_permutation_test_on_tiny_inputs() ->
         first = counting_units(pred_a, truth, ids)
         second = counting_units(pred_b[order], truth[order], np.asarray(ids)[order])
         found = compare(first, second, Resampling(100, trial), ["accuracy", "rmse"])
-        assert found["accuracy"].test.startswith("exact paired permutation test")
+        assert found["rmse"].test.startswith("exact paired permutation test")
         correct_a, correct_b = (pred_a == truth).astype(float), (pred_b == truth).astype(float)
         se_a, se_b = (pred_a - truth) ** 2.0, (pred_b - truth) ** 2.0
-        for metric, x, y, fn in (("accuracy", correct_a, correct_b, np.mean),
-                                 ("rmse", se_a, se_b, lambda v, axis: np.sqrt(np.mean(v, axis=axis)))):
+        # accuracy, a mean of 0/1 outcomes, takes McNemar's exact test: scipy's binomial test of the discordant
+        only_a, only_b = int(np.sum((correct_a == 1) & (correct_b == 0))), int(np.sum((correct_a == 0) & (correct_b == 1)))
+        assert found["accuracy"].test.startswith("exact McNemar test")
+        expected = sps.binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
+        assert found["accuracy"].p_value == pytest.approx(expected, abs=1e-12), trial
+        assert found["accuracy"].difference == pytest.approx(correct_b.mean() - correct_a.mean(), abs=1e-12)
+        for metric, x, y, fn in (("rmse", se_a, se_b, lambda v, axis: np.sqrt(np.mean(v, axis=axis))),):
             ref = sps.permutation_test((x, y), lambda u, v, axis, fn=fn: fn(v, axis=axis) - fn(u, axis=axis),
                                        permutation_type="samples", n_resamples=2 ** n + 1, vectorized=True,
                                        alternative="two-sided")

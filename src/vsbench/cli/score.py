@@ -69,10 +69,16 @@ def _warn(notes: tuple[str, ...] | list[str]) -> None:
 
 def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[str, Path], options: dict[str, Any],
            model: str, track: bool, experiment: str, units_file: tuple[Path, str] | list[tuple[Path, str]] | None = None,
-           resampling: Any = None) -> None:
-    """The scored record as an MLflow run (params, metrics, the metrics JSON; the inputs' digest as
-    the data tag; the unit file under ``units/``, named in the ``vsbench.units`` tag as the pipelines
-    name theirs), bounded against a store that is down; skipped with ``--no-track``."""
+           resampling: Any = None, truth: tuple[str, ...] = ("gt",)) -> None:
+    """The scored record as an MLflow run (params, metrics, the metrics JSON; the digest of the
+    ``truth`` inputs (the ground truth, never the predictions) as the data tag; the unit file under
+    ``units/``, named in the ``vsbench.units`` tag as the pipelines name theirs), bounded against a
+    store that is down; skipped with ``--no-track``.
+
+    The data tag is what decides whether two runs are compared paired (with their unit ids): two
+    models' prediction files on the same questions must pair (issue 55), so it hashes the truth
+    alone. A benchmark whose truth and scores share one file (patch pairs' results) records none,
+    and the unit ids decide."""
     if not track:
         return
     import json
@@ -83,7 +89,7 @@ def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[st
     from vsbench.tracking.units import UNITS_DIR, UNITS_TAG
 
     artifacts = {str(output): ""}
-    tags = dict(data_tags(*inputs.values()))
+    tags = dict(data_tags(*(inputs[name] for name in truth))) if truth else {}
     files = units_file if isinstance(units_file, list) else [units_file] if units_file is not None else []
     if files:
         for path, _ in files:
@@ -468,7 +474,8 @@ def pairs(
     for part, units in patch_pair_units(positives, negatives).items():  # the grid's variants, then "mean"
         unit_files.append(_add_units(record, units, resampling, output, part=part))  # mean_pr_ap: top level
     _report("patch pairs", record, output, units, resampling)
-    _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment, unit_files, resampling)
+    _track("patch_pairs", record, output, {"results": results}, {}, model, track, experiment, unit_files, resampling,
+           truth=())
 
 
 @score_app.command("product-search")
@@ -505,7 +512,7 @@ def product_search(
     units_file = _add_units(record, units, resampling, output)
     _report("product search", record, output, units, resampling)
     _track("product_search", record, output, {"queries": queries, "gallery": gallery, "features": features}, {},
-           model, track, experiment, units_file, resampling)
+           model, track, experiment, units_file, resampling, truth=("queries", "gallery"))
 
 
 def _benchmark_spellings() -> None:

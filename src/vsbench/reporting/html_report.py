@@ -395,8 +395,8 @@ def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_bett
 <h1>{html.escape(title)}</h1>
 <p class="note">{run_count} runs (pipelines and commands); generated {generated:%Y-%m-%d %H:%M} UTC. In each table the highlighted
 value marked * is the best latest value among the models (higher is better unless the column says lower);
-≈ marks a value the runs' per-unit outcomes cannot tell from the best (p &ge; 0.05: a paired test when both runs
-scored the same units, else an unpaired bootstrap); [low, high] is a value's 95% bootstrap interval.</p>
+≈ marks a value the runs' per-unit outcomes cannot tell from the best (the 95% interval of the difference holds 0:
+paired when both runs scored the same units, else unpaired; the test's p-value is shown beside it); [low, high] is a value's 95% bootstrap interval.</p>
 <p id="plot-warning">Some plots did not load.</p>
 {"".join(sections)}
 {_pairs_section(pairs)}

@@ -18,7 +18,7 @@ from vsbench.reporting.runs import (
     ran_in,
     runs_by_id,
 )
-from vsbench.reporting.significance import ALPHA, UnitsReader, format_p, intervals_disjoint, split_intervals
+from vsbench.reporting.significance import UnitsReader, format_p, split_intervals
 from vsbench.stats.resample import Resampling
 
 
@@ -64,15 +64,16 @@ def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None
 def mark_indistinguishable(frame: pd.DataFrame, reader: UnitsReader, resampling: Resampling | None = None,
                            ) -> pd.DataFrame:
     """Each model's latest run tested against the best's, per (benchmark, metric): ``p_value``,
-    ``test`` and ``indistinguishable`` (p >= 0.05: the data cannot tell it from the best), and the
-    interval of its difference from the best (``diff_low``, ``diff_high``: this model minus the best).
+    ``test`` and ``indistinguishable`` (the 95% interval of its difference from the best holds 0: the
+    one decision rule, :attr:`~vsbench.stats.compare.Difference.distinguishable`), and that interval
+    (``diff_low``, ``diff_high``: this model minus the best).
 
     Paired when both runs' unit files hold the same units of the same data, else unpaired
     (:meth:`UnitsReader.difference`). Unit files are read only for the cells that need them: a
-    metric with two or more models, a best run and another run that both name unit files, and
-    intervals that overlap (disjoint 95% intervals already say "distinguishable", test
-    ``intervals disjoint``); each run's files are downloaded once. Cells without unit files keep no
-    test (``test`` empty)."""
+    metric with two or more models, a best run and another run that both name unit files; each run's
+    files are downloaded once. Disjoint intervals of the two values are no shortcut: the verdict is
+    the difference's own interval's, as on every other page. Cells without unit files keep no test
+    (``test`` empty)."""
     frame = frame.copy()
     for _, group in frame.groupby(["benchmark", "metric"], sort=False):
         if len(group) < 2:
@@ -83,14 +84,11 @@ def mark_indistinguishable(frame: pd.DataFrame, reader: UnitsReader, resampling:
         for index, row in group.iterrows():
             if row.best or not row.units_run_id:
                 continue
-            if intervals_disjoint((best.low, best.high), (row.low, row.high)):
-                frame.loc[index, ["test", "indistinguishable"]] = ["intervals disjoint", False]
-                continue
             difference = reader.difference(best.units_run_id, row.units_run_id, str(row.metric), resampling)
             if difference is None:
                 continue
             frame.loc[index, ["p_value", "test", "indistinguishable", "diff_low", "diff_high"]] = [
-                difference.p_value, difference.test, bool(difference.p_value >= ALPHA), difference.low,
+                difference.p_value, difference.test, not difference.distinguishable, difference.low,
                 difference.high]
     return frame
 
@@ -102,8 +100,8 @@ def format_value(value: float) -> str:
 BEST_MARK = "*"
 SAME_MARK = "≈"
 FOOTER = ("* best latest value among the models (higher is better unless the column says lower); "
-          "≈ not distinguishable from the best (p >= 0.05, paired test on the same units, else unpaired "
-          "bootstrap)")
+          "≈ not distinguishable from the best (the 95% interval of the difference holds 0; paired on the "
+          "same units, else unpaired)")
 INTERVALS_NOTE = "[low, high]: 95% bootstrap interval"
 HIDDEN_NOTE = "each value's 95% interval and the full names in place: vsbench compare --details"
 WIDTH = 100  # the terminal columns the leaderboard fits without --details (issue 48)

@@ -25,6 +25,7 @@ from vsbench.reporting.significance import (
     format_p,
     resampling_of,
     split_intervals,
+    verdict_line,
 )
 from vsbench.stats.compare import Difference
 from vsbench.tracking.evaluations import EVALUATION_STEP, LOWER_TAG
@@ -143,6 +144,7 @@ def render_pair(pair: RunPair) -> str:
         lines.append(f"  second  {format_interval(row.second, *row.second_interval)}")
         if row.difference is not None:
             lines.append(f"  second - first  {difference_line(row.difference)}")
+            lines.append(f"  verdict  {verdict_line(row.difference, row.higher_is_better)}")
         else:
             lines.append(f"  second - first  {row.second - row.first:+.4g} ({row.note})")
     if pair.notes:
@@ -159,12 +161,13 @@ def pair_table(pair: RunPair) -> str:
         d = row.difference
         if d is None:
             cells = (f"<td>{row.second - row.first:+.4g}</td><td>-</td><td>-</td>"
-                     f"<td>{html.escape(row.note)}</td><td>-</td>")
+                     f"<td>{html.escape(row.note)}</td><td>-</td><td>-</td>")
         else:
             mcnemar = (f"{d.mcnemar[0]} / {d.mcnemar[1]}, {format_p(d.mcnemar[2])}" if d.mcnemar else "-")
             cells = (f"<td>{d.difference:+.4g}</td><td>[{d.low:+.4g}, {d.high:+.4g}]</td>"
                      f"<td>{html.escape(format_p(d.p_value))}</td><td>{html.escape(d.test)}</td>"
-                     f"<td>{html.escape(mcnemar)}</td>")
+                     f"<td>{html.escape(mcnemar)}</td>"
+                     f"<td>{html.escape(verdict_line(d, row.higher_is_better))}</td>")
         rows.append(f'<tr data-metric="{html.escape(row.metric)}"><td>{html.escape(row.metric)}</td>'
                     f"<td>{html.escape(format_interval(row.first, *row.first_interval))}</td>"
                     f"<td>{html.escape(format_interval(row.second, *row.second_interval))}</td>{cells}</tr>")
@@ -173,7 +176,7 @@ def pair_table(pair: RunPair) -> str:
     return (f'<h3>{html.escape(pair.second_label)} minus {html.escape(pair.first_label)}</h3>'
             '<table class="pair"><thead><tr><th>metric</th><th>first [95% interval]</th>'
             "<th>second [95% interval]</th><th>difference</th><th>95% interval</th><th>p</th><th>test</th>"
-            f"<th>McNemar (first only / second only)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{notes}")
+            f"<th>McNemar (first only / second only)</th><th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{notes}")
 
 
 def _sheet_link(pair: RunPair) -> str:

@@ -13,10 +13,12 @@ cannot become tomorrow's normal by failing once.
 
 A metric worse beyond the threshold and its spread is also tested when both nights name unit files
 for it (issue 45: per-unit outcomes, :mod:`vsbench.tracking.units`): it drops only when tonight is
-worse beyond chance, the 95% interval of ``tonight - baseline`` excluding 0 on the worse side and
-p < 0.05: paired (a paired bootstrap interval, a paired permutation p-value; McNemar's exact test is
-recorded beside it for an accuracy) when both nights scored the same units of the same data (the same
-``vsbench.data.digest`` and unit ids), else unpaired (two independent bootstraps). A move that is not
+worse beyond chance: the 95% interval of ``tonight - baseline`` excludes 0 on the worse side (the one
+decision rule of :mod:`vsbench.stats.compare`, the same as the leaderboard's, the report's and
+``compare --runs``'s), its test's p-value recorded beside it (McNemar's exact test for an accuracy, a
+paired permutation test for another mean, the paired bootstrap's own for a ranking statistic): paired
+when both nights scored the same units of the same data (the same ``vsbench.data.digest`` and unit
+ids), else unpaired (two independent bootstraps). A move that is not
 beyond chance is reported (``within_noise``), not failed. Nights without unit files keep the rule
 above exactly. Unit files are read only for the metrics that moved beyond the threshold, each run's
 once; a file refused for its digest leaves its metric to the threshold rule (it can only fail more).

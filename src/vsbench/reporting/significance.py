@@ -19,13 +19,11 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from vsbench.stats.compare import Difference, compare
+from vsbench.stats.compare import Difference, compare, verdict
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units, UnitsError
 from vsbench.tracking.names import interval_name
@@ -81,38 +79,40 @@ def resampling_of(*params: Mapping[str, str]) -> Resampling:
     return fallback if fallback.enabled else Resampling(seed=fallback.seed)
 
 
-def intervals_disjoint(first: tuple[float, float] | None, second: tuple[float, float] | None) -> bool:
-    """Whether two runs' 95% intervals do not overlap: then their difference is significant at 0.05
-    whatever the two runs' correlation (the difference's standard error is at most the sum of theirs),
-    and no unit file need be read to say so."""
-    if first is None or second is None or not all(math.isfinite(v) for v in (*first, *second)):
-        return False
-    return first[1] < second[0] or second[1] < first[0]
-
-
 def compare_metric(first: Units, second: Units, metric: str, resampling: Resampling, *,
                    same_data: bool = True) -> Difference:
-    """``second - first`` for one metric: paired when both scored the same units of the same data, else
-    unpaired (data with another digest is compared unpaired even where its unit ids coincide)."""
-    if not same_data:
-        second = replace(second, ids=np.char.add("other data: ", np.asarray(second.ids, dtype=str)), _cache={})
-    return compare(first, second, resampling, [metric])[metric]
+    """``second - first`` for one metric: paired when both scored the same units of the same ground
+    truth, else unpaired, saying why (a truth of another digest is compared unpaired even where its
+    unit ids coincide)."""
+    why = "" if same_data else "their ground truths differ (another vsbench.data.digest under the same ids)"
+    return compare(first, second, resampling, [metric], unpaired_because=why)[metric]
 
 
 def bad_direction(difference: Difference, higher_is_better: bool) -> bool:
-    """The difference's interval excludes 0 on the worse side and its p-value is under 0.05: the
-    second run is worse than the first, and not by chance."""
-    below = difference.high < 0 if higher_is_better else difference.low > 0
-    return bool(below and difference.p_value < ALPHA)
+    """The second run is worse than the first, and not by chance: the one decision rule
+    (:attr:`~vsbench.stats.compare.Difference.distinguishable`, the 95% interval of the difference
+    excludes 0), on the worse side. The test's p-value is reported beside it, never a second rule."""
+    if not difference.distinguishable:
+        return False
+    return bool(difference.high < 0 if higher_is_better else difference.low > 0)
+
+
+VERDICT_WORDS = {"same": "indistinguishable (≈): the 95% interval of the difference holds 0",
+                 "better": "the second is better: the 95% interval of the difference excludes 0",
+                 "worse": "the second is worse: the 95% interval of the difference excludes 0"}
+
+
+def verdict_line(difference: Difference, higher_is_better: bool) -> str:
+    """The verdict in words, from the one rule (:func:`vsbench.stats.compare.verdict`)."""
+    return VERDICT_WORDS[verdict(difference, higher_is_better)]
 
 
 def difference_line(difference: Difference) -> str:
     """One line: ``-0.031 [-0.052, -0.011], p=0.004 (paired permutation test ...)`` plus McNemar's counts."""
     text = (f"{difference.difference:+.4g} [{difference.low:+.4g}, {difference.high:+.4g}], "
             f"{format_p(difference.p_value)} ({difference.test})")
-    if difference.mcnemar is not None:
-        first_only, second_only, p = difference.mcnemar
-        text += f"; McNemar: {first_only} units right only in the first, {second_only} only in the second, {format_p(p)}"
+    if difference.test_disagrees:
+        text += "; the test and the interval disagree at this edge: the verdict is the interval's"
     return text
 
 

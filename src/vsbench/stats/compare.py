@@ -3,17 +3,33 @@
 * :func:`intervals`: each metric's 95% percentile bootstrap interval over the units (over clusters
   of units where the units name one), seeded, all metrics from the same draws.
 * :func:`compare`: two evaluations of the same units (the same ids) are compared *paired*: the
-  difference (second minus first), its interval from a paired bootstrap (the same resampled units
-  for both runs) and a two-sided p-value from a paired permutation test (each unit's two outcomes
-  swapped or not; every one of the ``2**clusters`` swaps when there are at most
-  :data:`EXACT_CLUSTERS` clusters, else ``resamples`` random ones); accuracy-like metrics (a mean of
-  0/1 outcomes) add McNemar's exact test. Two evaluations of different units are compared unpaired
-  (two independent bootstraps) and say so.
+  difference (second minus first) and its interval from a paired bootstrap (the same resampled units
+  for both runs, each run keeping its own scores). Two evaluations of different units are compared
+  unpaired (two independent bootstraps) and say so.
 
-The p-value follows ``scipy.stats.permutation_test`` (``permutation_type='samples'``): the share of
-swaps whose difference is at least as extreme as the one observed, each tail counted and doubled,
-capped at 1; ``(count + 1) / (swaps + 1)`` when the swaps are drawn. Identical runs give a
-difference of 0 and p = 1.
+**One decision rule** (:attr:`Difference.distinguishable`, :func:`verdict`): two runs differ exactly
+when the 95% interval of their difference excludes 0. Every page that prints a verdict (the
+leaderboard's ``≈``, the report, ``compare --runs``, the nightly) takes it from here, so no page says
+"indistinguishable" beside an interval that says "different".
+
+**The test beside it suits the statistic** (:func:`test_of`):
+
+* a mean of 0/1 outcomes per unit (an accuracy, a class's accuracy on that class's units only):
+  McNemar's exact test of the discordant units;
+* any other mean or ratio of per-unit values (mAP, HR@k, MRR, RMSE, accuracy at 1): a paired
+  permutation test, each unit's two outcomes swapped or not (every one of the ``2**clusters`` swaps
+  when there are at most :data:`EXACT_CLUSTERS` clusters, else ``resamples`` random ones), following
+  ``scipy.stats.permutation_test`` (``permutation_type='samples'``): each tail's share of swaps at
+  least as extreme as observed, doubled, capped at 1; ``(count + 1) / (swaps + 1)`` when drawn;
+* a statistic of one pooled ranking of scores (micro-AP and recall at precision 0.9, Copydays'
+  overall uAP, pooled ROC / PR AUC): the p-value of the paired bootstrap itself (each tail's share of
+  replicate differences at or beyond 0, doubled). Swapping a unit's scores between two runs would pool
+  two models' score scales in one ranking, whose result is noise (issue 55: a real improvement was
+  found 28% of the time on one scale, 0.25-1.8% once one run's scores were shifted or scaled); the
+  bootstrap keeps each run's own ranking, so any monotone change of either run's scores changes
+  neither its interval nor its p-value.
+
+Identical runs give a difference of 0, the interval [0, 0] and p = 1.
 """
 
 from __future__ import annotations
@@ -56,8 +72,19 @@ class Difference:
     mcnemar: tuple[int, int, float] | None = None  # (first right & second wrong, the reverse, exact p)
 
     @property
+    def distinguishable(self) -> bool:
+        """THE decision rule: the 95% interval of the difference excludes 0 (module docstring)."""
+        return bool(math.isfinite(self.low) and math.isfinite(self.high) and (self.low > 0 or self.high < 0))
+
+    @property
     def significant(self) -> bool:
-        return self.p_value < ALPHA
+        return self.distinguishable
+
+    @property
+    def test_disagrees(self) -> bool:
+        """The test's p-value is on the other side of 0.05 than the interval's verdict (a borderline
+        case: said beside the verdict, never a second verdict)."""
+        return math.isfinite(self.p_value) and (self.p_value < ALPHA) != self.distinguishable
 
     def as_dict(self) -> dict[str, Any]:
         out = {"metric": self.metric, "first": self.first, "second": self.second, "difference": self.difference,
@@ -114,8 +141,22 @@ def align(first: Units, second: Units) -> Units:
     return second.take(rows)
 
 
-def compare(first: Units, second: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, Difference]:
-    """Every shared metric of two evaluations: paired when they scored the same units, else unpaired."""
+def unpaired_reason(first: Units, second: Units) -> str:
+    """Why two evaluations cannot be compared paired, in words ("" when they can)."""
+    if same_units(first, second):
+        return ""
+    a, b = np.asarray(first.ids, dtype=str), np.asarray(second.ids, dtype=str)
+    if np.unique(a).size != a.size or np.unique(b).size != b.size:
+        return "a unit id is listed twice"
+    shared = np.intersect1d(a, b).size
+    return f"they scored different units ({shared:,} shared of {a.size:,} and {b.size:,})"
+
+
+def compare(first: Units, second: Units, resampling: Resampling, metrics: list[str] | None = None, *,
+            unpaired_because: str = "") -> dict[str, Difference]:
+    """Every shared metric of two evaluations: paired when they scored the same units (the same ids),
+    else unpaired, the test saying why (``unpaired_because``: a reason the caller knows, such as
+    ground truths of another content under the same ids)."""
     if first.metrics != second.metrics and set(first.metrics) & set(second.metrics):
         specs = {m: first.metrics[m] for m in first.metrics if second.metrics.get(m) == first.metrics[m]}
     else:
@@ -126,10 +167,51 @@ def compare(first: Units, second: Units, resampling: Resampling, metrics: list[s
     ones_a = evaluate(first, np.ones((1, len(first)), dtype=np.int32), {m: specs[m] for m in names})
     ones_b = evaluate(second, np.ones((1, len(second)), dtype=np.int32), {m: specs[m] for m in names})
     resampling = resampling if resampling.enabled else Resampling()
-    if same_units(first, second):
+    if not unpaired_because and same_units(first, second):
         second = align(first, second)
         return _paired(first, second, names, {m: specs[m] for m in names}, resampling, ones_a, ones_b)
-    return _unpaired(first, second, names, resampling, ones_a, ones_b)
+    return _unpaired(first, second, names, resampling, ones_a, ones_b,
+                     unpaired_because or unpaired_reason(first, second))
+
+
+def verdict(difference: Difference, higher_is_better: bool = True) -> str:
+    """``better``, ``worse`` (the second run against the first) or ``same``: THE decision rule,
+    :attr:`Difference.distinguishable`, read in the metric's direction."""
+    if not difference.distinguishable:
+        return "same"
+    up = difference.low > 0
+    return "better" if up == higher_is_better else "worse"
+
+
+SCORE_FREE_STATISTICS = ("ratio",)  # a mean or ratio of per-unit values: a unit's outcomes can be swapped
+
+
+def test_of(spec: Any, first: Units | None = None, second: Units | None = None) -> str:
+    """Which test a metric's comparison takes (module docstring): ``mcnemar`` for a mean of 0/1
+    outcomes (both runs' values 0 or 1, when the units are given), ``permutation`` for another mean or
+    ratio of per-unit values, ``bootstrap`` for a statistic of a pooled ranking of scores."""
+    if spec.get("statistic") not in SCORE_FREE_STATISTICS:
+        return "bootstrap"
+    if spec.get("den") or spec.get("transform"):
+        return "permutation"
+    if first is not None and second is not None:
+        for units in (first, second):
+            values = _class_rows(units, spec, units.values(spec["num"]))
+            if not np.isin(values, (0, 1)).all():
+                return "permutation"
+    return "mcnemar"
+
+
+def bootstrap_p_value(differences: np.ndarray) -> float:
+    """Two-sided p-value of a paired bootstrap: each tail's share of replicate differences at or
+    beyond 0, counted ``(count + 1) / (replicates + 1)``, doubled, capped at 1 (undefined replicates
+    left out). It is under 0.05 about when the percentile interval excludes 0, from the same draws."""
+    d = np.asarray(differences, dtype=np.float64)
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        return math.nan
+    tails = min(int(np.count_nonzero(d <= 0)), int(np.count_nonzero(d >= 0)))
+    return float(min(1.0, 2 * (tails + 1) / (d.size + 1)))
 
 
 def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any], resampling: Resampling,
@@ -141,18 +223,45 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
         a, b = evaluate(first, weights, specs), evaluate(second, weights, specs)
         for m in names:
             diffs[m].append(b[m] - a[m])
-    p_values, test = permutation_p_values(first, second, specs, resampling)
+    tests = {m: test_of(specs[m], first, second) for m in names}
+    swapped = {m: specs[m] for m in names if tests[m] == "permutation"}
+    p_values, permutation = permutation_p_values(first, second, swapped, resampling) if swapped else ({}, "")
     out = {}
     for m in names:
-        low, high = percentile_interval(np.concatenate(diffs[m]), resampling.confidence)
+        replicate_differences = np.concatenate(diffs[m])
+        low, high = percentile_interval(replicate_differences, resampling.confidence)
         diff = float(ones_b[m][0] - ones_a[m][0])
-        out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), diff, low, high, p_values[m], True, test,
-                            _mcnemar_if_accuracy(first, second, specs[m]))
+        counts = None
+        if tests[m] == "mcnemar":
+            counts = mcnemar(_class_rows(first, specs[m], first.values(specs[m]["num"])),
+                             _class_rows(second, specs[m], second.values(specs[m]["num"])))
+            p, test = counts[2], (f"exact McNemar test on {_class_words(specs[m])}: {counts[0]} right only in the "
+                                  f"first, {counts[1]} only in the second")
+        elif tests[m] == "permutation":
+            p, test = p_values[m], permutation
+        else:
+            p = bootstrap_p_value(replicate_differences)
+            test = (f"paired bootstrap of the difference ({resampling.resamples} resamples, seed {resampling.seed}; "
+                    "each run ranked by its own scores)")
+        out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), diff, low, high, p, True, test, counts)
     return out
 
 
+def _class_rows(units: Units, spec: Any, values: np.ndarray) -> np.ndarray:
+    """``values`` on the units a metric is computed over: a class's (``where``/``equals``) or all."""
+    if spec.get("where") is None:
+        return values
+    from vsbench.stats.statistics import _rows_where
+
+    return values[_rows_where(units, spec["where"], spec.get("equals"))]
+
+
+def _class_words(spec: Any) -> str:
+    return f"the units whose {spec['where']} is {spec.get('equals')!r}" if spec.get("where") is not None else "every unit"
+
+
 def _unpaired(first: Units, second: Units, names: list[str], resampling: Resampling,
-              ones_a: dict[str, np.ndarray], ones_b: dict[str, np.ndarray]) -> dict[str, Difference]:
+              ones_a: dict[str, np.ndarray], ones_b: dict[str, np.ndarray], why: str) -> dict[str, Difference]:
     a = replicates(first, resampling, names)
     b = replicates(second, Resampling(resampling.resamples, resampling.seed + 1, resampling.confidence), names)
     out = {}
@@ -162,8 +271,7 @@ def _unpaired(first: Units, second: Units, names: list[str], resampling: Resampl
         low, high = percentile_interval(d, resampling.confidence)
         p = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0)))) if d.size else math.nan
         out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), float(ones_b[m][0] - ones_a[m][0]), low, high,
-                            p, False, f"unpaired bootstrap ({resampling.resamples} resamples each): the runs scored "
-                                      "different units")
+                            p, False, f"unpaired bootstrap ({resampling.resamples} resamples each): {why}")
     return out
 
 
@@ -219,16 +327,6 @@ def mcnemar(first_correct: np.ndarray, second_correct: np.ndarray) -> tuple[int,
     from scipy.stats import binom
 
     return only_first, only_second, float(min(1.0, 2 * binom.cdf(min(only_first, only_second), n, 0.5)))
-
-
-def _mcnemar_if_accuracy(first: Units, second: Units, spec: Any) -> tuple[int, int, float] | None:
-    """McNemar for a mean of 0/1 outcomes per unit (accuracy), None for any other metric."""
-    if spec.get("statistic") != "ratio" or spec.get("den") or spec.get("transform"):
-        return None
-    a, b = first.values(spec["num"]), second.values(spec["num"])
-    if not (np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all()):
-        return None
-    return mcnemar(a, b)
 
 
 def _specs(units: Units, metrics: list[str] | None) -> dict[str, Any]:
