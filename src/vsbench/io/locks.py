@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.io.inputs import WordedInputError
+from vsbench.io.leases import LEASE_FILE, MAX_LEASE_S, Lease, lease_live, read_lease
 from vsbench.io.storage import atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,6 @@ WAIT_ENV = "VSBENCH_LOCK_WAIT_S"
 POLL_S = 0.5
 LEASE_ENV = "VSBENCH_RUN_LEASE"  # the token of the run whose steps this process runs (run_lease)
 RUN_UNIT = "run"  # what a leased run's own steps share among themselves: .vsbench-lock.run
-LEASE_FILE = ".vsbench-lease.json"  # a cluster run's lease on its folder (claim_lease)
 LEASE_TTL_ENV = "VSBENCH_LEASE_TTL_S"
 LEASE_TTL_S = 3600.0  # a pod pending for a GPU must not lose its run's folder; a killed run frees it after this
 
@@ -269,12 +269,15 @@ def run_lease(folders: Iterable[str | os.PathLike[str]], *, what: str = "", wait
     for the run. The token is drawn here, written in the folders' lock records and set in
     ``VSBENCH_RUN_LEASE`` for the block, so every step started in it inherits it (a subprocess by its
     environment, a container by :func:`vsbench.platform.containers.step_environment`). Taken before
-    anything heavy is imported or checked, a busy folder is refused at once."""
+    anything heavy is imported or checked, a busy folder is refused at once; so is a folder that a
+    cluster run's live lease file holds, or whose lease file is malformed (:func:`check_lease`), before
+    any step, under every runner."""
     token = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
     previous = os.environ.get(LEASE_ENV)
     with contextlib.ExitStack() as held:
         for folder in dict.fromkeys(Path(f) for f in folders):
             held.enter_context(output_lock(folder, what=what or str(folder), wait_s=wait_s, lease=token))
+            check_lease(folder)  # a cluster run's live lease, or a lease file no one can believe: refused here
         os.environ[LEASE_ENV] = token
         try:
             yield token
@@ -286,23 +289,17 @@ def run_lease(folders: Iterable[str | os.PathLike[str]], *, what: str = "", wait
 
 
 def lease_ttl() -> float:
-    """How long a cluster run's lease lasts unrenewed: ``VSBENCH_LEASE_TTL_S``, else an hour."""
+    """How long a cluster run's lease lasts unrenewed: ``VSBENCH_LEASE_TTL_S``, else an hour; at most
+    :data:`~vsbench.io.leases.MAX_LEASE_S` (a week), the furthest ahead a lease file may expire."""
     raw = os.environ.get(LEASE_TTL_ENV, "").strip()
     try:
         value = float(raw) if raw else LEASE_TTL_S
     except ValueError:
         raise ValueError(f"{LEASE_TTL_ENV}={raw[:100]!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ValueError(f"{LEASE_TTL_ENV}={raw[:100]!r} must be more than 0 seconds")
+    if not 0 < value <= MAX_LEASE_S:
+        raise ValueError(f"{LEASE_TTL_ENV}={raw[:100]!r} must be more than 0 and at most {MAX_LEASE_S:.0f} seconds "
+                         "(a week)")
     return value
-
-
-def _read_lease(folder: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((folder / LEASE_FILE).read_text(encoding="utf-8", errors="replace") or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _write_lease(folder: Path, lease: dict[str, Any]) -> None:
@@ -312,6 +309,25 @@ def _write_lease(folder: Path, lease: dict[str, Any]) -> None:
 
 def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
+
+
+def _live_refusal(folder: Path, lease: Lease) -> OutputBusy:
+    return OutputBusy(
+        f"{folder} is leased by pipeline run {lease.run} until {_when(lease.expires)} (renewed by its "
+        f"steps): wait for it to finish, or choose another output folder; if that run is dead, remove "
+        f"{folder / LEASE_FILE}")
+
+
+def check_lease(folder: str | os.PathLike[str], *, now: float | None = None) -> None:
+    """Refuse in one line a folder that a cluster run's live lease holds, or whose lease file is not
+    one vsbench wrote (:class:`~vsbench.io.leases.LeaseError`); a local run's check before its first
+    step (:func:`run_lease`), whatever its runner: inline steps never read the lease file, and a
+    kfp.local step refused by it fails inside kfp, in a traceback (issue 54)."""
+    now = time.time() if now is None else now
+    lease = read_lease(folder, now)
+    if lease_live(lease, now):
+        assert lease is not None
+        raise _live_refusal(Path(folder), lease)
 
 
 def claim_lease(folder: str | os.PathLike[str], run_id: str, *, now: float | None = None) -> str:
@@ -325,37 +341,37 @@ def claim_lease(folder: str | os.PathLike[str], run_id: str, *, now: float | Non
     handler) is taken over with one warning, and the run it was taken from is remembered so that its
     later steps are refused rather than write into the taker's outputs. Under a local run
     (``VSBENCH_RUN_LEASE`` set: its flock holds the folder for the whole run, and dies with it) the
-    lease is only checked, never written, so a local run killed outright leaves no lease behind."""
+    lease is only checked, never written, so a local run killed outright leaves no lease behind.
+    A lease file that is not one vsbench wrote (malformed JSON, an impossible expiry, a field of the
+    wrong type) is never claimed over: :class:`~vsbench.io.leases.LeaseError`, one line."""
     if not run_id:
         return "none"
     folder = Path(folder)
     ttl = lease_ttl()
     with output_lock(folder, name="lease", what=f"{folder} (its run lease)", wait_s=max(30.0, wait_seconds())):
         now = time.time() if now is None else now
-        lease = _read_lease(folder)
-        holder, taken = str(lease.get("run") or ""), [str(r) for r in lease.get("taken_over") or []]
+        lease = read_lease(folder, now)
+        holder, taken = (lease.run, list(lease.taken_over)) if lease is not None else ("", [])
         if run_id in taken:
             raise OutputBusy(f"{folder}: the lease of run {run_id} expired and was taken over by run {holder or '?'}, "
                              "whose outputs it may now hold: run this pipeline again (a new run)")
-        expired = float(lease.get("expires") or 0) <= now
-        other = bool(holder) and holder != run_id and not lease.get("released")
-        if other and not expired:
-            raise OutputBusy(
-                f"{folder} is leased by pipeline run {holder} until {_when(float(lease['expires']))} (renewed by its "
-                f"steps): wait for it to finish, or choose another output folder; if that run is dead, remove "
-                f"{folder / LEASE_FILE}")
+        other = lease is not None and holder != run_id and not lease.released
+        if other and lease_live(lease, now):
+            assert lease is not None
+            raise _live_refusal(folder, lease)
         if other:
+            assert lease is not None
             logger.warning("%s: taking over the lease of pipeline run %s, which expired at %s unrenewed (killed "
-                           "without its exit handler?)", folder, holder, _when(float(lease.get("expires") or 0)))
+                           "without its exit handler?)", folder, holder, _when(lease.expires))
             print(f"[vsbench] warning: {folder}: taking over the expired lease of pipeline run {holder}",
                   file=sys.stderr, flush=True)
             taken = [*taken, holder][-20:]
         if os.environ.get(LEASE_ENV):
             return "checked"
-        mine = holder == run_id and not lease.get("released")
+        mine = lease is not None and holder == run_id and not lease.released
         _write_lease(folder, {"run": run_id, "expires": now + ttl, "renewed": _when(now),
-                              "since": lease.get("since") if mine else _when(now), "host": socket.gethostname(),
-                              "taken_over": taken})
+                              "since": lease.since if mine and lease is not None else _when(now),
+                              "host": socket.gethostname(), "taken_over": taken})
         return "renewed" if mine else "taken over" if other else "claimed"
 
 
@@ -366,10 +382,11 @@ def release_lease(folder: str | os.PathLike[str], run_id: str) -> bool:
     if not run_id or os.environ.get(LEASE_ENV) or not (folder / LEASE_FILE).exists():
         return False
     with output_lock(folder, name="lease", what=f"{folder} (its run lease)", wait_s=max(30.0, wait_seconds())):
-        lease = _read_lease(folder)
-        if lease.get("run") != run_id or lease.get("released"):
+        now = time.time()
+        lease = read_lease(folder, now)
+        if lease is None or lease.run != run_id or lease.released:
             return False
-        _write_lease(folder, {**lease, "released": _when(time.time())})
+        _write_lease(folder, {**lease.model_dump(exclude_defaults=False), "released": _when(now)})
         return True
 
 
