@@ -112,8 +112,16 @@ def _describe(holder: dict[str, Any]) -> str:
         return "another vsbench process, which has not written its name"
     kind = "a pipeline step (others may share it): " if holder.get("shared") else (
         "a pipeline run (for all its steps): " if holder.get("lease") else "")
-    return kind + (f"pid {holder.get('pid')} on host {holder.get('host')!s}"
-            + (f" ({command[:120]})" if command else "") + (f", since {holder['since']}" if holder.get("since") else ""))
+    # A holder of this host that has ended is not the holder: a process it forked outside Python
+    # (which _close_in_child cannot reach) still holds the lock, until it ends too (issue 54).
+    ended = "" if _alive(holder) else " (which has ended: a process it started still holds the lock until it ends)"
+    return _one_line(kind + (f"pid {holder.get('pid')} on host {holder.get('host')!s}{ended}"
+            + (f" ({command[:120]})" if command else "") + (f", since {holder['since']}" if holder.get("since") else "")))
+
+
+def _one_line(text: str) -> str:
+    """A record read back from a lock file is data: its control characters never break the message's line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 @contextlib.contextmanager
@@ -148,6 +156,46 @@ def output_lock(folder: str | os.PathLike[str], *, name: str = "", what: str = "
 _HELD: dict[str, tuple[tuple[int, int], str]] = {}  # lock file (real path) -> ((pid, thread), mode) held here
 
 
+_FDS: dict[int, int] = {}  # lock file descriptor open in this process -> the pid that opened it
+
+
+def _opened(fd: int) -> int:
+    """Note a lock file's descriptor, so that a forked child closes its copy at once (below)."""
+    _FDS[fd] = os.getpid()
+    return fd
+
+
+def _ours(fd: int) -> bool:
+    """Whether ``fd`` is a lock descriptor this very process opened (not a forked child's copy, closed)."""
+    return _FDS.get(fd) == os.getpid()
+
+
+def _close(fd: int) -> None:
+    """Close a lock descriptor (which releases its flock), unless this is a forked child whose copy
+    was closed at the fork: the number may name another file by now."""
+    if _ours(fd):
+        del _FDS[fd]
+        os.close(fd)
+
+
+def _close_in_child() -> None:
+    """A forked child (a DataLoader worker, a multiprocessing pool) lets go of its parent's locks.
+
+    Why (issue 54): flock belongs to the open file, which a fork shares; a worker forked while its
+    parent held an output folder kept the lock after the parent was killed (``kill -9``), and the next
+    run was refused for 1.3-2.6 s naming the dead parent. O_CLOEXEC covers a child that executes
+    another program, not one that only forks. Closing the child's copy (never LOCK_UN, which would
+    release the parent's lock too) leaves the parent's lock to the parent alone."""
+    for fd in list(_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _FDS.clear()
+    _HELD.clear()  # held by the parent, not by this child
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
 def _me() -> tuple[int, int]:
     """Who holds a lock re-entrantly: this thread of this process (a forked child is not its parent,
     and another thread is excluded as another process is: flock locks open files, not threads)."""
@@ -177,12 +225,12 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
             lease: str = "") -> Iterator[Path]:
     deadline = time.monotonic() + wait_seconds(wait_s)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = _opened(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666))
     except PermissionError:
         # A lock file another user made (the host's, for a step inside the image as user 10001):
         # flock needs no write access, only the holder's record is left unwritten.
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _opened(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
         except OSError as exc:
             logger.warning("%s: cannot open the lock file (%s); going on without the one-writer lock", path,
                            exc.strerror or exc)
@@ -199,10 +247,10 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
                     break
                 # Its holder removed the file as it let go (a download that fetched nothing removes
                 # what it made): a lock on it no longer excludes anyone, so lock the file there now.
-                os.close(fd)
+                _close(fd)
                 fd = -1
                 folder.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+                fd = _opened(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666))
                 continue
             except OSError as exc:
                 if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
@@ -230,7 +278,7 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
             yield path
             return
         if admitted:  # a step of the run holding the folder: its steps exclude each other on their own lock
-            os.close(fd)
+            _close(fd)
             fd = -1
             yield from _locked(folder, lock_path(folder, RUN_UNIT), what=what, shared=shared,
                                wait_s=max(0.0, deadline - time.monotonic()))
@@ -251,12 +299,13 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
             yield path
         finally:
             with contextlib.suppress(OSError):
-                done = dict(_holder(), released=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, json.dumps(done).encode(), 0)
+                if _ours(fd):  # (a forked child unwinding: not its record, and its copy is closed)
+                    done = dict(_holder(), released=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, json.dumps(done).encode(), 0)
     finally:
         if fd >= 0:
-            os.close(fd)  # closing releases the flock
+            _close(fd)  # closing releases the flock
 
 
 @contextlib.contextmanager
@@ -485,12 +534,12 @@ def _open_lock_file(path: Path, create: bool) -> int:
     """An fd on ``path`` for flock: read-write (created when ``create``), else read-only when it exists
     and cannot be written (flock needs no write access); -1 when neither."""
     try:
-        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o666)
+        return _opened(os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o666))
     except OSError as exc:
         if exc.errno == errno.ENOENT and not create:
             return -1
         try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return _opened(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
         except OSError:
             return -1
 
@@ -605,7 +654,7 @@ def _sharing(folder: Path, kind: str, other: str, *, what: str, wait_s: float | 
     if gate < 0 or own < 0:
         for fd in (gate, own):
             if fd >= 0:
-                os.close(fd)
+                _close(fd)
         say("%s: cannot make the lock files here (a read-only folder?); going on without the readers/writers lock "
             "(%s)", folder, "abid train re-checks its inputs' digests" if quiet else "nothing reads it while it is written")
         yield from _unlocked()
@@ -623,12 +672,12 @@ def _sharing(folder: Path, kind: str, other: str, *, what: str, wait_s: float | 
         try:
             yield joined
         finally:
-            if joined:
+            if joined and _ours(own):  # (a forked child unwinding: its copies are closed)
                 with _gate(gate):
                     _rewrite(own, [r for r in _holder_lines(own) if r.get("token") != me["token"]])
     finally:
-        os.close(own)  # closing releases the shared lock
-        os.close(gate)
+        _close(own)  # closing releases the shared lock
+        _close(gate)
 
 
 def _unlocked() -> Iterator[bool]:
@@ -652,7 +701,7 @@ def _join(folder: Path, kind: str, own: int, gate: int, other_path: Path, me: di
                     holders = _describe_holders(probe)
             finally:
                 if probe >= 0:
-                    os.close(probe)  # drops the probe's lock, if it got it
+                    _close(probe)  # drops the probe's lock, if it got it
             if not holders:
                 with contextlib.suppress(OSError):
                     os.pwrite(own, (json.dumps(me) + "\n").encode(), os.fstat(own).st_size)
