@@ -58,8 +58,8 @@ class Lease(BaseModel):
     def _expiry_is_possible(self, info: ValidationInfo) -> Lease:
         now = (info.context or {}).get("now")
         if now is not None and self.expires > now + MAX_LEASE_S + CLOCK_SKEW_S:
-            raise ValueError(f"expires {self.expires:.6g} is {(self.expires - now) / 86400:.3g} days ahead; a lease "
-                             f"lasts at most {MAX_LEASE_S / 86400:g} days")
+            raise ValueError(f"expires: {self.expires:.6g} is {(self.expires - now) / 86400:.3g} days ahead, and a "
+                             f"lease lasts at most {MAX_LEASE_S / 86400:g} days")
         return self
 
 
@@ -84,10 +84,13 @@ def _problem(error: ValidationError) -> str:
     """pydantic's errors as one short clause: ``expires: Input should be a finite number (got nan)``."""
     parts = []
     for item in error.errors(include_url=False)[:3]:
-        where = ".".join(str(part) for part in item.get("loc", ())) or "the lease"
-        given = "" if item.get("type") in ("extra_forbidden", "missing") else f" (got {_shown(item.get('input'))})"
+        where = ".".join(str(part) for part in item.get("loc", ()))
         message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}{given}" if where != "the lease" or not given else f"{message}{given}")
+        if not where:  # the whole lease (its expiry against the clock): the message says the value
+            parts.append(message)
+            continue
+        given = "" if item.get("type") in ("extra_forbidden", "missing") else f" (got {_shown(item.get('input'))})"
+        parts.append(f"{where}: {message}{given}")
     return "; ".join(parts)
 
 

@@ -30,7 +30,12 @@ the folder lock); any other process is refused, or waits for the whole run. On a
 process lives for the whole run: the opening step writes a lease file naming the KFP run
 (:func:`claim_lease`), each step that writes the folder checks and renews it (:func:`folder_lease`),
 the exit handler releases it (:func:`release_lease`), and a lease that expired (a run killed
-without its exit handler) is taken over with one warning line.
+without its exit handler) is taken over with one warning line. The lease file is read by a strict
+schema (:mod:`vsbench.io.leases`): a malformed one is one error line, never claimed over, and a
+local run checks it too before its first step (:func:`check_lease`), whatever its runner.
+
+Locks die with their run, not with its forked workers (issue 54): a forked child closes its copies
+of every lock descriptor at once (:func:`_close_in_child`), since flock belongs to the open file.
 """
 
 from __future__ import annotations
