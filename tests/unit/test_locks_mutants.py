@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from vsbench.io import locks
+from vsbench.io.leases import LeaseError
 from vsbench.io.locks import (
     LEASE_ENV,
     LEASE_FILE,
@@ -244,8 +245,10 @@ def test_the_lease_lifetime_from_the_environment(monkeypatch: pytest.MonkeyPatch
     for raw, seconds in (("10", 10.0), (" 0.5 ", 0.5), ("", 3600.0)):
         monkeypatch.setenv(LEASE_TTL_ENV, raw)
         assert locks.lease_ttl() == seconds
-    for raw, said in (("x", "'x' is not a number of seconds"), ("0", "'0' must be more than 0 seconds"),
-                      ("-2", "'-2' must be more than 0"), ("y" * 150, f"'{'y' * 100}' is not"),
+    for raw, said in (("x", "'x' is not a number of seconds"),
+                      ("0", "'0' must be more than 0 and at most 604800 seconds (a week)"),
+                      ("-2", "'-2' must be more than 0"), ("inf", "'inf' must be more than 0 and at most"),
+                      ("nan", "'nan' must be"), ("604801", "'604801' must be"), ("y" * 150, f"'{'y' * 100}' is not"),
                       ("-" + "2" * 150, f"'-{'2' * 99}' must be more")):
         monkeypatch.setenv(LEASE_TTL_ENV, raw)
         with pytest.raises(ValueError) as caught:
@@ -326,13 +329,6 @@ def test_the_leased_folders_of_a_pipeline() -> None:
 def test_times_are_local_and_to_the_second() -> None:
     seconds = 86400.0 * (365 + 180)  # mid 1971, whatever the time zone
     assert locks._when(seconds) == when(seconds) and STAMP.fullmatch(when(seconds)) and when(seconds).startswith("1971-")
-
-
-def test_a_lease_file_is_read_as_a_dict_or_nothing(tmp_path: Path) -> None:
-    assert locks._read_lease(tmp_path) == {}
-    for content, lease in ((b'{"run": "r\xff"}', {"run": "r\ufffd"}), (b"", {}), (b"[1]", {}), (b"{bad", {})):
-        (tmp_path / LEASE_FILE).write_bytes(content)
-        assert locks._read_lease(tmp_path) == lease, content
 
 
 # --- output_lock: the one-writer lock ---------------------------------------------------------------
@@ -861,14 +857,14 @@ def test_a_live_lease_of_another_run_refuses_until_it_expires(tmp_path: Path, cl
     assert claim_lease(out, "run-b", now=1102.0) == "renewed"
 
 
-def test_a_lease_file_without_a_run_or_an_end(tmp_path: Path, clock: Clock, stderr: Stderr,
-                                               caplog: pytest.LogCaptureFixture) -> None:
-    (tmp_path / LEASE_FILE).write_text(json.dumps({"run": "run-a"}))  # no end: expired whatever the clock
-    with caplog.at_level(logging.WARNING, logger="vsbench.io.locks"):
-        assert claim_lease(tmp_path, "run-b", now=0.5) == "taken over"
-    assert f"which expired at {when(0)} unrenewed" in caplog.text
-    (tmp_path / LEASE_FILE).write_text(json.dumps({"taken_over": ["run-c"]}))
-    with pytest.raises(OutputBusy, match=r"taken over by run \?, whose outputs"):
+def test_a_lease_file_without_a_run_or_an_end_is_refused(tmp_path: Path, clock: Clock) -> None:
+    """A lease vsbench writes always names its run and its end; one without either was written by
+    hand, and is refused rather than taken over (issue 54; it was taken over before)."""
+    (tmp_path / LEASE_FILE).write_text(json.dumps({"run": "run-a"}))
+    with pytest.raises(LeaseError, match=r"expires: Field required.*remove it.*wait until pipeline run 'run-a'"):
+        claim_lease(tmp_path, "run-b", now=0.5)
+    (tmp_path / LEASE_FILE).write_text(json.dumps({"taken_over": ["run-c"], "expires": 1.0}))
+    with pytest.raises(LeaseError, match=r"run: Field required"):
         claim_lease(tmp_path, "run-c", now=1.0)
 
 

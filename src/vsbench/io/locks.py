@@ -30,7 +30,12 @@ the folder lock); any other process is refused, or waits for the whole run. On a
 process lives for the whole run: the opening step writes a lease file naming the KFP run
 (:func:`claim_lease`), each step that writes the folder checks and renews it (:func:`folder_lease`),
 the exit handler releases it (:func:`release_lease`), and a lease that expired (a run killed
-without its exit handler) is taken over with one warning line.
+without its exit handler) is taken over with one warning line. The lease file is read by a strict
+schema (:mod:`vsbench.io.leases`): a malformed one is one error line, never claimed over, and a
+local run checks it too before its first step (:func:`check_lease`), whatever its runner.
+
+Locks die with their run, not with its forked workers (issue 54): a forked child closes its copies
+of every lock descriptor at once (:func:`_close_in_child`), since flock belongs to the open file.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.io.inputs import WordedInputError
+from vsbench.io.leases import LEASE_FILE, MAX_LEASE_S, Lease, lease_live, read_lease
 from vsbench.io.storage import atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -60,7 +66,6 @@ WAIT_ENV = "VSBENCH_LOCK_WAIT_S"
 POLL_S = 0.5
 LEASE_ENV = "VSBENCH_RUN_LEASE"  # the token of the run whose steps this process runs (run_lease)
 RUN_UNIT = "run"  # what a leased run's own steps share among themselves: .vsbench-lock.run
-LEASE_FILE = ".vsbench-lease.json"  # a cluster run's lease on its folder (claim_lease)
 LEASE_TTL_ENV = "VSBENCH_LEASE_TTL_S"
 LEASE_TTL_S = 3600.0  # a pod pending for a GPU must not lose its run's folder; a killed run frees it after this
 
@@ -112,8 +117,16 @@ def _describe(holder: dict[str, Any]) -> str:
         return "another vsbench process, which has not written its name"
     kind = "a pipeline step (others may share it): " if holder.get("shared") else (
         "a pipeline run (for all its steps): " if holder.get("lease") else "")
-    return kind + (f"pid {holder.get('pid')} on host {holder.get('host')!s}"
-            + (f" ({command[:120]})" if command else "") + (f", since {holder['since']}" if holder.get("since") else ""))
+    # A holder of this host that has ended is not the holder: a process it forked outside Python
+    # (which _close_in_child cannot reach) still holds the lock, until it ends too (issue 54).
+    ended = "" if _alive(holder) else " (which has ended: a process it started still holds the lock until it ends)"
+    return _one_line(kind + (f"pid {holder.get('pid')} on host {holder.get('host')!s}{ended}"
+            + (f" ({command[:120]})" if command else "") + (f", since {holder['since']}" if holder.get("since") else "")))
+
+
+def _one_line(text: str) -> str:
+    """A record read back from a lock file is data: its control characters never break the message's line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 @contextlib.contextmanager
@@ -148,6 +161,46 @@ def output_lock(folder: str | os.PathLike[str], *, name: str = "", what: str = "
 _HELD: dict[str, tuple[tuple[int, int], str]] = {}  # lock file (real path) -> ((pid, thread), mode) held here
 
 
+_FDS: dict[int, int] = {}  # lock file descriptor open in this process -> the pid that opened it
+
+
+def _opened(fd: int) -> int:
+    """Note a lock file's descriptor, so that a forked child closes its copy at once (below)."""
+    _FDS[fd] = os.getpid()
+    return fd
+
+
+def _ours(fd: int) -> bool:
+    """Whether ``fd`` is a lock descriptor this very process opened (not a forked child's copy, closed)."""
+    return _FDS.get(fd) == os.getpid()
+
+
+def _close(fd: int) -> None:
+    """Close a lock descriptor (which releases its flock), unless this is a forked child whose copy
+    was closed at the fork: the number may name another file by now."""
+    if _ours(fd):
+        del _FDS[fd]
+        os.close(fd)
+
+
+def _close_in_child() -> None:
+    """A forked child (a DataLoader worker, a multiprocessing pool) lets go of its parent's locks.
+
+    Why (issue 54): flock belongs to the open file, which a fork shares; a worker forked while its
+    parent held an output folder kept the lock after the parent was killed (``kill -9``), and the next
+    run was refused for 1.3-2.6 s naming the dead parent. O_CLOEXEC covers a child that executes
+    another program, not one that only forks. Closing the child's copy (never LOCK_UN, which would
+    release the parent's lock too) leaves the parent's lock to the parent alone."""
+    for fd in list(_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _FDS.clear()
+    _HELD.clear()  # held by the parent, not by this child
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
 def _me() -> tuple[int, int]:
     """Who holds a lock re-entrantly: this thread of this process (a forked child is not its parent,
     and another thread is excluded as another process is: flock locks open files, not threads)."""
@@ -177,12 +230,12 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
             lease: str = "") -> Iterator[Path]:
     deadline = time.monotonic() + wait_seconds(wait_s)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = _opened(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666))
     except PermissionError:
         # A lock file another user made (the host's, for a step inside the image as user 10001):
         # flock needs no write access, only the holder's record is left unwritten.
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _opened(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
         except OSError as exc:
             logger.warning("%s: cannot open the lock file (%s); going on without the one-writer lock", path,
                            exc.strerror or exc)
@@ -199,10 +252,10 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
                     break
                 # Its holder removed the file as it let go (a download that fetched nothing removes
                 # what it made): a lock on it no longer excludes anyone, so lock the file there now.
-                os.close(fd)
+                _close(fd)
                 fd = -1
                 folder.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+                fd = _opened(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666))
                 continue
             except OSError as exc:
                 if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
@@ -230,7 +283,7 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
             yield path
             return
         if admitted:  # a step of the run holding the folder: its steps exclude each other on their own lock
-            os.close(fd)
+            _close(fd)
             fd = -1
             yield from _locked(folder, lock_path(folder, RUN_UNIT), what=what, shared=shared,
                                wait_s=max(0.0, deadline - time.monotonic()))
@@ -251,12 +304,13 @@ def _locked(folder: Path, path: Path, *, what: str, wait_s: float | None, shared
             yield path
         finally:
             with contextlib.suppress(OSError):
-                done = dict(_holder(), released=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, json.dumps(done).encode(), 0)
+                if _ours(fd):  # (a forked child unwinding: not its record, and its copy is closed)
+                    done = dict(_holder(), released=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, json.dumps(done).encode(), 0)
     finally:
         if fd >= 0:
-            os.close(fd)  # closing releases the flock
+            _close(fd)  # closing releases the flock
 
 
 @contextlib.contextmanager
@@ -269,12 +323,15 @@ def run_lease(folders: Iterable[str | os.PathLike[str]], *, what: str = "", wait
     for the run. The token is drawn here, written in the folders' lock records and set in
     ``VSBENCH_RUN_LEASE`` for the block, so every step started in it inherits it (a subprocess by its
     environment, a container by :func:`vsbench.platform.containers.step_environment`). Taken before
-    anything heavy is imported or checked, a busy folder is refused at once."""
+    anything heavy is imported or checked, a busy folder is refused at once; so is a folder that a
+    cluster run's live lease file holds, or whose lease file is malformed (:func:`check_lease`), before
+    any step, under every runner."""
     token = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
     previous = os.environ.get(LEASE_ENV)
     with contextlib.ExitStack() as held:
         for folder in dict.fromkeys(Path(f) for f in folders):
             held.enter_context(output_lock(folder, what=what or str(folder), wait_s=wait_s, lease=token))
+            check_lease(folder)  # a cluster run's live lease, or a lease file no one can believe: refused here
         os.environ[LEASE_ENV] = token
         try:
             yield token
@@ -286,23 +343,17 @@ def run_lease(folders: Iterable[str | os.PathLike[str]], *, what: str = "", wait
 
 
 def lease_ttl() -> float:
-    """How long a cluster run's lease lasts unrenewed: ``VSBENCH_LEASE_TTL_S``, else an hour."""
+    """How long a cluster run's lease lasts unrenewed: ``VSBENCH_LEASE_TTL_S``, else an hour; at most
+    :data:`~vsbench.io.leases.MAX_LEASE_S` (a week), the furthest ahead a lease file may expire."""
     raw = os.environ.get(LEASE_TTL_ENV, "").strip()
     try:
         value = float(raw) if raw else LEASE_TTL_S
     except ValueError:
         raise ValueError(f"{LEASE_TTL_ENV}={raw[:100]!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ValueError(f"{LEASE_TTL_ENV}={raw[:100]!r} must be more than 0 seconds")
+    if not 0 < value <= MAX_LEASE_S:
+        raise ValueError(f"{LEASE_TTL_ENV}={raw[:100]!r} must be more than 0 and at most {MAX_LEASE_S:.0f} seconds "
+                         "(a week)")
     return value
-
-
-def _read_lease(folder: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((folder / LEASE_FILE).read_text(encoding="utf-8", errors="replace") or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _write_lease(folder: Path, lease: dict[str, Any]) -> None:
@@ -312,6 +363,25 @@ def _write_lease(folder: Path, lease: dict[str, Any]) -> None:
 
 def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
+
+
+def _live_refusal(folder: Path, lease: Lease) -> OutputBusy:
+    return OutputBusy(
+        f"{folder} is leased by pipeline run {lease.run} until {_when(lease.expires)} (renewed by its "
+        f"steps): wait for it to finish, or choose another output folder; if that run is dead, remove "
+        f"{folder / LEASE_FILE}")
+
+
+def check_lease(folder: str | os.PathLike[str], *, now: float | None = None) -> None:
+    """Refuse in one line a folder that a cluster run's live lease holds, or whose lease file is not
+    one vsbench wrote (:class:`~vsbench.io.leases.LeaseError`); a local run's check before its first
+    step (:func:`run_lease`), whatever its runner: inline steps never read the lease file, and a
+    kfp.local step refused by it fails inside kfp, in a traceback (issue 54)."""
+    now = time.time() if now is None else now
+    lease = read_lease(folder, now)
+    if lease_live(lease, now):
+        assert lease is not None
+        raise _live_refusal(Path(folder), lease)
 
 
 def claim_lease(folder: str | os.PathLike[str], run_id: str, *, now: float | None = None) -> str:
@@ -325,37 +395,37 @@ def claim_lease(folder: str | os.PathLike[str], run_id: str, *, now: float | Non
     handler) is taken over with one warning, and the run it was taken from is remembered so that its
     later steps are refused rather than write into the taker's outputs. Under a local run
     (``VSBENCH_RUN_LEASE`` set: its flock holds the folder for the whole run, and dies with it) the
-    lease is only checked, never written, so a local run killed outright leaves no lease behind."""
+    lease is only checked, never written, so a local run killed outright leaves no lease behind.
+    A lease file that is not one vsbench wrote (malformed JSON, an impossible expiry, a field of the
+    wrong type) is never claimed over: :class:`~vsbench.io.leases.LeaseError`, one line."""
     if not run_id:
         return "none"
     folder = Path(folder)
     ttl = lease_ttl()
     with output_lock(folder, name="lease", what=f"{folder} (its run lease)", wait_s=max(30.0, wait_seconds())):
         now = time.time() if now is None else now
-        lease = _read_lease(folder)
-        holder, taken = str(lease.get("run") or ""), [str(r) for r in lease.get("taken_over") or []]
+        lease = read_lease(folder, now)
+        holder, taken = (lease.run, list(lease.taken_over)) if lease is not None else ("", [])
         if run_id in taken:
             raise OutputBusy(f"{folder}: the lease of run {run_id} expired and was taken over by run {holder or '?'}, "
                              "whose outputs it may now hold: run this pipeline again (a new run)")
-        expired = float(lease.get("expires") or 0) <= now
-        other = bool(holder) and holder != run_id and not lease.get("released")
-        if other and not expired:
-            raise OutputBusy(
-                f"{folder} is leased by pipeline run {holder} until {_when(float(lease['expires']))} (renewed by its "
-                f"steps): wait for it to finish, or choose another output folder; if that run is dead, remove "
-                f"{folder / LEASE_FILE}")
+        other = lease is not None and holder != run_id and not lease.released
+        if other and lease_live(lease, now):
+            assert lease is not None
+            raise _live_refusal(folder, lease)
         if other:
+            assert lease is not None
             logger.warning("%s: taking over the lease of pipeline run %s, which expired at %s unrenewed (killed "
-                           "without its exit handler?)", folder, holder, _when(float(lease.get("expires") or 0)))
+                           "without its exit handler?)", folder, holder, _when(lease.expires))
             print(f"[vsbench] warning: {folder}: taking over the expired lease of pipeline run {holder}",
                   file=sys.stderr, flush=True)
             taken = [*taken, holder][-20:]
         if os.environ.get(LEASE_ENV):
             return "checked"
-        mine = holder == run_id and not lease.get("released")
+        mine = lease is not None and holder == run_id and not lease.released
         _write_lease(folder, {"run": run_id, "expires": now + ttl, "renewed": _when(now),
-                              "since": lease.get("since") if mine else _when(now), "host": socket.gethostname(),
-                              "taken_over": taken})
+                              "since": lease.since if mine and lease is not None else _when(now),
+                              "host": socket.gethostname(), "taken_over": taken})
         return "renewed" if mine else "taken over" if other else "claimed"
 
 
@@ -366,10 +436,11 @@ def release_lease(folder: str | os.PathLike[str], run_id: str) -> bool:
     if not run_id or os.environ.get(LEASE_ENV) or not (folder / LEASE_FILE).exists():
         return False
     with output_lock(folder, name="lease", what=f"{folder} (its run lease)", wait_s=max(30.0, wait_seconds())):
-        lease = _read_lease(folder)
-        if lease.get("run") != run_id or lease.get("released"):
+        now = time.time()
+        lease = read_lease(folder, now)
+        if lease is None or lease.run != run_id or lease.released:
             return False
-        _write_lease(folder, {**lease, "released": _when(time.time())})
+        _write_lease(folder, {**lease.model_dump(exclude_defaults=False), "released": _when(now)})
         return True
 
 
@@ -468,12 +539,12 @@ def _open_lock_file(path: Path, create: bool) -> int:
     """An fd on ``path`` for flock: read-write (created when ``create``), else read-only when it exists
     and cannot be written (flock needs no write access); -1 when neither."""
     try:
-        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o666)
+        return _opened(os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o666))
     except OSError as exc:
         if exc.errno == errno.ENOENT and not create:
             return -1
         try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return _opened(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
         except OSError:
             return -1
 
@@ -588,7 +659,7 @@ def _sharing(folder: Path, kind: str, other: str, *, what: str, wait_s: float | 
     if gate < 0 or own < 0:
         for fd in (gate, own):
             if fd >= 0:
-                os.close(fd)
+                _close(fd)
         say("%s: cannot make the lock files here (a read-only folder?); going on without the readers/writers lock "
             "(%s)", folder, "abid train re-checks its inputs' digests" if quiet else "nothing reads it while it is written")
         yield from _unlocked()
@@ -606,12 +677,12 @@ def _sharing(folder: Path, kind: str, other: str, *, what: str, wait_s: float | 
         try:
             yield joined
         finally:
-            if joined:
+            if joined and _ours(own):  # (a forked child unwinding: its copies are closed)
                 with _gate(gate):
                     _rewrite(own, [r for r in _holder_lines(own) if r.get("token") != me["token"]])
     finally:
-        os.close(own)  # closing releases the shared lock
-        os.close(gate)
+        _close(own)  # closing releases the shared lock
+        _close(gate)
 
 
 def _unlocked() -> Iterator[bool]:
@@ -635,7 +706,7 @@ def _join(folder: Path, kind: str, own: int, gate: int, other_path: Path, me: di
                     holders = _describe_holders(probe)
             finally:
                 if probe >= 0:
-                    os.close(probe)  # drops the probe's lock, if it got it
+                    _close(probe)  # drops the probe's lock, if it got it
             if not holders:
                 with contextlib.suppress(OSError):
                     os.pwrite(own, (json.dumps(me) + "\n").encode(), os.fstat(own).st_size)
