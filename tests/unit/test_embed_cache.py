@@ -194,7 +194,7 @@ def test_a_cache_the_step_cannot_reach_warns_and_embeds(tmp_path: Path, images: 
     real_is_dir = Path.is_dir
 
     def refused(path: Path) -> bool:
-        if path.parent == tmp_path / "cache":
+        if path.parent.parent == tmp_path / "cache":  # <root>/<signer id>/<key digest>
             raise PermissionError(13, "Permission denied", str(path))
         return real_is_dir(path)
 
