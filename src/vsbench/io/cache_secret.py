@@ -101,8 +101,8 @@ def _read_file(path: Path) -> CacheSecret:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
+        if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+            raise FileNotFoundError(exc.errno, exc.strerror, str(path)) from None  # made by _create_file
         raise CacheSecretError(f"{path}: cannot be read ({exc.strerror or exc}): a link or an unreadable file is not "
                                f"the embedding cache's secret; remove it (a new one is made), or {FIX_ENV}") from None
     with os.fdopen(fd, "rb") as handle:
@@ -124,9 +124,10 @@ def _create_file(path: Path) -> None:
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         _check_folder(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except FileExistsError:
+            return
     except OSError as exc:
         raise CacheSecretError(f"{path}: the embedding cache's secret cannot be made ({exc.strerror or exc}); make "
                                f"XDG_CONFIG_HOME a writable folder of yours, or {FIX_ENV}") from None
