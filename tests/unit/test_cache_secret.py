@@ -158,3 +158,51 @@ def test_preflight_skips_the_secret_only_when_the_cache_is_off() -> None:
     from vsbench.runspec.preflight import CACHE_OFF
 
     assert CACHE_OFF == DISABLED
+
+
+# --- steps elsewhere: containers and pods --------------------------------------------------------
+
+def _container_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The plan ``kfp_runner("container")`` hands the container runner (the runner itself faked)."""
+    import contextlib
+
+    from vsbench.platform import local_run
+
+    captured = {}
+
+    @contextlib.contextmanager
+    def fake_runner(plan, pipeline_root, note):  # noqa: ANN001, ANN202 - the container runner's stand-in
+        captured["plan"] = plan
+        yield object(), type("Identity", (), {"name": "image", "image_id": "sha256:" + "0" * 64})()
+
+    monkeypatch.setattr(local_run, "container_runner", fake_runner)
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(tmp_path / "cache"))
+    with local_run.kfp_runner("container", tmp_path / "out" / "_kfp", data=(tmp_path / "out",)):
+        pass
+    return captured["plan"]
+
+
+def test_container_steps_get_the_users_secret_from_the_file(tmp_path: Path, config_home: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image holds no file of the user's: without the value in its environment a step would sign
+    with a key of its own and never reuse (nor trust) the user's entries."""
+    mine = load_secret()
+    environment = dict(_container_plan(tmp_path, monkeypatch).environment)
+    assert environment[SECRET_ENV] == (config_home / "vsbench" / "cache-secret").read_text().strip()
+    monkeypatch.setenv(SECRET_ENV, environment[SECRET_ENV])
+    assert load_secret().signer == mine.signer  # the step's folder is the user's
+
+
+def test_container_steps_get_the_variable_when_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SECRET_ENV, "t" * 40)
+    assert dict(_container_plan(tmp_path, monkeypatch).environment)[SECRET_ENV] == "t" * 40
+
+
+def test_a_pod_without_the_secret_says_so_once(config_home: Path, monkeypatch: pytest.MonkeyPatch,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setattr(cache_secret, "_warned", [])
+    load_secret()
+    load_secret()
+    lines = [r.getMessage() for r in caplog.records if SECRET_ENV in r.getMessage()]
+    assert len(lines) == 1 and "vsbench-cache Secret" in lines[0]

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 SECRET_ENV = "VSBENCH_CACHE_SECRET"
 MIN_CHARS = 32  # 32 characters of hex or base64 hold at least 128 bits: a key nobody guesses
@@ -73,12 +76,12 @@ def secret_file() -> Path:
     return Path(base) / "vsbench" / FILE_NAME
 
 
-def _from_environment(value: str) -> CacheSecret:
+def _checked_environment(value: str) -> bytes:
     if len(value.strip()) < MIN_CHARS:
         raise CacheSecretError(f"{SECRET_ENV} holds {len(value.strip())} characters, fewer than {MIN_CHARS}: a "
                                f"short key can be guessed and every cached descriptor forged; {FIX_ENV}, or unset "
                                f"it to use the per-user file {secret_file()}")
-    return CacheSecret.from_secret(value.strip().encode("utf-8"), SECRET_ENV)
+    return value.strip().encode("utf-8")
 
 
 def _loose(mode: int, wanted: int) -> bool:
@@ -96,7 +99,7 @@ def _check_folder(folder: Path) -> None:
                                f"owner, or {FIX_ENV}")
 
 
-def _read_file(path: Path) -> CacheSecret:
+def _read_raw(path: Path) -> bytes:
     """The secret in ``path``, opened without following a link and checked on the open file."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -115,7 +118,7 @@ def _read_file(path: Path) -> CacheSecret:
     if len(value) < MIN_CHARS:
         raise CacheSecretError(f"{path}: holds {len(value)} characters, fewer than {MIN_CHARS}; remove it (a new one "
                                f"is made), or {FIX_ENV}")
-    return CacheSecret.from_secret(value, str(path))
+    return value
 
 
 def _create_file(path: Path) -> None:
@@ -135,22 +138,42 @@ def _create_file(path: Path) -> None:
         handle.write(secrets.token_hex(32) + "\n")
 
 
-def load_secret(*, create: bool = True) -> CacheSecret:
-    """The secret to sign and verify cache chunks with (see the module docstring); the file is made
-    when missing and ``create``. Raises :class:`CacheSecretError` (one line) when it is unusable."""
+def _raw_secret(create: bool) -> tuple[bytes, str]:
+    """(the secret's bytes, where they came from): the variable, else the per-user file."""
     value = os.environ.get(SECRET_ENV)
     if value is not None and value.strip():
-        return _from_environment(value)
+        return _checked_environment(value), SECRET_ENV
     path = secret_file()
     if path.parent.exists() or path.parent.is_symlink():
         _check_folder(path.parent)
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not _warned:
+        _warned.append(True)
+        logger.warning("no %s in this pod: the shared embedding cache is signed with a key of this pod's own (%s), "
+                       "so no other pod's entries are believed and none of this pod's are reused; create the "
+                       "vsbench-cache Secret (k8s/README.md)", SECRET_ENV, path)
     try:
-        return _read_file(path)
+        return _read_raw(path), str(path)
     except FileNotFoundError:
         if not create:
             raise
     _create_file(path)
-    return _read_file(path)
+    return _read_raw(path), str(path)
+
+
+_warned: list[bool] = []  # the pod's line is said once per process
+
+
+def load_secret(*, create: bool = True) -> CacheSecret:
+    """The secret to sign and verify cache chunks with (see the module docstring); the file is made
+    when missing and ``create``. Raises :class:`CacheSecretError` (one line) when it is unusable."""
+    return CacheSecret.from_secret(*_raw_secret(create))
+
+
+def secret_for_steps() -> str:
+    """The secret's value, to hand to steps that run in a container (``--runner container``): they
+    cannot read the user's file, and a key of their own would make them miss (and never trust) the
+    user's cache entries. Passed in the container's environment only, never on a command line."""
+    return _raw_secret(True)[0].decode("utf-8")
 
 
 def secret_problem() -> str | None:
