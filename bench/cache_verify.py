@@ -6,7 +6,10 @@ Side by side in one run, over the same files and the same warm cache:
   cache) with the checks on read (key.json, then per chunk: dtype, shape, dimension, finiteness,
   content sha256) and with those checks switched off (what the cache did before);
 * the cache look-up alone, inside those runs;
-* :func:`vsbench.models.cache.check_chunk` alone, per row, for 512-, 1280- and 2048-d rows;
+* :func:`vsbench.models.cache.check_chunk` alone, per row, for 512-, 1280- and 2048-d rows, and
+  its two digests apart (issue 54): the content sha256 alone, the keyed part as written (an
+  HMAC-SHA256 of that digest: microseconds a chunk) and, for comparison, an HMAC-SHA256 streamed
+  over the whole content instead;
 * the resume check of a finished shard: size only (before) against size, sha256 and content
   against the inputs (now).
 
@@ -55,6 +58,26 @@ def make_images(folder: Path, count: int):
     return ImageSet(tuple(ids), tuple(paths))
 
 
+def digest_ways(cache_module, secret, names: np.ndarray, rows: np.ndarray) -> dict:
+    """What is timed per chunk: check_chunk whole, the content sha256, its HMAC (as written), and an
+    HMAC streamed over the same content (the alternative, not used)."""
+    key, dim = "k" * 64, rows.shape[1]
+    digest = cache_module.chunk_digest(key, names, rows)
+    recorded, signed = np.asarray(digest), np.asarray(cache_module.chunk_hmac(secret, digest))
+
+    def streamed_hmac() -> str:
+        mac = secret.mac()
+        mac.update(f"{key}|{rows.shape}|{rows.dtype.str}\n".encode())
+        mac.update("\n".join(names.tolist()).encode("utf-8"))
+        mac.update(np.ascontiguousarray(rows).view(np.uint8).reshape(-1).data)
+        return mac.hexdigest()
+
+    return {"check_chunk": lambda: cache_module.check_chunk(key, names, rows, recorded, dim, secret, signed),
+            "sha256": lambda: cache_module.chunk_digest(key, names, rows),
+            "hmac of the sha256": lambda: cache_module.chunk_hmac(secret, digest),
+            "hmac streamed": streamed_hmac}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=4000)
@@ -64,8 +87,9 @@ def main() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit deprecation, once per load
 
+    from vsbench.io.cache_secret import CacheSecret
     from vsbench.models import cache as cache_module
-    from vsbench.retrieval.embed import _is_complete, _resume_key, embed_image_set
+    from vsbench.retrieval.embed import _is_complete, embed_image_set
 
     work = Path(tempfile.mkdtemp(prefix="vsbench-cache-verify-"))
     os.environ[cache_module.CACHE_ENV] = str(work / "cache")
@@ -113,22 +137,25 @@ def main() -> None:
             assert manifest["cache"]["hits"] == args.images, manifest["cache"]
     cache_module.check_chunk, cache_module.EmbeddingCache._key_file_matches = real_check, real_key
 
-    # check_chunk alone, per row
-    per_row = {}
+    # check_chunk alone, per row; and its digests apart: sha256, the HMAC of it, an HMAC streamed over the content
+    secret = CacheSecret.from_secret(b"bench" * 8, "bench")
+    per_row, digests_per_row = {}, {}
     for dim in (512, 1280, 2048):
         rows = np.random.default_rng(1).standard_normal((args.images, dim)).astype(np.float32)
         names = np.asarray([f"{n:064x}" for n in range(args.images)])
-        recorded = np.asarray(cache_module.chunk_digest("k" * 64, names, rows))
-        samples = []
+        ways = digest_ways(cache_module, secret, names, rows)
+        samples: dict[str, list[float]] = {way: [] for way in ways}
         for _ in range(args.rounds):
-            begun = time.perf_counter()
-            cache_module.check_chunk("k" * 64, names, rows, recorded, dim)
-            samples.append(time.perf_counter() - begun)
-        per_row[dim] = statistics.median(samples) / args.images
+            for way, call in ways.items():
+                begun = time.perf_counter()
+                call()
+                samples[way].append(time.perf_counter() - begun)
+        per_row[dim] = statistics.median(samples.pop("check_chunk")) / args.images
+        digests_per_row[dim] = {way: statistics.median(v) / args.images for way, v in samples.items()}
 
     # the resume check of the finished cold shard: size only (before) vs verified (now)
     shard = work / "cold" / "s.shard-0-of-1.npz"
-    key = _resume_key("torchscript", options, list(images.ids), True)
+    key = json.loads(shard.with_suffix(".json").read_text())["key"]  # the run's own: the check that follows is timed
     resume = {"size only": [], "verified": []}
     for _ in range(args.rounds):
         begun = time.perf_counter()
@@ -148,11 +175,14 @@ def main() -> None:
     print(f"{'  cache look-up (s)':<40}{med_look['unverified']:>22.3f}{med_look['verified']:>18.3f}"
           f"{(med_look['verified'] - med_look['unverified']) * 1e3:>9.1f} ms")
     print("check_chunk alone: " + ", ".join(f"{d}-d {t * 1e6:.2f} us/row" for d, t in per_row.items()))
+    for dim, ways in digests_per_row.items():
+        print(f"  {dim}-d digests: " + ", ".join(f"{way} {t * 1e6:.3f} us/row" for way, t in ways.items()))
     print(f"resume check of the finished shard: size only {statistics.median(resume['size only']) * 1e3:.2f} ms, "
           f"verified {statistics.median(resume['verified']) * 1e3:.2f} ms")
     (work / "result.json").write_text(json.dumps(
         {"images": args.images, "dim": args.dim, "rounds": args.rounds, "cold_s": cold, "embed_s": times,
-         "lookup_s": look, "check_chunk_s_per_row": per_row, "resume_s": resume}, indent=1))
+         "lookup_s": look, "check_chunk_s_per_row": per_row, "digests_s_per_row": digests_per_row,
+         "resume_s": resume}, indent=1))
     print(f"raw figures: {work / 'result.json'}")
 
 

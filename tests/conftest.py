@@ -22,6 +22,13 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("OMP_NUM_THREADS", _share)
     os.environ.setdefault("MKL_NUM_THREADS", _share)
 
+# The embedding cache signs its chunks with a secret (vsbench.io.cache_secret): the suite uses one
+# fixed value of its own, set before any fixture embeds, so no test reads or makes the user's
+# ~/.config/vsbench/cache-secret, and steps the tests start (subprocess runner) sign with the same.
+# Tests of the secret itself set or clear it with monkeypatch.
+TEST_CACHE_SECRET = "vsbench-test-suite-cache-secret-0123456789abcdef"
+os.environ["VSBENCH_CACHE_SECRET"] = TEST_CACHE_SECRET
+
 
 @pytest.fixture(autouse=True, scope="session")
 def session_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

@@ -11,6 +11,7 @@ entry (any image read, hashed or decoded, goes through it) and an output folder 
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -223,3 +224,38 @@ def test_a_model_file_that_does_not_exist_is_refused_before_any_work(data, tmp_p
     assert errors[0] == (f"error: --model-options: path '{tmp_path / 'missing' / 'model.pt'}': no such file or "
                          "folder; give the path of the torchscript model's file")
     assert not out.exists()
+
+
+# --- issue 54: the embedding cache's secret ------------------------------------------------------
+
+def test_a_short_cache_secret_is_one_line_naming_the_variable_before_any_image(data, tmp_path: Path,
+                                                                               no_embedding) -> None:
+    code, errors, output = _run(data[0], tmp_path / "out", data[1], env={
+        "VSBENCH_EMBED_CACHE": str(tmp_path / "cache"), "VSBENCH_CACHE_SECRET": "too-short"})
+    assert code == 2 and len(errors) == 1, output
+    assert errors[0].startswith("error: VSBENCH_CACHE_SECRET holds 9 characters") and "openssl rand" in errors[0]
+    assert "too-short" not in output and not (tmp_path / "out").exists()
+
+
+def test_a_world_readable_secret_file_is_one_line_naming_it(data, tmp_path: Path, no_embedding) -> None:
+    secret = tmp_path / "config" / "vsbench" / "cache-secret"
+    secret.parent.mkdir(parents=True, mode=0o700)
+    secret.write_text("s" * 40)
+    secret.chmod(0o644)
+    code, errors, output = _run(data[0], tmp_path / "out", data[1], env={
+        "VSBENCH_EMBED_CACHE": str(tmp_path / "cache"), "VSBENCH_CACHE_SECRET": "",
+        "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert code == 2 and errors == [f"error: {secret}: mode 0644, owner uid {os.getuid()}: others could read the "
+                                    "embedding cache's secret and forge cached descriptors; run `chmod 600 "
+                                    f"{secret}` as its owner (or remove it: a new one is made), or set "
+                                    "VSBENCH_CACHE_SECRET to at least 32 random characters (e.g. `openssl rand -hex "
+                                    "32`)"], output
+
+
+def test_with_the_cache_off_the_secret_is_not_asked_for(data, tmp_path: Path) -> None:
+    """A run that caches nothing signs nothing: a bad secret does not stop it (the spy is reached)."""
+    result = CliRunner().invoke(app, [
+        "similarity", "run", "--benchmark", "disc", "--root", str(data[0]), "--out", str(tmp_path / "out"),
+        "--model", "torchscript", "--model-options", f'{{"path": "{data[1]}"}}', "--no-track", "--device", "cpu"],
+        env={"VSBENCH_EMBED_CACHE": "off", "VSBENCH_CACHE_SECRET": "too-short"})
+    assert result.exit_code == 0 and "VSBENCH_CACHE_SECRET" not in result.output, result.output[-2000:]

@@ -194,3 +194,67 @@ def test_the_property_sees_every_kind_of_reused_file(finished) -> None:
     _, _, _, reused = finished
     kinds = {Path(name).parts[1] if name.startswith("out") else "cache" for name in reused}
     assert kinds == {"features", "index", "search", "cache"}
+
+
+# --- issue 54: a writer of the shared cache rewrites its rows -------------------------------------
+
+def _poisoned(run: Path, disc: Path) -> dict[Path, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each cached chunk of ``run`` with every copy query's row replaced by its reference's row (the
+    rewrite that gave uap 1.000): {chunk: (digests, poisoned rows, the chunk's content_hmac)}."""
+    import pandas as pd
+
+    from vsbench.io.storage import file_sha256
+
+    truth = pd.read_csv(disc / "val_groundtruth_matches.csv", dtype=str).dropna()
+    copies = {file_sha256(disc / "val_query" / f"{q}.jpg"): file_sha256(disc / "val_ref" / f"{r}.jpg")
+              for q, r in zip(truth.query_id, truth.reference_id)}
+    chunks = {}
+    for chunk in sorted((run / "cache").glob("*/*/chunk-*.npz")):
+        with np.load(chunk) as data:
+            chunks[chunk] = (data["digests"], data["features"].copy(), data["content_hmac"])
+    row_of = {d: rows[i] for names, rows, _ in chunks.values() for i, d in enumerate(names.tolist())}
+    changed = 0
+    for names, rows, _ in chunks.values():
+        for i, digest in enumerate(names.tolist()):
+            if digest in copies and copies[digest] in row_of:
+                rows[i] = row_of[copies[digest]]
+                changed += 1
+    assert changed >= 3, "the rewrite must change some copy queries' rows"
+    return chunks
+
+
+@pytest.mark.parametrize("writer", ["another user's secret", "content_sha256 recomputed alone"])
+def test_a_cache_rewritten_by_a_writer_gives_the_fresh_numbers_not_uap_1(
+        finished, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, writer: str) -> None:
+    """Issue 54: each copy query's cached row replaced by its reference's, through
+    ``write_chunk`` (which recomputes content_sha256), then the same run again with nothing else
+    kept: the cache once served the rewrite (uap 1.000, exit 0). Written by someone without the
+    run's secret, or with the digest recomputed and the old signature kept, every rewritten chunk is
+    named in one line, set aside and embedded again: the table is the fresh run's."""
+    from vsbench.io.cache_secret import CacheSecret
+    from vsbench.models import cache as cache_module
+
+    work, model, rows, _ = finished
+    run = tmp_path / "run"
+    shutil.copytree(work / "cache", run / "cache")
+    chunks = _poisoned(run, work.parent / "disc")
+    attacker = CacheSecret.from_secret(b"a colleague's own secret, not the run's one" * 2, "attacker")
+    rewritten = []  # the chunks that must be refused: all those the attacker signed, only the changed ones
+    for chunk, (names, poisoned, signature) in chunks.items():  # when the run's signature is kept
+        with np.load(chunk) as data:
+            changed = not np.array_equal(data["features"], poisoned)
+        chunk.unlink()
+        written = cache_module.write_chunk(chunk.parent, chunk.parent.name, names, poisoned, attacker)
+        if changed or writer == "another user's secret":
+            rewritten.append(str(written))
+        if writer == "content_sha256 recomputed alone":  # the run's signature kept beside the new digest
+            with np.load(written) as data:
+                arrays = {name: data[name] for name in data.files}
+            with open(written, "wb") as handle:
+                np.savez(handle, **{**arrays, "content_hmac": signature})
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(run / "cache"))
+    code, output, again = _run(work.parent / "disc", run / "out", model)
+    assert code == 0 and again == rows, f"{writer}: not the fresh numbers\n{rows}\n{again}\n{output[-3000:]}"
+    lines = [r.getMessage() for r in caplog.records if "content_hmac does not verify" in r.getMessage()]
+    named = sorted(line.split("embedding cache chunk ")[1].split(" not used")[0] for line in lines)
+    assert named == sorted(rewritten) and rewritten, lines

@@ -104,9 +104,13 @@ def test_every_step_gets_secrets_config_and_the_data_volume(compiled, name):
     for executor_name, config in platform.items():
         assert config["pvcMount"][0]["constant"] == "vsbench-data" and config["pvcMount"][0]["mountPath"] == "/data"
         assert {m["mountPath"] for m in config["emptyDirMounts"]} == {"/tmp"}
-        (secret,) = config["secretAsEnv"]
-        assert secret["secretName"] == "vsbench-s3"
-        assert {e["envVar"] for e in secret["keyToEnv"]} == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        secrets = {secret["secretName"]: secret for secret in config["secretAsEnv"]}
+        assert set(secrets) == {"vsbench-s3", "vsbench-cache"}, executor_name
+        assert {e["envVar"] for e in secrets["vsbench-s3"]["keyToEnv"]} == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        # the embedding cache's signing key (issue 54): every pod that shares the cache signs with it
+        assert secrets["vsbench-cache"]["keyToEnv"] == [{"secretKey": "VSBENCH_CACHE_SECRET",
+                                                         "envVar": "VSBENCH_CACHE_SECRET"}], executor_name
+        assert secrets["vsbench-cache"]["optional"] is True
         (config_map,) = config["configMapAsEnv"]
         assert {e["envVar"] for e in config_map["keyToEnv"]} >= {"MLFLOW_TRACKING_URI"}, executor_name
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vsbench.io.cache_secret import CacheSecret, load_secret
 from vsbench.io.features import FeatureError, ImageSet, load_features
 from vsbench.models import cache as cache_module
 from vsbench.models.registry import Embedder
@@ -167,7 +168,7 @@ def test_a_model_that_outputs_nan_names_the_image_and_caches_nothing(tmp_path: P
     with pytest.raises(FeatureError, match=r"nan-model output NaN or infinite values for image 'i3' \(.*i3.png\)"):
         run(images, tmp_path / "nan")
     root = Path(cache_module.cache_root())
-    assert not list(root.glob("*/chunk-*.npz"))
+    assert not list(root.glob("*/*/chunk-*.npz"))
 
 
 def test_an_unwritable_cache_warns_and_keeps_the_embeddings(tmp_path: Path, images: ImageSet,
@@ -193,7 +194,7 @@ def test_a_cache_the_step_cannot_reach_warns_and_embeds(tmp_path: Path, images: 
     real_is_dir = Path.is_dir
 
     def refused(path: Path) -> bool:
-        if path.parent == tmp_path / "cache":
+        if path.parent.parent == tmp_path / "cache":  # <root>/<signer id>/<key digest>
             raise PermissionError(13, "Permission denied", str(path))
         return real_is_dir(path)
 
@@ -319,7 +320,7 @@ def test_random_weights_key_on_their_seed(tmp_path: Path, images: ImageSet, monk
 # --- issue 26: cached rows are checked when read -------------------------------------------------
 
 def only_chunk(root: Path) -> Path:
-    (chunk,) = root.glob("*/chunk-*.npz")
+    (chunk,) = root.glob("*/*/chunk-*.npz")  # <signer id>/<key digest>/
     return chunk
 
 
@@ -330,12 +331,21 @@ def bad_chunks(key: str, names: np.ndarray, rows: np.ndarray) -> dict[str, tuple
     nan[2, 0] = np.nan
     inf[1, 3] = np.inf
     good = np.asarray(cache_module.chunk_digest(key, names, rows))
+    changed = rows.copy()
+    changed[0] = rows[1]  # one image's row replaced by another's (the issue's copy query given its reference's row)
+    signed_good = signed(key, names, rows)
     return {
         "100-d rows": ({"digests": names, "features": rng_rows(len(names), 100)}, "rows of 100 dimensions"),
         "NaN rows": (signed(key, names, nan), "1 of 5 rows hold NaN or infinite values"),
         "inf rows": (signed(key, names, inf), "1 of 5 rows hold NaN or infinite values"),
-        "zeros written over": ({"digests": names, "features": np.zeros_like(rows), "content_sha256": good},
-                               "content digest mismatch"),
+        "zeros written over": ({"digests": names, "features": np.zeros_like(rows), "content_sha256": good,
+                                "content_hmac": signed_good["content_hmac"]}, "content digest mismatch"),
+        "rows changed, sha256 recomputed": (
+            {"digests": names, "features": changed, "content_sha256": np.asarray(cache_module.chunk_digest(key, names, changed)),
+             "content_hmac": signed_good["content_hmac"]}, "content_hmac does not verify"),
+        "signed with another secret": (signed(key, names, changed, ANOTHER_SECRET), "content_hmac does not verify"),
+        "no content hmac": ({k: v for k, v in signed(key, names, changed).items() if k != "content_hmac"},
+                            "no content_hmac"),
         "no content digest": ({"digests": names, "features": rows}, "no content digest"),
         "another key's chunk": (signed("0" * 64, names, rows), "written for another model key"),
         "float64": (signed(key, names, rows.astype(np.float64)), "not 2-d float32"),
@@ -348,14 +358,20 @@ def rng_rows(count: int, dim: int) -> np.ndarray:
     return np.random.default_rng(0).standard_normal((count, dim)).astype(np.float32)
 
 
-def signed(key: str, names: np.ndarray, rows: np.ndarray) -> dict:
-    """A chunk whose content digest is right for what it holds: each check is tested on its own."""
+ANOTHER_SECRET = CacheSecret.from_secret(b"another user's secret, not this suite's " * 2, "another")
+
+
+def signed(key: str, names: np.ndarray, rows: np.ndarray, secret: CacheSecret | None = None) -> dict:
+    """A chunk whose content digest is right for what it holds, signed with ``secret`` (the suite's
+    by default: tests/conftest.py): each check is tested on its own."""
     digest = cache_module.chunk_digest(key, names, rows.reshape(len(rows), -1) if rows.ndim == 3 else rows)
-    return {"digests": names, "features": rows, "content_sha256": np.asarray(digest)}
+    return {"digests": names, "features": rows, "content_sha256": np.asarray(digest),
+            "content_hmac": np.asarray(cache_module.chunk_hmac(secret or load_secret(), digest))}
 
 
 @pytest.mark.parametrize("kind", ["100-d rows", "NaN rows", "inf rows", "zeros written over", "no content digest",
-                                  "another key's chunk", "float64", "3-d", "digests for fewer rows"])
+                                  "another key's chunk", "float64", "3-d", "digests for fewer rows",
+                                  "rows changed, sha256 recomputed", "signed with another secret", "no content hmac"])
 def test_a_bad_chunk_is_set_aside_with_one_line_and_its_images_embedded_again(
         tmp_path: Path, images: ImageSet, kind: str, caplog: pytest.LogCaptureFixture) -> None:
     """A 100-d chunk was once served to another model (exit 0, features (5, 100)); NaN and inf

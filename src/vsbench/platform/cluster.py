@@ -1,8 +1,8 @@
 """Cluster settings compiled into the pipelines: GPUs, resources, node pools, secrets, the data volume,
 retries. Local runs (kfp.local) compile without them: kfp.local ignores Kubernetes settings anyway.
 
-The defaults match k8s/ (PVC ``vsbench-data`` at ``/data``, ConfigMap ``vsbench-config``, Secret
-``vsbench-s3``); ``vsbench compile --cluster-config FILE.yaml`` overrides any field.
+The defaults match k8s/ (PVC ``vsbench-data`` at ``/data``, ConfigMap ``vsbench-config``, Secrets
+``vsbench-s3`` and ``vsbench-cache``); ``vsbench compile --cluster-config FILE.yaml`` overrides any field.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ class ClusterSettings(BaseModel):
     s3_secret: str = "vsbench-s3"
     s3_secret_env: dict[str, str] = Field(default_factory=lambda: {
         "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"})
+    # The embedding cache's signing key (vsbench.io.cache_secret): every pod signs and verifies the
+    # shared cache's chunks with it, so a chunk written by anyone without it is embedded again (issue 54).
+    cache_secret: str = "vsbench-cache"
+    cache_secret_env: dict[str, str] = Field(default_factory=lambda: {"VSBENCH_CACHE_SECRET": "VSBENCH_CACHE_SECRET"})
     gpu_resource: str = "nvidia.com/gpu"
     gpus_per_step: int = Field(default=1, ge=1)
     gpu_node_selector: dict[str, str] = Field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
@@ -115,6 +119,10 @@ def apply(task, role: Role, settings: ClusterSettings | None, retries: int = 0):
                                      config_map_key_to_env=settings.config_map_env)
     kubernetes.use_secret_as_env(task, secret_name=settings.s3_secret, secret_key_to_env=settings.s3_secret_env,
                                  optional=True)  # optional: the public ABID bucket needs no credentials
+    # optional too: without it a pod signs with a key of its own (a file under /tmp), so the shared cache
+    # is never believed across pods (safe, slower) and the step says so in one line (k8s/README.md)
+    kubernetes.use_secret_as_env(task, secret_name=settings.cache_secret, secret_key_to_env=settings.cache_secret_env,
+                                 optional=True)
     # kfp-kubernetes sets the identity fields only; the KFP backend's compiler adds
     # allowPrivilegeEscalation=false, capabilities drop ALL and the RuntimeDefault seccomp profile to
     # every step's container, and the namespace's Pod Security "restricted" level refuses any pod

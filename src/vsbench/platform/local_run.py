@@ -280,6 +280,7 @@ def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, da
         return
     if runner != "container":
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, not {runner!r}")
+    from vsbench.io.cache_secret import SECRET_ENV, secret_for_steps
     from vsbench.models.cache import CACHE_ENV
 
     folders, files, environment = tracking_locations(experiment) if experiment else ([], [], {})
@@ -287,6 +288,9 @@ def kfp_runner(runner: str, pipeline_root: Path, *, image: str | None = None, da
     if cache is not None:  # the host's embedding cache, shared with the steps (a PVC folder on a cluster)
         folders.append(cache)
         environment[CACHE_ENV] = str(cache)
+        # its signing key: the user's (variable or file), so the steps sign and trust what the user's own
+        # runs do; the image has no file of the user's (issue 54)
+        environment[SECRET_ENV] = secret_for_steps()
     plan = ContainerPlan(image=image or CPU_IMAGE, folders=(*data, *folders), files=tuple(files),
                          read_only=read_only,
                          environment=tuple({**step_environment(), **environment}.items()))

@@ -15,7 +15,7 @@ benchmark's options against its loader, the data folder and the benchmark's nati
 model's name and options against the registry (no weights read), the device, every codec string
 and the search parameters against each codec (:func:`vsbench.index.codec.check_codec`), the score
 normalization, the output folder (a folder, writable), the batch size, and the environment
-variables the steps read (pixel cap, lock wait). A step that runs elsewhere (``--runner
+variables the steps read (pixel cap, lock wait, the embedding cache's secret). A step that runs elsewhere (``--runner
 subprocess`` or ``container``) reads the model's files from another working folder, so a relative
 path there is a problem too.
 """
@@ -146,12 +146,21 @@ def _search(run: SimilarityRun | BenchmarkRun, problems: list[str], label: Calla
     _collect(problems, lambda: parse_score_norms(run.score_norm), label("score_norm") + ": ")
 
 
+CACHE_OFF = ("off", "none", "0", "false")  # vsbench.models.cache.DISABLED (that module imports torch)
+
+
 def _environment(problems: list[str]) -> None:
     from vsbench.imaging.limits import max_image_pixels
+    from vsbench.io.cache_secret import secret_problem
     from vsbench.io.locks import wait_seconds
 
     for check in (max_image_pixels, wait_seconds):
         _collect(problems, check)
+    cache = os.environ.get("VSBENCH_EMBED_CACHE")
+    if cache is None or (cache.strip() and cache.strip().lower() not in CACHE_OFF):
+        problem = secret_problem()  # the embedding cache's key: a short or exposed one, before any image is read
+        if problem is not None:
+            problems.append(problem)
 
 
 def _as_option(line: str) -> str:
