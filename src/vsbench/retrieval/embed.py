@@ -25,10 +25,12 @@ Loading is built for the GPU: DataLoader workers decode and resize with Pillow (
 that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
 uint8 NHWC batches (4x smaller than float), which travel pinned and non-blocking; conversion and
 normalization happen on the device, the NHWC layout becomes channels_last for free, and the
-network runs under ``torch.inference_mode`` and autocast (bf16 where supported). On CUDA the
-workers by default only read the files' bytes, and nvJPEG decodes each batch on the GPU, where it is
-also resized and cropped (:mod:`vsbench.imaging.batched`; ``decode="cpu"`` keeps the Pillow path,
-docs/fidelity.md bounds the difference). Images that
+network runs under ``torch.inference_mode`` and autocast (bf16 where supported). With
+``decode="gpu"`` the workers only read the files' bytes, and each batch is decoded, resized and
+cropped on the device, one batch ahead of the network on a stream of its own
+(:mod:`vsbench.runtime.feeder`, :mod:`vsbench.imaging.batched`; docs/fidelity.md bounds the
+difference); ``auto`` takes the path measured faster (:data:`vsbench.imaging.modes.AUTO_DECODE`:
+the workers, for embedding, also on CUDA). Images that
 cannot be read are left out and listed in the manifest with the reason; the evaluator then
 fails clearly on the missing ids instead of scoring a silently shrunken set.
 
@@ -317,9 +319,10 @@ def _to_host(tensor: torch.Tensor, setup: DeviceSetup) -> torch.Tensor:
 
 
 def device_decoder(setup: DeviceSetup, preprocessing: Preprocessing, decode: str) -> batched.BatchDecoder | None:
-    """The batched device decoder ``decode`` asks for on this device (:data:`~vsbench.imaging.modes.DECODE_MODES`),
-    with the Pillow path as its one-by-one fallback; None: the workers decode with Pillow."""
-    if not batched.uses_device_decode(decode, setup.device):
+    """The batched device decoder ``decode`` asks for when embedding on this device
+    (:func:`~vsbench.imaging.batched.decode_choice`), with the Pillow path as its one-by-one fallback;
+    None: the workers decode with Pillow."""
+    if not batched.uses_device_decode(decode, setup.device, "embed"):
         return None
     return batched.BatchDecoder(setup.device, preprocessing, lambda data: load_image_bytes(data, preprocessing))
 
@@ -687,7 +690,8 @@ def embed_image_set(
     first batch out of the model) and ``images_per_second_steady`` (after it) are
     :class:`~vsbench.runtime.throughput.Throughput`'s. ``decode``
     (:data:`~vsbench.imaging.modes.DECODE_MODES`): where the JPEGs are decoded; the manifest's
-    ``decode`` says where they were, and how many fell back to the CPU one by one.
+    ``decode`` says which path they took (``path``: device or workers), why (``reason``: for auto, the
+    measurement :data:`~vsbench.imaging.modes.AUTO_DECODE` cites) and how many fell back to the CPU one by one.
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``
     (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
@@ -708,7 +712,8 @@ def embed_image_set(
         raise WeightsError(f"model option 'seed' ({options['seed']!r}): the seed of random weights is the run's "
                            f"own setting (--seed, or the pipeline's seed parameter), not a model option")
     seed = check_seed(seed)
-    device_decode = batched.uses_device_decode(decode, resolve_device(device))
+    choice = batched.decode_choice(decode, resolve_device(device), "embed")  # auto: the path measured faster
+    device_decode = choice.on_device
     memo = DigestMemo(inputs_path(features_path))
     workers = loader_workers(workers)
     inputs, digests = input_key(paths, ids, options, memo, threads=max(2, workers))
@@ -750,8 +755,7 @@ def embed_image_set(
                         "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
                         "output": built.output, "cache": cache_info,
                         "compile": compile_status(built, compile, setup.device, inductor), **meter.as_dict(),
-                        "decode": {"mode": decode, "on_device": decoder is not None,
-                                   **(decoder.stats() if decoder is not None else {})}}
+                        "decode": {**choice.as_dict(), **(decoder.stats() if decoder is not None else {})}}
     except InputsChanged as exc:  # the manifest stays incomplete; the changed files are hashed again next time
         memo.forget(f for p in exc.paths for f in (sorted(p.rglob("*")) if p.is_dir() else [p]))
         memo.save()
