@@ -1,7 +1,8 @@
 """The import arrows point down (DESIGN.md: no import cycles; imaging and models import nothing above
 them). Read from the source with ``ast`` (every import, deferred ones inside functions too), nothing
 imported: issue 58 moved ``Preprocessing`` to :mod:`vsbench.imaging.preprocessing` and the ResNet
-trunks to :mod:`vsbench.models.trunks`, which removed imaging -> models and models -> abid."""
+trunks to :mod:`vsbench.models.trunks` and the plugin checks' annotation reader to
+:mod:`vsbench.io.annotations`, which removed imaging -> models, models -> abid and models -> benchmarks."""
 
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ ALLOWED = {
     "imaging": {"io", "imaging"},
     "models": {"io", "imaging", "models"},
 }
-# Known arrows up, each with why it is left (a new one fails the test; a fixed one must leave this list).
-KNOWN = {("models/check.py", "vsbench.benchmarks.check")}  # plugin checks share the annotation reader
 
 
 def vsbench_imports(path: Path) -> set[str]:
@@ -46,13 +45,7 @@ def arrows_up(layer: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_a_lower_layer_imports_nothing_above_it(layer):
-    assert [arrow for arrow in arrows_up(layer) if arrow not in KNOWN] == []
-
-
-def test_the_known_arrows_up_are_still_there():
-    """A fixed arrow leaves :data:`KNOWN`, so the list never hides a new one under an old name."""
-    found = {arrow for layer in ALLOWED for arrow in arrows_up(layer)}
-    assert KNOWN <= found
+    assert arrows_up(layer) == []
 
 
 def test_the_reader_sees_a_deferred_import(tmp_path):
