@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # bench/gpu_check.sh: every CUDA path of vsbench once, at a size where start-up is amortized, in one table.
 #
-#   bench/gpu_check.sh                                           # CUDA, 50,000 generated bins: < 8 min on one H100
+#   bench/gpu_check.sh                                           # CUDA, 20,000 generated bins: sized for < 10 min of one H100
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_IMAGES=300 bench/gpu_check.sh # dry run on the CPU (tests/unit/test_gpu_check.py)
 #
 # What it runs (issue 40), from the source tree (PYTHONPATH=src: no install, no network):
 #   1. `vsbench synth abid` (GPU_CHECK_IMAGES bins, all cores), `abid prepare`, `abid resize` to 224 px;
 #   2. embed every generated photo (varied sizes, resize + crop) with GPU_CHECK_MODEL (random weights: no
-#      download) twice: --decode gpu (nvJPEG, batched) and --decode cpu (Pillow in the workers); images/s of
-#      each as the manifest states it, and the per-image cosine between the two (nvJPEG's IDCT vs libjpeg's);
+#      download) twice: --decode gpu (nvJPEG, batched, through the feeder one batch ahead) and --decode cpu
+#      (Pillow in the workers); images/s of each as the manifest states it, its per-stage timeline of one
+#      steady batch (read, copy, decode, network, write: CUDA events), the network alone on tensors already
+#      on the device (same batch, precision, compile mode) and each path's ratio to it (issue 58), and the
+#      per-image cosine between the two (nvJPEG's IDCT vs libjpeg's);
 #   3. decode rates alone: Pillow decode+resize on one core vs batched decode+resize on the device;
 #   4. `abid train counting` and `abid train siamese` (profile full, GPU_CHECK_EPOCHS epochs): the last
 #      epoch's images/s (steady state) and the first's;
 #   5. `similarity run` on the disc generator's set with --device cuda and with --device cpu: the two tables.
-# Knobs: GPU_CHECK_IMAGES (50000), GPU_CHECK_DEVICE (cuda), GPU_CHECK_WORK (/tmp/vsbench-gpu-check),
+# Knobs: GPU_CHECK_IMAGES (20000), GPU_CHECK_DEVICE (cuda), GPU_CHECK_WORK (/tmp/vsbench-gpu-check),
 # GPU_CHECK_WORKERS (cores), GPU_CHECK_BATCH (256), GPU_CHECK_WHEELS (bench/wheels), PYTHON (python3),
 # GPU_CHECK_EMBED_PHOTOS (all: how many of the photos stage 2 embeds and decodes);
 # GPU_CHECK_MODEL, GPU_CHECK_PROFILE, GPU_CHECK_EPOCHS: resnet50, full, 2 on CUDA (efficientnet_lite0, demo
@@ -44,7 +47,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
 PY="${PYTHON:-python3}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
-IMAGES="${GPU_CHECK_IMAGES:-50000}"  # at least ~60: the siamese task files need ~50 eligible bins
+IMAGES="${GPU_CHECK_IMAGES:-20000}"  # at least ~60: the siamese task files need ~50 eligible bins
 WORK="${GPU_CHECK_WORK:-/tmp/vsbench-gpu-check}"
 WORKERS="${GPU_CHECK_WORKERS:-$(nproc)}"
 BATCH="${GPU_CHECK_BATCH:-256}"

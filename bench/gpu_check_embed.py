@@ -1,15 +1,19 @@
 """bench/gpu_check.sh's Python half: the embed and decode measurements, and the one table at the end.
 
 ``--photos DIR --out DIR --results DIR``: embed every photo with the batched device decode and with
-Pillow in the workers (images/s as each manifest states it, per-image cosine between the two),
+Pillow in the workers (images/s as each manifest states it, per-image cosine between the two, and
+each manifest's per-stage timeline of one steady batch: read, copy, decode, network, write, from
+CUDA events on a GPU, perf_counter on the CPU), time the network alone on tensors already on the
+device (same batch, same precision, same compile mode: the limit either path can reach, issue 58),
 then time decoding alone: Pillow's decode + resize + crop on one core against the batched
 decode + resize + crop on the device. ``--table --work DIR --results DIR``: print everything the
-script measured as one table.
+script measured as one table, each end-to-end rate beside the model-only one and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -21,10 +25,13 @@ from vsbench.imaging import batched
 from vsbench.io.features import ImageSet
 from vsbench.models.registry import build_model
 from vsbench.retrieval import embed
+from vsbench.runtime.compile import network_for
 from vsbench.runtime.device import setup_device
+from vsbench.runtime.feeder import normalizer
 
 PILLOW_SAMPLE = 2000  # images Pillow decodes for its rate (one core)
 DEVICE_SAMPLE = 20000  # images the device decodes for its rate
+MODEL_ONLY_BATCHES = {"cuda": 40, "cpu": 2}  # timed batches of the network alone (after two warm-up batches)
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -38,7 +45,8 @@ def measure(args: argparse.Namespace) -> None:
                                      model_options={"weights": "random"}, progress=False, decode=decode)
         manifest = json.loads(path.with_suffix(".json").read_text())
         found[f"embed_{decode}"] = {k: manifest.get(k) for k in ("count", "seconds", "model_build_seconds",
-                                                                  "images_per_second", "decode", "device")}
+                                                                  "images_per_second", "images_per_second_steady",
+                                                                  "decode", "device", "stages", "amp_dtype")}
         loaded = embed.load_features(path)
         features[decode] = dict(zip(loaded.ids.tolist(), loaded.features))
     common = sorted(set(features["gpu"]) & set(features["cpu"]))
@@ -46,8 +54,35 @@ def measure(args: argparse.Namespace) -> None:
     y = np.stack([features["cpu"][i] for i in common])
     cosine = (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
     found["cosine"] = {"images": len(common), "worst": float(cosine.min()), "mean": float(cosine.mean())}
+    found["model_only"] = model_only(args)
     found["decode_rates"] = decode_rates(photos, args)
     (Path(args.results) / "embed.json").write_text(json.dumps(found, indent=1))
+
+
+def model_only(args: argparse.Namespace) -> dict:
+    """The network alone: normalized float batches already on the device, channels_last, the embed
+    step's precision (autocast where it uses it) and compile mode (auto): what end to end tends to."""
+    setup = setup_device(args.device)
+    model = build_model(args.model, weights="random").to(setup.device, memory_format=torch.channels_last).eval()
+    network = network_for(model, "auto", setup.device)
+    scale, shift = normalizer(model.preprocessing, setup.device)
+    size = model.preprocessing.input_size
+    pixels = torch.randint(0, 256, (args.batch_size, size, size, 3), dtype=torch.uint8, device=setup.device)
+    x = pixels.permute(0, 3, 1, 2).float().mul_(scale).add_(shift)
+    batches = MODEL_ONLY_BATCHES["cuda" if setup.is_cuda else "cpu"]
+    use_amp = model.supports_autocast and setup.amp_dtype is not None
+    with torch.inference_mode(), setup.autocast() if use_amp else contextlib.nullcontext():
+        for _round, count in (("warm-up", 2), ("timed", batches)):
+            if setup.is_cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            for _ in range(count):
+                network(x).float()
+            if setup.is_cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+    return {"images": batches * args.batch_size, "seconds": seconds, "images_per_second": batches * args.batch_size / seconds,
+            "batch_size": args.batch_size, "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None}
 
 
 def decode_rates(photos: list[Path], args: argparse.Namespace) -> dict:
@@ -77,6 +112,11 @@ def decode_rates(photos: list[Path], args: argparse.Namespace) -> dict:
             "device": len(encoded) / seconds, "device_images": len(encoded), **decoder.stats()}
 
 
+def embed_choice(device: str) -> batched.DecodeChoice:
+    """What ``--decode auto`` takes for embedding on ``device`` (imaging/modes.py's table)."""
+    return batched.decode_choice("auto", setup_device(device).device, "embed")
+
+
 def _fmt(value: float | int | None, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
@@ -100,12 +140,24 @@ def table(args: argparse.Namespace) -> None:
          "" if synth else "kept from an earlier run")
     resized = seconds("resize")
     _row(rows, "abid resize to 224", "cpu", found["photos"], resized, found["photos"] / resized if resized else None)
+    limit = found["model_only"]
+    _row(rows, "model only (tensors on the device)", args.device, limit["images"], limit["seconds"],
+         limit["images_per_second"], f"batch {limit['batch_size']}, {limit['amp_dtype'] or 'float32'}: the limit")
     for decode, label in (("gpu", "decoded on the device"), ("cpu", "decoded by Pillow in the workers")):
         e = found[f"embed_{decode}"]
         info = e.get("decode") or {}
         note = label + (f", {info.get('cpu_fallbacks', 0)} CPU fallbacks" if info.get("on_device") else "")
+        steady = e.get("images_per_second_steady") or e["images_per_second"]
+        ratio = f"; steady {steady:,.0f}/s = {steady / limit['images_per_second']:.2f} of model only"
         _row(rows, f"embed {e['count']:,} photos, end to end", str(e.get("device")), e["count"], e["seconds"],
-             e["images_per_second"], note + f"; model built in {e['model_build_seconds']:.1f} s")
+             e["images_per_second"], note + ratio + f"; model built in {e['model_build_seconds']:.1f} s")
+        stages = e.get("stages") or {}
+        if stages.get("timeline_ms"):
+            spans = ", ".join(f"{name} {ms:.1f}" for name, ms in stages["timeline_ms"].items())
+            rows.append((f"  batch {stages['steady_batch'] + 1} of {stages['batches']}, ms per stage", "", "", "", "",
+                         f"{spans} ({stages['clock']})"))
+    auto = embed_choice(args.device)
+    rows.append(("--decode auto embeds with", args.device, "", "", "", f"{auto.path}: {auto.reason[:90]}"))
     c = found["cosine"]
     rows.append(("descriptors: device vs Pillow decode", "", f"{c['images']:,}", "", "",
                  f"cosine worst {c['worst']:.6f}, mean {c['mean']:.6f}"))

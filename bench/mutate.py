@@ -100,7 +100,9 @@ GUARDS: tuple[Guard, ...] = (
           ("xǁBatchTransformǁ", "x_flip_generator")),
     Guard("embed_keys", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed_keys.py",),
           ("x_input_key", "x__resume_key", "x__key_change", "x__is_complete", "x_option_file_digests",
-           "x__ids_digest", "x_inputs_path", "x_normalizer")),
+           "x__ids_digest", "x_inputs_path")),
+    Guard("feeder", "src/vsbench/runtime/feeder.py", ("tests/unit/test_feeder.py", "tests/unit/test_embed_keys.py"),
+          ("xǁFeederǁ", "x_normalizer")),  # the hand-over order and stream waits (issue 58); the normalizer moved here
     Guard("resize_keys", "src/vsbench/abid/resize.py", ("tests/unit/test_resize_keys.py",
                                                         "tests/unit/test_resize_content.py"),
           ("x__source_fields", "x__kept_output", "x__run_job", "x__is_record", "x__is_digest", "x__same_output",

@@ -32,7 +32,7 @@ def embed_shard(
     """Embed shard ``shard`` of every image set of ``benchmark`` with ``model`` (resumable);
     ``seed`` draws ``{"weights": "random"}`` (0 when a caller gives none, as before it existed);
     ``compile``: ``torch.compile`` of the network, auto (on CUDA), on or off; ``decode``: where the
-    JPEGs are decoded (auto: nvJPEG on a GPU pod; vsbench.imaging.modes).
+    JPEGs are decoded (auto: the path measured faster on the pod's device; vsbench.imaging.modes).
 
     Runs inside a ParallelFor, so it finds the MLflow parent run by the KFP run id (see
     ``vsbench.tracking.runs.parent_run_for``) rather than taking it from the opening task."""

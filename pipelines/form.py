@@ -143,9 +143,9 @@ PARAMETERS: dict[str, str] = {
     "batch_size": "Images per embedding batch. Example: 64.",
     "compile": "torch.compile the embedding network: auto (on when the step has a GPU), on or off; a network "
                "that fails to compile embeds eagerly, with one warning. Example: auto.",
-    "decode": "Where the embedding step decodes JPEGs: auto (batched on the GPU with nvJPEG when the pod has one, "
-              "else Pillow in the loader's workers), gpu or cpu (Pillow; docs/fidelity.md bounds the difference). "
-              "Example: auto.",
+    "decode": "Where the embedding step decodes JPEGs: auto (the path measured faster on the pod's device: Pillow "
+              "in the loader's workers, also on a GPU, see bench/README.md), gpu (batched on the device with nvJPEG) "
+              "or cpu (Pillow; docs/fidelity.md bounds the difference). Example: auto.",
     "verify_inputs": "How each step checks that an input is the one its reused work was made from: stat (an input "
                      "whose device, inode, size, mtime and ctime are the ones remembered is not read again) or full "
                      "(every input hashed again: for a volume edited offline, restored block by block, or a network "

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -119,21 +118,6 @@ def test_an_image_over_the_pixel_cap_is_refused_before_any_decode(photos, monkey
     assert not pixels and len(failures) == 1 and failures[0][1].startswith("ImageTooLarge: image too large")
     assert "1,000-pixel limit" in failures[0][1]
     assert decoder.stats() == {"device_decoded": 0, "cpu_fallbacks": 0}
-
-
-def test_auto_means_the_gpu_on_cuda_only_and_gpu_fails_in_one_line_where_nothing_decodes(monkeypatch):
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not batched.uses_device_decode("auto", cpu)
-    assert batched.uses_device_decode("gpu", cpu)  # the test path: the same code with torchvision's CPU decoder
-    assert not batched.uses_device_decode("cpu", cuda)
-    monkeypatch.setattr(batched, "device_decode_available", lambda device: True)
-    assert batched.uses_device_decode("auto", cuda)
-    monkeypatch.setattr(batched, "device_decode_available", lambda device: device.type != "cuda")
-    assert not batched.uses_device_decode("auto", cuda)  # a torchvision without nvJPEG: the workers decode
-    with pytest.raises(ValueError, match="--decode gpu: torchvision cannot decode JPEGs on cuda"):
-        batched.uses_device_decode("gpu", cuda)
-    with pytest.raises(ValueError, match="use one of auto, gpu, cpu"):
-        batched.uses_device_decode("nvjpeg", cpu)
 
 
 def test_a_bad_decode_option_is_one_line_exit_2(tmp_path):

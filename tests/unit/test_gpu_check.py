@@ -26,9 +26,11 @@ def test_the_cpu_dry_run_runs_every_stage_and_prints_one_table(tmp_path):
     assert "vsbench GPU check:" in table and "device cpu" in table
     for row in ("embed", "decoded on the device, 0 CPU fallbacks", "decoded by Pillow in the workers",
                 "descriptors: device vs Pillow decode", "decode+resize+crop, batched", "abid train counting, epoch 1",
-                "abid train siamese, epoch 1", "similarity disc uap"):
+                "abid train siamese, epoch 1", "similarity disc uap", "model only (tensors on the device)",
+                "of model only", "ms per stage", "--decode auto embeds with"):
         assert row in table, row
     assert table.count("decoded on the device") >= 3  # the embed and both trainings took the batched path
+    assert table.count("ms per stage") == 2 and "decode " in table.split("ms per stage")[1].splitlines()[0]
     worst = float(table.split("cosine worst ")[1].split(",")[0])
     assert worst >= 0.999
 

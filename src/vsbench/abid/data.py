@@ -50,7 +50,7 @@ def abid_preprocessing(size: int) -> Preprocessing:
 def training_decoder(setup: DeviceSetup, size: int, decode: str) -> BatchDecoder | None:
     """The batched device decoder ``decode`` asks for on this device, falling back to
     :func:`load_image` one file at a time; None: the workers decode with Pillow."""
-    if not batched.uses_device_decode(decode, setup.device):
+    if not batched.uses_device_decode(decode, setup.device, "train"):
         return None
     return BatchDecoder(setup.device, abid_preprocessing(size),
                         lambda data: load_image(io.BytesIO(data), size).permute(1, 2, 0).numpy())

@@ -5,35 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vsbench.models.trunks import ARCHES, arch_of_trunk, resnet, resnet_trunk  # noqa: F401 - re-exported (callers import them here)
+
 # What the head sees of a pair: the challenge's concat(a, b), or concat(|a - b|, a * b).
 PAIR_FEATURES = ("concat", "symmetric")
-ARCHES = ("resnet34", "resnet18")  # the challenge's; and half its compute, with the same 512-d features
-
-
-def _resnet(arch: str, num_classes: int = 1000) -> nn.Module:
-    import torchvision.models
-
-    if arch not in ARCHES:
-        raise ValueError(f"unknown trunk {arch!r}; choose from {', '.join(ARCHES)}")
-    return getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
-
-
-def arch_of_trunk(state: dict[str, object], prefix: str = "") -> str:
-    """Which of ``ARCHES`` a (trunk-prefixed) state dict holds: ResNet-34's first stage has three
-    blocks, ResNet-18's two. Saved models carry no architecture name, their keys tell it."""
-    return "resnet34" if f"{prefix}layer1.2.conv1.weight" in state else "resnet18"
-
-
-def resnet_trunk(arch: str = "resnet34") -> nn.Module:
-    """ResNet without its classifier: images -> 512-d features."""
-    trunk = _resnet(arch)
-    trunk.fc = nn.Identity()
-    return trunk
 
 
 def counting_network(num_classes: int = 6, arch: str = "resnet34") -> nn.Module:
     """ResNet classifier over quantities 0..num_classes-1 (6 for the moderate task)."""
-    return _resnet(arch, num_classes)
+    return resnet(arch, num_classes)
 
 
 class SiameseNetwork(nn.Module):

@@ -5,7 +5,7 @@ and ``torchvision.io.decode_jpeg(list, device="cuda")`` with a resize on the GPU
 (issue 40): the DataLoader workers decoding with Pillow were the bottleneck. In this mode the
 workers only read each file's bytes (and its header, see :func:`read_encoded`); one batched
 call decodes them on the device, and the resize and center crop of the model's own
-:class:`~vsbench.models.registry.Preprocessing` (size, crop, interpolation; the mean/std stay
+:class:`~vsbench.imaging.preprocessing.Preprocessing` (size, crop, interpolation; the mean/std stay
 where they were, in the caller's normalization) run there as tensor operations.
 
 The code is device-generic: with a CPU device the same calls run torchvision's libjpeg-turbo
@@ -44,8 +44,8 @@ from torch.nn import functional as F
 
 from vsbench.imaging import jpeg
 from vsbench.imaging.limits import open_image
-from vsbench.imaging.modes import check_decode_mode
-from vsbench.models.registry import Preprocessing
+from vsbench.imaging.modes import DecodeChoice, resolve_decode
+from vsbench.imaging.preprocessing import Preprocessing
 
 # torchvision warns on every decode_jpeg call from 0.29 (TorchCodec supersedes it); said once in docs/fidelity.md.
 _DEPRECATION = r".*decoding and encoding capabilities of TorchVision are deprecated.*"
@@ -62,19 +62,17 @@ def device_decode_available(device: torch.device) -> bool:
         return False
 
 
-def uses_device_decode(mode: str, device: torch.device) -> bool:
-    """``mode`` (:data:`~vsbench.imaging.modes.DECODE_MODES`) resolved for ``device``: True for the batched tensor decode.
+def decode_choice(mode: str, device: torch.device, workload: str) -> DecodeChoice:
+    """``mode`` (:data:`~vsbench.imaging.modes.DECODE_MODES`) resolved for ``workload`` on ``device``
+    (:func:`~vsbench.imaging.modes.resolve_decode`: ``auto`` takes the path measured faster there,
+    ``gpu`` the batched tensor decode on any device, failing in one line where torchvision cannot
+    decode, ``cpu`` the workers)."""
+    return resolve_decode(mode, device.type, workload, device_decode_available=device_decode_available(device))
 
-    ``auto`` takes it on CUDA when torchvision has nvJPEG; ``gpu`` takes it on any device (on the
-    CPU: the same code path with libjpeg-turbo, for tests) and fails in one line where torchvision
-    cannot decode; ``cpu`` never."""
-    if check_decode_mode(mode) == "cpu":
-        return False
-    available = device_decode_available(device)
-    if mode == "gpu" and not available:
-        raise ValueError(f"--decode gpu: torchvision cannot decode JPEGs on {device} here (needs torchvision with "
-                         "nvJPEG for CUDA); use --decode cpu")
-    return available and (mode == "gpu" or device.type == "cuda")
+
+def uses_device_decode(mode: str, device: torch.device, workload: str) -> bool:
+    """Whether :func:`decode_choice` takes the batched tensor decode."""
+    return decode_choice(mode, device, workload).on_device
 
 
 def device_decodable(header: Any) -> bool:

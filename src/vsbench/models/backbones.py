@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from vsbench.abid.models import arch_of_trunk, resnet_trunk
 from vsbench.io.storage import file_sha256
 from vsbench.models.registry import (
     IMAGENET_MEAN,
@@ -36,6 +35,7 @@ from vsbench.models.registry import (
     Preprocessing,
     register_model,
 )
+from vsbench.models.trunks import arch_of_trunk, resnet_trunk
 from vsbench.models.weights import WeightsError, load_checked, random_source, seeded, weights_choice
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from vsbench.benchmarks.check import return_annotation
+from vsbench.io.annotations import return_annotation
 from vsbench.models.registry import Builder, Embedder, PrecomputedFeatures, Preprocessing, family, registered
 from vsbench.models.weights import RANDOM_SEED, seeded
 

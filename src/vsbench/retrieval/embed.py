@@ -25,10 +25,12 @@ Loading is built for the GPU: DataLoader workers decode and resize with Pillow (
 that need no resize, libjpeg-turbo straight into the array: :func:`load_image`) and hand over
 uint8 NHWC batches (4x smaller than float), which travel pinned and non-blocking; conversion and
 normalization happen on the device, the NHWC layout becomes channels_last for free, and the
-network runs under ``torch.inference_mode`` and autocast (bf16 where supported). On CUDA the
-workers by default only read the files' bytes, and nvJPEG decodes each batch on the GPU, where it is
-also resized and cropped (:mod:`vsbench.imaging.batched`; ``decode="cpu"`` keeps the Pillow path,
-docs/fidelity.md bounds the difference). Images that
+network runs under ``torch.inference_mode`` and autocast (bf16 where supported). With
+``decode="gpu"`` the workers only read the files' bytes, and each batch is decoded, resized and
+cropped on the device, one batch ahead of the network on a stream of its own
+(:mod:`vsbench.runtime.feeder`, :mod:`vsbench.imaging.batched`; docs/fidelity.md bounds the
+difference); ``auto`` takes the path measured faster (:data:`vsbench.imaging.modes.AUTO_DECODE`:
+the workers, for embedding, also on CUDA). Images that
 cannot be read are left out and listed in the manifest with the reason; the evaluator then
 fails clearly on the missing ids instead of scoring a silently shrunken set.
 
@@ -81,7 +83,9 @@ from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
 from vsbench.retrieval.shards import SET_NAME, read_manifest, shard_of, shard_stem
 from vsbench.runtime.compile import compile_status, compile_wanted, network_for, use_inductor_cache
 from vsbench.runtime.device import DeviceSetup, resolve_device, setup_device
+from vsbench.runtime.feeder import Fed, Feeder, normalizer, to_host
 from vsbench.runtime.loaders import loader_options, loader_workers
+from vsbench.runtime.stages import Stages
 from vsbench.runtime.throughput import Throughput
 
 logger = logging.getLogger(__name__)
@@ -297,29 +301,11 @@ def collate_by_shape(
 
 # --- the embedding loop --------------------------------------------------------------------------
 
-def normalizer(preprocessing: Preprocessing, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scale, shift) so that ``uint8 * scale + shift == (x / 255 - mean) / std`` in one pass."""
-    std = torch.tensor(preprocessing.std, dtype=torch.float32)
-    mean = torch.tensor(preprocessing.mean, dtype=torch.float32)
-    scale = (1.0 / (255.0 * std)).view(1, 3, 1, 1)
-    shift = (-mean / std).view(1, 3, 1, 1)
-    return scale.to(device), shift.to(device)
-
-
-def _to_host(tensor: torch.Tensor, setup: DeviceSetup) -> torch.Tensor:
-    """Start copying a result to the CPU without waiting for it (one sync at the end of the shard
-    instead of one per batch, so the GPU never idles on the copy)."""
-    if not setup.is_cuda:
-        return tensor
-    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-    host.copy_(tensor, non_blocking=True)
-    return host
-
-
 def device_decoder(setup: DeviceSetup, preprocessing: Preprocessing, decode: str) -> batched.BatchDecoder | None:
-    """The batched device decoder ``decode`` asks for on this device (:data:`~vsbench.imaging.modes.DECODE_MODES`),
-    with the Pillow path as its one-by-one fallback; None: the workers decode with Pillow."""
-    if not batched.uses_device_decode(decode, setup.device):
+    """The batched device decoder ``decode`` asks for when embedding on this device
+    (:func:`~vsbench.imaging.batched.decode_choice`), with the Pillow path as its one-by-one fallback;
+    None: the workers decode with Pillow."""
+    if not batched.uses_device_decode(decode, setup.device, "embed"):
         return None
     return batched.BatchDecoder(setup.device, preprocessing, lambda data: load_image_bytes(data, preprocessing))
 
@@ -328,6 +314,7 @@ def run_embedder(
     model: Embedder, ids: Sequence[str], paths: Sequence[Path], setup: DeviceSetup, *, use_amp: bool,
     batch_size: int, workers: int | None, progress: bool, desc: str = "embed", compile_mode: str = "off",
     meter: Throughput | None = None, decoder: batched.BatchDecoder | None = None, used: list[str | None] | None = None,
+    stages: Stages | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]]]:
     """Descriptors for the images that could be read, in input order, and the failures.
 
@@ -336,7 +323,9 @@ def run_embedder(
     model (start-up and steady-state rate, :mod:`vsbench.runtime.throughput`). With a ``decoder``
     the workers only read bytes and the images are decoded in batches on the device. ``used``
     (as long as ``paths``) is filled with the sha256 of the bytes each image was decoded from
-    (None where the file could not be read): what a descriptor may be keyed on."""
+    (None where the file could not be read): what a descriptor may be keyed on. The copy or decode of
+    each batch runs one batch ahead of the network (:class:`~vsbench.runtime.feeder.Feeder`); ``stages``
+    gets every batch's read, copy, decode, network and write times (:mod:`vsbench.runtime.stages`)."""
     if decoder is None:
         dataset, collate = ImageFiles(paths, model.preprocessing), collate_by_shape
     else:
@@ -351,36 +340,48 @@ def run_embedder(
     model = model.to(setup.device, memory_format=torch.channels_last).eval()
     network = network_for(model, compile_mode, setup.device)
     meter = meter if meter is not None else Throughput()
+    stages = stages if stages is not None else Stages(setup.device)
     scale, shift = normalizer(model.preprocessing, setup.device)
     outputs: list[torch.Tensor] = []
     positions: list[torch.Tensor] = []
     failed: list[dict[str, str]] = []
+
+    def prepare(batch: Any, stream: Any, index: int) -> Fed:
+        """On the feeder's stream, one batch ahead of the network: NHWC uint8 -> an NCHW view with
+        channels_last strides on the device, float and normalized there."""
+        if decoder is None:
+            groups, failures, read = batch
+            with stages.span(index, "copy", stream):
+                moved = [(where, images.to(setup.device, non_blocking=True)) for where, images in groups]
+        else:
+            with stages.span(index, "decode", stream):
+                moved, refused = decode_groups(decoder, batch[0], batch[1])
+            failures, read = batch[2] + refused, batch[3]
+        with stages.span(index, "copy", stream):  # the device path's bytes were copied by its decoder
+            inputs = [(where, images.permute(0, 3, 1, 2).float().mul_(scale).add_(shift)) for where, images in moved]
+        return Fed(inputs, failures, read)
+
     autocast = setup.autocast() if use_amp else contextlib.nullcontext()
     with torch.inference_mode(), autocast, progress_bar(total=len(paths), desc=desc, unit="img",
                                                          disable=not progress) as bar:
-        for batch in batches:
-            if decoder is None:
-                groups, failures, read = batch
-            else:
-                groups, refused = decode_groups(decoder, batch[0], batch[1])
-                failures, read = batch[2] + refused, batch[3]
+        for fed in Feeder(batches, setup.device, prepare, stages):
             if used is not None:
-                for i, digest in read:
+                for i, digest in fed.read:
                     used[i] = digest
-            failed.extend({"id": ids[i], "reason": reason} for i, reason in failures)
-            for where, images in groups:
-                # NHWC uint8 -> an NCHW view with channels_last strides; float and normalize on device.
-                x = images.to(setup.device, non_blocking=True).permute(0, 3, 1, 2).float()
-                descriptors = network(x.mul_(scale).add_(shift)).float()
+            failed.extend({"id": ids[i], "reason": reason} for i, reason in fed.failures)
+            for where, x in fed.groups:
+                with stages.span(fed.batch, "network"):
+                    descriptors = network(x).float()
                 if descriptors.shape[1] != model.dim:
                     raise ValueError(f"{model.name} returned {descriptors.shape[1]}-d descriptors, "
                                      f"expected {model.dim}")
-                outputs.append(_to_host(descriptors, setup))
+                with stages.span(fed.batch, "write"):
+                    outputs.append(to_host(descriptors, setup.is_cuda))
                 positions.append(where)
                 if meter.startup_seconds is None and setup.is_cuda:
                     torch.cuda.synchronize(setup.device)  # start-up ends when the first batch is out
                 meter.batch_done(len(where))
-            bar.update(sum(len(w) for w, _ in groups) + len(failures))
+            bar.update(sum(len(w) for w, _ in fed.groups) + len(fed.failures))
     if setup.is_cuda:
         torch.cuda.synchronize(setup.device)
     meter.pause()  # the last batch's results are on the host: the stopwatch stops here
@@ -438,6 +439,7 @@ def embed_with_cache(
     setup: DeviceSetup, *, use_amp: bool, batch_size: int, workers: int | None, progress: bool, desc: str,
     digests: Sequence[str | None], seed: int = RANDOM_SEED, compile_mode: str = "off", meter: Throughput | None = None,
     decoder: batched.BatchDecoder | None = None, option_digests: dict[str, str | None] | None = None,
+    stages: Stages | None = None,
 ) -> tuple[FeatureSet, list[dict[str, str]], dict[str, Any]]:
     """:func:`run_embedder` on the images the embedding cache does not hold; the rest come from it.
 
@@ -464,7 +466,7 @@ def embed_with_cache(
     if root is None:
         features, failed = run_embedder(model, ids, paths, setup, use_amp=use_amp, batch_size=batch_size,
                                         workers=workers, progress=progress, desc=desc, compile_mode=compile_mode,
-                                        meter=meter, decoder=decoder, used=used)
+                                        meter=meter, decoder=decoder, used=used, stages=stages)
         changed = changed_while_read(paths, digests, used, desc)
         if changed is not None:
             raise changed
@@ -479,7 +481,7 @@ def embed_with_cache(
     if todo:
         new, failed = run_embedder(model, [ids[i] for i in todo], [paths[i] for i in todo], setup, use_amp=use_amp,
                                    batch_size=batch_size, workers=workers, progress=progress, desc=desc,
-                                   compile_mode=compile_mode, meter=meter, decoder=decoder, used=used)
+                                   compile_mode=compile_mode, meter=meter, decoder=decoder, used=used, stages=stages)
     else:
         new, failed = FeatureSet(np.asarray([], dtype=str), np.zeros((0, model.dim), np.float32)), []
     digest_of = {ids[i]: used[n] for n, i in enumerate(todo)}  # of the bytes decoded, not of the bytes hashed
@@ -687,7 +689,8 @@ def embed_image_set(
     first batch out of the model) and ``images_per_second_steady`` (after it) are
     :class:`~vsbench.runtime.throughput.Throughput`'s. ``decode``
     (:data:`~vsbench.imaging.modes.DECODE_MODES`): where the JPEGs are decoded; the manifest's
-    ``decode`` says where they were, and how many fell back to the CPU one by one.
+    ``decode`` says which path they took (``path``: device or workers), why (``reason``: for auto, the
+    measurement :data:`~vsbench.imaging.modes.AUTO_DECODE` cites) and how many fell back to the CPU one by one.
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``
     (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
@@ -708,7 +711,8 @@ def embed_image_set(
         raise WeightsError(f"model option 'seed' ({options['seed']!r}): the seed of random weights is the run's "
                            f"own setting (--seed, or the pipeline's seed parameter), not a model option")
     seed = check_seed(seed)
-    device_decode = batched.uses_device_decode(decode, resolve_device(device))
+    choice = batched.decode_choice(decode, resolve_device(device), "embed")  # auto: the path measured faster
+    device_decode = choice.on_device
     memo = DigestMemo(inputs_path(features_path))
     workers = loader_workers(workers)
     inputs, digests = input_key(paths, ids, options, memo, threads=max(2, workers))
@@ -741,17 +745,18 @@ def embed_image_set(
             use_amp = amp and built.supports_autocast and setup.amp_dtype is not None
             inductor = use_inductor_cache(cache_root()) if compile_wanted(compile, setup.device) else None
             decoder = device_decoder(setup, built.preprocessing, decode) if device_decode else None
+            stages = Stages(setup.device)
             result, failed, cache_info = embed_with_cache(
                 model, options, built, ids, paths, setup, seed=seed, use_amp=use_amp, batch_size=batch_size,
                 workers=workers, progress=progress, desc=f"embed {stem}", digests=digests, compile_mode=compile,
-                meter=meter, decoder=decoder, option_digests=inputs["option_files"])
+                meter=meter, decoder=decoder, option_digests=inputs["option_files"], stages=stages)
             run_info = {"preprocessing": asdict(built.preprocessing), "device": str(setup.device),
                         "amp_dtype": str(setup.amp_dtype).removeprefix("torch.") if use_amp else None,
                         "batch_size": batch_size, "workers": workers, "weights_source": built.weights_source,
                         "output": built.output, "cache": cache_info,
                         "compile": compile_status(built, compile, setup.device, inductor), **meter.as_dict(),
-                        "decode": {"mode": decode, "on_device": decoder is not None,
-                                   **(decoder.stats() if decoder is not None else {})}}
+                        "decode": {**choice.as_dict(), **(decoder.stats() if decoder is not None else {})},
+                        "stages": stages.summary()}
     except InputsChanged as exc:  # the manifest stays incomplete; the changed files are hashed again next time
         memo.forget(f for p in exc.paths for f in (sorted(p.rglob("*")) if p.is_dir() else [p]))
         memo.save()

@@ -131,7 +131,7 @@ def open_embeddings(out_dir: Path, set_names: Sequence[str], *, model: str = "",
     for name, identity in identities:
         if identity != first:
             differ = sorted(k for k in identity if identity[k] != first[k])
-            if differ == ["decode"]:  # one run, its shards on nodes with and without a GPU (--decode auto)
+            if differ == ["decode"]:  # one run, its shards decoded two ways (--decode gpu on some nodes)
                 raise FeatureError(
                     f"{out_dir}: {name} was decoded {_DECODED.get(identity['decode'], identity['decode'])} and {first_name} "
                     f"{_DECODED.get(first['decode'], first['decode'])}, which give other pixels (docs/fidelity.md); embed every shard "

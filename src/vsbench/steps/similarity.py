@@ -57,7 +57,8 @@ def similarity_embed_step(
     ``{"weights": "random"}`` and is a param of the step's run. Per set, ``<set>_images_per_second``
     (images over the seconds after the model was built, as before), ``<set>_images_per_second_steady``
     and ``<set>_startup_seconds`` (vsbench.runtime.throughput). ``decode``: where the JPEGs are
-    decoded (vsbench.imaging.modes); metric ``decode_cpu_fallbacks`` counts the images the CPU
+    decoded (vsbench.imaging.modes; params ``decode_path`` and ``decode_reason`` say what was taken
+    and why, :func:`decode_params`); metric ``decode_cpu_fallbacks`` counts the images the CPU
     decoded one by one instead of the GPU."""
     engine = engine or Engine(run, Path(out))
     params = {"benchmark": run.benchmark, "model": run.model, "shard": shard, "num_shards": run.num_shards,
@@ -82,6 +83,7 @@ def similarity_embed_step(
         decoded = [m["decode"] for m in manifests.values() if (m.get("decode") or {}).get("on_device")]
         if decoded:
             metrics["decode_cpu_fallbacks"] = float(sum(d.get("cpu_fallbacks", 0) for d in decoded))
+        tracker.log_params(decode_params(manifests))
         # The embedding cache: its key (the same for every set of one model) goes to the run's
         # params, in full to the manifest artifact; hits say how much was not embedded again.
         caches = {name: m["cache"] for name, m in manifests.items() if (m.get("cache") or {}).get("enabled")}
@@ -93,6 +95,18 @@ def similarity_embed_step(
                                 "preprocessing": json.dumps(first["preprocessing"], sort_keys=True)})
         return finish(tracker, StepResult(out, metrics, {"shards": written, "manifests": manifests}),
                       manifest_path, f"embed_shard_{shard}.json", started)
+
+
+def decode_params(manifests: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The decode path the shards took (``decode_path``: device or workers, comma-joined where sets
+    differ) and why (``decode_reason``: ``auto``'s measured source, vsbench.imaging.modes.AUTO_DECODE),
+    as the run's params: what ``--decode auto`` picked is visible in MLflow's compare view. A shard
+    kept from before, or a precomputed model, records none: no param then."""
+    decodes = [m["decode"] for m in manifests.values() if isinstance(m.get("decode"), dict) and m["decode"].get("path")]
+    if not decodes:
+        return {}
+    return {"decode_path": ",".join(sorted({str(d["path"]) for d in decodes})),
+            "decode_reason": " | ".join(sorted({str(d.get("reason", "")) for d in decodes}))}
 
 
 def _read_manifest(shard_path: str) -> dict[str, Any]:
