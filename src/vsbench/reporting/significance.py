@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vsbench.stats.compare import Difference, compare
-from vsbench.stats.resample import Resampling
+from vsbench.stats.resample import MAX_RESAMPLES, Resampling
 from vsbench.stats.units import Units, UnitsError
 from vsbench.tracking.names import interval_name
 from vsbench.tracking.provenance import DATA_DIGEST_TAG, PARENT_TAG, STEP_TAG
@@ -75,7 +75,7 @@ def resampling_of(*params: Mapping[str, str]) -> Resampling:
             seed = int(found.get("ci_seed", "0") or 0)
         except ValueError:
             continue
-        if resamples >= 10:
+        if 10 <= resamples <= MAX_RESAMPLES:  # a param over the cap is not obeyed (it is data)
             return Resampling(resamples, seed)
     fallback = Resampling.from_env()
     return fallback if fallback.enabled else Resampling(seed=fallback.seed)
