@@ -7,7 +7,6 @@ import hashlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
