@@ -185,12 +185,14 @@ def test_compare_two_runs_paired_unpaired_and_as_json(board, tmp_path, monkeypat
     [row] = json.loads(result.stdout)["metrics"]
     assert "paired" not in row and row["note"].startswith("no unit files")
 
-    # A unit file whose bytes are not those its tag names is refused, naming the run.
+    # A unit file whose bytes are not those its tag names is refused, naming the run and the file: one
+    # line, exit 2 (issue 54: compare of two named runs has nothing to fall back to).
     client = board["client"]
     named = json.loads(client.get_run(board["close"]).data.tags[UNITS_TAG])
     client.set_tag(board["close"], UNITS_TAG, json.dumps({k: "0" * 64 for k in named}))
     result = runner.invoke(app, ["compare", "--runs", board["best"], board["close"], "--json"])
-    assert "unit files refused" in result.output and board["close"] in result.output
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert result.output.startswith(f"error: run {board['close']}: unit file units/disc.parquet: its bytes")
     reader = UnitsReader(client)
     rows = mark_indistinguishable(leaderboard(collect_runs(board["experiment"])), reader).set_index("model")
     assert rows.loc["close · Flat", "test"] == "" and board["close"] in reader.refused  # no test, no crash

@@ -285,8 +285,12 @@ def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tm
     assert (sheet["first_only"], sheet["second_only"]) == (1, 1)
     assert Path(sheet["html"]).parent.name == f"compare-{run_b[:8]}-{run_a[:8]}"  # the default folder
 
-    parent_only = CliRunner().invoke(app, ["compare", "--runs", baseline, night, "--json"])  # no unit files
-    assert "sheet" not in json.loads(parent_only.stdout) and "warning: no compare sheet" in parent_only.stderr
+    # Two parents holding no metric of their own share none: refused in one line (issue 54), where
+    # this printed an empty table and exit 0.
+    parent_only = CliRunner().invoke(app, ["compare", "--runs", baseline, night, "--json"])
+    assert parent_only.exit_code == 2 and parent_only.stdout == ""
+    assert parent_only.stderr.strip().splitlines() == [
+        f"error: runs {baseline} and {night} share no metric: nothing to compare (compare two runs of one benchmark)"]
 
     monkeypatch.setenv("VSBENCH_FAILURE_ROWS", "0")  # sheets off: none, and no key
     result = CliRunner().invoke(app, ["compare", "--runs", run_a, run_b, "--json", "--sheet", "off"])

@@ -1,5 +1,6 @@
 """The runner's side of per-unit outcomes (vsbench.stats.records): intervals into records, unit files
-beside them, a plugin's own statistic by ``module:function``, and a benchmark that declares none."""
+beside them, a plugin's own statistic (registered through its ``vsbench.statistics`` entry point),
+and a benchmark that declares none."""
 
 from __future__ import annotations
 
@@ -28,9 +29,22 @@ def _units() -> Units:
     return Units("query", "colour_match", np.array([f"q{i}" for i in range(10)]),
                  {"hit": (ranks == 1).astype(np.int8), "rank": ranks},
                  {"top1_accuracy": {"statistic": "ratio", "num": "hit"},
-                  "median_rank": {"statistic": f"{__name__}:median_rank"}})
+                  "median_rank": {"statistic": "colour_match.median_rank"}})
 
 
+@pytest.fixture
+def plugin_statistic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``colour_match.median_rank`` registered as an installed plugin registers it: a distribution on
+    sys.path whose ``vsbench.statistics`` entry point names :func:`median_rank`."""
+    site = tmp_path_factory.mktemp("site")
+    info = site / "colour_match_stats-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: colour-match-stats\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[vsbench.statistics]\ncolour_match.median_rank = {__name__}:median_rank\n")
+    monkeypatch.syspath_prepend(str(site))
+
+
+@pytest.mark.usefixtures("plugin_statistic")
 def test_intervals_go_into_the_records_and_the_units_beside_them(tmp_path: Path) -> None:
     record = {"distance": "l2", "top1_accuracy": 0.5, "median_rank": 1.0, "n": 10}
     entries = add_intervals("colour_match", [record], [_units()], tmp_path, Resampling(200, 3))

@@ -46,7 +46,6 @@ def compare(
     marked * and the models indistinguishable from it ≈) and an HTML report; or, with --runs, two runs
     compared."""
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.reporting.html_report import write_report
@@ -54,12 +53,13 @@ def compare(
     from vsbench.reporting.pairs import compare_runs, render_pair
     from vsbench.reporting.runs import FailureSheets, collect_runs
     from vsbench.reporting.significance import UnitsReader
+    from vsbench.tracking.store import store_client
 
     # MLflow's download bars would interleave with the tables (and with --json); a unit file is small.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if experiment is None and runs is None:
         raise typer.BadParameter("name an --experiment (its leaderboard) or --runs FIRST SECOND (two runs compared)")
-    reader = UnitsReader(MlflowClient()) if tests or runs else None
+    reader = UnitsReader(store_client(), strict=runs is not None) if tests or runs else None
     pairs = []
     if runs is not None:
         with user_errors(LookupError, MlflowException):  # an unknown run id; a refused unit file (UnitsError)
@@ -95,7 +95,7 @@ def compare(
     else:
         lower = None
     title = (f"{experiment}" + (f": last {last} runs" if last else "")) if experiment else "runs compared"
-    sheets = FailureSheets(MlflowClient())  # each model's failure sheet linked (one listing per table column)
+    sheets = FailureSheets(store_client())  # each model's failure sheet linked (one listing per table column)
     write_report(records, report, title=title, lower_is_better=lower, reader=reader if tests else None,
                  pairs=pairs, sheets=sheets)
     for why in sheets.refused.values():

@@ -28,9 +28,10 @@ from vsbench.reporting.significance import (
     verdict_line,
 )
 from vsbench.stats.compare import Difference
-from vsbench.tracking.evaluations import EVALUATION_STEP, LOWER_TAG
+from vsbench.tracking.evaluations import BENCHMARK_TAG, EVALUATION_STEP, LOWER_TAG
 from vsbench.tracking.names import lower_is_better
 from vsbench.tracking.provenance import STEP_TAG
+from vsbench.tracking.units import TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,10 @@ def compare_runs(reader: UnitsReader, first_run_id: str, second_run_id: str,
                  metrics: list[str] | None = None) -> RunPair:
     """Every metric both runs hold (or those named), ``second - first``; see the module docstring."""
     first, second = reader.run(first_run_id), reader.run(second_run_id)
+    for run in (first, second):
+        if run.info.status != "FINISHED":  # a night in progress: its numbers may still change
+            raise CompareRefused(f"run {run.info.run_id} is {run.info.status}, not FINISHED: its numbers may still "
+                                 "change; compare it once it has finished")
     values_a, bounds_a = split_intervals(first.data.metrics)
     values_b, bounds_b = split_intervals(second.data.metrics)
     units_a, units_b = reader.units_run_id(first_run_id), reader.units_run_id(second_run_id)
@@ -111,17 +116,25 @@ def compare_runs(reader: UnitsReader, first_run_id: str, second_run_id: str,
         bounds_a = {**split_intervals(reader.run(units_a).data.metrics)[1], **bounds_a}
     if units_b and units_b != second_run_id:
         bounds_b = {**split_intervals(reader.run(units_b).data.metrics)[1], **bounds_b}
+    _same_benchmark(reader, first, second, units_a, units_b)
     shared = [m for m in values_a if m in values_b and (metrics is None or m in metrics)]
     if metrics:
         unknown = [m for m in metrics if m not in shared]
         if unknown:
             raise LookupError(f"runs {first_run_id} and {second_run_id} do not both hold {', '.join(unknown)}")
+    if not shared:
+        raise CompareRefused(f"runs {first_run_id} and {second_run_id} share no metric: nothing to compare "
+                             "(compare two runs of one benchmark)")
     resampling = resampling_of(dict(second.data.params), dict(first.data.params))
     nan2 = (math.nan, math.nan)
     rows: list[MetricPair] = []
     notes: list[str] = []
     for metric in sorted(shared):
+        _same_meaning(reader, metric, units_a, units_b)
         difference = (reader.difference(units_a, units_b, metric, resampling) if units_a and units_b else None)
+        if difference is not None:  # the units recompute the very numbers shown (issue 54)
+            _shown(metric, first_run_id, float(values_a[metric]), difference.first)
+            _shown(metric, second_run_id, float(values_b[metric]), difference.second)
         note = "" if difference is not None else "no unit files for it in both runs: no test"
         rows.append(MetricPair(metric, _higher(metric, second), float(values_a[metric]), float(values_b[metric]),
                                bounds_a.get(metric, nan2), bounds_b.get(metric, nan2), difference, note))
@@ -131,6 +144,47 @@ def compare_runs(reader: UnitsReader, first_run_id: str, second_run_id: str,
         notes.append(f"unpaired: {why}; each run bootstrapped on its own")
     notes += [f"unit files refused: {why}" for why in reader.refused.values()]
     return RunPair(first_run_id, second_run_id, _label(first), _label(second), rows, notes)
+
+
+class CompareRefused(LookupError):
+    """Two runs that cannot be compared (another benchmark, no shared metric, one still running): one
+    line, exit 2 (issue 54)."""
+
+    one_line = True
+
+
+def _benchmarks(reader: UnitsReader, run: Any, units_run: str) -> set[str]:
+    """What ``run`` says it scored: its benchmark tag or param, and its unit files' benchmarks."""
+    named = {run.data.tags.get(BENCHMARK_TAG, ""), run.data.params.get("benchmark", "")}
+    if units_run:
+        named |= {units.benchmark for units in reader.units(units_run).values()}
+    return {name for name in named if name}
+
+
+def _same_benchmark(reader: UnitsReader, first: Any, second: Any, units_a: str, units_b: str) -> None:
+    """Refuse two runs that name only different benchmarks (ABID counting against copy detection)."""
+    a, b = _benchmarks(reader, first, units_a), _benchmarks(reader, second, units_b)
+    if a and b and not a & b:
+        raise CompareRefused(f"runs {first.info.run_id} ({', '.join(sorted(a))}) and {second.info.run_id} "
+                             f"({', '.join(sorted(b))}) scored different benchmarks; compare two runs of one benchmark")
+
+
+def _same_meaning(reader: UnitsReader, metric: str, units_a: str, units_b: str) -> None:
+    """Refuse a metric whose unit files say it measures different things in the two runs (counting
+    accuracy against verification accuracy, both logged as ``accuracy``)."""
+    if not (units_a and units_b):
+        return
+    a, b = reader.units(units_a).get(metric), reader.units(units_b).get(metric)
+    if a is not None and b is not None and (a.benchmark, a.kind) != (b.benchmark, b.kind):
+        raise CompareRefused(f"{metric} means {a.benchmark} ({a.kind}s) in run {units_a} and {b.benchmark} "
+                             f"({b.kind}s) in run {units_b}: not one metric; compare runs of one benchmark")
+
+
+def _shown(metric: str, run_id: str, logged: float, recomputed: float) -> None:
+    if not (math.isclose(logged, recomputed, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+            or (math.isnan(logged) and math.isnan(recomputed))):
+        raise CompareRefused(f"run {run_id}: {metric} is logged as {logged!r} but its unit files give {recomputed!r}; "
+                             "refused (the units are not those behind the number)")
 
 
 def render_pair(pair: RunPair) -> str:

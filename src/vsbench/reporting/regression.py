@@ -275,9 +275,9 @@ def split_by_spread(drops: Sequence[dict[str, Any]], spread: Mapping[str, float]
 
 
 def _client():
-    from mlflow.tracking import MlflowClient
+    from vsbench.tracking.store import store_client
 
-    return MlflowClient()
+    return store_client()  # every call bounded by VSBENCH_TRACKING_TIMEOUT (issue 54)
 
 
 def night_metrics(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bool]]:

@@ -171,9 +171,9 @@ def split_metrics(metrics: Mapping[str, float], params: Mapping[str, str],
 
 
 def _client():
-    from mlflow.tracking import MlflowClient
+    from vsbench.tracking.store import store_client
 
-    return MlflowClient()
+    return store_client()  # every call bounded by VSBENCH_TRACKING_TIMEOUT (issue 54)
 
 
 def experiment_id(client: Any, experiment: str) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.stats.compare import Difference, compare, verdict
-from vsbench.stats.resample import Resampling
+from vsbench.stats.resample import MAX_RESAMPLES, Resampling
 from vsbench.stats.units import Units, UnitsError
 from vsbench.tracking.names import interval_name
 from vsbench.tracking.provenance import DATA_DIGEST_TAG, PARENT_TAG, STEP_TAG
@@ -73,7 +73,7 @@ def resampling_of(*params: Mapping[str, str]) -> Resampling:
             seed = int(found.get("ci_seed", "0") or 0)
         except ValueError:
             continue
-        if resamples >= 10:
+        if 10 <= resamples <= MAX_RESAMPLES:  # a param over the cap is not obeyed (it is data)
             return Resampling(resamples, seed)
     fallback = Resampling.from_env()
     return fallback if fallback.enabled else Resampling(seed=fallback.seed)
@@ -121,10 +121,13 @@ class UnitsReader:
     """Unit files of MLflow runs, each run's downloaded at most once (verified against its tag).
 
     ``refused`` keeps, per run, why its files cannot be used (a bad digest, a missing artifact): the
-    readers say it once and fall back to what they do without unit files."""
+    readers say it once and fall back to what they do without unit files. ``strict`` (``vsbench compare
+    --runs``): a refused file is raised instead, one line naming the run and the file, exit 2: a
+    comparison of two named runs has nothing to fall back to."""
 
     client: Any
     cache: Path | None = None
+    strict: bool = False
 
     def __post_init__(self) -> None:
         self._units: dict[str, dict[str, Units]] = {}
@@ -172,6 +175,8 @@ class UnitsReader:
             self.downloads += 1
             found = fetch_units(self.client, self.run(run_id), self.cache)
         except UnitsError as exc:
+            if self.strict:
+                raise
             self.refused[run_id] = str(exc)
             found = {}
         self._units[run_id] = found
@@ -205,6 +210,8 @@ class UnitsReader:
             try:
                 found = compare_metric(a, b, metric, chosen, same_data=self.same_data(first, second))
             except UnitsError as exc:  # the two files compute the metric differently
+                if self.strict:
+                    raise UnitsError(f"runs {first} and {second}: {metric}: {exc}") from None
                 self.refused.setdefault(f"{first} vs {second}", f"{metric}: {exc}")
         self._differences[key] = found
         return found

@@ -8,14 +8,21 @@ units written out one copy per draw (a query drawn twice is two queries), up to 
 with all weights 1 it is the scorer's number. Each statistic's tests check exactly that against the
 original scorer.
 
-Statistics are found by name in the ``STATISTICS`` dict of the modules in :data:`MODULES`; a name
-holding ``:`` is a ``module:function`` reference, for a benchmark plugin's own (docs/plugins.md).
+Statistics are found by name in a fixed registry (issue 54): vsbench's own, in the ``STATISTICS``
+dicts of :data:`BUILTIN_MODULES`, and a plugin's, each registered through the
+``vsbench.statistics`` entry point of the distribution that installed it (``name = "pkg.mod:fn"``,
+docs/plugins.md). A unit file is data written by whoever could write the run, so the name it holds
+only *selects* among those: it is never imported, evaluated or looked up as a path. A name that is
+not registered (``this:x``, ``builtins:print``, a typo) is a :class:`UnitsError`, and nothing runs.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import re
 from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
@@ -24,8 +31,11 @@ from vsbench.stats.units import Units, UnitsError
 
 Statistic = Callable[..., np.ndarray]
 
-# Modules whose STATISTICS dicts are looked in, in order (imported on first use).
-MODULES = ("vsbench.stats.statistics", "vsbench.stats.ranking", "vsbench.stats.curves")
+# vsbench's own modules whose STATISTICS dicts make the built-in registry: fixed names, in code.
+BUILTIN_MODULES = ("vsbench.stats.statistics", "vsbench.stats.ranking", "vsbench.stats.curves")
+ENTRY_POINT_GROUP = "vsbench.statistics"
+# What a statistic's name may look like: a plain identifier, dots allowed (``colour_match.median``).
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}")
 
 
 def ratio(units: Units, weights: np.ndarray, *, num: str, den: str | None = None, transform: str = "",
@@ -65,24 +75,65 @@ def _rows_where(units: Units, column: str, equals: Any) -> np.ndarray:
 STATISTICS: dict[str, Statistic] = {"ratio": ratio}
 
 
-def find(name: str) -> Statistic:
-    """The statistic called ``name`` (see the module docstring); an unknown name is a UnitsError."""
-    if ":" in name:
-        module, _, attribute = name.partition(":")
+@functools.cache
+def builtin() -> dict[str, Statistic]:
+    """vsbench's own statistics, name -> function (imports only vsbench's modules, by fixed name)."""
+    table: dict[str, Statistic] = {}
+    for module in BUILTIN_MODULES:
+        table.update(importlib.import_module(module).STATISTICS)
+    return table
+
+
+def plugin_names() -> dict[str, str]:
+    """name -> ``module:function`` of every statistic an installed plugin registers (nothing loaded)."""
+    return {entry.name: entry.value for entry in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known() -> list[str]:
+    """Every registered statistic's name, built-ins first."""
+    names = list(builtin())
+    return names + sorted(n for n in plugin_names() if n not in names)
+
+
+def check_name(name: Any) -> str:
+    """``name`` when it is a registered statistic's; else a one-line :class:`UnitsError`. Nothing is
+    imported on the way: the name is compared with the registry's names as text."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise UnitsError(f"statistic {str(name)[:60]!r} is not a statistic's name (vsbench runs only registered "
+                         f"statistics, never a module path from a file); known: {', '.join(known())}")
+    if name not in builtin() and name not in plugin_names():
+        raise UnitsError(f"unknown statistic {name!r}; known: {', '.join(known())} (a plugin registers its own "
+                         f"through the {ENTRY_POINT_GROUP!r} entry point)")
+    return name
+
+
+def find(name: Any) -> Statistic:
+    """The registered statistic called ``name`` (see the module docstring); anything else is a
+    UnitsError. A built-in name always means the built-in: a plugin cannot replace one."""
+    name = check_name(name)
+    table = builtin()
+    if name in table:
+        return table[name]
+    matches = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    entry = matches[0]
+    distribution = entry.dist.name if entry.dist else entry.module.partition(".")[0]
+    try:
+        function = entry.load()
+    except Exception as exc:  # whatever the installed plugin raised: one line naming it
+        raise UnitsError(f"statistic {name!r} ({entry.value}, from {distribution}) cannot be loaded: "
+                         f"{type(exc).__name__}: {exc}; fix or uninstall {distribution}") from None
+    if not callable(function):
+        raise UnitsError(f"statistic {name!r} ({entry.value}, from {distribution}) is not a function")
+    return function
+
+
+def check_units(units: Units) -> None:
+    """Every statistic ``units`` names is registered (a UnitsError naming the first that is not)."""
+    for metric, spec in units.metrics.items():
         try:
-            return getattr(importlib.import_module(module), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise UnitsError(f"statistic {name!r} cannot be imported ({exc})") from None
-    known: list[str] = []
-    for module_name in MODULES:
-        try:
-            table = importlib.import_module(module_name).STATISTICS
-        except ImportError:
-            continue
-        if name in table:
-            return table[name]
-        known += list(table)
-    raise UnitsError(f"unknown statistic {name!r}; known: {', '.join(sorted(known))}")
+            check_name(spec.get("statistic"))
+        except UnitsError as exc:
+            raise UnitsError(f"metric {metric!r}: {exc}") from None
 
 
 def evaluate(units: Units, weights: np.ndarray, metrics: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, np.ndarray]:
@@ -91,5 +142,10 @@ def evaluate(units: Units, weights: np.ndarray, metrics: Mapping[str, Mapping[st
     out: dict[str, np.ndarray] = {}
     for metric, spec in specs.items():
         params = {k: v for k, v in spec.items() if k != "statistic"}
-        out[metric] = np.asarray(find(str(spec["statistic"]))(units, weights, **params), dtype=np.float64)
+        statistic = find(spec.get("statistic"))
+        try:
+            out[metric] = np.asarray(statistic(units, weights, **params), dtype=np.float64)
+        except (TypeError, KeyError, IndexError) as exc:  # params a unit file got wrong, not a crash
+            raise UnitsError(f"metric {metric!r}: statistic {spec.get('statistic')!r} cannot use the params "
+                             f"{sorted(params)} on these units ({type(exc).__name__}: {str(exc)[:120]})") from None
     return out

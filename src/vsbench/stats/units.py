@@ -26,9 +26,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, model_validator
 
 METADATA_KEY = b"vsbench.units"
 VERSION = 1
@@ -297,9 +298,7 @@ def units_from_bytes(data: bytes, where: str = "unit file") -> Units:
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
         raise UnitsError(f"{where}: no {METADATA_KEY.decode()} metadata; not a vsbench unit file")
-    meta = json.loads(raw)
-    if meta.get("version") != VERSION:
-        raise UnitsError(f"{where}: unit file version {meta.get('version')!r}, this vsbench reads {VERSION}")
+    meta = parse_metadata(raw, where)
     import pyarrow as pa
 
     columns: dict[str, Any] = {}
@@ -318,5 +317,67 @@ def units_from_bytes(data: bytes, where: str = "unit file") -> Units:
         else:
             columns[name] = column.to_numpy(zero_copy_only=False)
     clusters = table.column(CLUSTER).to_numpy(zero_copy_only=False) if CLUSTER in table.column_names else None
-    return Units(meta["kind"], meta["benchmark"], table.column(UNIT).to_numpy(zero_copy_only=False), columns,
-                 meta["metrics"], clusters, meta.get("variant", ""))
+    if UNIT not in table.column_names:
+        raise UnitsError(f"{where}: no {UNIT!r} column; not a vsbench unit file")
+    try:
+        return Units(meta.kind, meta.benchmark, table.column(UNIT).to_numpy(zero_copy_only=False), columns,
+                     {m: spec.model_dump() for m, spec in meta.metrics.items()}, clusters, meta.variant)
+    except UnitsError as exc:
+        raise UnitsError(f"{where}: {exc}") from None
+
+
+class StatisticSpec(BaseModel):
+    """One metric's statistic as a unit file names it: the statistic's *name* (looked up in the fixed
+    registry, :mod:`vsbench.stats.statistics`, never imported) and its keyword params, plain JSON
+    values under identifier keys (``units`` and ``weights`` are the statistic's own arguments)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    statistic: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+
+    @model_validator(mode="after")
+    def _plain_params(self) -> StatisticSpec:
+        for key, value in (self.model_extra or {}).items():
+            if not key.isidentifier() or key in ("units", "weights"):
+                raise ValueError(f"param {key[:40]!r} is not a statistic's keyword")
+            if not _plain(value):
+                raise ValueError(f"param {key!r} is not a number, text, boolean or list of them")
+        return self
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, list) and depth < 2 and all(_plain(v, depth + 1) for v in value)
+
+
+class UnitsMetadata(BaseModel):
+    """A unit file's ``vsbench.units`` metadata, parsed strictly: it is data written by whoever wrote
+    the run, so every field is checked and anything else is refused (issue 54)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    kind: Literal["query", "question", "pair", "seed"]
+    benchmark: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    variant: Annotated[str, StringConstraints(max_length=1000)] = ""
+    metrics: dict[Annotated[str, StringConstraints(min_length=1, max_length=250)], StatisticSpec]
+    version: Literal[1]
+
+
+def parse_metadata(raw: bytes, where: str) -> UnitsMetadata:
+    """The metadata of the unit file ``where`` (a run and an artifact, or a path), or one line saying
+    what is wrong with it: broken JSON, another version, a missing or malformed field."""
+    try:
+        meta = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UnitsError(f"{where}: its {METADATA_KEY.decode()} metadata is not JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise UnitsError(f"{where}: its {METADATA_KEY.decode()} metadata is not a JSON object")
+    if meta.get("version") != VERSION:
+        raise UnitsError(f"{where}: unit file version {str(meta.get('version'))[:20]!r}, this vsbench reads {VERSION}")
+    try:
+        return UnitsMetadata.model_validate(meta)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "metadata"
+        raise UnitsError(f"{where}: its {METADATA_KEY.decode()} metadata is broken: {field}: "
+                         f"{first['msg']} ({exc.error_count()} problem(s)); score the run again to write it anew"
+                         ) from None

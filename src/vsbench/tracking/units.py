@@ -11,15 +11,20 @@ file whose bytes differ is refused naming the run and the file.
 from __future__ import annotations
 
 import json
+import math
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vsbench.stats.units import Units, UnitsError, read_units
+from vsbench.stats.units import Units, UnitsError, digest_of, units_from_bytes
 
 UNITS_TAG = "vsbench.units"
 UNITS_DIR = "units"
+TOLERANCE = 1e-9  # a unit file's recomputed metric and the run's logged one agree this closely
+_ARTIFACT = re.compile(r"units/(?!\.\.?$)[^/\\\x00-\x1f]{1,250}")  # one file right under units/
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def log_unit_files(client: Any, run_id: str, files: Mapping[str, str]) -> None:
@@ -38,28 +43,86 @@ def log_unit_files(client: Any, run_id: str, files: Mapping[str, str]) -> None:
     client.set_tag(run_id, UNITS_TAG, json.dumps(named, sort_keys=True))
 
 
-def fetch_units(client: Any, run: Any, cache: Path | None = None) -> dict[str, Units]:
+def named_files(run: Any) -> dict[str, str]:
+    """The run's :data:`UNITS_TAG` parsed strictly: ``{units/<name>: sha256}``; anything else (broken
+    JSON, a path outside ``units/``, a digest that is not 64 hex digits) is one UnitsError naming the run."""
+    raw = run.data.tags.get(UNITS_TAG) or "{}"
+    try:
+        named = json.loads(raw)
+    except ValueError:
+        named = None
+    if not isinstance(named, dict) or not all(
+            isinstance(k, str) and _ARTIFACT.fullmatch(k) and isinstance(v, str) and _SHA256.fullmatch(v)
+            for k, v in named.items()):
+        raise UnitsError(f"run {run.info.run_id}: its {UNITS_TAG} tag is not a JSON object of "
+                         f"{{'{UNITS_DIR}/<file>.parquet': sha256}} ({raw[:60]!r}); score the run again")
+    return named
+
+
+def fetch_units(client: Any, run: Any, cache: Path | None = None,
+                logged: Mapping[str, float] | None = None) -> dict[str, Units]:
     """metric -> the Units that recompute it, for one MLflow run (empty when it logged none).
 
-    Raises :class:`~vsbench.stats.units.UnitsError` naming the run and the file when a file is
-    missing or its bytes are not those the tag names."""
-    named = json.loads(run.data.tags.get(UNITS_TAG) or "{}")
+    A unit file is believed only when (issue 54): its bytes are those the tag names; its metadata
+    passes the strict schema (:class:`~vsbench.stats.units.UnitsMetadata`); every statistic it names
+    is registered (:mod:`vsbench.stats.statistics`; nothing is imported by name from the file); and
+    each metric it recomputes that the run logged (``logged``, default the run's own metrics) comes
+    out of the units at the logged value, to :data:`TOLERANCE`. The tag and the file are written by
+    whoever can write the run, so the digest alone proves nothing; the logged number is what every
+    table shows, and units that do not reproduce it are not the units behind it. A metric the run did
+    not log is left out (nothing to check it against). Anything else raises a one-line
+    :class:`~vsbench.stats.units.UnitsError` naming the run and the file."""
+    from vsbench.stats.statistics import check_units
+
+    run_id = run.info.run_id
+    named = named_files(run)
     out: dict[str, Units] = {}
     if not named:
         return out
+    values = dict(run.data.metrics) if logged is None else dict(logged)
     folder = Path(cache) if cache else Path(tempfile.mkdtemp(prefix="vsbench-units-"))
     for artifact, sha256 in sorted(named.items()):
-        target = folder / run.info.run_id
+        where = f"run {run_id}: unit file {artifact}"
+        target = folder / run_id
         target.mkdir(parents=True, exist_ok=True)
         try:
-            local = client.download_artifacts(run.info.run_id, artifact, str(target))
+            local = client.download_artifacts(run_id, artifact, str(target))
+            data = Path(local).read_bytes()
+        except UnitsError:
+            raise
         except Exception as exc:  # noqa: BLE001 - MLflow raises several types for a missing artifact
-            raise UnitsError(f"run {run.info.run_id}: its unit file {artifact} cannot be downloaded "
-                             f"({type(exc).__name__}: {exc})") from None
+            if getattr(exc, "one_line", False):  # the store itself is down or slow: that line says so
+                raise
+            raise UnitsError(f"{where} cannot be downloaded ({type(exc).__name__}: {str(exc)[:200]})") from None
+        if digest_of(data) != sha256:
+            raise UnitsError(f"{where}: its bytes are not those the run's {UNITS_TAG} tag names (sha256 "
+                             f"{digest_of(data)[:12]}..., named {sha256[:12]}...); score the run again")
+        units = units_from_bytes(data, where)
         try:
-            units = read_units(Path(local), sha256)
+            check_units(units)
         except UnitsError as exc:
-            raise UnitsError(f"run {run.info.run_id}: {exc}") from None
+            raise UnitsError(f"{where}: {exc}") from None
         for metric in units.metrics:
-            out[metric] = units
+            if metric in values:
+                out[metric] = units
+        check_logged(units, {m: values[m] for m in units.metrics if m in values}, where)
     return out
+
+
+def check_logged(units: Units, logged: Mapping[str, float], where: str) -> None:
+    """Each metric in ``logged`` recomputed from ``units`` (every weight 1: the scorer's own number, by
+    the statistics' contract) equals its logged value to :data:`TOLERANCE`; else one UnitsError naming
+    ``where``, the metric and both values."""
+    import numpy as np
+
+    from vsbench.stats.statistics import evaluate
+
+    if not logged:
+        return
+    recomputed = evaluate(units, np.ones((1, len(units)), dtype=np.int32), {m: units.metrics[m] for m in logged})
+    for metric, value in sorted(logged.items()):
+        again = float(recomputed[metric][0])
+        if not (math.isclose(again, float(value), rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+                or (math.isnan(again) and math.isnan(float(value)))):
+            raise UnitsError(f"{where}: its units give {metric} = {again!r}, the run logged {float(value)!r}; "
+                             "these are not the units behind the logged number (refused)")
