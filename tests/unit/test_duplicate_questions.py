@@ -84,3 +84,21 @@ def test_verification_repeat_with_one_label_is_scored_with_a_warning(tmp_path: P
 def test_verification_without_repeats_warns_nothing(tmp_path: Path) -> None:
     result, _ = _score("abid-verification", tmp_path, [[5, "B1", 1, []], [6, "B1", 0, []]], [1, 0])
     assert result.exit_code == 0 and "warning" not in result.stderr, result.output
+
+
+def test_product_search_candidate_listed_twice_is_refused_naming_it(tmp_path: Path) -> None:
+    from vsbench.benchmarks.product_search.readers import read_product_queries
+    from vsbench.io.inputs import InputError
+
+    queries = tmp_path / "queries.jsonl"
+    candidates = [{"candidate_pid": "P1", "label": 1}, {"candidate_pid": "P2", "label": 0},
+                  {"candidate_pid": "P1", "label": 1}]
+    queries.write_text(json.dumps({"source_pid": "S", "candidates": candidates[:2]}) + "\n"
+                       + json.dumps({"source_pid": "S", "candidates": candidates}) + "\n")
+    try:
+        read_product_queries(queries)
+    except InputError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a candidate listed twice was read")
+    assert message.startswith(f"{queries}:2: candidate_pid 'P1' appears twice") and "candidates 1 and 3" in message
