@@ -127,7 +127,7 @@ def _arrow_unit_ids(matched: Matched, codes: np.ndarray, queries: Any, gt_query:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from vsbench.io.ids import merged_values, numpy_texts
+    from vsbench.io.ids import merged_values, numpy_texts, release_memory
 
     text = pa.large_string()
     texts = merged_values(matched.pred_query, matched.gt_query).take(pa.array(codes))  # type: ignore[arg-type]
@@ -142,7 +142,11 @@ def _arrow_unit_ids(matched: Matched, codes: np.ndarray, queries: Any, gt_query:
     ids = pa.concat_arrays([named, others])
     del named, others
     rows = pc.index_in(texts, value_set=ids).to_numpy(zero_copy_only=False)
-    return numpy_texts(ids), rows
+    del texts
+    unit_ids = numpy_texts(ids)
+    del ids
+    release_memory()  # the hash tables and texts above: Arrow's pool keeps freed pages otherwise
+    return unit_ids, rows
 
 
 def _code_texts(matched: Any, codes: np.ndarray) -> list[str]:
