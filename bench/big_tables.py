@@ -25,6 +25,7 @@ the file's size. The goal: at most 3x.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -61,9 +62,9 @@ print(json.dumps({"seconds": seconds, "peak": peak, "rows": len(table.query_ids)
 """
 
 
-def write_predictions(path: Path, rows: int) -> None:
+def write_predictions(path: Path, rows: int, per_query: int = 20) -> None:
     rng = np.random.default_rng(0)
-    queries = np.arange(rows) // 20
+    queries = np.arange(rows) // per_query
     references = (np.arange(rows) * 7919 + queries) % 1_000_000
     scores = rng.random(rows).astype(np.float32).astype(np.float64)
     with path.open("w") as out:
@@ -114,50 +115,71 @@ print(status("VmHWM"), file=sys.stderr)
 """
 
 
-def write_score_ground_truth(path: Path, rows: int) -> None:
-    """One row per query of :func:`write_predictions`' file: a third without a copy, the others with
-    their third prediction as the copy."""
+def write_score_ground_truth(path: Path, rows: int, per_query: int = 20) -> None:
+    """One row per query of :func:`write_predictions`' file: a third without a copy (query 0 among
+    them, unless the file has a single query: then the one-row baseline's query has its copy), the
+    others with their fourth prediction (the last, with fewer) as the copy."""
+    n_queries, offset = -(-rows // per_query), min(3, per_query - 1)
     with path.open("w") as out:
         out.write("query_id,reference_id\n")
-        out.writelines(f"Q{q:06d}," + ("" if q % 3 == 0 else f"R{((q * 20 + 3) * 7919 + q) % 1_000_000:06d}") + "\n"
-                       for q in range(-(-rows // 20)))
+        out.writelines(f"Q{q:06d}," + ("" if q % 3 == 0 and n_queries > 1 else
+                                        f"R{((q * per_query + offset) * 7919 + q) % 1_000_000:06d}") + "\n"
+                       for q in range(n_queries))
 
 
-def measure_score(rows_list: list[int]) -> list[dict]:
-    """Peak of the whole ``score copy-detection`` over the interpreter's, per file size."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VSBENCH_RESAMPLES": "1000", "VSBENCH_DEFAULT_STORE": "off"}
-    with tempfile.TemporaryDirectory() as tmp:  # the interpreter's own: the same command on 20 predictions
-        tiny, tiny_gt = Path(tmp) / "preds.csv", Path(tmp) / "gt.csv"
-        write_predictions(tiny, 20)
-        write_score_ground_truth(tiny_gt, 20)
-        done = subprocess.run([sys.executable, "-c", _SCORE_CHILD, "--predictions", str(tiny), "--gt", str(tiny_gt),
-                               "--output", str(Path(tmp) / "metrics.csv"), "--no-track"],
-                              capture_output=True, text=True, env=env)
-        baseline = int(done.stderr.split()[-1])
-    print(f"interpreter: the same command on 20 predictions peaks at {baseline / 2**20:.0f} MiB")
-    print(f"{'rows':>11} {'file MB':>8} {'peak MiB':>9} {'over interpreter / file':>24} {'seconds':>8}")
+def _score_once(src: Path, preds: Path, gt: Path, folder: Path) -> dict:
+    """One ``score copy-detection`` with the package at ``src``: its peak, seconds and the sha256 of
+    the metrics and unit files it wrote (removed after)."""
+    env = {**os.environ, "PYTHONPATH": str(src), "VSBENCH_RESAMPLES": "1000", "VSBENCH_DEFAULT_STORE": "off"}
+    metrics = folder / "metrics.json"
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _SCORE_CHILD, "--predictions", str(preds), "--gt", str(gt),
+                           "--output", str(metrics), "--no-track"], capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - started
+    written = [metrics, metrics.with_name("metrics.units.parquet")]
+    if not all(path.exists() for path in written):
+        raise SystemExit(f"score copy-detection ({src}) failed on {preds}:\n{done.stderr[-2000:]}")
+    digests = [hashlib.sha256(path.read_bytes()).hexdigest() for path in written]
+    for path in written:
+        path.unlink()
+    return {"peak": int(done.stderr.split()[-1]), "seconds": seconds, "digests": digests}
+
+
+def measure_score(rows_list: list[int], per_query: int, old_ref: str | None) -> list[dict]:
+    """Peak of the whole ``score copy-detection`` over the same command's on one prediction, per file
+    size, with ``old_ref``'s package (from git) and this checkout's side by side; both must write the
+    same bytes."""
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        sources = {"new": REPO / "src"}
+        if old_ref:
+            (folder / "old").mkdir()
+            sources = {"old": old_source(old_ref, folder / "old"), **sources}
+        preds, gt = folder / "preds.csv", folder / "gt.csv"
+        write_predictions(preds, 1, per_query)  # the baseline: every import, intervals and units on one row
+        write_score_ground_truth(gt, 1, per_query)
+        baseline = {name: _score_once(src, preds, gt, folder)["peak"] for name, src in sources.items()}
+        print("one prediction (the baseline): " + ", ".join(f"{name} {peak / 2**20:.0f} MiB"
+                                                             for name, peak in baseline.items()))
+        print(f"{'rows':>11} {'queries':>10} {'file MB':>8} "
+              + " ".join(f"{name + ' peak MiB':>13} {name + ' over base/file':>19}" for name in sources)
+              + " " + " ".join(f"{name + ' s':>7}" for name in sources))
         for rows in rows_list:
-            preds, gt = folder / "preds.csv", folder / "gt.csv"
-            write_predictions(preds, rows)
-            write_score_ground_truth(gt, rows)
+            write_predictions(preds, rows, per_query)
+            write_score_ground_truth(gt, rows, per_query)
             size = preds.stat().st_size
-            started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-c", _SCORE_CHILD, "--predictions", str(preds), "--gt", str(gt),
-                                   "--output", str(folder / "metrics.csv"), "--no-track"],
-                                  capture_output=True, text=True, env=env)
-            seconds = time.perf_counter() - started
-            if not (folder / "metrics.csv").exists():
-                raise SystemExit(f"score copy-detection failed at {rows:,} rows:\n{done.stderr[-2000:]}")
-            peak = int(done.stderr.split()[-1])
-            row = {"rows": rows, "file_bytes": size, "peak_bytes": peak, "baseline_bytes": baseline,
-                   "ratio": (peak - baseline) / size, "seconds": seconds}
+            row: dict = {"rows": rows, "queries": -(-rows // per_query), "file_bytes": size}
+            for name, src in sources.items():
+                run = _score_once(src, preds, gt, folder)
+                row[name] = {"peak_bytes": run["peak"], "baseline_bytes": baseline[name], "seconds": run["seconds"],
+                             "ratio": (run["peak"] - baseline[name]) / size, "digests": run["digests"]}
+            if old_ref and row["old"]["digests"] != row["new"]["digests"]:
+                raise SystemExit(f"{rows:,} rows: {old_ref} and this checkout wrote different metrics or unit files")
             results.append(row)
-            print(f"{rows:>11,} {size / 1e6:>8.1f} {peak / 2**20:>9.0f} {row['ratio']:>23.2f}x {seconds:>8.1f}",
-                  flush=True)
-            (folder / "metrics.csv").unlink()
+            print(f"{rows:>11,} {row['queries']:>10,} {size / 1e6:>8.1f} "
+                  + " ".join(f"{row[n]['peak_bytes'] / 2**20:>13.0f} {row[n]['ratio']:>18.2f}x" for n in sources)
+                  + " " + " ".join(f"{row[n]['seconds']:>7.1f}" for n in sources), flush=True)
     return results
 
 
@@ -166,10 +188,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_500_000)
     parser.add_argument("--old-ref", default="c8c45c9", help="git commit whose readers are 'old'")
     parser.add_argument("--score", default="", help="comma-separated prediction rows: measure the whole command")
+    parser.add_argument("--per-query", type=int, default=20, help="--score: predictions a query (issue 54: 3)")
+    parser.add_argument("--score-old-ref", default="",
+                        help="--score: also run this git commit's package, side by side (same bytes required)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.score:
-        results = measure_score([int(n) for n in args.score.split(",")])
+        results = measure_score([int(n) for n in args.score.split(",")], args.per_query, args.score_old_ref or None)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
         return

@@ -100,6 +100,8 @@ def read_counting_ground_truth(path: str | Path) -> np.ndarray:
     entries = _entries(path, 2, "[image_index, quantity]")
     cap = max_count_classes()
     quantities = [_int_field(path, n, e[1], "quantity") for n, e in enumerate(entries, 1)]
+    _refuse_repeats(path, [(repr(e[0]), f"image {quote(e[0], 40)}", f"quantity {q}") for e, q in zip(entries, quantities)],
+                    "an image has one count; keep one entry per image")
     if (row := first_true(np.asarray([q >= cap for q in quantities]))) is not None:
         raise InputError(path, f"entry {row + 1}: quantity {quote(quantities[row], 40)} is over the largest count "
                                f"scored, {cap - 1} (set VSBENCH_MAX_COUNT_CLASSES to raise it)")
@@ -112,7 +114,23 @@ def read_verification_ground_truth(path: str | Path) -> np.ndarray:
     path = Path(path)
     entries = _entries(path, 3, "[image_index, asin, 0|1, [train indices]]")
     labels = [_int_field(path, n, e[2], "label", (0, 1)) for n, e in enumerate(entries, 1)]
+    # The same (image, asin) twice with one label is scored twice, as the challenge's script does
+    # (the score command warns); with two labels it is a question with two true answers: refused.
+    first: dict[str, tuple[int, int]] = {}
+    for number, (entry, label) in enumerate(zip(entries, labels), start=1):
+        seen = first.setdefault(repr(entry[:2]), (number, label))
+        if seen[1] != label:
+            raise InputError(path, f"image {quote(entry[0], 40)}, asin {quote(entry[1], 40)} is listed twice with "
+                                   f"two answers, entries {seen[0]} (label {seen[1]}) and {number} (label {label}); "
+                                   "keep the entry that is true")
     return np.asarray(labels, dtype=np.int64)
+
+
+def repeated_questions(ids: np.ndarray) -> list[str]:
+    """The question ids :func:`vsbench.abid.units.question_ids` gave a repeated copy (``#2``, ...)."""
+    import re
+
+    return [i for i in np.asarray(ids, dtype=str).tolist() if re.search(r"#\d+$", i)]
 
 
 @names_memory_errors
@@ -132,7 +150,22 @@ def read_quantity_ground_truth(path: str | Path) -> np.ndarray:
             raise InputError(path, f"entry {number}: label {label} contradicts true quantity {true_qty} "
                                    f"and asked quantity {asked}")
         labels.append(label)
+    _refuse_repeats(path, [(repr(e[:2] + e[4:5]), f"image {quote(e[0], 40)}, asin {quote(e[1], 40)}, asked quantity {e[4]}",
+                            f"true quantity {e[3]}") for e in entries],
+                    "each question is asked once; keep one entry per (image, asin, asked quantity)")
     return np.asarray(labels, dtype=np.int64)
+
+
+def _refuse_repeats(path: Path, keyed: list[tuple[str, str, str]], fix: str) -> None:
+    """Refuse a ground truth that asks one question twice (issue 54), naming the question, both
+    entries and their answers: the scorers count every entry, so a repeated question weighs twice in
+    accuracy and RMSE (and answers the same prediction twice, or contradicts itself), silently."""
+    first: dict[str, tuple[int, str]] = {}  # the question's JSON values (repr: 5 and "5" differ) -> its entry
+    for number, (key, name, answer) in enumerate(keyed, start=1):
+        seen = first.setdefault(key, (number, answer))
+        if seen[0] != number:
+            same = "the same answer" if seen[1] == answer else f"{seen[1]}, then {answer}"
+            raise InputError(path, f"{name} is listed twice, entries {seen[0]} and {number} ({same}); {fix}")
 
 
 @names_memory_errors

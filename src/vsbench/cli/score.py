@@ -334,6 +334,10 @@ def abid_verification(
         m = verification_metrics(result.values, truth[: result.values.size])
         ids = abid_readers.read_question_ids(gt, "verification")[: result.values.size]
     _warn(result.notes)
+    if repeated := abid_readers.repeated_questions(ids):  # each copy weighs in accuracy (issue 54)
+        _warn([f"{gt}: {len(repeated)} question(s) are listed more than once with the same label (e.g. "
+               f"{repeated[0].rsplit('#', 1)[0]}); each copy is scored, as the challenge's script does, so they "
+               "weigh more than once in accuracy, precision and recall"])
     if m.precision == 0.0 and not np.any(result.values == 1):
         _warn([f"precision is 0: no answer in {pred} is 1, so it is 0/0 (reported as 0, as sklearn's zero_division=0)"])
     if m.recall == 0.0 and not np.any(truth[: result.values.size] == 1):

@@ -39,6 +39,31 @@ def text_array(texts: Iterable[str]) -> pa.LargeStringArray:
     return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
 
 
+def numpy_texts(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Arrow text as the numpy ``U`` array ``np.asarray(values.to_pylist(), dtype=str)`` gives, without
+    a Python str per value (issue 54: a million query ids are 28 MB of ``U7``, and were ~90 MB of str
+    objects on the way). ASCII text is copied byte by byte into a fixed-width array and widened;
+    other text (and nulls) take the plain way."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], type=values.type)
+    count = len(values)
+    if not count or values.null_count:
+        return np.asarray(values.to_pylist(), dtype=str)
+    text = values.cast(pa.large_string())
+    buffers = text.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64, count=count + 1, offset=text.offset * 8)
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, dtype=np.uint8)
+    if offsets[-1] > offsets[0] and int(data[offsets[0]:offsets[-1]].max()) >= 128:
+        return np.asarray(values.to_pylist(), dtype=str)
+    lengths = np.diff(offsets)
+    width = max(1, int(lengths.max()))
+    fixed = np.zeros((count, width), dtype=np.uint8)
+    for place in range(width):
+        rows = np.flatnonzero(lengths > place)
+        fixed[rows, place] = data[offsets[rows] + place]
+    return fixed.view(f"S{width}").ravel().astype(f"U{width}")
+
+
 def release_memory() -> None:
     """Hand freed memory back to the system now (Arrow's allocator, and glibc's heap where there is
     one): both keep freed pages for reuse, and a sort's temporaries left that way counted as much as
@@ -356,11 +381,17 @@ class IdColumn:
         return codes
 
 
+def merged_values(first: Ids, second: Ids) -> pa.Array:
+    """The distinct ids of two columns, sorted: what :func:`shared_codes`' codes number (code ``c`` is
+    the text ``merged_values(first, second)[c]``)."""
+    merged = pc.unique(pa.chunked_array([ids.values.cast(pa.large_string()) for ids in (first, second)]))
+    return merged.take(pc.array_sort_indices(merged))
+
+
 def shared_codes(first: Ids, second: Ids) -> tuple[np.ndarray, np.ndarray, int]:
     """Codes of two id columns in one numbering (their values merged, sorted) and its size: equal
     codes exactly when the ids are equal, ordered as the ids are."""
-    merged = pc.unique(pa.chunked_array([ids.values.cast(pa.large_string()) for ids in (first, second)]))
-    merged = merged.take(pc.array_sort_indices(merged))
+    merged = merged_values(first, second)
     codes = [pc.index_in(ids.values.cast(pa.large_string()), value_set=merged)
              .to_numpy(zero_copy_only=False).astype(np.int64)[ids.codes] for ids in (first, second)]
     return codes[0], codes[1], len(merged)

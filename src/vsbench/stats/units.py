@@ -220,7 +220,9 @@ class Units:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        arrays: dict[str, Any] = {UNIT: pa.array([str(i) for i in self.ids], type=pa.string())}
+        ids = np.asarray(self.ids)  # a numpy text array goes over without a Python str per unit (issue 54)
+        arrays: dict[str, Any] = {UNIT: _one_chunk(pa.array(ids, type=pa.string())) if ids.dtype.kind == "U"
+                                  else pa.array([str(i) for i in self.ids], type=pa.string())}
         if self.clusters is not None:
             arrays[CLUSTER] = pa.array([str(c) for c in self.clusters], type=pa.string())
         for name, values in self.columns.items():

@@ -72,20 +72,15 @@ def copy_detection_units(
     used[matched.q_codes] = True
     used[matched.gt_codes] = True
     codes = np.flatnonzero(used)
-    texts = _code_texts(matched, codes)
-
-    if queries is not None and _is_ids(queries):
-        queries = queries.tolist()  # type: ignore[attr-defined]  # e.g. the reader's listed_queries
-    named = [str(q) for q in queries] if queries is not None else []
-    ids = list(dict.fromkeys([*named, *_no_copy_queries(gt_query, gt_reference)]))
-    position = {text: row for row, text in enumerate(ids)}
-    for text in texts:
-        if text not in position:
-            position[text] = len(ids)
-            ids.append(text)
-    row_of = np.full(n_codes, -1, dtype=np.int32 if len(ids) < 2**31 else np.int64)  # 4 bytes a prediction
-    row_of[codes] = [position[t] for t in texts]
+    if all(_is_ids(column) for column in (matched.pred_query, matched.gt_query, gt_query, gt_reference)) and (
+            queries is None or _is_ids(queries)):
+        ids, rows = _arrow_unit_ids(matched, codes, queries, gt_query, gt_reference)
+    else:
+        ids, rows = _python_unit_ids(matched, codes, queries, gt_query, gt_reference)
     n = len(ids)
+    row_of = np.full(n_codes, -1, dtype=np.int32 if n < 2**31 else np.int64)  # 4 bytes a prediction
+    row_of[codes] = rows
+    del rows
 
     unit = row_of[matched.q_codes]
     gt_unit = row_of[matched.gt_query_codes]
@@ -102,7 +97,56 @@ def copy_detection_units(
         "n_positives": n_positives,
         "correct_at_1": correct,
     }
-    return Units("query", benchmark, np.asarray(ids, dtype=str), columns, COPY_DETECTION_METRICS, variant=variant)
+    return Units("query", benchmark, ids, columns, COPY_DETECTION_METRICS, variant=variant)
+
+
+def _python_unit_ids(matched: Matched, codes: np.ndarray, queries: Any, gt_query: ArrayLike,
+                     gt_reference: ArrayLike) -> tuple[np.ndarray, Any]:
+    """The unit ids (``queries``, the no-copy queries, then the others by code) and the unit row of
+    each code in ``codes``, for id columns of any kind (numbers, numpy text)."""
+    texts = _code_texts(matched, codes)
+    if queries is not None and _is_ids(queries):
+        queries = queries.tolist()
+    named = [str(q) for q in queries] if queries is not None else []
+    ids = list(dict.fromkeys([*named, *_no_copy_queries(gt_query, gt_reference)]))
+    position = {text: row for row, text in enumerate(ids)}
+    for text in texts:
+        if text not in position:
+            position[text] = len(ids)
+            ids.append(text)
+    return np.asarray(ids, dtype=str), [position[t] for t in texts]
+
+
+def _arrow_unit_ids(matched: Matched, codes: np.ndarray, queries: Any, gt_query: Any,
+                    gt_reference: Any) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`_python_unit_ids` gives, in the same order, for the readers' ``Ids`` columns, in
+    Arrow (issue 54): a million queries once cost a Python str, a dict entry and a list slot each
+    (over 400 MB at the peak); here their text is held once, as Arrow and as the ``U`` array of ids.
+    Codes number the two query columns' merged distinct ids, so a code's text is one lookup, and
+    distinct codes have distinct texts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from vsbench.io.ids import merged_values, numpy_texts, release_memory
+
+    text = pa.large_string()
+    texts = merged_values(matched.pred_query, matched.gt_query).take(pa.array(codes))  # type: ignore[arg-type]
+    parts = []
+    if queries is not None:
+        parts.append(queries.values.cast(text).take(pa.array(queries.codes)))
+    empty = gt_reference.value_index("")
+    if empty is not None:
+        parts.append(gt_query.values.cast(text).take(pa.array(gt_query.codes[gt_reference.codes == empty])))
+    named = pc.unique(pa.chunked_array(parts, type=text)) if parts else pa.array([], type=text)  # first-seen order
+    others = texts.filter(pc.invert(pc.is_in(texts, value_set=named)))
+    ids = pa.concat_arrays([named, others])
+    del named, others
+    rows = pc.index_in(texts, value_set=ids).to_numpy(zero_copy_only=False)
+    del texts
+    unit_ids = numpy_texts(ids)
+    del ids
+    release_memory()  # the hash tables and texts above: Arrow's pool keeps freed pages otherwise
+    return unit_ids, rows
 
 
 def _code_texts(matched: Any, codes: np.ndarray) -> list[str]:
@@ -131,7 +175,9 @@ def _coded(ids: Any, rows: np.ndarray, offsets: np.ndarray) -> ListColumn:
     """Rows ``rows`` of an id column as a coded text list column: a reader's :class:`~vsbench.io.ids.Ids`
     gives its own codes and distinct values (no text per row is ever made); other arrays are coded here."""
     if _is_ids(ids):
-        distinct = np.asarray(ids.values.to_numpy(zero_copy_only=False), dtype=str)
+        from vsbench.io.ids import numpy_texts
+
+        distinct = numpy_texts(ids.values)  # no Python str per distinct reference (issue 54)
         codes = ids.codes[rows]
         return ListColumn(codes.astype(np.int32 if distinct.size < 2**31 else np.int64, copy=False), offsets, distinct)
     return ListColumn.coded(_texts(ids, rows), offsets)

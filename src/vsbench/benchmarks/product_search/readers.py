@@ -67,8 +67,11 @@ def _product_query(path: Path, number: int, line: str) -> ProductQuery:
             raise InputError(path, f"candidate {i}: 'label' must be 0 or 1, got {quote(repr(label))}", number)
         pids.append(pid)
         labels.append(int(label))
-    if len(set(pids)) != len(pids):
-        raise InputError(path, "a candidate_pid appears twice in one query", number)
+    if len(set(pids)) != len(pids):  # its label would count twice in the query's AP: name it (issue 54)
+        repeated = next(pid for i, pid in enumerate(pids) if pid in pids[:i])
+        raise InputError(path, f"candidate_pid {quote(repeated)} appears twice in one query (candidates "
+                               f"{pids.index(repeated) + 1} and {pids.index(repeated, pids.index(repeated) + 1) + 1}); "
+                               "keep one", number)
     return ProductQuery(number, str(record.get("source_pid", "")), tuple(pids), tuple(labels))
 
 
