@@ -12,7 +12,7 @@ when the 95% interval of their difference excludes 0. Every page that prints a v
 leaderboard's ``≈``, the report, ``compare --runs``, the nightly) takes it from here, so no page says
 "indistinguishable" beside an interval that says "different".
 
-**The test beside it suits the statistic** (:func:`test_of`):
+**The test beside it suits the statistic** (:func:`choose_test`):
 
 * a mean of 0/1 outcomes per unit (an accuracy, a class's accuracy on that class's units only):
   McNemar's exact test of the discordant units;
@@ -186,7 +186,7 @@ def verdict(difference: Difference, higher_is_better: bool = True) -> str:
 SCORE_FREE_STATISTICS = ("ratio",)  # a mean or ratio of per-unit values: a unit's outcomes can be swapped
 
 
-def test_of(spec: Any, first: Units | None = None, second: Units | None = None) -> str:
+def choose_test(spec: Any, first: Units | None = None, second: Units | None = None) -> str:
     """Which test a metric's comparison takes (module docstring): ``mcnemar`` for a mean of 0/1
     outcomes (both runs' values 0 or 1, when the units are given), ``permutation`` for another mean or
     ratio of per-unit values, ``bootstrap`` for a statistic of a pooled ranking of scores."""
@@ -223,7 +223,7 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
         a, b = evaluate(first, weights, specs), evaluate(second, weights, specs)
         for m in names:
             diffs[m].append(b[m] - a[m])
-    tests = {m: test_of(specs[m], first, second) for m in names}
+    tests = {m: choose_test(specs[m], first, second) for m in names}
     swapped = {m: specs[m] for m in names if tests[m] == "permutation"}
     p_values, permutation = permutation_p_values(first, second, swapped, resampling) if swapped else ({}, "")
     out = {}
