@@ -17,7 +17,7 @@ from scipy import stats as sps
 
 from vsbench.abid.units import counting_units
 from vsbench.benchmarks.disc.units import copy_detection_units
-from vsbench.stats.compare import Difference, bootstrap_p_value, compare, choose_test, verdict
+from vsbench.stats.compare import Difference, bootstrap_p_value, choose_test, compare, verdict
 from vsbench.stats.resample import Resampling
 
 
