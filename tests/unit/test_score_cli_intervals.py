@@ -144,3 +144,12 @@ def test_tracked_run_holds_the_unit_file_and_names_it(tmp_path: Path, monkeypatc
     assert run.data.metrics["accuracy_ci95_low"] == json.loads(out.read_text())["accuracy_ci95_low"]
     fetched = fetch_units(client, run, tmp_path / "cache")
     assert {"accuracy", "rmse"} <= set(fetched) and len(fetched["accuracy"]) == 40
+    # each per-class value is logged beside its bounds (issue 55: the bounds alone were logged, and
+    # `compare --metric accuracy_class_1` found no such metric), equal to the record's per-class list
+    record = json.loads(out.read_text())
+    for index, value in enumerate(record["per_class_accuracy"]):
+        if f"accuracy_class_{index}_ci95_low" in run.data.metrics:
+            assert run.data.metrics[f"accuracy_class_{index}"] == pytest.approx(value, abs=1e-12)
+            assert record[f"accuracy_class_{index}"] == pytest.approx(value, abs=1e-12)
+    assert any(name.startswith("accuracy_class_") and not name.endswith(("_low", "_high")) for name in run.data.metrics)
+    assert "accuracy_class_1" in fetched  # the units recompute the value the run logged

@@ -214,6 +214,7 @@ def _add_units(record: dict[str, Any], units: Any, resampling: Any, output: Path
     from vsbench.stats.compare import interval_fields, intervals
 
     target = record[part] if part and isinstance(record.get(part), dict) else record
+    _add_unit_values(target, units)
     if resampling.enabled:
         target.update(interval_fields(intervals(units, resampling), resampling.percent))
         units.forget()  # the statistics' sorted copies: the file is written from the columns alone
@@ -227,6 +228,23 @@ def _add_units(record: dict[str, Any], units: Any, resampling: Any, output: Path
     else:
         record["units"] = entry
     return path, sha256
+
+
+def _add_unit_values(target: dict[str, Any], units: Any) -> None:
+    """Each metric the units recompute that the record keeps only inside a list (ABID's per-class
+    accuracy and RMSE), as a plain value beside its interval: a run logs ``accuracy_class_1`` with its
+    ``_ci95_low``/``_high``, never the bounds alone (issue 55, which ``compare --metric`` then found
+    no metric for). The value is the statistic with every weight 1: by the statistics' contract, the
+    scorer's number."""
+    import numpy as np
+
+    from vsbench.stats.statistics import evaluate
+
+    missing = {m: spec for m, spec in units.metrics.items() if not isinstance(target.get(m), (int, float))}
+    if not missing:
+        return
+    values = evaluate(units, np.ones((1, len(units)), dtype=np.int32), missing)
+    target.update({m: float(v[0]) for m, v in values.items() if np.isfinite(v[0])})
 
 
 ResamplesOpt = Annotated[int | None, typer.Option(
