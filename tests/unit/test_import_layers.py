@@ -18,6 +18,7 @@ ALLOWED = {
     "io": {"io"},
     "imaging": {"io", "imaging"},
     "models": {"io", "imaging", "models"},
+    "stats": {"io", "stats"},  # issue 55: the interval names moved down from tracking/names.py
 }
 
 

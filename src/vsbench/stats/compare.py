@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from vsbench.stats.names import interval_field
 from vsbench.stats.resample import Resampling, count_blocks, percentile_interval
 from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import Units, UnitsError
@@ -117,12 +118,12 @@ def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = 
 
 def interval_fields(found: dict[str, Interval], percent: int = 95) -> dict[str, float]:
     """Record fields ``<metric>_ci95_low`` / ``_high``: the plain names MLflow shows for every model
-    (read back by :func:`vsbench.tracking.names.interval_name`)."""
+    (read back by :func:`vsbench.stats.names.interval_name`)."""
     out: dict[str, float] = {}
     for metric, interval in found.items():
         if math.isfinite(interval.low) and math.isfinite(interval.high):
-            out[f"{metric}_ci{percent}_low"] = interval.low
-            out[f"{metric}_ci{percent}_high"] = interval.high
+            out[interval_field(metric, percent, "low")] = interval.low
+            out[interval_field(metric, percent, "high")] = interval.high
     return out
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.stats.compare import interval_fields, intervals
+from vsbench.stats.names import interval_name
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units
-from vsbench.tracking.names import interval_name
 
 UNITS_DIR = "units"
 PLURAL = {"query": "queries", "question": "questions", "pair": "pairs", "seed": "seeds"}

@@ -13,9 +13,10 @@ many pairs; :func:`split_run_metric` reads such a name back. Every part goes thr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from typing import Any
+
+from vsbench.stats.names import INTERVAL_NAME, interval_name  # noqa: F401 - read back by the reports
 
 SEPARATOR = "__"
 
@@ -59,13 +60,3 @@ def split_run_metric(name: str) -> tuple[str, str, str] | None:
     """``(benchmark, model, metric)`` of a name :func:`run_metric_names` made; None for any other name."""
     parts = name.split(SEPARATOR, 2)
     return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
-
-
-INTERVAL_NAME = re.compile(r"^(?P<metric>.+)_ci(?P<percent>\d+)_(?P<side>low|high)$")
-
-
-def interval_name(name: str) -> tuple[str, str] | None:
-    """``("uap", "low")`` for ``uap_ci95_low`` (any level); None for any other name: the one reader
-    of the names :func:`vsbench.stats.compare.interval_fields` makes."""
-    found = INTERVAL_NAME.match(name)
-    return (found["metric"], found["side"]) if found else None
