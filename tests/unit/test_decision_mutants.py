@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from vsbench.io import locks
-from vsbench.reporting.regression import judge_drops
+from vsbench.reporting.regression import deciding_tests, judge_drops
 from vsbench.reporting.significance import bad_direction
 from vsbench.stats.compare import Difference, replicates
 from vsbench.stats.resample import Resampling
@@ -134,3 +134,33 @@ def test_a_leased_folder_is_renewed_well_before_its_lease_expires(tmp_path: Path
     with locks.folder_lease(tmp_path, "run-a"):
         pass
     assert _RecordingEvent.waits and 0 < _RecordingEvent.waits[0] <= 600 / 2
+
+
+def test_the_tested_drop_carries_every_field_of_its_test() -> None:
+    difference = Difference("accuracy", 0.9, 0.5, -0.4, -0.5, -0.3, 0.002, True, "exact McNemar test", (30, 2, 1e-6))
+    reader = _Reader({"accuracy": difference})
+    [kept], noise = judge_drops([_drop("accuracy")], {"accuracy": ("a", "accuracy")}, {"accuracy": ("b", "accuracy")},
+                                reader)
+    assert noise == []
+    assert kept == {**_drop("accuracy"), "test": "exact McNemar test", "p_value": 0.002, "paired": True,
+                    "ci_low": -0.5, "ci_high": -0.3,
+                    "mcnemar": {"previous_only": 30, "current_only": 2, "p_value": 1e-6}}
+
+
+def test_a_drop_that_cannot_be_tested_is_kept_without_asking_for_units() -> None:
+    reader = _Reader({})
+    gone = {**_drop("gone"), "current": None}  # tonight lacks the metric
+    renamed = _drop("renamed")  # the two nights' unit files hold it under other names
+    kept, noise = judge_drops([gone, renamed], {"gone": ("a", "gone"), "renamed": ("a", "renamed")},
+                              {"gone": ("b", "gone"), "renamed": ("b", "renamed_v2")}, reader)
+    assert kept == [gone, renamed] and noise == [] and reader.asked == []
+
+
+def test_the_regression_test_tag_names_each_tested_metric_its_test_and_p() -> None:
+    tested = [{"metric": "uap", "test": "paired bootstrap", "p_value": 0.0123456},
+              {"metric": "acc", "test": "exact McNemar test", "p_value": 0.5}]
+    untested = [{"metric": "rmse"}, {"metric": "x", "test": ""}]
+    assert deciding_tests(tested[:1] + untested, tested[1:]) == (
+        "uap: paired bootstrap, p=0.01235; acc: exact McNemar test, p=0.5")
+    assert deciding_tests(untested, []) == "threshold"
+    assert deciding_tests([], []) == "threshold"
