@@ -9,6 +9,7 @@ every ttl*4).
 
 from __future__ import annotations
 
+import math
 import threading
 import types
 from pathlib import Path
@@ -19,7 +20,15 @@ import pytest
 
 from vsbench.io import locks
 from vsbench.reporting.regression import deciding_tests, judge_drops
-from vsbench.reporting.significance import bad_direction
+from vsbench.reporting.significance import (
+    bad_direction,
+    compare_metric,
+    difference_line,
+    format_interval,
+    format_p,
+    resampling_of,
+    verdict_line,
+)
 from vsbench.stats.compare import Difference, replicates
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units, units_from_bytes
@@ -164,3 +173,50 @@ def test_the_regression_test_tag_names_each_tested_metric_its_test_and_p() -> No
         "uap: paired bootstrap, p=0.01235; acc: exact McNemar test, p=0.5")
     assert deciding_tests(untested, []) == "threshold"
     assert deciding_tests([], []) == "threshold"
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ([{"ci_resamples": "10", "ci_seed": "4"}], (10, 4)),          # the smallest a run may name
+    ([{"ci_resamples": "100000", "ci_seed": ""}], (100000, 0)),   # the cap itself; an empty seed is 0
+    ([{"ci_resamples": "9"}, {"ci_resamples": "50", "ci_seed": "2"}], (50, 2)),  # too few: the next run's
+    ([{"ci_resamples": "100001", "ci_seed": "1"}, {"ci_resamples": "20"}], (20, 0)),  # over the cap: data, not obeyed
+    ([{"ci_resamples": "x"}, {}], (300, 7)),                      # nothing usable: the environment's
+])
+def test_a_comparison_resamples_as_the_runs_did_within_bounds(params: list, expected: tuple,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VSBENCH_RESAMPLES", "300")
+    monkeypatch.setenv("VSBENCH_RESAMPLE_SEED", "7")
+    found = resampling_of(*params)
+    assert (found.resamples, found.seed) == expected
+
+
+def test_runs_logged_with_intervals_off_are_still_tested_with_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VSBENCH_RESAMPLES", "0")
+    monkeypatch.setenv("VSBENCH_RESAMPLE_SEED", "3")
+    found = resampling_of({"ci_resamples": "0"})
+    assert found.enabled and (found.resamples, found.seed) == (Resampling().resamples, 3)
+
+
+def test_the_lines_a_person_reads() -> None:
+    assert (format_p(0.0004), format_p(0.001), format_p(0.04567), format_p(math.nan)) == (
+        "p<0.001", "p=0.001", "p=0.046", "-")
+    real = Difference("uap", 0.5, 0.62, 0.12, 0.04, 0.21, 0.003, True, "paired bootstrap")
+    assert difference_line(real) == "+0.12 [+0.04, +0.21], p=0.003 (paired bootstrap)"
+    edge = Difference("uap", 0.5, 0.62, 0.12, 0.04, 0.21, 0.07, True, "paired bootstrap")
+    assert difference_line(edge).endswith("; the test and the interval disagree at this edge: the verdict is the "
+                                          "interval's")
+    assert verdict_line(real, True) == "the second is better: the 95% interval of the difference excludes 0"
+    assert verdict_line(real, False) == "the second is worse: the 95% interval of the difference excludes 0"
+    same = Difference("uap", 0.5, 0.5, 0.0, -0.1, 0.1, 0.9, True, "paired bootstrap")
+    assert verdict_line(same, True) == "indistinguishable (≈): the 95% interval of the difference holds 0"
+    assert format_interval(0.123456, 0.1, 0.15) == "0.1235 [0.1, 0.15]"
+    assert format_interval(0.123456, math.nan, 0.15) == "0.1235"
+
+
+def test_other_ground_truth_under_the_same_ids_is_compared_unpaired_saying_why() -> None:
+    units = _clustered()
+    paired = compare_metric(units, units, "accuracy", Resampling(50, 0))
+    assert paired.paired and paired.difference == 0 and paired.p_value == 1
+    other = compare_metric(units, units, "accuracy", Resampling(50, 0), same_data=False)
+    assert not other.paired and other.test.endswith("their ground truths differ (another vsbench.data.digest "
+                                                    "under the same ids)")
