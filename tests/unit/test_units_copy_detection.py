@@ -182,16 +182,27 @@ def test_blocks_and_parts_agree() -> None:
         micro_ap(units, weights, part="map")
 
 
+def _own_references(case: tuple[list, list, list, list, list]) -> tuple[list, list, list, list, list]:
+    """The case with each query's references renamed its own (``q1/r3``): the same matches, and no
+    two queries copy one reference, so every query is its own group."""
+    pq, pr, ps, gq, gr = case
+    return (pq, [f"{q}/{r}" for q, r in zip(pq, pr)], ps, gq, [f"{q}/{r}" if r else "" for q, r in zip(gq, gr)])
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["each query its own group", "queries grouped by reference"])
 @pytest.mark.parametrize("metric", METRICS)
-def test_interval_equals_scipy_bootstrap(metric: str) -> None:
-    case = _case(11, every_query_has_a_copy=True)
+def test_interval_equals_scipy_bootstrap(metric: str, grouped: bool) -> None:
+    case = _case(20, every_query_has_a_copy=True) if grouped else _own_references(_case(11, every_query_has_a_copy=True))
     units = copy_detection_units(*case)
     resamples, seed = 60, 5
+    # queries copying one reference are one group, drawn whole: scipy draws the groups (issue 55)
+    cluster, groups = units.cluster_index()
+    assert (units.clusters is not None and 1 < groups < len(units)) if grouped else units.clusters is None
 
     def statistic(rows: np.ndarray) -> float:
-        return _scored(case, units.ids, np.bincount(rows, minlength=len(units)))[metric]
+        return _scored(case, units.ids, np.bincount(rows, minlength=groups)[cluster])[metric]
 
-    expected = scipy_stats.bootstrap((np.arange(len(units)),), statistic, method="percentile", n_resamples=resamples,
+    expected = scipy_stats.bootstrap((np.arange(groups),), statistic, method="percentile", n_resamples=resamples,
                                      rng=np.random.default_rng(seed), batch=None, vectorized=False).confidence_interval
     found = intervals(units, Resampling(resamples, seed), [metric])[metric]
     assert found.low == pytest.approx(expected.low, abs=TOLERANCE)

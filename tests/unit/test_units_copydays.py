@@ -157,4 +157,10 @@ def test_adapter_returns_units_aligned_with_records(copydays_root: Path) -> None
     for metric in units.metrics:
         assert values[metric][0] == pytest.approx(record[metric], abs=TOLERANCE)
     assert units.columns["references"][bench.queries.ids.index("strong/200002")].tolist()[:2] == ["d0", "original/200000"]
+    # each image is drawn with its original's group: the original, its attacks, re-encodings and crops
+    originals = bench.queries.ids[:bench.num_originals]
+    assert units.clusters is not None
+    assert units.clusters.tolist() == [f"original:{originals[min(p)]}" for p in bench.positives]
+    assert units.cluster_index()[1] == bench.num_originals < len(units)
+    assert units_from_bytes(units.to_parquet_bytes()).clusters.tolist() == units.clusters.tolist()
     _close(result.figures)

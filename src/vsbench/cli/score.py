@@ -178,7 +178,7 @@ def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
     if resampling is None or not resampling.enabled or not any(is_interval_field(k) for k in record):
         return (f"  (no intervals: resampling is off (--resamples 0 or VSBENCH_RESAMPLES=0); "
                 f"{len(units):,} {PLURAL.get(units.kind, units.kind)} scored)")
-    clustered = ", clustered" if units.clusters is not None else ""
+    clustered = f" in {units.cluster_index()[1]:,} groups, each drawn whole" if units.clusters is not None else ""
     return (f"  [low, high]: {resampling.percent}% interval, percentile bootstrap over the {len(units):,} "
             f"{PLURAL.get(units.kind, units.kind)}{clustered} ({resampling.resamples} resamples, seed {resampling.seed})")
 

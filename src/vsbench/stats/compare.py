@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,7 @@ import numpy as np
 from vsbench.stats.names import interval_field
 from vsbench.stats.resample import Resampling, count_blocks, percentile_interval
 from vsbench.stats.statistics import evaluate
-from vsbench.stats.units import Units, UnitsError
+from vsbench.stats.units import Units, UnitsError, groups_of
 
 EXACT_CLUSTERS = 12  # at most 4,096 swaps are enumerated, not drawn
 ALPHA = 0.05
@@ -142,6 +142,26 @@ def align(first: Units, second: Units) -> Units:
     return second.take(rows)
 
 
+def paired_clusters(first: Units, second: Units) -> np.ndarray | None:
+    """The groups a paired comparison draws (``second`` aligned to ``first``): either run's where only
+    one declares them (a unit file written before groups were declared still pairs with a newer one),
+    else the finest groups that hold both runs' groups whole (units grouped together in either run stay
+    together), so that no test treats two units one run saw as correlated as independent."""
+    if first.clusters is None or second.clusters is None:
+        return first.clusters if second.clusters is None else second.clusters
+    a, b = np.asarray(first.clusters, dtype=str), np.asarray(second.clusters, dtype=str)
+    if np.array_equal(a, b):
+        return a
+    rows = np.arange(len(first))
+    return groups_of(len(first), np.concatenate([rows, rows]), np.concatenate([np.char.add("1:", a), np.char.add("2:", b)]),
+                     unit_ids=np.asarray(first.ids, dtype=str))
+
+
+def grouped(units: Units) -> bool:
+    """Whether some group of ``units`` holds more than one unit (its units are not independent draws)."""
+    return units.clusters is not None and units.cluster_index()[1] < len(units)
+
+
 def unpaired_reason(first: Units, second: Units) -> str:
     """Why two evaluations cannot be compared paired, in words ("" when they can)."""
     if same_units(first, second):
@@ -170,6 +190,8 @@ def compare(first: Units, second: Units, resampling: Resampling, metrics: list[s
     resampling = resampling if resampling.enabled else Resampling()
     if not unpaired_because and same_units(first, second):
         second = align(first, second)
+        groups = paired_clusters(first, second)
+        first, second = replace(first, clusters=groups), replace(second, clusters=groups)
         return _paired(first, second, names, {m: specs[m] for m in names}, resampling, ones_a, ones_b)
     return _unpaired(first, second, names, resampling, ones_a, ones_b,
                      unpaired_because or unpaired_reason(first, second))
@@ -196,11 +218,16 @@ def choose_test(spec: Any, first: Units | None = None, second: Units | None = No
     if spec.get("den") or spec.get("transform"):
         return "permutation"
     if first is not None and second is not None:
-        for units in (first, second):
-            values = _class_rows(units, spec, units.values(spec["num"]))
-            if not np.isin(values, (0, 1)).all():
-                return "permutation"
+        if not _right_or_wrong(spec, first, second):
+            return "permutation"
+        if grouped(first) or grouped(second):
+            return "permutation"  # McNemar's binomial assumes independent units: swap whole groups instead
     return "mcnemar"
+
+
+def _right_or_wrong(spec: Any, first: Units, second: Units) -> bool:
+    """Whether both runs' per-unit values of a plain mean are all 0 or 1 (right or wrong answers)."""
+    return all(np.isin(_class_rows(units, spec, units.values(spec["num"])), (0, 1)).all() for units in (first, second))
 
 
 def bootstrap_p_value(differences: np.ndarray) -> float:
@@ -240,6 +267,8 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
                                   f"first, {counts[1]} only in the second")
         elif tests[m] == "permutation":
             p, test = p_values[m], permutation
+            if choose_test(specs[m]) == "mcnemar" and _right_or_wrong(specs[m], first, second):
+                test += "; not McNemar's exact test, which counts the units of one group as independent draws"
         else:
             p = bootstrap_p_value(replicate_differences)
             test = (f"paired bootstrap of the difference ({resampling.resamples} resamples, seed {resampling.seed}; "
@@ -283,17 +312,18 @@ def permutation_p_values(first: Units, second: Units, specs: dict[str, Any],
     pool = first.concat(second)
     observed = {m: float(v[0]) for m, v in _swapped(pool, np.zeros((1, n_clusters), np.int32), cluster, specs).items()}
     exact = n_clusters <= EXACT_CLUSTERS
+    whole = f" of {n_clusters} groups, each swapped whole" if n_clusters < len(first) else ""
     if exact:
         blocks = [np.array(list(itertools.product((0, 1), repeat=n_clusters)), dtype=np.int32)]
         total = 1 << n_clusters
-        test = f"exact paired permutation test ({total} swaps)"
+        test = f"exact paired permutation test ({total} swaps{whole})"
     else:
         rng = np.random.default_rng(resampling.seed)
         total = resampling.resamples
         rows = max(1, min(total, (1 << 20) // max(2 * len(pool), 1)))
         blocks = [rng.integers(0, 2, (min(rows, total - start), n_clusters), dtype=np.int32)
                   for start in range(0, total, rows)]
-        test = f"paired permutation test ({total} random swaps, seed {resampling.seed})"
+        test = f"paired permutation test ({total} random swaps{whole}, seed {resampling.seed})"
     less = {m: 0 for m in specs}
     greater = {m: 0 for m in specs}
     for swaps in blocks:

@@ -251,6 +251,48 @@ class Units:
         return hashlib.sha256(data).hexdigest()
 
 
+def groups_of(n_units: int, linked_units: Any, linked_sources: Any, *, unit_ids: Any = None,
+              prefix: str = "") -> np.ndarray | None:
+    """Each unit's group: units linked to a common source are one group (the connected components of
+    the unit-source links), so that a bootstrap or a paired test draws them together (issue 55: the
+    5 edited copies of one photo are one draw of a photo, not five independent queries).
+
+    ``linked_units[i]`` (a unit row) was drawn from ``linked_sources[i]`` (any text: a reference id,
+    an original's name); a unit with no link is its own group. A group is named by the smallest
+    source in it (``prefix`` + source), a lone unit by its id (``unit_ids``; else its row) with the
+    prefix ``unit:``, so the two never collide. None when every group holds one unit: the units are
+    then resampled one by one, with exactly the draws of an unclustered file (no digit changes)."""
+    rows = np.asarray(linked_units, dtype=np.int64).ravel()
+    sources = np.asarray(linked_sources, dtype=str).ravel()
+    if rows.size != sources.size:
+        raise ValueError(f"{rows.size} linked units for {sources.size} sources")
+    if rows.size and (rows.min() < 0 or rows.max() >= n_units):
+        raise ValueError(f"a linked unit row is outside 0..{n_units - 1}")
+    names, source_row = np.unique(sources, return_inverse=True)
+    source_row = source_row.ravel()
+    if rows.size == 0 or np.bincount(rows, minlength=n_units).max() <= 1 and np.bincount(source_row).max() <= 1:
+        return None  # every unit its own group
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    size = n_units + names.size  # nodes: the units, then the sources
+    graph = coo_matrix((np.ones(rows.size, dtype=np.int8), (rows, n_units + source_row)), shape=(size, size))
+    _, component = connected_components(graph, directed=False)
+    members = np.bincount(component[:n_units], minlength=size)
+    if members.max(initial=0) <= 1:
+        return None
+    # each component's name: its smallest source (sources are sorted, so the first seen in order)
+    first_source = np.full(size, -1, dtype=np.int64)
+    source_components = component[n_units:]
+    first_source[source_components[::-1]] = np.arange(names.size)[::-1]
+    ids = np.asarray(unit_ids if unit_ids is not None else np.arange(n_units), dtype=str)
+    unit_component = component[:n_units]
+    has_source = first_source[unit_component] >= 0
+    labels = np.char.add("unit:", ids).astype(object)
+    labels[has_source] = np.char.add(prefix, names[first_source[unit_component[has_source]]])
+    return labels.astype(str)
+
+
 def _flat_type(kind: Any) -> Any:
     """The value type of a (large) list type, else the type itself."""
     import pyarrow as pa

@@ -118,6 +118,7 @@ class CopydaysBenchmark(SearchedBenchmark):
                          if block != STRONG}
         records = []
         units: list[Units | None] = []
+        sources = [[str(index_ids[r]) for r in sorted(p)] for p in self.positives]  # each query's original(s)
         for codec in parse_codecs(settings.codecs):
             # FAISS's own result lists, as SSCD scores them: ties keep FAISS's order (merged reference
             # shards: the lower id first), and the pooled sort sees the float32 distances SSCD sorts.
@@ -135,7 +136,8 @@ class CopydaysBenchmark(SearchedBenchmark):
             result_ids = np.where(ids >= 0, index_ids[np.clip(ids, 0, max(index_ids.size - 1, 0))], "")
             units.append(copydays_units(self.queries.ids, hits, distances, num_positives, self.blocks,
                                         strong_block=STRONG, block_metrics=block_metrics, result_ids=result_ids,
-                                        benchmark=self.name, variant=codec))
+                                        benchmark=self.name, variant=codec,
+                                        originals=sources))
         sets = {"query": (self.queries, self.root)}
         if self.distractors is not None and self.distractors.paths:  # the operator's folder (an option)
             sets["distractors"] = (self.distractors, Path(self.distractors.paths[0]).parent)

@@ -12,7 +12,7 @@ machine, and copies of a query's results sit side by side.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from vsbench.benchmarks.copydays.metrics import _row_aps
 from vsbench.stats.outcomes import Outcomes, Shown, first_true_rank, number
-from vsbench.stats.units import ListColumn, Units
+from vsbench.stats.units import ListColumn, Units, groups_of
 
 STRONG_MAP = "strong_map"
 OVERALL_UAP = "overall_uap"
@@ -29,7 +29,7 @@ OVERALL_UAP = "overall_uap"
 def copydays_units(query_ids: Sequence[str], hits: ArrayLike, distances: ArrayLike, num_positives: ArrayLike,
                    blocks: Sequence[str], *, strong_block: str = "strong", block_metrics: Mapping[str, str] | None = None,
                    result_ids: Sequence[Sequence[str]] | np.ndarray | None = None, benchmark: str = "copydays",
-                   variant: str = "") -> Units:
+                   variant: str = "", originals: Sequence[Iterable[str]] | None = None) -> Units:
     """The queries of one Copydays scoring as :class:`~vsbench.stats.units.Units` (kind ``query``).
 
     ``hits``, ``distances`` and ``num_positives`` are what
@@ -73,7 +73,14 @@ def copydays_units(query_ids: Sequence[str], hits: ArrayLike, distances: ArrayLi
     }
     for metric, name in (block_metrics or {}).items():
         metrics[metric] = {"statistic": "ratio", "num": "ap", "where": "block", "equals": name}
-    return Units("query", benchmark, np.asarray(query_ids, dtype=str), columns, metrics, variant=variant)
+    ids = np.asarray(query_ids, dtype=str)
+    clusters = None
+    if originals is not None:
+        if len(originals) != n:
+            raise ValueError(f"{len(originals)} lists of originals for {n} queries")
+        sources = [(row, str(o)) for row, names in enumerate(originals) for o in names]
+        clusters = groups_of(n, [r for r, _ in sources], [o for _, o in sources], unit_ids=ids, prefix="original:")
+    return Units("query", benchmark, ids, columns, metrics, clusters=clusters, variant=variant)
 
 
 def copydays_outcomes(units: Units) -> Outcomes:

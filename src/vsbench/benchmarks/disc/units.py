@@ -27,11 +27,12 @@ from vsbench.benchmarks.disc.metrics import (
     Matched,
     _ids,
     _is_ids,
+    _positive_pairs,
     match_predictions,
     rank_zero_pairs,
 )
 from vsbench.stats.outcomes import Outcomes, Shown, first_true_rank, number
-from vsbench.stats.units import ListColumn, Units
+from vsbench.stats.units import ListColumn, Units, groups_of
 
 # record key -> the statistic that recomputes it from the units
 COPY_DETECTION_METRICS: dict[str, dict[str, Any]] = {
@@ -97,7 +98,20 @@ def copy_detection_units(
         "n_positives": n_positives,
         "correct_at_1": correct,
     }
-    return Units("query", benchmark, ids, columns, COPY_DETECTION_METRICS, variant=variant)
+    return Units("query", benchmark, ids, columns, COPY_DETECTION_METRICS, clusters=copy_groups(
+        matched, row_of, ids, gt_query, gt_reference), variant=variant)
+
+
+def copy_groups(matched: Matched, row_of: np.ndarray, ids: np.ndarray, gt_query: ArrayLike,
+                gt_reference: ArrayLike) -> np.ndarray | None:
+    """Each query's group (issue 55): the queries that copy one reference were drawn together (the
+    generators make 5 edits of each photo; DISC's copies of one reference share its content), so they
+    are one group, named ``source:<reference id>``; queries linked through a reference they share are
+    one group too (the connected components of the ground truth's pairs). A query with no copy is its
+    own group. None when every group holds one query: resampled query by query, as before."""
+    _, references = _positive_pairs(_ids(gt_query), _ids(gt_reference))
+    return groups_of(len(ids), row_of[matched.gt_codes], _texts(references, np.arange(matched.gt_codes.size)),
+                     unit_ids=ids, prefix="source:")
 
 
 def _python_unit_ids(matched: Matched, codes: np.ndarray, queries: Any, gt_query: ArrayLike,
