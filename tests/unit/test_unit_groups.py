@@ -133,6 +133,12 @@ def test_a_right_or_wrong_mean_on_grouped_units_swaps_whole_groups_not_mcnemar()
     assert flat.p_value != pytest.approx(found.p_value, abs=1e-3)
 
 
+def test_a_ranking_statistic_of_grouped_queries_says_its_groups_are_drawn_whole() -> None:
+    units = copy_detection_units(*_copies())
+    found = compare(units, units, Resampling(100, 0))["uap"]
+    assert found.test.startswith("paired bootstrap of the difference (100 resamples, seed 0, drawing 4 groups whole;")
+
+
 def test_a_pair_draws_the_groups_either_run_declares() -> None:
     first, second = _right_or_wrong(6)
     old = replace(second, clusters=None)  # a unit file from before groups were declared

@@ -62,6 +62,17 @@ def test_intervals_go_into_the_records_and_the_units_beside_them(tmp_path: Path)
     assert any("top1_accuracy" in line and "0.5000 [" in line for line in lines)
 
 
+def test_the_heading_says_how_many_groups_were_drawn_whole(tmp_path: Path) -> None:
+    units = _units()
+    grouped = Units(units.kind, units.benchmark, units.ids, units.columns, {"top1_accuracy": units.metrics["top1_accuracy"]},
+                    clusters=np.array([f"photo{i // 2}" for i in range(10)]))
+    record = {"distance": "l2", "top1_accuracy": 0.5}
+    entries = add_intervals("colour_match", [record], [grouped], tmp_path, Resampling(200, 3))
+    assert entries[0] is not None and entries[0]["groups"] == 5
+    assert interval_lines([record], entries)[0] == (
+        "95% intervals: percentile bootstrap over 10 queries in 5 groups, each drawn whole, 200 resamples, seed 3")
+
+
 def test_a_benchmark_without_units_gets_plain_numbers_and_one_line(tmp_path: Path) -> None:
     record = {"distance": "l2", "top1_accuracy": 0.5}
     entries = add_intervals("colour_match", [record], [], tmp_path, Resampling(200, 0))

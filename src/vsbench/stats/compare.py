@@ -271,7 +271,8 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
                 test += "; not McNemar's exact test, which counts the units of one group as independent draws"
         else:
             p = bootstrap_p_value(replicate_differences)
-            test = (f"paired bootstrap of the difference ({resampling.resamples} resamples, seed {resampling.seed}; "
+            whole = f", drawing {n_clusters} groups whole" if n_clusters < len(first) else ""
+            test = (f"paired bootstrap of the difference ({resampling.resamples} resamples, seed {resampling.seed}{whole}; "
                     "each run ranked by its own scores)")
         out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), diff, low, high, p, True, test, counts)
     return out

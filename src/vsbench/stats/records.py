@@ -57,6 +57,8 @@ def add_intervals(benchmark: str, records: Sequence[MutableMapping[str, Any]], u
         sha256 = unit.write(Path(out) / UNITS_DIR / name)
         entries.append({"file": f"{UNITS_DIR}/{name}", "sha256": sha256, "kind": unit.kind, "units": len(unit),
                         "metrics": metrics, "ci": resampling.params(), "seconds": round(seconds, 3)})
+        if unit.clusters is not None:  # drawn in groups (issue 55): the heading says how many
+            entries[-1]["groups"] = unit.cluster_index()[1]
     return entries
 
 
@@ -97,6 +99,9 @@ def interval_lines(records: Sequence[Mapping[str, Any]], entries: Sequence[Mappi
     counts = {entry["units"] for _, entry in shown}
     kinds = PLURAL.get(first["kind"], f"{first['kind']}s")
     over = f"{first['units']} {kinds}" if len(counts) == 1 else f"each record's {kinds}"
+    groups = {entry.get("groups") for _, entry in shown}
+    if len(groups) == 1 and first.get("groups"):
+        over += f" in {first['groups']} groups, each drawn whole"
     lines.append(f"{percent}% intervals: {ci.get('ci_method')} over {over}, "
                  f"{ci.get('ci_resamples')} resamples, seed {ci.get('ci_seed')}")
     rows = []
