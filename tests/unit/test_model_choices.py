@@ -1,0 +1,90 @@
+"""The built-in models' declared options (vsbench.models.choices, no torch) against the builders, and a
+run refused for a model option before torch is imported (issue 57: 8-24 s of waiting for torch's
+import on a loaded machine). Nothing is timed: the refused run lists the packages it loaded."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_cli_imports import _loaded
+from vsbench.models.choices import MODELS, declared, network_note, option_problems
+
+
+@pytest.mark.parametrize(("model", "options", "named"), [
+    ("efficientnet_lite0", '{"weights": "nosuch"}', "weights 'nosuch'"),
+    ("resnet34", '{"weights": "IMAGENET1K_V2"}', "weights 'IMAGENET1K_V2'"),
+    ("dino_vits16", '{"weights": "pretrained", "nosuch": 1}', "no option 'nosuch'"),
+    ("timm:resnet50", '{"weights": "no-such-file.safetensors"}', "weights 'no-such-file.safetensors'"),
+], ids=["weights-value", "torchvision-name", "option-name", "family-weights"])
+def test_a_refused_model_option_loads_no_torch(tmp_path: Path, model: str, options: str, named: str) -> None:
+    """Every other input is fine (an existing data folder, a new output folder): only the model's
+    option is wrong, and it is refused in one line naming the option, before torch or pandas."""
+    (tmp_path / "root").mkdir()
+    argv = ["similarity", "run", "--benchmark", "disc", "--root", str(tmp_path / "root"), "--out",
+            str(tmp_path / "out"), "--no-track", "--model", model, "--model-options", options]
+    codes, loaded, stderr = _loaded(argv, cwd=tmp_path)
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert codes == [2] and len(errors) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert errors[0].startswith("error: --model-options: ") and named in errors[0] and model in errors[0], errors
+    assert not loaded & {"torch", "pandas", "faiss"}, sorted(loaded & {"torch", "pandas", "faiss"})
+    assert not (tmp_path / "out").exists()
+
+
+def _builders() -> dict[str, tuple[object, bool]]:
+    from vsbench.models import registry
+
+    registry.available_models()  # loads the built-ins
+    found: dict[str, tuple[object, bool]] = {}
+    for name, entry in MODELS.items():
+        builder = registry.family(name).builder if entry.family else registry.registered(name)
+        assert builder is not None and registry.source_of(builder) == "vsbench", name
+        found[name] = (builder, entry.family)
+    return found
+
+
+def test_every_declared_model_matches_its_builder() -> None:
+    """The table names every option the builder takes and no other, and requires exactly the
+    options without a default: a builder changed without this table fails here."""
+    from vsbench.models import registry
+
+    registry.available_models()
+    builtin = {n for n, b in registry._REGISTRY.items() if registry.source_of(b) == "vsbench"}
+    builtin |= {p for p, f in registry._FAMILIES.items() if registry.source_of(f.builder) == "vsbench"}
+    assert builtin == set(MODELS)
+    for name, (builder, family) in _builders().items():
+        parameters = list(inspect.signature(builder).parameters.values())[1 if family else 0:]
+        assert sorted(p.name for p in parameters) == sorted(MODELS[name].options), name
+        required = {p.name for p in parameters if p.default is inspect.Parameter.empty}
+        assert required == set(MODELS[name].required), name
+
+
+@pytest.mark.parametrize("depth", [34, 50])
+def test_the_torchvision_weights_declared_are_torchvision_s(depth: int) -> None:
+    """resnet34/50's declared weights are vsbench's two words plus torchvision's own names."""
+    from torchvision import models
+
+    names = set(getattr(models, f"ResNet{depth}_Weights").__members__)
+    assert set(MODELS[f"resnet{depth}"].options["weights"].choices) == {"imagenet", "random"} | names
+
+
+def test_the_dino_note_names_the_commit_the_builder_loads() -> None:
+    from vsbench.models import backbones
+
+    assert backbones.DINO_HUB_COMMIT[:8] in network_note("dino_vits16")
+    assert "github.com" in network_note("dino_vits16")
+
+
+def test_declared_values_accept_the_choices_and_existing_files(tmp_path: Path) -> None:
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"")
+    assert option_problems("dino_vits16", {"weights": "random", "weights_sha256": None}) == []
+    assert option_problems("timm:resnet50", {"weights": str(weights)}) == []
+    assert option_problems("efficientnet_lite0", {"weights": str(weights)}) != []  # no file for it
+    assert option_problems("dino_vits16", {"weights_sha256": "a" * 64}) == []
+    assert option_problems("dino_vits16", {"weights_sha256": "A" * 64}) != []
+    assert option_problems("torchscript", {}) == ["model 'torchscript' needs the option 'path'"]
+    assert option_problems("a_plugin_model", {"anything": 1}) == []  # the registry checks it, after torch
+    assert declared("timm:x") is MODELS["timm"] and declared("timm") is None
