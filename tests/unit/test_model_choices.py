@@ -88,3 +88,32 @@ def test_declared_values_accept_the_choices_and_existing_files(tmp_path: Path) -
     assert option_problems("torchscript", {}) == ["model 'torchscript' needs the option 'path'"]
     assert option_problems("a_plugin_model", {"anything": 1}) == []  # the registry checks it, after torch
     assert declared("timm:x") is MODELS["timm"] and declared("timm") is None
+
+
+def test_the_models_list_says_which_need_the_network() -> None:
+    """`vsbench similarity models`: one note per built-in model, under 100 columns; dino_vits16 names
+    github.com and its pinned commit, efficientnet_lite0 says offline, torchvision's say the network."""
+    from typer.testing import CliRunner
+
+    from vsbench.cli.app import app
+    from vsbench.io.terminal import too_wide
+
+    listed = CliRunner().invoke(app, ["similarity", "models"])
+    assert listed.exit_code == 0, listed.output
+    notes: dict[str, str] = {}
+    name = ""
+    for line in listed.output.splitlines():
+        if line and not line.startswith(" "):
+            name, _, rest = line.partition("  ")
+            notes[name] = rest.strip()
+        elif name and not line.startswith("  e.g."):
+            notes[name] = (notes[name] + " " + line.strip()).strip()
+    assert notes["efficientnet_lite0"].startswith("offline:")
+    assert notes["dino_vits16"].startswith("network at first use: github.com") and "@7c446df5" in notes["dino_vits16"]
+    assert "download.pytorch.org" in notes["resnet34"] and "download.pytorch.org" in notes["resnet50"]
+    assert all(notes[f].startswith("network at first use: huggingface.co") for f in
+               ("timm:<name>", "open_clip:<arch>/<pretrained>", "hf:<repo-or-path>"))
+    assert set(notes) >= {"abid_trunk", "precomputed", "torchscript"} and all(notes.values())
+    assert too_wide(listed.output) == []
+    described = CliRunner().invoke(app, ["similarity", "models", "resnet34", "--model-options", '{"weights": "random"}'])
+    assert described.exit_code == 0 and "network: network at first use: download.pytorch.org" in described.output

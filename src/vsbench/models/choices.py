@@ -83,9 +83,8 @@ class Declared:
 
 
 _PRETRAINED_RANDOM_PATH = Choice(("pretrained", "random"), path=True)
-_TORCHVISION = ("network at first use unless weights are 'random': torchvision's weights from "
-                "download.pytorch.org, kept in TORCH_HOME")
-_HF_HUB = "network at first use unless weights are 'random' or a path: {what}, kept in HF_HOME"
+_TORCHVISION = "network at first use: download.pytorch.org (not for 'random'); cached in TORCH_HOME"
+_HF_HUB = "network at first use: huggingface.co (not for 'random' or a path); cached in HF_HOME"
 
 MODELS: dict[str, Declared] = {
     "efficientnet_lite0": Declared(
@@ -97,9 +96,8 @@ MODELS: dict[str, Declared] = {
     "dino_vits16": Declared(
         {"weights": _PRETRAINED_RANDOM_PATH,
          "weights_sha256": Choice(pattern="[0-9a-f]{64}", what="64 lowercase hex characters")},
-        f"network at first use: its code from github.com ({DINO_HUB_REPO} at commit {DINO_HUB_COMMIT[:8]}, "
-        "torch.hub) and, unless weights are 'random' or a path, its weights from dl.fbaipublicfiles.com; "
-        "both kept in TORCH_HOME"),
+        f"network at first use: github.com (its code, {DINO_HUB_REPO}@{DINO_HUB_COMMIT[:8]} by torch.hub) "
+        "and dl.fbaipublicfiles.com (its weights, not for 'random' or a path); cached in TORCH_HOME"),
     "torchscript": Declared(
         {"path": Choice(path=True), "input_size": Choice(), "resize_size": Choice(),
          "preserve_aspect_ratio": Choice(), "mean": Choice(), "std": Choice(),
@@ -107,15 +105,12 @@ MODELS: dict[str, Declared] = {
         f"{OFFLINE}: a local TorchScript file", required=("path",)),
     "abid_trunk": Declared(
         {"run_id": Choice(), "artifact": Choice(), "checkpoint": Choice(path=True), "input_size": Choice()},
-        f"{OFFLINE} with a checkpoint; with run_id, from the MLflow store (MLFLOW_TRACKING_URI)"),
+        f"{OFFLINE} with a checkpoint; with run_id, the MLflow store"),
     "precomputed": Declared({"path": Choice(path=True), "dim": Choice()}, f"{OFFLINE}: a local feature file",
                             required=("path",)),
-    "timm": Declared({"weights": _PRETRAINED_RANDOM_PATH},
-                     _HF_HUB.format(what="timm's weights from huggingface.co"), family=True),
-    "open_clip": Declared({"weights": _PRETRAINED_RANDOM_PATH, "config": Choice(path=True)},
-                          _HF_HUB.format(what="open_clip's weights from huggingface.co"), family=True),
-    "hf": Declared({"weights": _PRETRAINED_RANDOM_PATH},
-                   _HF_HUB.format(what="the repository from huggingface.co"), family=True),
+    "timm": Declared({"weights": _PRETRAINED_RANDOM_PATH}, _HF_HUB, family=True),
+    "open_clip": Declared({"weights": _PRETRAINED_RANDOM_PATH, "config": Choice(path=True)}, _HF_HUB, family=True),
+    "hf": Declared({"weights": _PRETRAINED_RANDOM_PATH}, _HF_HUB, family=True),
 }
 
 
