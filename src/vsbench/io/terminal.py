@@ -11,6 +11,7 @@ line that is one unbreakable token, indented.
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 
 WIDTH = 100  # the columns every line vsbench prints for a person fits in
@@ -45,8 +46,27 @@ def labelled(label: str, value: str, indent: str = "  ") -> list[str]:
     return [line] if len(line) <= WIDTH else [f"{indent}{label}", f"{indent}  {value}"]
 
 
+def command(args: list[str], indent: str = "    ", width: int = WIDTH) -> list[str]:
+    """A shell command to copy: one line when it fits, else continued with ``\\`` at word boundaries
+    (what a shell reads back as the one command); an argument (a path) longer than a line stands
+    alone on its line. Each argument is quoted for the shell where it needs it."""
+    words = [shlex.quote(str(arg)) for arg in args]
+    line = indent + " ".join(words)
+    if len(line) <= width:
+        return [line]
+    lines: list[str] = []
+    current = indent + words[0]
+    for word in words[1:]:
+        if len(current) + 1 + len(word) + 2 <= width:  # room for the word and a trailing " \\"
+            current += " " + word
+        else:
+            lines.append(current + " \\")
+            current = indent + "  " + word
+    return [*lines, current]
+
+
 def too_wide(lines: str | list[str], width: int = WIDTH) -> list[str]:
     """The lines wider than ``width`` that are not a single unbreakable token (a URL, a path) alone
-    on its line: what a test asserts is empty."""
+    on its line, or one continued by ``\\`` (:func:`command`): what a test asserts is empty."""
     found = lines.splitlines() if isinstance(lines, str) else lines
-    return [line for line in found if len(line) > width and len(line.split()) > 1]
+    return [line for line in found if len(line) > width and len(line.removesuffix(" \\").split()) > 1]
