@@ -72,7 +72,7 @@ def test_the_start_up_line_fits() -> None:
     text = startup_line("references.shard-12-of-16", 1_000_000, 12.3, 1234.5)
     assert too_wide(text) == [] and len(text.splitlines()) == 2, text
     assert " ".join(text.split()) == ("[vsbench] references.shard-12-of-16: 1,000,000 images, start-up 12.3 s "
-                                      "(model build, workers, first batch), then 1,234 images/s")
+                                      "(model, workers, first batch), then 1,234 images/s")
 
 
 def test_the_tracking_outage_line_fits(capsys: pytest.CaptureFixture[str]) -> None:

@@ -90,4 +90,4 @@ def startup_line(stem: str, images: int, startup_seconds: float, steady: float |
     its steady rate; within 100 columns, wrapped at a word (the one line ran to 108-112, issue 57)."""
     rate = f"{steady:,.0f} images/s" if steady else "one batch"
     return wrap_lines(f"[vsbench] {stem}: {images:,} images, start-up {startup_seconds:.1f} s "
-                      f"(model build, workers, first batch), then {rate}")
+                      f"(model, workers, first batch), then {rate}")
