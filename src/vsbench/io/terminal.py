@@ -43,7 +43,7 @@ def labelled(label: str, value: str, indent: str = "  ") -> list[str]:
     """``label`` then ``value`` (a URL, a path): on one line when it fits, else the value alone on the
     next line, indented two more, so that it is never split and stays clickable."""
     line = f"{indent}{label} {value}"
-    return [line] if len(line) <= WIDTH else [f"{indent}{label}", f"{indent}  {value}"]
+    return [line] if len(line) <= WIDTH else [f"{indent}{label.rstrip()}", f"{indent}  {value}"]
 
 
 def command(args: list[str], indent: str = "    ", width: int = WIDTH) -> list[str]:
