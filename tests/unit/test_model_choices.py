@@ -5,6 +5,7 @@ import on a loaded machine). Nothing is timed: the refused run lists the package
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from vsbench.models.choices import MODELS, declared, network_note, option_proble
     ("resnet34", '{"weights": "IMAGENET1K_V2"}', "weights 'IMAGENET1K_V2'"),
     ("dino_vits16", '{"weights": "pretrained", "nosuch": 1}', "no option 'nosuch'"),
     ("timm:resnet50", '{"weights": "no-such-file.safetensors"}', "weights 'no-such-file.safetensors'"),
-], ids=["weights-value", "torchvision-name", "option-name", "family-weights"])
+    ("efficientnet_lite", "{}", "unknown model 'efficientnet_lite'; close names: ['efficientnet_lite0']"),
+], ids=["weights-value", "torchvision-name", "option-name", "family-weights", "model-name"])
 def test_a_refused_model_option_loads_no_torch(tmp_path: Path, model: str, options: str, named: str) -> None:
     """Every other input is fine (an existing data folder, a new output folder): only the model's
     option is wrong, and it is refused in one line naming the option, before torch or pandas."""
@@ -28,7 +30,8 @@ def test_a_refused_model_option_loads_no_torch(tmp_path: Path, model: str, optio
     codes, loaded, stderr = _loaded(argv, cwd=tmp_path)
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert codes == [2] and len(errors) == 1 and "Traceback" not in stderr, stderr[-2000:]
-    assert errors[0].startswith("error: --model-options: ") and named in errors[0] and model in errors[0], errors
+    option = "--model-options" if options != "{}" else "--model"
+    assert errors[0].startswith(f"error: {option}: ") and named in errors[0] and model in errors[0], errors
     assert not loaded & {"torch", "pandas", "faiss"}, sorted(loaded & {"torch", "pandas", "faiss"})
     assert not (tmp_path / "out").exists()
 
@@ -117,3 +120,33 @@ def test_the_models_list_says_which_need_the_network() -> None:
     assert too_wide(listed.output) == []
     described = CliRunner().invoke(app, ["similarity", "models", "resnet34", "--model-options", '{"weights": "random"}'])
     assert described.exit_code == 0 and "network: network at first use: download.pytorch.org" in described.output
+
+
+def test_the_name_check_without_torch_says_what_the_registry_says() -> None:
+    """The registry's line for an unknown name with no plugin installed; a family's spec, and a
+    model registered in this process, left to the registry."""
+    import subprocess
+    import sys
+
+    from vsbench.models import registry
+
+    with pytest.raises(ValueError) as raised:
+        registry.resolve("resnet5")
+    code = ("import json, sys; from vsbench.models.choices import name_problem; "
+            "print(json.dumps([name_problem('resnet5'), name_problem('timm:nosuch'), 'torch' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    light, family, torch_loaded = json.loads(done.stdout)
+    assert (family, torch_loaded) == (None, False)
+    # The registry's line but for its close names from timm's list (which needs torch): built-ins only.
+    deep = str(raised.value)
+    assert light.split("; choose from ")[1] == deep.split("; choose from ")[1]
+    assert light.startswith("unknown model 'resnet5'; close names: ['resnet50', 'resnet34']; choose from [")
+    assert "['resnet50', 'resnet34'" in deep
+    from vsbench.models.choices import name_problem
+
+    assert name_problem("resnet5") == light  # the same whether the registry is loaded or not
+    registry.register_model("resnet5_here")(lambda: None)  # registered in this process: the registry's
+    try:
+        assert name_problem("resnet5_here") is None
+    finally:
+        del registry._REGISTRY["resnet5_here"]

@@ -32,6 +32,7 @@ DINO_HUB_REPO = "facebookresearch/dino"
 DINO_HUB_COMMIT = "7c446df5b9f45747937fb0d72314eb9f7b66930a"
 DINO_VITS16_URL = "https://dl.fbaipublicfiles.com/dino/dino_deitsmall16_pretrain/dino_deitsmall16_pretrain.pth"
 
+ENTRY_POINT_GROUP = "vsbench.models"  # where plugins register models (the registry reads it from here)
 OFFLINE = "offline"  # how a note starts when the model never needs the network
 
 
@@ -74,12 +75,14 @@ class Choice:
 @dataclass(frozen=True)
 class Declared:
     """One built-in model (or family, keyed ``timm:``): its options, those it requires, and a short
-    note on whether its first use needs the network (and which host)."""
+    note on whether its first use needs the network (and which host); a family's ``pattern`` is how
+    the registry lists it (``timm:<name>``)."""
 
     options: dict[str, Choice]
     network: str
     required: tuple[str, ...] = ()
     family: bool = False
+    pattern: str = ""
 
 
 _PRETRAINED_RANDOM_PATH = Choice(("pretrained", "random"), path=True)
@@ -108,9 +111,10 @@ MODELS: dict[str, Declared] = {
         f"{OFFLINE} with a checkpoint; with run_id, the MLflow store"),
     "precomputed": Declared({"path": Choice(path=True), "dim": Choice()}, f"{OFFLINE}: a local feature file",
                             required=("path",)),
-    "timm": Declared({"weights": _PRETRAINED_RANDOM_PATH}, _HF_HUB, family=True),
-    "open_clip": Declared({"weights": _PRETRAINED_RANDOM_PATH, "config": Choice(path=True)}, _HF_HUB, family=True),
-    "hf": Declared({"weights": _PRETRAINED_RANDOM_PATH}, _HF_HUB, family=True),
+    "timm": Declared({"weights": _PRETRAINED_RANDOM_PATH}, _HF_HUB, family=True, pattern="timm:<name>"),
+    "open_clip": Declared({"weights": _PRETRAINED_RANDOM_PATH, "config": Choice(path=True)}, _HF_HUB, family=True,
+                          pattern="open_clip:<arch>/<pretrained>"),
+    "hf": Declared({"weights": _PRETRAINED_RANDOM_PATH}, _HF_HUB, family=True, pattern="hf:<repo-or-path>"),
 }
 
 
@@ -122,6 +126,28 @@ def declared(name: str) -> Declared | None:
     prefix, colon, _ = name.partition(":")
     entry = MODELS.get(prefix) if colon else None
     return entry if entry is not None and entry.family else None
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` names no model, said without torch, or None when it may name one: a built-in, a
+    family's ``prefix:<spec>`` (the family's library checks the spec), a model registered in this
+    process, or any name at all where a model plugin is installed (it may register that name).
+    The line is the registry's own (:func:`vsbench.models.registry.resolve`), close names included."""
+    import difflib
+    import sys
+    from importlib.metadata import entry_points
+
+    prefix, colon, _ = name.partition(":")
+    if declared(name) is not None or (colon and prefix in MODELS and MODELS[prefix].family):
+        return None
+    loaded = sys.modules.get("vsbench.models.registry")  # a model registered in this process counts
+    if (loaded is not None and loaded.registered(name) is not None) or entry_points(group=ENTRY_POINT_GROUP):
+        return None
+    names = sorted(n for n, entry in MODELS.items() if not entry.family)
+    close = difflib.get_close_matches(name.lower(), names, n=5, cutoff=0.6)
+    hint = f"close names: {close}; " if close else ""
+    return (f"unknown model {name!r}; {hint}choose from {names} or "
+            f"{[entry.pattern for entry in MODELS.values() if entry.family]}")
 
 
 def network_note(name: str) -> str:

@@ -103,11 +103,16 @@ def _argument(field: str) -> str:
 
 
 def _declared_model(run: SimilarityRun, problems: list[str], label: Callable[[str], str] = _option) -> None:
-    """The model's option names and values against its declared choices (:mod:`vsbench.models.choices`,
-    which imports no torch): a refused ``{"weights": "nosuch"}`` answers in the first round, in well
-    under 2 s, instead of after torch's import (issue 57). A plugin's model is checked in :func:`_model`."""
-    from vsbench.models.choices import option_problems
+    """The model's name, and its option names and values against its declared choices
+    (:mod:`vsbench.models.choices`, which imports no torch): a refused ``--model nosuch`` or
+    ``{"weights": "nosuch"}`` answers in the first round, in well under 2 s, instead of after torch's
+    import (issue 57). A plugin's model is checked in :func:`_model`."""
+    from vsbench.models.choices import name_problem, option_problems
 
+    unknown = name_problem(run.model)
+    if unknown:
+        problems.append(label("model") + ": " + unknown)
+        return
     problems += [label("model_options") + ": " + line for line in option_problems(run.model, run.model_options)]
 
 
