@@ -17,6 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+from vsbench.io.terminal import too_wide
 from vsbench.reporting.html_report import write_report
 from vsbench.reporting.leaderboard import leaderboard, mark_indistinguishable, render_leaderboard
 from vsbench.reporting.pairs import compare_runs
@@ -165,10 +166,12 @@ def test_compare_two_runs_paired_unpaired_and_as_json(board, tmp_path, monkeypat
                                  str(tmp_path / "pair.html")])
     assert result.exit_code == 0, result.output
     print(result.output)
-    assert "second - first  -0.0075 [" in result.output
-    assert "exact McNemar test on every unit: 3 right only in the first, 0 only in the second" in result.output
+    assert too_wide(result.output) == []  # within 100 columns, wrapped at words (issue 57)
+    said = " ".join(result.output.split())
+    assert "second - first -0.0075 [" in said
+    assert "exact McNemar test on every unit: 3 right only in the first, 0 only in the second" in said
     # the verdict, in words, from the interval printed above it ([-0.0175, +0] holds 0)
-    assert "verdict  indistinguishable (≈): the 95% interval of the difference holds 0" in result.output
+    assert "verdict indistinguishable (≈): the 95% interval of the difference holds 0" in said
     assert "unpaired" not in result.output
     assert 'class="pair"' in (tmp_path / "pair.html").read_text()
 

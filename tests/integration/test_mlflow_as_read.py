@@ -90,7 +90,8 @@ def shown(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _link(output: str, label: str) -> str:
-    return re.search(rf"^\s*{label}:\s+(\S+)", output, re.M).group(1)
+    """The URL printed on the line after ``label`` (``leaderboard (disc, best first):``, issue 57)."""
+    return re.search(rf"^\s*{label}\b[^\n]*:\n\s*(\S+)", output, re.M).group(1)
 
 
 def _keep(path: Path, name: str) -> None:

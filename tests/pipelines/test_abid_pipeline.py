@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 
@@ -164,8 +165,10 @@ def test_run_local_ends_like_the_demo(local_s3, public_bucket, no_aws_credential
     assert all(path.is_file() for path in answers.values())
     assert f"  task files:           {data.resolve() / 'tasks'}" in ending
     assert f"  MLflow store:         {store} (experiment run-local-test)" in ending
-    assert ending[-2:] == ["Open the MLflow UI with:", f"  {Path(sys.executable).parent / 'mlflow'} ui "
-                           f"--backend-store-uri {store} --host 127.0.0.1 --port 5000"]
+    command = ending[ending.index("Open the MLflow UI with:") + 1:]  # continued with \ past 100 columns
+    assert shlex.split(" ".join(line.removesuffix(" \\") for line in command)) == [
+        str(Path(sys.executable).parent / "mlflow"), "ui", "--backend-store-uri", store, "--host", "127.0.0.1",
+        "--port", "5000"]
 
     client = MlflowClient()
     experiment = client.get_experiment_by_name("run-local-test")

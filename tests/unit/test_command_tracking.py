@@ -5,6 +5,7 @@ with the numbers kept and uploaded later by `vsbench track upload`."""
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -64,19 +65,23 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     assert result.exit_code == 0, result.output
     bundle = read_bundle(out / BUNDLE_NAME)
     run_id = bundle["uploaded"]["run_id"]
-    assert f"MLflow run {run_id} in {uri}" in result.output
+    assert f"MLflow run {run_id} in\n  {uri}" in result.output or f"MLflow run {run_id} in {uri}\n" in result.output
     run = MlflowClient(uri).get_run(run_id)
     # Where to look: the run's page, the experiment's evaluations view, and how to serve a local store.
     experiment = run.info.experiment_id
-    assert f"run page:    http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}?workflowType=" in result.output
-    assert (f"evaluations: http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey=vsbench-evaluations"
-            "&compareRunsMode=CHART&workflowType=machine_learning") in result.output
-    assert f"ui --backend-store-uri {uri})" in result.output
+    # Each a short label, then the URL alone on its line (issue 57: whole and clickable in 100 columns).
+    assert f"run page:\n    http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}?workflowType=" in result.output
+    assert (f"evaluations (every night, a line per evaluation):\n    http://127.0.0.1:5000/#/experiments/{experiment}/"
+            "runs?viewStateShareKey=vsbench-evaluations&compareRunsMode=CHART&workflowType=machine_learning\n"
+            ) in result.output
+    serve = result.output.split("serve the store first:\n", 1)[1]  # one command, continued with \ when long
+    assert shlex.split(serve.replace(" \\\n", " ")) == [str(Path(sys.executable).with_name("mlflow")), "ui",
+                                                         "--backend-store-uri", uri]
     view = json.loads(MlflowClient(uri).get_experiment(experiment).tags["mlflow.sharedViewState.vsbench-evaluations"])
     assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "vsbench.line"}]
     assert view["globalLineChartConfig"]["xAxisKey"] == "time"  # dates, not day numbers (issue 48)
-    assert (f"leaderboard: http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey="
-            "vsbench-leaderboard-patch_pairs") in result.output
+    assert (f"leaderboard (patch_pairs, best first):\n    http://127.0.0.1:5000/#/experiments/{experiment}/runs?"
+            "viewStateShareKey=vsbench-leaderboard-patch_pairs") in result.output
     board = json.loads(MlflowClient(uri).get_experiment(experiment).tags[
         "mlflow.sharedViewState.vsbench-leaderboard-patch_pairs"])
     assert board["orderByKey"].startswith("metrics.`") and "params.`model`" in board["selectedColumns"]
@@ -139,7 +144,7 @@ def test_default_store_is_printed_and_no_track_writes_nothing(tmp_path, monkeypa
 
     result = _score(tmp_path)
     assert result.returncode == 0, result.stderr
-    assert f"tracking in the local store sqlite:///{home / 'mlflow.db'}" in result.stdout
+    assert f"tracking in the local store\n  sqlite:///{home / 'mlflow.db'}\n" in result.stdout
     assert (home / "mlflow.db").exists()
     assert read_bundle(tmp_path / "m.mlflow-run.json")["uploaded"]["run_id"] in result.stdout
 
@@ -158,7 +163,7 @@ def test_a_store_down_or_hanging_costs_at_most_the_bound(store, tmp_path, monkey
     assert baseline.returncode == result.returncode == 0, result.stderr
     assert tracked < untracked + BOUND_S + SLACK_S, (tracked, untracked)
     assert f"MLflow unavailable at {uri}" in result.stdout
-    assert f"vsbench track upload {tmp_path / 'm.mlflow-run.json'}" in result.stdout
+    assert f"vsbench track upload {tmp_path / 'm.mlflow-run.json'}" in result.stdout.replace(" \\\n      ", " ")
     assert json.loads((tmp_path / "m.json").read_text())["accuracy"] == 0.75  # the numbers are kept
     assert read_bundle(tmp_path / "m.mlflow-run.json")["uploaded"] is None
 

@@ -471,16 +471,30 @@ def similarity_models(
     name: Annotated[str | None, typer.Argument(help="A model name (e.g. timm:resnet50) to describe.")] = None,
     model_options: Annotated[str, typer.Option(help='JSON, e.g. \'{"weights": "random"}\'.')] = "{}",
 ) -> None:
-    """List the registered models; with NAME, its preprocessing, dimension, output layer and where
-    its weights would come from (nothing is downloaded: the network is built untrained)."""
+    """List the registered models, each built-in one with whether its first use needs the network;
+    with NAME, its preprocessing, dimension, output layer and where its weights would come from
+    (nothing is downloaded: the network is built untrained)."""
     from dataclasses import asdict
 
+    from vsbench.io.terminal import wrap
+    from vsbench.models.choices import network_note
     from vsbench.models.registry import available_models, describe_model, families, model_source
     if name is None:
         with user_errors():  # a broken model plugin: one line naming it
             listed = [(registered, model_source(registered)) for registered in available_models()]
+        # A pipeline step on a machine without internet access fails at the model's first use: say
+        # which models need the network (and which host, which cache to fill instead) before that.
+        column = 20  # a longer name (a family's pattern) has its note on the next line
         for registered, source in listed:
-            typer.echo(registered + ("" if source == "vsbench" else f"  [plugin: {source}]"))
+            note = network_note(registered) if source == "vsbench" else ""
+            if not note:
+                typer.echo(registered + ("" if source == "vsbench" else f"  [plugin: {source}]"))
+                continue
+            if len(registered) + 2 > column:
+                typer.echo(registered)
+            first = registered.ljust(column) if len(registered) + 2 <= column else " " * column
+            for line in wrap(note, first, " " * column):
+                typer.echo(line)
         for family in families():
             typer.echo(f"  e.g. {family.example}")
         return
@@ -493,5 +507,7 @@ def similarity_models(
     typer.echo(f"dim: {info.dim}")
     typer.echo(f"output: {info.output}")
     typer.echo(f"weights: {info.weights}")
+    for line in wrap(network_note(name), "network: ", " " * 9) if network_note(name) else ():
+        typer.echo(line)
     if info.preprocessing is not None:
         typer.echo(f"preprocessing: {json.dumps(asdict(info.preprocessing))}")

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from vsbench.io.storage import file_sha256
+from vsbench.models.choices import DINO_HUB_COMMIT, DINO_HUB_REPO, DINO_VITS16_URL
 from vsbench.models.registry import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -146,9 +147,8 @@ def resnet50(weights: str = "imagenet") -> Embedder:
 # this commit only (no prompt in a pipeline step). The hub entry point builds the architecture
 # only (pretrained=False): the weights are fetched here, checked by file digest, and read with
 # weights_only=True.
-DINO_HUB_REPO = "facebookresearch/dino"
-DINO_HUB_COMMIT = "7c446df5b9f45747937fb0d72314eb9f7b66930a"
-DINO_VITS16_URL = "https://dl.fbaipublicfiles.com/dino/dino_deitsmall16_pretrain/dino_deitsmall16_pretrain.pth"
+# The repository, commit and URL are declared in vsbench.models.choices (no torch there), whose note
+# for `vsbench similarity models` names the same commit.
 # sha256 of the file at DINO_VITS16_URL. Not recorded yet: the machine this was written on could not
 # reach dl.fbaipublicfiles.com. Until it is, the digest of the file actually loaded is logged and
 # recorded (weights_source, the embedding cache key); pass {"weights_sha256": ...} to check it now.

@@ -40,6 +40,7 @@ from vsbench.imaging.preprocessing import (  # noqa: F401 - re-exported: models 
     Preprocessing,
 )
 from vsbench.io.features import FeatureError, FeatureSet, load_features
+from vsbench.models.choices import ENTRY_POINT_GROUP
 from vsbench.models.weights import RANDOM_SEED, seeded
 
 
@@ -152,7 +153,6 @@ def register_model(name: str) -> Callable[[Builder], Builder]:
     return decorator
 
 
-ENTRY_POINT_GROUP = "vsbench.models"
 # vsbench's own models: importing each module registers its builders (imported by name, on first use).
 BUILTIN = ("vsbench.models.backbones", "vsbench.models.libraries")
 _PLUGIN_PACKAGES: dict[str, str] = {}  # top-level package of a loaded plugin -> its distribution's name

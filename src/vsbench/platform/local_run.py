@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vsbench.io.terminal import command, labelled, wrap
 from vsbench.platform.containers import ContainerPlan, container_runner, step_environment
 from vsbench.platform.progress import StepLog, root_logging_to
 from vsbench.runtime.images import CPU_IMAGE
@@ -144,24 +145,26 @@ def abid_ending(report: LocalRunReport, store_uri: str, experiment: str, off: st
                   f"  counting accuracy        {shown('counting_accuracy')}   RMSE {shown('counting_rmse')}",
                   f"  object verification      {shown('verification_accuracy')}",
                   f"  quantity verification    {shown('quantity_accuracy')}"]
+    # Within 100 columns (issue 57): a path too long for its label's line goes on the next one, whole.
     for task, step in PREDICTIONS:
         result = report.steps.get(step, {}).get("result")
         if result:
-            lines.append(f"  {task + ' answers:':<22}{result}")
-    lines += [f"  {'task files:':<22}{report.data_root / 'tasks'}",
-              f"  {'resized images:':<22}{report.data_root / 'bin-images-resize'}"]
+            lines += labelled(f"{task + ' answers:':<21}", str(result))
+    lines += [*labelled(f"{'task files:':<21}", str(report.data_root / "tasks")),
+              *labelled(f"{'resized images:':<21}", str(report.data_root / "bin-images-resize"))]
     if not store_uri:
         return "\n".join([*lines, f"  {'MLflow:':<22}{off}"])
     uri = redact_uri(store_uri)
     if not uri:  # a user:password@ part in a URI that cannot be read apart: never printed
-        return "\n".join([*lines, f"  {'MLflow store:':<22}MLFLOW_TRACKING_URI (experiment {experiment}; not shown: "
-                                   "it holds a password in a form that cannot be taken out)"])
-    lines += [f"  {'MLflow store:':<22}{uri} (experiment {experiment})", ""]
+        return "\n".join([*lines, *wrap(f"{'MLflow store:':<22}MLFLOW_TRACKING_URI (experiment {experiment}; not "
+                                        "shown: it holds a password in a form that cannot be taken out)",
+                                        "  ", " " * 24)])
+    lines += [*wrap(f"{'MLflow store:':<22}{uri} (experiment {experiment})", "  ", " " * 24), ""]
     if uri.startswith(("http://", "https://")):
-        return "\n".join([*lines, f"Open the MLflow UI at: {uri}"])
+        return "\n".join([*lines, *labelled("Open the MLflow UI at:", uri, "")])
     return "\n".join([*lines, "Open the MLflow UI with:",
-                      f"  {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri {uri} "
-                      "--host 127.0.0.1 --port 5000"])
+                      *command([str(Path(sys.executable).parent / "mlflow"), "ui", "--backend-store-uri", uri,
+                                "--host", "127.0.0.1", "--port", "5000"], indent="  ")])
 
 
 def failure_tail(step: str, tail: list[str], log_path: Path | None) -> str:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vsbench.io.terminal import wrap_lines
 from vsbench.reporting.runs import evaluation_record
 from vsbench.reporting.significance import (
     UnitsReader,
@@ -188,7 +189,9 @@ def _shown(metric: str, run_id: str, logged: float, recomputed: float) -> None:
 
 
 def render_pair(pair: RunPair) -> str:
-    """The terminal text: a block per metric (values, difference, test), then the notes."""
+    """The terminal text: a block per metric (values, difference, test), then the notes; within 100
+    columns, a longer line wrapped at a word under its own indentation (issue 57: long model labels,
+    verdicts and notes ran to 120 and a terminal split them anywhere)."""
     lines = [f"first:  {pair.first_label} ({pair.first_run_id})",
              f"second: {pair.second_label} ({pair.second_run_id})", ""]
     for row in pair.metrics:
@@ -205,7 +208,7 @@ def render_pair(pair: RunPair) -> str:
         lines += ["", *pair.notes]
     lines += ["", "[low, high]: 95% interval; the difference's from a paired bootstrap (the same resampled units "
               "for both runs) when paired"]
-    return "\n".join(lines)
+    return wrap_lines("\n".join(lines))
 
 
 def pair_table(pair: RunPair) -> str:

@@ -86,7 +86,7 @@ from vsbench.runtime.device import DeviceSetup, resolve_device, setup_device
 from vsbench.runtime.feeder import Fed, Feeder, normalizer, to_host
 from vsbench.runtime.loaders import loader_options, loader_workers
 from vsbench.runtime.stages import Stages
-from vsbench.runtime.throughput import Throughput
+from vsbench.runtime.throughput import Throughput, startup_line
 
 logger = logging.getLogger(__name__)
 RESAMPLE = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
@@ -784,7 +784,6 @@ def embed_image_set(
     atomic_write_json(manifest_path, manifest)
     if progress and manifest.get("startup_seconds") is not None:
         steady = manifest.get("images_per_second_steady")
-        print(f"[vsbench] {stem}: {len(ids)} images, start-up {manifest['startup_seconds']:.1f} s (model build, "
-              f"workers, first batch), then {f'{steady:,.0f} images/s' if steady else 'one batch'}",
-              file=sys.stderr, flush=True)
+        print(startup_line(stem, len(ids), manifest["startup_seconds"], steady), file=sys.stderr, flush=True)
     return features_path
+

@@ -12,7 +12,8 @@ benchmark's files) wait for the others to pass: a refused run answers in under 2
 
 What is checked: the run spec's own fields (:class:`~vsbench.runspec.run.SimilarityRun`), the
 benchmark's options against its loader, the data folder and the benchmark's native files, the
-model's name and options against the registry (no weights read), the device, every codec string
+model's name and options against the registry (no weights read; a built-in model's option names and
+values first, against :mod:`vsbench.models.choices`, without torch), the device, every codec string
 and the search parameters against each codec (:func:`vsbench.index.codec.check_codec`), the score
 normalization, the output folder (a folder, writable), the batch size, and the environment
 variables the steps read (pixel cap, lock wait, the embedding cache's secret). A step that runs elsewhere (``--runner
@@ -99,6 +100,20 @@ def _option(field: str) -> str:
 def _argument(field: str) -> str:
     """How ``vsbench submit`` names a pipeline parameter: ``--arg model_options``."""
     return f"--arg {field}"
+
+
+def _declared_model(run: SimilarityRun, problems: list[str], label: Callable[[str], str] = _option) -> None:
+    """The model's name, and its option names and values against its declared choices
+    (:mod:`vsbench.models.choices`, which imports no torch): a refused ``--model nosuch`` or
+    ``{"weights": "nosuch"}`` answers in the first round, in well under 2 s, instead of after torch's
+    import (issue 57). A plugin's model is checked in :func:`_model`."""
+    from vsbench.models.choices import name_problem, option_problems
+
+    unknown = name_problem(run.model)
+    if unknown:
+        problems.append(label("model") + ": " + unknown)
+        return
+    problems += [label("model_options") + ": " + line for line in option_problems(run.model, run.model_options)]
 
 
 def _model(run: SimilarityRun, runner: str, problems: list[str], label: Callable[[str], str] = _option) -> None:
@@ -199,6 +214,7 @@ def similarity_problems(fields: dict[str, Any], *, out: Path, device: str, batch
     if checked is not None:
         _options_and_root(checked, problems, f" (vsbench synth similarity {checked.benchmark} --out DIR makes one)")
         _search(checked, problems)
+        _declared_model(checked, problems)
     accelerator = device.partition(":")[0] in ("cuda", "mps")  # device_problem asks torch whether it is there
     problems += [p for p in (None if accelerator else device_problem(device), output_problem(out)) if p]
     if batch_size < 1:

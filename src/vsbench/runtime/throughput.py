@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from vsbench.io.terminal import wrap_lines
+
 clock: Callable[[], float] = time.perf_counter
 
 
@@ -81,3 +83,11 @@ class Throughput:
         rate = self.steady_images_per_second
         return {"startup_seconds": None if self.startup_seconds is None else round(self.startup_seconds, 3),
                 "images_per_second_steady": None if rate is None else round(rate, 2)}
+
+
+def startup_line(stem: str, images: int, startup_seconds: float, steady: float | None) -> str:
+    """What a shard's embedding says when done: its start-up (model build, workers, first batch), then
+    its steady rate; within 100 columns, wrapped at a word (the one line ran to 108-112, issue 57)."""
+    rate = f"{steady:,.0f} images/s" if steady else "one batch"
+    return wrap_lines(f"[vsbench] {stem}: {images:,} images, start-up {startup_seconds:.1f} s "
+                      f"(model, workers, first batch), then {rate}")

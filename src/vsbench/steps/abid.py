@@ -18,6 +18,7 @@ from vsbench.io.locks import output_lock
 from vsbench.io.storage import atomic_write_json
 from vsbench.platform.trainjob import JOB_ENV, TrainJobRequest, check_request, choose_engine, run_trainjob
 from vsbench.steps.base import StepResult, finish, numbers, sharded
+from vsbench.tracking.provenance import download_tags, public_endpoint
 from vsbench.tracking.runs import Tracker, child_run, log_to_parent, parent_tracker
 
 
@@ -28,12 +29,16 @@ def abid_download_step(
 ) -> StepResult:
     """Download ABID into ``dest``; fails (after recording everything) when objects are missing."""
 
-    params = {"source": source, "limit": limit, "concurrency": concurrency, "endpoint_url": endpoint_url or "-",
-              "shard": shard, "num_shards": num_shards}
+    params = {"source": source, "limit": limit, "concurrency": concurrency,
+              "endpoint_url": public_endpoint(endpoint_url) or "-", "shard": shard, "num_shards": num_shards}
     started = time.perf_counter()
     with child_run(parent_run_id, sharded("abid-download", shard, num_shards), params) as tracker:
         summary = download_abid(source, Path(dest), limit=limit or None, endpoint_url=endpoint_url or None,
                                 concurrency=concurrency, progress=progress, shard=shard, num_shards=num_shards)
+        # The parent names the endpoint the objects came from (a mirror or AWS), beside the bucket.
+        where = download_tags(source, summary.endpoint)
+        tracker.set_tags(where)
+        parent_tracker(parent_run_id).set_tags(where)
         data = summary.as_dict()
         metrics = numbers(data, ["listed_keys", "planned", "fetched", "refetched", "skipped", "failed", "ignored_keys",
                                   "duplicate_spellings", "spelling_conflicts", "bytes_fetched", "fetch_seconds",

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.io.storage import atomic_write_json
+from vsbench.io.terminal import command, labelled, wrap
 from vsbench.tracking.config import (
     ARTIFACT_LOCATION_ENV,
     disable_tracking,
@@ -80,8 +81,8 @@ def resolve_store(announce: Callable[[str], None] = print) -> str:
     uri = f"sqlite:///{home / 'mlflow.db'}"
     os.environ["MLFLOW_TRACKING_URI"] = uri
     os.environ.setdefault(ARTIFACT_LOCATION_ENV, str(home / "mlartifacts"))
-    announce(f"MLflow: no MLFLOW_TRACKING_URI set; tracking in the local store {uri} "
-             f"(see it with: mlflow ui --backend-store-uri {uri})")
+    announce("\n".join(["MLflow: no MLFLOW_TRACKING_URI set; tracking in the local store", f"  {uri}",
+                         "  see it with:", *command(["mlflow", "ui", "--backend-store-uri", uri])]))
     return uri
 
 
@@ -290,32 +291,42 @@ def _within(work: Callable[[], Any], timeout: float | None, name: str) -> tuple[
 def ui_links(outcome: Outcome) -> list[str]:
     """Where to see the run in MLflow's UI: its page and, when it holds evaluations, the experiment's
     evaluations view (one line per evaluation over the nights, :mod:`vsbench.tracking.views`). A local
-    store needs ``mlflow ui`` first: the line says how."""
+    store needs ``mlflow ui`` first: the lines say how.
+
+    Each link is a short label, then the URL alone on the next line (issue 57): the URLs run to
+    110-170 characters, which a 100-column terminal wrapped mid-URL after the label; alone on its
+    line a URL stays whole and clickable, and every other line fits (:mod:`vsbench.io.terminal`)."""
     from vsbench.tracking.bundles import redact_uri
     from vsbench.tracking.views import evaluations_page, leaderboard_page, run_page, served
 
     if not outcome.experiment_id:
         return []
     uri = redact_uri(outcome.tracking_uri)
-    lines = [f"  run page:    {run_page(outcome.run_id, outcome.experiment_id, uri)}"]
+    lines = ["  run page:", f"    {run_page(outcome.run_id, outcome.experiment_id, uri)}"]
     for benchmark in outcome.benchmarks:
-        lines.append(f"  leaderboard: {leaderboard_page(outcome.experiment_id, benchmark, uri)} ({benchmark}, best first)")
+        lines += [f"  leaderboard ({benchmark}, best first):",
+                  f"    {leaderboard_page(outcome.experiment_id, benchmark, uri)}"]
     if outcome.evaluations:
-        lines.append(f"  evaluations: {evaluations_page(outcome.experiment_id, uri)} (every night, a line per evaluation)")
+        lines += ["  evaluations (every night, a line per evaluation):",
+                  f"    {evaluations_page(outcome.experiment_id, uri)}"]
     if not served(uri):
-        lines.append(f"  (serve the store first: {Path(sys.executable).with_name('mlflow')} ui --backend-store-uri {uri})")
+        lines += ["  serve the store first:",
+                  *command([str(Path(sys.executable).with_name("mlflow")), "ui", "--backend-store-uri", uri])]
     return lines
 
 
 def describe(outcome: Outcome, kept: Path | None = None) -> str:
-    """One or two lines for the user: where the run is, or why not and how to upload it later."""
+    """A few lines for the user: where the run is, or why not and how to upload it later. Within 100
+    columns, but for a URL, a path or a command that stands alone on its line (issue 57)."""
     if outcome.uploaded:
         from vsbench.tracking.bundles import redact_uri
 
-        return "\n".join([f"MLflow run {outcome.run_id} in {redact_uri(outcome.tracking_uri)}", *ui_links(outcome)])
+        return "\n".join([*labelled(f"MLflow run {outcome.run_id} in", redact_uri(outcome.tracking_uri), ""),
+                          *ui_links(outcome)])
     where = f"{kept} and {outcome.bundle}" if kept else str(outcome.bundle)
-    return (f"MLflow unavailable at {outcome.tracking_uri or '(default)'}: {outcome.error}\n"
-            f"  the numbers are kept in {where}; upload them later with: {UPLOAD_HINT} {outcome.bundle}")
+    return "\n".join([*wrap(f"MLflow unavailable at {outcome.tracking_uri or '(default)'}: {outcome.error}", "", "  "),
+                      *wrap(f"the numbers are kept in {where}; upload them later with:", "  ", "  "),
+                      *command([*UPLOAD_HINT.split(), str(outcome.bundle)])])
 
 
 def record_command_run(bundle: Path, *, experiment: str, pipeline: str, params: Mapping[str, Any],

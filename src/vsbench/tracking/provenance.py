@@ -24,6 +24,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 KFP_RUN_TAG = "kfp.run_id"
 PIPELINE_TAG = "vsbench.pipeline"
@@ -39,6 +40,8 @@ RUN_KEY_TAG = "vsbench.run_key"  # the KFP run id, or the command run's own key
 DATA_DIGEST_TAG = "vsbench.data.digest"
 DATA_ROOT_TAG = "vsbench.data.root"
 DATA_FILES_TAG = "vsbench.data.files"
+DATA_SOURCE_TAG = "vsbench.data.source"  # the bucket a download read (s3://aft-vbi-pds)
+DATA_ENDPOINT_TAG = "vsbench.data.endpoint"  # the S3 endpoint it was read from: a mirror or AWS (issue 57)
 PROFILE_TAG = "vsbench.profile"
 BASELINE_TAG = "vsbench.baseline"  # "random-features": the run's model has untrained weights
 MLFLOW_GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -231,3 +234,26 @@ def data_tags(*paths: Path) -> dict[str, str]:
         return {}
     return {DATA_DIGEST_TAG: digest, DATA_FILES_TAG: str(count),
             DATA_ROOT_TAG: ", ".join(str(p) for p in paths)[:4000]}
+
+
+def public_endpoint(url: str) -> str:
+    """``url`` as it may be recorded: scheme, host, port and path only. A ``user:password@`` part, a
+    query and a fragment (where a presigned URL carries its signature) are dropped: a run's tags are
+    read by everyone with access to the store, never a place for a secret. "" when it cannot be read."""
+    try:
+        parts = urlsplit(url.strip())
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return ""
+    if not parts.scheme or not host:
+        return ""
+    host = f"[{host}]" if ":" in host else host
+    return urlunsplit((parts.scheme, f"{host}:{port}" if port is not None else host, parts.path, "", ""))
+
+
+def download_tags(source: str, endpoint: str) -> dict[str, str]:
+    """Where a download read its data: the bucket (``s3://aft-vbi-pds``) and the endpoint that served it
+    (a local mirror such as ``http://127.0.0.1:9000``, or AWS's own), so that a run against a mirror
+    no longer reads as one against the public bucket (issue 57). No credential is ever part of it."""
+    return {DATA_SOURCE_TAG: public_endpoint(source) or source.split("?")[0],
+            DATA_ENDPOINT_TAG: public_endpoint(endpoint) or "(unknown)"}

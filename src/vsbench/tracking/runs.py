@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from vsbench.io.terminal import wrap_lines
 from vsbench.tracking.config import ARTIFACT_LOCATION_ENV, tracking_disabled
 from vsbench.tracking.provenance import (
     IMAGE_ID_TAG,
@@ -105,8 +106,8 @@ class Tracker:
     def _go_offline(self, reason: str) -> None:
         self.error = reason
         self._client = None
-        print(f"[vsbench] MLflow tracking unavailable ({reason[:300]}); the step goes on and keeps "
-              "its metrics in its own outputs.", file=sys.stderr)
+        print(wrap_lines(f"[vsbench] MLflow tracking unavailable ({reason[:300]}); the step goes on and keeps "
+                         "its metrics in its own outputs."), file=sys.stderr)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
