@@ -14,12 +14,16 @@ from vsbench.cli.common import (
     user_errors,
 )
 
+DEFAULT_REPORT = "vsbench-report.html"
+
 
 def compare(
     experiment: Annotated[str | None, typer.Option(help="MLflow experiment (from MLFLOW_TRACKING_URI): its "
                                                         "leaderboard (default: none, with --runs).")] = None,
     last: Annotated[int | None, typer.Option(min=1, help="Only the newest N pipeline runs (default: all).")] = None,
-    report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
+    report: Annotated[Path | None, typer.Option(
+        help="Where to write the HTML report (default: ./vsbench-report.html with --experiment; with --runs "
+             "alone no page: the terminal and the compare sheet say it all).")] = None,
     runs: Annotated[tuple[str, str] | None, typer.Option(
         "--runs", metavar="FIRST SECOND",
         help="Two MLflow run ids (evaluation runs, or an ABID pipeline run) compared metric by metric: "
@@ -64,7 +68,7 @@ def compare(
     if runs is not None:
         with user_errors(LookupError, MlflowException):  # an unknown run id; a refused unit file (UnitsError)
             pair = compare_runs(reader, runs[0], runs[1], metric or None)
-        made = _compare_sheet(reader, runs, sheet, root, metric or None, report)
+        made = _compare_sheet(reader, runs, sheet, root, metric or None, report or Path("."))
         if made:
             pair = replace(pair, sheet=made)
         if as_json:
@@ -94,6 +98,9 @@ def compare(
             typer.echo(f"unit files refused (no test for their cells): {why}", err=True)
     else:
         lower = None
+    if report is None and experiment is None:  # --runs alone: nothing written into the current folder
+        return
+    report = report or Path(DEFAULT_REPORT)
     title = (f"{experiment}" + (f": last {last} runs" if last else "")) if experiment else "runs compared"
     sheets = FailureSheets(store_client())  # each model's failure sheet linked (one listing per table column)
     write_report(records, report, title=title, lower_is_better=lower, reader=reader if tests else None,
