@@ -317,19 +317,20 @@ def test_the_evaluation_run_logs_the_sheet_under_failures(tmp_path: Path) -> Non
     class Client:
         logged: list[tuple[str, str, str]] = []
 
-        def log_artifact(self, run_id: str, path: str, folder: str) -> None:
+        def log_artifact(self, run_id: str, path: str, folder: str) -> None:  # a copy stamped with the run
             self.logged.append((run_id, path, folder))
 
     client = Client()
     _log_failures(client, "run", evaluation)
-    assert sorted(client.logged) == sorted([("run", str(png), "failures"), ("run", str(html), "failures")])
+    logged = sorted((run_id, Path(path).name, folder) for run_id, path, folder in client.logged)
+    assert logged == sorted([("run", png.name, "failures"), ("run", html.name, "failures")])
     # A sheet changed after the score wrote it, or one with no recorded digest, is not logged.
     html.write_text("<html>changed")
     for failures in ({str(png): evaluation.failures[str(png)], str(html): evaluation.failures[str(html)]},
                      {str(png): "", str(html): ""}):
         client.logged.clear()
         _log_failures(client, "run", evaluation.model_copy(update={"failures": failures}))
-        assert [path for _, path, _ in client.logged] == ([str(png)] if failures[str(png)] else [])
+        assert [Path(path).name for _, path, _ in client.logged] == ([png.name] if failures[str(png)] else [])
 
 
 def test_the_sheets_png_reads_back_exactly() -> None:
