@@ -52,6 +52,7 @@ def compare(
     from mlflow.exceptions import MlflowException
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
+    from vsbench.reporting.changes import count_words
     from vsbench.reporting.html_report import write_report
     from vsbench.reporting.leaderboard import leaderboard, mark_indistinguishable, render_leaderboard, render_runs
     from vsbench.reporting.pairs import compare_runs, render_pair
@@ -76,8 +77,7 @@ def compare(
             return
         typer.echo(render_pair(pair))
         if made:
-            typer.echo(f"compare sheet: {made['first_only']} units right only in the first, "
-                       f"{made['second_only']} right only in the second")
+            typer.echo(f"compare sheet: {count_words(made)}")
             typer.echo(f"  {made['png']}\n  {made['html']}")
         pairs.append(pair)
     records = []
@@ -130,6 +130,6 @@ def _compare_sheet(reader: object, runs: tuple[str, str], folder: Path | None, r
     files = written["files"]
     base = report.resolve().parent
     return {"png": files["png"]["path"], "html": files["html"]["path"], **{
-        k: written["counts"][k] for k in ("first_only", "second_only")},
+        k: written["counts"].get(k, 0) for k in ("first_only", "second_only", "by_rank")},
         "png_href": quote(os.path.relpath(Path(files["png"]["path"]).resolve(), base)),
         "html_href": quote(os.path.relpath(Path(files["html"]["path"]).resolve(), base))}

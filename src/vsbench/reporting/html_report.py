@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -34,13 +33,13 @@ from vsbench.reporting.runs import (
     LowerIsBetter,
     RunRecord,
     SheetFinder,
+    display_name,
     provenance,
     ran_in,
     runs_by_id,
     source,
 )
 from vsbench.reporting.significance import UnitsReader, format_p, split_intervals
-from vsbench.tracking.evaluations import readable_label
 from vsbench.tracking.failures import SheetFiles
 from vsbench.tracking.names import SEPARATOR
 from vsbench.tracking.views import artifact_page, run_page
@@ -87,23 +86,6 @@ def _png(figure: Any) -> str:
         warnings.filterwarnings("ignore", message="constrained_layout not applied")  # and stderr stays clean
         figure.savefig(buffer, format="png", dpi=100)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def display_name(model: str) -> str:
-    """A model's column as MLflow names it: ``resnet34-random · Flat · none`` for the record's
-    ``resnet34 {"weights":"random"} · Flat · none`` (the options JSON read as data, then
-    :func:`~vsbench.tracking.evaluations.readable_label`). Why: the raw JSON is what a person cannot
-    match with the run names they see in MLflow (issue 57); the full label stays in the cell's tooltip."""
-    name, space, rest = model.partition(" ")
-    if not space or not rest.startswith("{"):
-        return model
-    try:
-        options, end = json.JSONDecoder().raw_decode(rest)
-    except ValueError:
-        return model
-    if not isinstance(options, dict):
-        return model
-    return readable_label(name, options) + rest[end:]
 
 
 def _wrap(name: str, width: int = 34) -> str:
