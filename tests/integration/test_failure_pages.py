@@ -148,7 +148,7 @@ class _Chromium:
 def _report_links(page: str) -> dict[str, list[str]]:
     """model -> the hrefs in its cell of the report's failure row (one leaderboard table)."""
     head = re.search(r'<table class="leaderboard".*?<thead><tr>(.*?)</tr>', page, re.S).group(1)
-    models = re.findall(r"<th[^>]*>(.*?)</th>", head)[2:]
+    models = [m.replace("<wbr>", "") for m in re.findall(r"<th[^>]*>(.*?)</th>", head)[2:]]
     row = re.search(r'<tr class="failures">(.*?)</tr>', page, re.S).group(1)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[2:]
     return {model: [href.replace("&amp;", "&") for href in re.findall(r'href="([^"]+)"', cell)]

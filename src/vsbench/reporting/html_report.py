@@ -45,10 +45,11 @@ from vsbench.tracking.names import SEPARATOR
 from vsbench.tracking.views import artifact_page, run_page
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; padding: 0 1em; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
 table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; max-width: 100%; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; overflow-wrap: anywhere; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+table.dense th, table.dense td { overflow-wrap: anywhere; }
 th { font-weight: 600; vertical-align: bottom; }
 th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; font-family: monospace; }
 td.best { background: #d8f0d8; font-weight: bold; }
@@ -314,21 +315,37 @@ def _newest(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
     return newest
 
 
+DENSE_COLUMNS = 12  # model columns a 1400 px page holds with names broken only at their separators
+
+
+def breakable(name: str) -> str:
+    """``name`` escaped, with a line-break opportunity (``<wbr>``) after each ``_ - , ·``: a wide
+    table wraps its long model and metric names at their parts, never inside a word (issue 57: the DISC
+    table ran past the page's right edge)."""
+    out = []
+    for char in name:
+        out.append(html.escape(char))
+        if char in "_-,·":
+            out.append("<wbr>")
+    return "".join(out)
+
+
 def _html_table(frame: pd.DataFrame, benchmark: str, records: Sequence[RunRecord] = (),
                 sheets: SheetFinder | None = None) -> str:
     models, rows = table_cells(frame)
     head = "<th>metric</th><th>better</th>" + "".join(
-        f'<th title="{html.escape(model)}">{html.escape(display_name(model))}</th>' for model in models)
+        f'<th title="{html.escape(model)}">{breakable(display_name(model))}</th>' for model in models)
     body = []
     for metric, better, cells in rows:
         tds = "".join(_html_cell(cell) for cell in cells)
         score = BASELINE_OF.get(metric)
         marker = f' data-baseline-for="{html.escape(score)}"' if score else ""
         note = f" (baseline of {html.escape(score)})" if score else ""
-        body.append(f'<tr data-metric="{html.escape(metric)}"{marker}><td>{html.escape(metric)}{note}</td>'
+        body.append(f'<tr data-metric="{html.escape(metric)}"{marker}><td>{breakable(metric)}{note}</td>'
                     f"<td>{better}</td>{tds}</tr>")
     body.append(_failures_row(models, _newest(records), sheets))
-    return (f'<table class="leaderboard" data-benchmark="{html.escape(benchmark)}"><thead><tr>{head}</tr></thead>'
+    dense = ' dense' if len(models) > DENSE_COLUMNS else ""  # past this many, break inside words too
+    return (f'<table class="leaderboard{dense}" data-benchmark="{html.escape(benchmark)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
 
 
