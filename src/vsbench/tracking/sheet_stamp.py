@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import html
 import io
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 STAMP_HEIGHT = 22  # pixels the PNG gains on top
@@ -20,6 +22,15 @@ STAMP_HEIGHT = 22  # pixels the PNG gains on top
 def stamp_words(run_id: str, run_name: str = "") -> str:
     """``MLflow run 0123abcd… (disc · resnet34-random · Flat · none)``: the line a stamped sheet gains."""
     return f"MLflow run {run_id}" + (f" ({run_name})" if run_name else "")
+
+
+def log_stamped(log: Callable[[str], object], path: Path, data: bytes, run_id: str, run_name: str = "") -> None:
+    """Hand ``log`` (an artifact logger taking a local path) a stamped copy of ``path``'s ``data``, under
+    the same file name, from a folder removed afterwards."""
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / Path(path).name
+        copy.write_bytes(stamped(copy.name, data, run_id, run_name))
+        log(str(copy))
 
 
 def stamped(name: str, data: bytes, run_id: str, run_name: str = "") -> bytes:
