@@ -173,7 +173,17 @@ def test_compare_two_runs_paired_unpaired_and_as_json(board, tmp_path, monkeypat
     # the verdict, in words, from the interval printed above it ([-0.0175, +0] holds 0)
     assert "verdict indistinguishable (≈): the 95% interval of the difference holds 0" in said
     assert "unpaired" not in result.output
-    assert 'class="pair"' in (tmp_path / "pair.html").read_text()
+    page = (tmp_path / "pair.html").read_text()
+    assert 'class="pair"' in page
+    # A page of two runs says which two (issue 57: it said "0 runs" above an empty Runs table and the
+    # leaderboard's legend, of which it has none).
+    assert "1 comparison of two runs: " in page and board["best"] in page and board["close"] in page
+    assert '<table class="runs">' not in page and "0 runs" not in page and "highlighted" not in page
+
+    # --runs alone writes no page into the current folder (the terminal and the compare sheet say it all).
+    result = runner.invoke(app, ["compare", "--runs", board["best"], board["close"]])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "vsbench-report.html").exists() and "report:" not in result.output
 
     result = runner.invoke(app, ["compare", "--runs", board["best"], board["other_units"], "--json"])
     assert result.exit_code == 0, result.output

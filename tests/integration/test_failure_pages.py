@@ -30,11 +30,13 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from vsbench.reporting.html_report import write_report
+from vsbench.reporting.record_sheets import titled
 from vsbench.reporting.runs import FailureSheets, collect_runs
 from vsbench.reporting.sheets import Row, Sheet, Tile, image_in_root, write_sheet
 from vsbench.tracking.evaluations import Embedder, evaluations_of, log_evaluations
 from vsbench.tracking.failures import FAILURES_DIR
 from vsbench.tracking.runs import close_parent_run, open_parent_run
+from vsbench.tracking.sheet_stamp import STAMP_HEIGHT
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +52,7 @@ def _sheet(root: Path) -> Sheet:
         found, why = image_in_root(root, path)
         return Tile(found, caption, mark, why)
 
-    return Sheet("disc · efficientnet_lite0 · Flat · none: the worst queries", (
+    return Sheet("disc Flat none: worst queries (true match ranked lowest or missing from the top 3)", (
         Row("Q00000: true match R000002 not in the top 3", (
             tile("val_query/Q00000.jpg", "query", "Q00000"), tile("val_ref/R000005.jpg", "false", "R000005", "0.912", "rank 1"),
             tile("val_ref/R000001.jpg", "false", "R000001", "0.871", "rank 2"),
@@ -146,7 +148,7 @@ class _Chromium:
 def _report_links(page: str) -> dict[str, list[str]]:
     """model -> the hrefs in its cell of the report's failure row (one leaderboard table)."""
     head = re.search(r'<table class="leaderboard".*?<thead><tr>(.*?)</tr>', page, re.S).group(1)
-    models = re.findall(r"<th>(.*?)</th>", head)[2:]
+    models = [m.replace("<wbr>", "") for m in re.findall(r"<th[^>]*>(.*?)</th>", head)[2:]]
     row = re.search(r'<tr class="failures">(.*?)</tr>', page, re.S).group(1)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[2:]
     return {model: [href.replace("&amp;", "&") for href in re.findall(r'href="([^"]+)"', cell)]
@@ -159,25 +161,27 @@ def test_the_report_links_the_sheet_and_mlflow_shows_it_under_the_evaluation(mlf
 
     root = tmp_path / "disc"
     generate_disc(root, references=6, queries=4, train=1)
-    sheet = _sheet(root)
+    # Titled as the score titles it (benchmark, model as MLflow names it, variant), and logged by the
+    # evaluation's own logging, which stamps the copy with the run it lands in (issue 57).
+    sheet = titled(_sheet(root), "disc · efficientnet_lite0-random · Flat · none")
     written = write_sheet(sheet, tmp_path / "out" / FAILURES_DIR, STEM)
+    files = {entry["path"]: entry["sha256"] for entry in written["files"].values()}
 
     client = MlflowClient()
     parent = open_parent_run(fresh_experiment, "kfp-failures", "vsbench-similarity", {})
     runs = {}
-    for model, uap in (("efficientnet_lite0", 0.41), ("resnet34", 0.52)):
+    for model, options, uap in (("efficientnet_lite0", {"weights": "random"}, 0.41), ("resnet34", {}, 0.52)):
         evaluations = evaluations_of("disc", [{"codec": "Flat", "score_norm": "none", "uap": uap}],
-                                     Embedder(model=model), run_params={"codecs": "Flat", "k": 3}, data_digest="cd" * 32)
+                                     Embedder(model=model, options=options), run_params={"codecs": "Flat", "k": 3},
+                                     data_digest="cd" * 32, failures=[files if options else {}])
         [runs[model]] = log_evaluations(client, parent, evaluations)
-    for file in written["files"].values():  # the score step's convention: both files under failures/
-        client.log_artifact(runs["efficientnet_lite0"], file["path"], FAILURES_DIR)
     assert close_parent_run(fresh_experiment, "kfp-failures", succeeded=True) == parent
 
     report = write_report(collect_runs(fresh_experiment), tmp_path / "report.html", title="failures",
                           sheets=FailureSheets(client)).read_text()
     links = _report_links(report)
     assert links["resnet34 · Flat · none"] == []  # no sheet logged: nothing linked
-    page, png = links["efficientnet_lite0 · Flat · none"]
+    page, png = links["efficientnet_lite0-random · Flat · none"]
     assert f"/runs/{runs['efficientnet_lite0']}/artifacts/{FAILURES_DIR}/{STEM}.html?" in page
     assert f"/runs/{runs['efficientnet_lite0']}/artifacts/{FAILURES_DIR}/{STEM}.png?" in png
 
@@ -197,12 +201,19 @@ def test_the_report_links_the_sheet_and_mlflow_shows_it_under_the_evaluation(mlf
             for frame in browser.frames:
                 shown = browser.value("[document.title, Array.from(document.images).map(i => i.complete && "
                                       "i.naturalWidth > 0)]", frame) or shown
-        assert shown[0] == sheet.title
+        # What a person reads at the top of the page: which benchmark, model and variant, and which run.
+        run_id = runs["efficientnet_lite0"]
+        assert shown[0] == f"{sheet.title} · run {run_id}"
+        assert shown[0].startswith("disc · efficientnet_lite0-random · Flat · none: worst queries")
+        heading = browser.value("[document.querySelector('h1').innerText, document.querySelector('p.run').innerText]",
+                                next(f for f in browser.frames
+                                     if browser.value("document.querySelector('p.run') !== null", f)))
+        assert heading[0] == sheet.title and heading[1].startswith(f"MLflow run {run_id} (disc · efficientnet_lite0")
         html_shot = browser.screenshot(tmp_path / "mlflow-failures-html.png")
 
         browser.open(png)
         with Image.open(BytesIO(Path(written["files"]["png"]["path"]).read_bytes())) as drawn:
-            size = list(drawn.size)
+            size = [drawn.size[0], drawn.size[1] + STAMP_HEIGHT]  # the logged copy: one line more, the run
         browser.wait(f"Array.from(document.images).some(i => i.naturalWidth === {size[0]} && "
                      f"i.naturalHeight === {size[1]})", "the PNG sheet drawn in the Artifacts tab")
         browser.screenshot(tmp_path / "mlflow-failures-png.png")

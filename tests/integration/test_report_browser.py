@@ -5,7 +5,8 @@ the report built from it must render offline: every leaderboard table with its r
 baselines marked as baselines of their scores), every value and run linked to its MLflow run, a
 data/profile/code line per run, every plot decoded (the report's own script counts them into
 ``data-plots-decoded``), and a screenshot that is a page, not a blank.
-``VSBENCH_UPDATE_SCREENSHOT=1`` copies the screenshot to docs/img/compare-report.png (the README's and docs/compare.md's).
+``VSBENCH_UPDATE_SCREENSHOT=1`` copies the screenshots to docs/img/compare-report.png (the README's and
+docs/compare.md's) and docs/img/compare-report-wide.png (a wide DISC table at 1440x900, docs/compare.md).
 
 Chromium is a system package: ``make test`` installs it (``apt-get install -y chromium``). Without
 it this test FAILS rather than skips, so a CI image that lost it cannot pass unnoticed.
@@ -14,6 +15,7 @@ it this test FAILS rather than skips, so a CI image that lost it cannot pass unn
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -221,3 +223,56 @@ def test_one_run_report_has_a_readable_time_axis(mlflow_tracking, fresh_experime
         write_report(records[:1], tmp_path / "one.html", title="one run")
     first, last = time_limits([records[0].start_time])
     assert timedelta(minutes=59) < last - first < timedelta(hours=2)
+
+
+def _wide_disc(experiment: str) -> list[str]:
+    """Five commands of `similarity run` as MLflow holds them (a parent and its evaluation runs): twelve
+    DISC evaluations of models with options and long variants, the table issue 57 saw run past the page."""
+    from vsbench.tracking.evaluations import Embedder, evaluations_of, log_evaluations
+    from vsbench.tracking.runs import close_parent_run, open_parent_run
+
+    client = MlflowClient()
+    models = [("resnet34", {"weights": "random"}), ("resnet34", {}), ("efficientnet_lite0", {}),
+              ("efficientnet_lite0", {"checkpoint": "/models/sscd_disc_mixup.torchscript.pt"}),
+              ("dino_vits16", {})]
+    names = []
+    for number, (model, options) in enumerate(models):
+        key = f"cli-wide-{number}"
+        parent = open_parent_run(experiment, key, "vsbench-similarity", {}, source="cli")
+        records = [{"codec": codec, "score_norm": norm, "uap": 0.3 + 0.05 * number + 0.01 * n,
+                    "uap_ci95_low": 0.2 + 0.05 * number, "uap_ci95_high": 0.45 + 0.05 * number,
+                    "accuracy_at_1": 0.5 + 0.04 * number, "recall_at_p90": 0.1 + 0.03 * number}
+                   for n, (codec, norm) in enumerate((("PCAW64,L2norm,Flat", "1.00[0,2]"), ("Flat", "none")))]
+        evaluations = evaluations_of("disc", records, Embedder(model=model, options=options),
+                                     run_params={"codecs": "Flat", "k": 10}, data_digest="ab" * 32)
+        log_evaluations(client, parent, evaluations)
+        assert close_parent_run(experiment, key, succeeded=True) == parent
+        names += [e.run_name for e in evaluations]
+    return names
+
+
+def test_report_in_chromium_fits_1440_pixels_and_names_models_as_mlflow_does(mlflow_tracking, fresh_experiment, tmp_path):
+    """What a person reads at 1440x900 (issue 57): nothing runs past the right edge (the DISC table of
+    ten evaluations wraps), the columns name each model as MLflow's run names do (``resnet34-random``,
+    never ``{"weights":"random"}``), and the header counts commands and evaluations."""
+    names = _wide_disc(fresh_experiment)
+    records = collect_runs(fresh_experiment)
+    report = write_report(records, tmp_path / "wide.html", title=fresh_experiment)
+    dom = _headless(report, tmp_path / "profile-wide", "--window-size=1440,900", "--dump-dom").stdout
+    body = _Dom()
+    body.feed(dom)
+    assert body.body.get("data-plots-decoded") == "2/2"
+    assert body.body.get("data-overflow-px") == "0", "the page runs past the right edge at 1440 px"
+    head = dom.split('<table class="leaderboard"')[1].split("</thead>")[0]
+    shown = [h.replace("<wbr>", "") for h in re.findall(r'<th title="[^"]*">(.*?)</th>', head)]  # model columns
+    assert len(shown) == 10 and "resnet34-random · Flat · none" in shown
+    assert all("{" not in h and "&quot;" not in h for h in shown), shown
+    # Each column is a run MLflow shows under the same model and variant (its name leads with the benchmark).
+    assert {f"disc · {h}" for h in shown} == set(names)
+    assert "5 commands, 10 evaluations" in dom and "runs (pipelines and commands)" not in dom
+
+    shot = tmp_path / "wide.png"
+    _headless(report, tmp_path / "profile-wide-shot", f"--screenshot={shot}", "--window-size=1440,900")
+    if os.environ.get("VSBENCH_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(shot, SCREENSHOT.with_name("compare-report-wide.png"))
+    print(f"screenshot: {shot}")

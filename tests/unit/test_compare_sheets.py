@@ -102,6 +102,46 @@ def _listed(first: Units, second: Units, rows: int = 200):
     return sheet, counts, units
 
 
+def _ranks_move() -> tuple[Units, Units]:
+    """Two DISC runs on one query set where no query turns right or wrong at rank 1 but copies move:
+    Q0's copy R0 climbs from rank 3 to 2, Q1's from rank 4 to 2 (both wrong at rank 1 in both runs);
+    Q2 right in both; Q3 has no copy. uAP moves (one global ranking), accuracy at 1 does not."""
+    queries = ["Q0"] * 3 + ["Q1"] * 4 + ["Q2", "Q3"]
+    refs = ["R9", "R8", "R0", "R9", "R8", "R7", "R1", "R2", "R5"]
+    first = copy_detection_units(queries, refs, [.9, .8, .7, .9, .85, .8, .75, .95, .4], GT_QUERY, GT_REF,
+                                 queries=GT_QUERY)
+    second = copy_detection_units(queries, refs, [.9, .6, .8, .9, .5, .4, .85, .95, .4], GT_QUERY, GT_REF,
+                                  queries=GT_QUERY)
+    return first, second
+
+
+def test_a_ranking_metric_lists_the_queries_whose_copy_moved_both_ways():
+    """Issue 55 item 8: for uap / recall_at_p90 the sheet was empty ("0 ... 0") when copies moved up the
+    ranking without any query turning right at rank 1; compared by rank it lists each query under the run
+    that ranked its copy higher, the largest move of 1/rank first; accuracy at 1 keeps right/wrong."""
+    from vsbench.stats.ranking import micro_ap
+    from vsbench.steps.compare import by_rank
+
+    first, second = _ranks_move()
+    uap = [float(micro_ap(units, np.ones((1, len(units))))[0]) for units in (first, second)]
+    assert uap[1] > uap[0]  # the metric did move: the copies climbed
+    a, b = outcomes_of(first), outcomes_of(second)
+    plain, counts = change_sheet([Comparison("disc", a, b, NoImages(), NoImages(), by_rank(first, ["accuracy_at_1"]))],
+                                 20)
+    assert (counts["first_only"], counts["second_only"]) == (0, 0) and plain.rows == ()
+    for metric in ("uap", "recall_at_p90", None):
+        sheet, counts = change_sheet([Comparison("disc", a, b, NoImages(), NoImages(),
+                                                 by_rank(first, None if metric is None else [metric]))], 20,
+                                     labels=("resnet34-random · Flat", "resnet34 · Flat"), runs=("aaaa", "bbbb"))
+        assert (counts["first_only"], counts["second_only"], counts["by_rank"]) == (0, 2, 1), metric
+        assert [row.tiles[0].caption[0] for row in sheet.rows] == ["Q1", "Q0"]  # 1/4 -> 1/2 before 1/3 -> 1/2
+        assert "true copy at rank 4" in sheet.rows[0].title and "true copy at rank 2" in sheet.rows[0].title
+        assert sheet.title.startswith("resnet34-random · Flat (run aaaa) vs resnet34 · Flat (run bbbb): 0 ranked")
+    # The other way round the sections swap.
+    _, back = change_sheet([Comparison("disc", b, a, NoImages(), NoImages(), True)], 20)
+    assert (back["first_only"], back["second_only"]) == (2, 0)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_sheet_lists_exactly_the_units_whose_outcome_differs_both_ways(case):
     first, second, first_only, second_only = CASES[case]()
@@ -272,10 +312,13 @@ def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tm
     result = CliRunner().invoke(app, ["compare", "--runs", run_a, run_b, "--sheet", "changed",
                                       "--report", "report.html"])
     assert result.exit_code == 0, result.output
-    assert "compare sheet: 1 units right only in the first, 1 right only in the second" in result.output
+    # Its unit files name uap: compared by the rank of each query's copy (Q1: 1 -> 2, Q2: none -> 1).
+    assert "compare sheet: 1 units whose true match ranked higher in the first, 1 in the second" in result.output
     page = (tmp_path / "changed" / f"compare-{run_a[:8]}-{run_b[:8]}.html").read_text()
     assert (tmp_path / "changed" / f"compare-{run_a[:8]}-{run_b[:8]}.png").stat().st_size > 0
     assert set(re.findall(r"<h2>disc · (Q\d) ·", page)) == {"Q1", "Q2"}
+    # The sheet names both runs (issue 57: it said "first vs second"); one model on two nights: by run id.
+    assert f"<h1>m · Flat ({run_a[:8]}) vs m · Flat ({run_b[:8]}): 1 ranked the true match higher" in page
     assert page.count("data:image/jpeg;base64,") == 6
     report = (tmp_path / "report.html").read_text()
     assert f'href="changed/compare-{run_a[:8]}-{run_b[:8]}.html"' in report

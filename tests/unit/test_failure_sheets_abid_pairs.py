@@ -317,19 +317,20 @@ def test_the_evaluation_run_logs_the_sheet_under_failures(tmp_path: Path) -> Non
     class Client:
         logged: list[tuple[str, str, str]] = []
 
-        def log_artifact(self, run_id: str, path: str, folder: str) -> None:
+        def log_artifact(self, run_id: str, path: str, folder: str) -> None:  # a copy stamped with the run
             self.logged.append((run_id, path, folder))
 
     client = Client()
     _log_failures(client, "run", evaluation)
-    assert sorted(client.logged) == sorted([("run", str(png), "failures"), ("run", str(html), "failures")])
+    logged = sorted((run_id, Path(path).name, folder) for run_id, path, folder in client.logged)
+    assert logged == sorted([("run", png.name, "failures"), ("run", html.name, "failures")])
     # A sheet changed after the score wrote it, or one with no recorded digest, is not logged.
     html.write_text("<html>changed")
     for failures in ({str(png): evaluation.failures[str(png)], str(html): evaluation.failures[str(html)]},
                      {str(png): "", str(html): ""}):
         client.logged.clear()
         _log_failures(client, "run", evaluation.model_copy(update={"failures": failures}))
-        assert [path for _, path, _ in client.logged] == ([str(png)] if failures[str(png)] else [])
+        assert [Path(path).name for _, path, _ in client.logged] == ([png.name] if failures[str(png)] else [])
 
 
 def test_the_sheets_png_reads_back_exactly() -> None:
@@ -343,3 +344,30 @@ def test_the_sheets_png_reads_back_exactly() -> None:
         with Image.open(io.BytesIO(png_bytes(picture))) as read:
             read.load()
             assert read.format == "PNG" and np.array_equal(np.asarray(read), np.asarray(picture))
+
+
+def test_the_abid_sheets_logged_to_the_score_run_name_it(abid: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copies of the ABID sheets logged to the ``abid-score`` run say which run they are on (issue 57:
+    a sheet never said which run it is about); the files on disk keep the bytes their digests name."""
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking.runs import open_parent_run
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
+    monkeypatch.delenv(SHEET_ROWS_ENV, raising=False)
+    parent = open_parent_run("abid-sheets", "kfp-abid", "vsbench-abid", {})
+    result = _score(abid, tmp_path / "score", parent_run_id=parent, resamples=0)
+    client = MlflowClient(uri)
+    [step] = [r for r in client.search_runs([client.get_run(parent).info.experiment_id])
+              if r.info.run_name == "abid-score"]
+    folder = Path(client.download_artifacts(step.info.run_id, "failures", str(tmp_path / "down")))
+    page = (folder / "abid_counting_units.html").read_text()
+    assert f'<p class="run">MLflow run {step.info.run_id} (abid-score)</p>' in page
+    entry = result.manifest["units"]["abid_counting_units.parquet"]["failures"]
+    assert hashlib.sha256(Path(entry["html"]).read_bytes()).hexdigest() == entry["sha256"]["html"]
+    assert "MLflow run" not in Path(entry["html"]).read_text()

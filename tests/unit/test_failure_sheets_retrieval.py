@@ -5,6 +5,7 @@ naming and logging them (off with VSBENCH_FAILURE_ROWS=0, a broken sheet never f
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -25,6 +26,7 @@ from vsbench.benchmarks.vsd.units import vsd_units
 from vsbench.io.features import ImageSet
 from vsbench.reporting.record_sheets import failure_files, write_failure_sheets
 from vsbench.reporting.sheets import Sheet, write_sheet
+from vsbench.tracking.sheet_stamp import STAMP_HEIGHT
 
 
 def _images(root: Path, folder: str, ids: list[str]) -> ImageSet:
@@ -266,7 +268,9 @@ def test_a_similarity_run_writes_names_and_logs_each_records_sheet(tmp_path: Pat
         assert sheet["png"] == f"failures/{Path(entry['file']).stem}.png" and sheet["html"].endswith(".html")
         assert 0 < sheet["rows"] <= sheet["total"]
         assert (tmp_path / "out" / sheet["png"]).read_bytes().startswith(b"\x89PNG")
-        assert "worst queries" in (tmp_path / "out" / sheet["html"]).read_text()
+        page = (tmp_path / "out" / sheet["html"]).read_text()
+        # The title names benchmark, model (as MLflow names it) and variant (issue 57), not "disc Flat none".
+        assert f"<h1>disc · torchscript-tiny · {record['codec']} · {record['score_norm']}: worst queries" in page
 
     run = SimilarityRun.parse(benchmark="disc", root=str(tmp_path / "disc"), model="torchscript",
                               model_options={"path": str(model)})
@@ -275,12 +279,24 @@ def test_a_similarity_run_writes_names_and_logs_each_records_sheet(tmp_path: Pat
 
     class Client:
         logged: list[tuple[str, str]] = []
+        bodies: dict[str, bytes] = {}
 
         def log_artifact(self, run_id: str, path: str, folder: str) -> None:
             self.logged.append((Path(path).name, folder))
+            self.bodies[Path(path).name] = Path(path).read_bytes()
 
-    _log_failures(Client(), "run", evaluation)
+    _log_failures(Client(), "0123abcd" * 4, evaluation)
     assert sorted(Client.logged) == sorted((Path(p).name, "failures") for p in evaluation.failures)
+    # The logged copies name the run they are logged to (drawn before it existed); the files on disk
+    # keep the bytes the score's digests name.
+    [page] = [body.decode() for name, body in Client.bodies.items() if name.endswith(".html")]
+    assert f'<p class="run">MLflow run {"0123abcd" * 4} ({evaluation.run_name})</p>' in page
+    [png] = [body for name, body in Client.bodies.items() if name.endswith(".png")]
+    [disk] = [Path(p).read_bytes() for p in evaluation.failures if p.endswith(".png")]
+    with Image.open(io.BytesIO(png)) as stamped, Image.open(io.BytesIO(disk)) as drawn:
+        assert stamped.height == drawn.height + STAMP_HEIGHT
+        assert stamped.convert("RGB").crop((0, 0, 400, STAMP_HEIGHT)).getextrema() != ((255, 255),) * 3
+    assert all(hashlib.sha256(Path(p).read_bytes()).hexdigest() == d for p, d in evaluation.failures.items())
 
     off = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "off")], env={**env, "VSBENCH_FAILURE_ROWS": "0"})
     assert off.exit_code == 0, off.output[-2000:]

@@ -73,7 +73,7 @@ def test_each_run_is_listed_once_and_a_failed_listing_shows_no_sheet():
 def _failure_cells(page: str) -> dict[str, str]:
     """model -> the failure row's cell of that model's column, from one leaderboard table."""
     head = re.search(r'<table class="leaderboard".*?<thead><tr>(.*?)</tr>', page, re.S).group(1)
-    models = re.findall(r"<th>(.*?)</th>", head)[2:]
+    models = [m.replace("<wbr>", "") for m in re.findall(r"<th[^>]*>(.*?)</th>", head)[2:]]
     row = re.search(r'<tr class="failures">(.*?)</tr>', page, re.S)
     if row is None:
         return {}

@@ -110,3 +110,24 @@ def test_a_huge_rows_setting_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sheets.sheet_rows() == sheets.MAX_ROWS < 100_000
     assert sheets.sheet_rows(10**9) == sheets.MAX_ROWS
     assert sheets.sheet_rows(7) == 7
+
+
+def test_the_png_is_narrow_enough_for_mlflow_to_draw_unscaled_and_keeps_the_missed_match(root: Path) -> None:
+    """MLflow's Artifacts tab draws an image at most ~880 px wide: a 12-tile PNG (1614 px) was shrunk to
+    that and its captions could not be read (issue 57). The PNG draws six tiles a row, the last one the
+    true match ranked past them; the HTML page keeps all twelve; a long title wraps, not cut."""
+    results = tuple(_tile(root, f"{n % 3}.jpg", "false", (f"result {n}",)) for n in range(10))
+    tiles = (_tile(root, "0.jpg", "query", ("the query",)), *results, _tile(root, "1.jpg", "true", ("the copy",)))
+    title = "disc · efficientnet_lite0-checkpoint_sscd · PCAW64,L2norm,Flat · 1.00[0,2]: worst queries " * 2
+    sheet = Sheet(title.strip(), (Row("query q: copy not in the top 10", tiles),), total=1)
+    png, _ = render_png(sheet)
+    from io import BytesIO
+
+    with Image.open(BytesIO(png)) as picture:
+        assert picture.width <= 880, picture.width
+    shown = sheets.png_tiles(sheet.rows[0])
+    assert len(shown) == sheets.MAX_PNG_TILES and shown[-1].caption == ("the copy",)
+    assert [t.caption[0] for t in shown[1:-1]] == [f"result {n}" for n in range(4)]
+    page, _ = render_html(sheet)
+    assert page.count("<figure") == 12
+    assert sheets._title_lines(title)[-1].endswith("worst queries")  # every word of the title drawn

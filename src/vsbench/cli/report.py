@@ -14,12 +14,16 @@ from vsbench.cli.common import (
     user_errors,
 )
 
+DEFAULT_REPORT = "vsbench-report.html"
+
 
 def compare(
     experiment: Annotated[str | None, typer.Option(help="MLflow experiment (from MLFLOW_TRACKING_URI): its "
                                                         "leaderboard (default: none, with --runs).")] = None,
     last: Annotated[int | None, typer.Option(min=1, help="Only the newest N pipeline runs (default: all).")] = None,
-    report: Annotated[Path, typer.Option(help="Where to write the HTML report.")] = Path("vsbench-report.html"),
+    report: Annotated[Path | None, typer.Option(
+        help="Where to write the HTML report (default: ./vsbench-report.html with --experiment; with --runs "
+             "alone no page: the terminal and the compare sheet say it all).")] = None,
     runs: Annotated[tuple[str, str] | None, typer.Option(
         "--runs", metavar="FIRST SECOND",
         help="Two MLflow run ids (evaluation runs, or an ABID pipeline run) compared metric by metric: "
@@ -48,6 +52,7 @@ def compare(
     from mlflow.exceptions import MlflowException
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
+    from vsbench.reporting.changes import count_words
     from vsbench.reporting.html_report import write_report
     from vsbench.reporting.leaderboard import leaderboard, mark_indistinguishable, render_leaderboard, render_runs
     from vsbench.reporting.pairs import compare_runs, render_pair
@@ -64,7 +69,7 @@ def compare(
     if runs is not None:
         with user_errors(LookupError, MlflowException):  # an unknown run id; a refused unit file (UnitsError)
             pair = compare_runs(reader, runs[0], runs[1], metric or None)
-        made = _compare_sheet(reader, runs, sheet, root, metric or None, report)
+        made = _compare_sheet(reader, runs, sheet, root, metric or None, report or Path("."))
         if made:
             pair = replace(pair, sheet=made)
         if as_json:
@@ -72,8 +77,7 @@ def compare(
             return
         typer.echo(render_pair(pair))
         if made:
-            typer.echo(f"compare sheet: {made['first_only']} units right only in the first, "
-                       f"{made['second_only']} right only in the second")
+            typer.echo(f"compare sheet: {count_words(made)}")
             typer.echo(f"  {made['png']}\n  {made['html']}")
         pairs.append(pair)
     records = []
@@ -94,6 +98,9 @@ def compare(
             typer.echo(f"unit files refused (no test for their cells): {why}", err=True)
     else:
         lower = None
+    if report is None and experiment is None:  # --runs alone: nothing written into the current folder
+        return
+    report = report or Path(DEFAULT_REPORT)
     title = (f"{experiment}" + (f": last {last} runs" if last else "")) if experiment else "runs compared"
     sheets = FailureSheets(store_client())  # each model's failure sheet linked (one listing per table column)
     write_report(records, report, title=title, lower_is_better=lower, reader=reader if tests else None,
@@ -123,6 +130,6 @@ def _compare_sheet(reader: object, runs: tuple[str, str], folder: Path | None, r
     files = written["files"]
     base = report.resolve().parent
     return {"png": files["png"]["path"], "html": files["html"]["path"], **{
-        k: written["counts"][k] for k in ("first_only", "second_only")},
+        k: written["counts"].get(k, 0) for k in ("first_only", "second_only", "by_rank")},
         "png_href": quote(os.path.relpath(Path(files["png"]["path"]).resolve(), base)),
         "html_href": quote(os.path.relpath(Path(files["html"]["path"]).resolve(), base))}

@@ -13,7 +13,7 @@ unit without one keeps its row with a grey tile saying why.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -53,9 +53,12 @@ class Comparison:
     second: Outcomes
     first_images: ImageLookup
     second_images: ImageLookup
+    # Compare the rank of each unit's first true match, not right/wrong at rank 1: for a global-ranking
+    # metric (uAP, recall at p90), whose change right/wrong does not see (issue 55 item 8).
+    by_rank: bool = False
 
     def changes(self) -> Changes:
-        return changed(self.first, self.second)
+        return changed(self.first, self.second, self.by_rank)
 
 
 def _share(first: int, second: int, rows: int) -> tuple[int, int]:
@@ -65,10 +68,12 @@ def _share(first: int, second: int, rows: int) -> tuple[int, int]:
     return min(first, rows - b), b
 
 
-def _row(comparison: Comparison, i: int, j: int, right_first: bool, labels: tuple[str, str]) -> Row:
+def _row(comparison: Comparison, i: int, j: int, right_first: bool, labels: tuple[str, str],
+         by_rank: bool = False) -> Row:
     first, second = comparison.first, comparison.second
     unit = str(first.units.ids[i])
-    verdict = ("right", "wrong") if right_first else ("wrong", "right")
+    words = ("ranked higher", "ranked lower") if by_rank else ("right", "wrong")
+    verdict = words if right_first else words[::-1]
     title = (f"{comparison.name} · {unit} · {labels[0]} {verdict[0]}: {first.answer(i)} · "
              f"{labels[1]} {verdict[1]}: {second.answer(j)}")
     tiles = []
@@ -85,19 +90,24 @@ def _row(comparison: Comparison, i: int, j: int, right_first: bool, labels: tupl
 
 
 def change_sheet(comparisons: Sequence[Comparison], rows: int, labels: tuple[str, str] = ("first", "second"),
-                 title: str = "") -> tuple[Sheet, dict[str, int]]:
+                 title: str = "", runs: tuple[str, str] = ("", "")) -> tuple[Sheet, dict[str, int]]:
     """The compare sheet of ``comparisons`` (at most ``rows`` rows, shared between the two sections and
-    the unit files) and its counts: ``first_only``, ``second_only`` (units right only in that run),
-    ``unmatched`` and ``unjudged``. ``labels`` name the two runs in every row."""
+    the unit files) and its counts: ``first_only``, ``second_only`` (units right only in that run, or,
+    for a comparison ``by_rank``, whose true match that run ranked higher), ``unmatched`` and
+    ``unjudged``. ``labels`` name the two runs in every row; ``runs`` (their MLflow run ids) join
+    them in the title, so that a sheet says which two runs it compares."""
     found = [(c, c.changes()) for c in comparisons]
+    ranked = any(ch.by_rank for _, ch in found)
+    better = "ranked the true match higher" if ranked else "right"
     counts = {"first_only": sum(len(ch.first_only) for _, ch in found),
               "second_only": sum(len(ch.second_only) for _, ch in found),
               "unmatched": sum(ch.unmatched for _, ch in found), "unjudged": sum(ch.unjudged for _, ch in found),
-              "same": sum(ch.same for _, ch in found)}
+              "same": sum(ch.same for _, ch in found), "by_rank": int(ranked)}
     take_a, take_b = _share(counts["first_only"], counts["second_only"], rows)
     section_a: list[Row] = []
     section_b: list[Row] = []
     # Round-robin over the unit files so that each shows its worst (one file cannot fill the sheet).
+    found_by = {id(c): ch.by_rank for c, ch in found}
     queues_a = [[(c, i, j) for i, j in ch.first_only] for c, ch in found]
     queues_b = [[(c, i, j) for i, j in ch.second_only] for c, ch in found]
     for queues, take, section, right_first in ((queues_a, take_a, section_a, True),
@@ -107,19 +117,31 @@ def change_sheet(comparisons: Sequence[Comparison], rows: int, labels: tuple[str
             for queue in queues:
                 if depth < len(queue) and len(section) < take:
                     c, i, j = queue[depth]
-                    section.append(_row(c, i, j, right_first, labels))
+                    section.append(_row(c, i, j, right_first, labels, by_rank=found_by[id(c)]))
             depth += 1
-    notes = [f"{c.name}: {c.first.rule}" for c in comparisons]
-    notes.append(f"{counts['first_only']} units right in {labels[0]} only (first {len(section_a)} rows), "
-                 f"{counts['second_only']} right in {labels[1]} only (next {len(section_b)} rows); "
+    notes = [f"{c.name}: " + ("the rank of each unit's first true match, largest move first (its AP with one "
+                              "true match); " if found_by[id(c)] else "") + c.first.rule for c in comparisons]
+    notes.append(f"{counts['first_only']} units {better} in {labels[0]} (first {len(section_a)} rows), "
+                 f"{counts['second_only']} in {labels[1]} (next {len(section_b)} rows); "
                  f"{counts['same']} judged alike")
     if counts["unmatched"]:
         notes.append(f"{counts['unmatched']} units only one run scored: not compared")
     if counts["unjudged"]:
         notes.append(f"{counts['unjudged']} units the rule does not judge in one of the runs: not compared")
-    heading = title or (f"{labels[0]} vs {labels[1]}: {counts['first_only']} right only in {labels[0]}, "
-                        f"{counts['second_only']} right only in {labels[1]}")
+    named = [f"{label} (run {run})" if run and run[:8] not in label else label for label, run in zip(labels, runs)]
+    heading = title or (f"{named[0]} vs {named[1]}: {counts['first_only']} {better} only in {labels[0]}, "
+                        f"{counts['second_only']} only in {labels[1]}")
     sheet = Sheet(heading, (*section_a, *section_b), counts["first_only"] + counts["second_only"],
                   what="changed units", notes=tuple(notes),
                   legend={"query": "the unit", "true": "a true match", "false": "a false match"})
     return sheet, counts
+
+
+def count_words(counts: Mapping[str, object], first: str = "the first", second: str = "the second") -> str:
+    """The compare sheet's counts in words, as the terminal and the report say them: ``3 units right
+    only in the first, 1 right only in the second``, or for a comparison by rank ``3 units whose true
+    match ranked higher in the first, 1 in the second``."""
+    a, b = counts.get("first_only", 0), counts.get("second_only", 0)
+    if counts.get("by_rank"):
+        return f"{a} units whose true match ranked higher in {first}, {b} in {second}"
+    return f"{a} units right only in {first}, {b} right only in {second}"

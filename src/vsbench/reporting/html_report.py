@@ -33,6 +33,7 @@ from vsbench.reporting.runs import (
     LowerIsBetter,
     RunRecord,
     SheetFinder,
+    display_name,
     provenance,
     ran_in,
     runs_by_id,
@@ -44,14 +45,16 @@ from vsbench.tracking.names import SEPARATOR
 from vsbench.tracking.views import artifact_page, run_page
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; padding: 0 1em; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+table.dense th, table.dense td { overflow-wrap: anywhere; }
+th { font-weight: 600; vertical-align: bottom; }
 th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; font-family: monospace; }
 td.best { background: #d8f0d8; font-weight: bold; }
 td.same { background: #eef7ee; }
-span.ci { color: #555; font-size: 0.85em; white-space: nowrap; }
+span.ci { display: block; color: #555; font-size: 0.85em; }
 td.missing { color: #999; }
 td a.run-link { color: inherit; text-decoration: none; border-bottom: 1px dotted #888; }
 td.provenance { text-align: left; font-size: 0.85em; color: #444; }
@@ -69,6 +72,8 @@ window.addEventListener("load", function () {
   var images = Array.prototype.slice.call(document.images);
   var decoded = images.filter(function (img) { return img.complete && img.naturalWidth > 0; }).length;
   document.body.setAttribute("data-plots-decoded", decoded + "/" + images.length);
+  document.body.setAttribute("data-overflow-px",
+    String(Math.max(0, document.documentElement.scrollWidth - document.documentElement.clientWidth)));
   if (decoded < images.length) { document.getElementById("plot-warning").style.display = "block"; }
 });
 """
@@ -133,10 +138,12 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
     figure, axes = _grid(len(metrics))
     ordered = sorted(records, key=lambda r: r.start_time)
     limits = time_limits([r.start_time for r in ordered]) if ordered else None
+    drawn: set[str] = set()  # the legend names only the models drawn somewhere in the figure
     for axis, metric in zip(axes, metrics):
         for model, color in colors.items():
             points = [(r.start_time, r.metrics[metric]) for r in ordered if r.model == model and metric in r.metrics]
             if points:
+                drawn.add(model)
                 axis.plot(*zip(*points), marker="o", color=color,
                           linestyle="--" if model.endswith(RANDOM_FEATURES) else "-")
             spans = [(r.start_time, r.metrics[metric], *bounds[metric]) for r in ordered if r.model == model
@@ -146,12 +153,14 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
                 axis.errorbar(times, values, yerr=[[max(v - lo, 0) for v, lo in zip(values, lows)],
                                                    [max(hi - v, 0) for v, hi in zip(values, highs)]],
                               fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.6)
+        references = []
         for shade, (baseline, label) in enumerate(BASELINES.get(metric, {}).items()):
             points = [(r.start_time, r.metrics[baseline]) for r in ordered if baseline in r.metrics]
             if points:
-                axis.plot(*zip(*points), linestyle="--", marker=".", color=str(0.35 + 0.25 * shade), label=label)
-                axis.annotate(label, points[-1], textcoords="offset points", xytext=(3, 3), fontsize=7,
-                              color="0.3")
+                references += axis.plot(*zip(*points), linestyle="--", marker=".", color=str(0.35 + 0.25 * shade),
+                                        label=label)
+        if references:  # in a small legend where the lines leave room: labels at their ends overprinted
+            axis.legend(handles=references, fontsize=7, loc="best", framealpha=0.85)
         if limits:
             axis.set_xlim(*limits)
         locator = AutoDateLocator(minticks=2, maxticks=5)
@@ -160,15 +169,25 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
         axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(labelsize=8)
         axis.grid(alpha=0.3)
-    figure.legend(handles=_legend_handles(colors), loc="outside upper center", ncols=min(len(colors), 5),
-                  fontsize=9)
+    shown = {model: color for model, color in colors.items() if model in drawn}
+    if shown:
+        figure.legend(handles=_legend_handles(shown), loc="outside upper center",
+                      ncols=legend_columns(list(shown), figure.get_figwidth() * 100), fontsize=9)
     return figure
+
+
+def legend_columns(models: list[str], width_px: float, char_px: float = 6.0, handle_px: float = 48.0) -> int:
+    """How many legend entries fit side by side in ``width_px``: a row of long names wider than the
+    figure is cut at both edges (issue 57, "Over time" legends clipped), so the columns are as many as
+    the longest name allows (a 9 pt character is at most ~6 px at 100 dpi), at least one."""
+    longest = max((len(display_name(m)) for m in models), default=1)
+    return max(1, min(len(models), int(width_px // (longest * char_px + handle_px))))
 
 
 def _legend_handles(colors: Mapping[str, Any]) -> list[Any]:
     from matplotlib.lines import Line2D
 
-    return [Line2D([], [], color=color, marker="o", label=model) for model, color in colors.items()]
+    return [Line2D([], [], color=color, marker="o", label=display_name(model)) for model, color in colors.items()]
 
 
 def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, Any],
@@ -194,15 +213,19 @@ def _bars_figure(frame: pd.DataFrame, metrics: list[str], colors: Mapping[str, A
         for bar, model in zip(bars, rows["model"]):
             if model.endswith(RANDOM_FEATURES):
                 bar.set_hatch("//")
-        axis.bar_label(bars, labels=[format_value(v) + (f" {SAME_MARK}" if same else "")
-                                     for v, same in zip(rows["value"], rows["indistinguishable"])],
-                       fontsize=8, padding=3)
-        for shade, (value, label) in enumerate(_reference_lines(frame, metric)):
-            axis.axvline(value, linestyle="--", color=str(0.3 + 0.2 * shade), linewidth=1.2)
-            axis.annotate(f"{label} {format_value(value)}", (value, 1.0), xycoords=("data", "axes fraction"),
-                          xytext=(2, -2), textcoords="offset points", ha="left", va="top", fontsize=7,
-                          color="0.25")
-        axis.set_yticks(places, [textwrap.fill(str(m), 26, break_long_words=False) for m in rows["model"]], fontsize=7)
+        # Each value label starts past its whisker's end, so the error bar never strikes through it.
+        ends = rows[["value", "high"]].max(axis=1, skipna=True).where(known, rows["value"])
+        for place, end, value, same in zip(places, ends, rows["value"], rows["indistinguishable"]):
+            axis.annotate(format_value(value) + (f" {SAME_MARK}" if same else ""), (float(end), place),
+                          xytext=(5, 0), textcoords="offset points", ha="left", va="center", fontsize=8,
+                          gid="value-label")
+        references = _reference_lines(frame, metric)
+        for shade, (value, _label) in enumerate(references):
+            axis.axvline(value, linestyle="--", color=str(0.3 + 0.2 * min(shade, 2)), linewidth=1.2)
+        if references:  # named under the axis, one per line: labels beside close lines overprint each other
+            axis.set_xlabel("\n".join(f"dashed: {label} {format_value(value)}" for value, label in references),
+                            fontsize=7, color="0.25")
+        axis.set_yticks(places, [textwrap.fill(display_name(str(m)), 26, break_long_words=False) for m in rows["model"]], fontsize=7)
         axis.set_ylim(len(rows) - 0.5, -0.5)  # the first model on top, as in the tables
         axis.margins(x=0.3)
         axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
@@ -292,20 +315,37 @@ def _newest(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
     return newest
 
 
+DENSE_COLUMNS = 12  # model columns a 1400 px page holds with names broken only at their separators
+
+
+def breakable(name: str) -> str:
+    """``name`` escaped, with a line-break opportunity (``<wbr>``) after each ``_ - , ·``: a wide
+    table wraps its long model and metric names at their parts, never inside a word (issue 57: the DISC
+    table ran past the page's right edge)."""
+    out = []
+    for char in name:
+        out.append(html.escape(char))
+        if char in "_-,·":
+            out.append("<wbr>")
+    return "".join(out)
+
+
 def _html_table(frame: pd.DataFrame, benchmark: str, records: Sequence[RunRecord] = (),
                 sheets: SheetFinder | None = None) -> str:
     models, rows = table_cells(frame)
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in ["metric", "better", *models])
+    head = "<th>metric</th><th>better</th>" + "".join(
+        f'<th title="{html.escape(model)}">{breakable(display_name(model))}</th>' for model in models)
     body = []
     for metric, better, cells in rows:
         tds = "".join(_html_cell(cell) for cell in cells)
         score = BASELINE_OF.get(metric)
         marker = f' data-baseline-for="{html.escape(score)}"' if score else ""
         note = f" (baseline of {html.escape(score)})" if score else ""
-        body.append(f'<tr data-metric="{html.escape(metric)}"{marker}><td>{html.escape(metric)}{note}</td>'
+        body.append(f'<tr data-metric="{html.escape(metric)}"{marker}><td>{breakable(metric)}{note}</td>'
                     f"<td>{better}</td>{tds}</tr>")
     body.append(_failures_row(models, _newest(records), sheets))
-    return (f'<table class="leaderboard" data-benchmark="{html.escape(benchmark)}"><thead><tr>{head}</tr></thead>'
+    dense = ' dense' if len(models) > DENSE_COLUMNS else ""  # past this many, break inside words too
+    return (f'<table class="leaderboard{dense}" data-benchmark="{html.escape(benchmark)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
 
 
@@ -322,8 +362,8 @@ def _versus_best_table(frame: pd.DataFrame) -> str:
         interval = (f"[{row.diff_low:+.4g}, {row.diff_high:+.4g}]" if math.isfinite(row.diff_low) else "-")
         verdict = "indistinguishable (≈)" if row.indistinguishable else "different"
         rows.append(f'<tr data-metric="{html.escape(str(row.metric))}" data-model="{html.escape(row.model)}">'
-                    f"<td>{html.escape(str(row.metric))}</td><td>{html.escape(row.model)}</td>"
-                    f"<td>{html.escape(top.model)}</td><td>{row.value - top.value:+.4g}</td><td>{interval}</td>"
+                    f"<td>{html.escape(str(row.metric))}</td><td>{html.escape(display_name(row.model))}</td>"
+                    f"<td>{html.escape(display_name(top.model))}</td><td>{row.value - top.value:+.4g}</td><td>{interval}</td>"
                     f"<td>{html.escape(format_p(row.p_value))}</td><td>{html.escape(row.test)}</td>"
                     f"<td>{verdict}</td></tr>")
     return ('<h3>Compared with the best</h3><table class="versus-best"><thead><tr><th>metric</th><th>model</th>'
@@ -362,12 +402,33 @@ def _runs_table(records: list[RunRecord]) -> str:
         f"<td>{group[0].start_time:%Y-%m-%d %H:%M:%S} UTC</td>"
         f"<td>{html.escape(group[0].pipeline)}</td><td>{html.escape(source(group[0]))}</td>"
         f'<td class="ran-in">{html.escape(ran_in(group[0]))}</td>'
-        f"<td>{html.escape(', '.join(f'{r.model} on {r.benchmark}' for r in group))}</td>"
+        f"<td>{html.escape(', '.join(f'{display_name(r.model)} on {r.benchmark}' for r in group))}</td>"
         f'<td class="provenance">{html.escape(provenance(group[0]))}</td></tr>'
         for run_id, group in runs_by_id(records).items())
     return ('<table class="runs"><thead><tr><th>MLflow run</th><th>started</th><th>pipeline</th><th>source</th>'
             f"<th>ran in</th><th>model on benchmark</th><th>data, profile, code</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>")
+
+
+_LEGEND = """ In each table the highlighted
+value marked * is the best latest value among the models (higher is better unless the column says lower);
+≈ marks a value the runs' per-unit outcomes cannot tell from the best (the 95% interval of the difference holds 0:
+paired when both runs scored the same units, else unpaired; the test's p-value is shown beside it); [low, high] is
+a value's 95% bootstrap interval."""
+
+
+def run_counts(records: Sequence[RunRecord]) -> str:
+    """What the page shows, counted as a person counts it: ``5 commands, 18 evaluations`` (a command
+    or pipeline run is an evaluation's parent; an evaluation is a run of one model on one benchmark
+    variant), not every run id as one "run" (issue 57)."""
+    groups = runs_by_id(list(records))
+    commands = sum(source(group[0]) == "command" for group in groups.values())
+    pipelines = len(groups) - commands
+    evaluations = sum(bool(r.parent_run_id) for r in records)
+    parts = [f"{pipelines} pipeline run{'s' if pipelines != 1 else ''}" if pipelines else "",
+             f"{commands} command{'s' if commands != 1 else ''}" if commands else "",
+             f"{evaluations} evaluation{'s' if evaluations != 1 else ''}" if evaluations else ""]
+    return ", ".join(p for p in parts if p) or "no runs"
 
 
 def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_better: LowerIsBetter | None = None,
@@ -388,20 +449,20 @@ def write_report(runs: list[RunRecord], path: Path, *, title: str, lower_is_bett
     sections = [_benchmark_section(benchmark, [r for r in runs if r.benchmark == benchmark], group, colors, sheets)
                 for benchmark, group in frame.groupby("benchmark", sort=True)] if not frame.empty else [] if pairs else [
         '<p class="note">No finished pipeline runs with metrics yet.</p>']
-    run_count = len({r.run_id for r in runs})
+    counted = run_counts(runs) if runs or not pairs else (
+        f"{len(pairs)} comparison{'s' if len(pairs) != 1 else ''} of two runs: "
+        + "; ".join(f"{p.first_label} ({p.first_run_id}) and {p.second_label} ({p.second_run_id})" for p in pairs))
+    legend = "" if frame.empty else _LEGEND
+    runs_part = f"<h2>Runs</h2>\n{_runs_table(runs)}" if runs or not pairs else ""
     document = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p class="note">{run_count} runs (pipelines and commands); generated {generated:%Y-%m-%d %H:%M} UTC. In each table the highlighted
-value marked * is the best latest value among the models (higher is better unless the column says lower);
-≈ marks a value the runs' per-unit outcomes cannot tell from the best (the 95% interval of the difference holds 0:
-paired when both runs scored the same units, else unpaired; the test's p-value is shown beside it); [low, high] is a value's 95% bootstrap interval.</p>
+<p class="note">{html.escape(counted)}; generated {generated:%Y-%m-%d %H:%M} UTC.{legend}</p>
 <p id="plot-warning">Some plots did not load.</p>
 {"".join(sections)}
 {_pairs_section(pairs)}
-<h2>Runs</h2>
-{_runs_table(runs)}
+{runs_part}
 <script>{_CHECK_IMAGES}</script>
 </body></html>
 """

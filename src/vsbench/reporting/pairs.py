@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vsbench.io.terminal import wrap_lines
+from vsbench.reporting.changes import count_words
 from vsbench.reporting.runs import evaluation_record
 from vsbench.reporting.significance import (
     UnitsReader,
@@ -241,8 +242,7 @@ def _sheet_link(pair: RunPair) -> str:
     sheet = pair.sheet
     if not sheet.get("html_href"):
         return ""
-    counts = (f"{sheet.get('first_only', 0)} units right only in the first, "
-              f"{sheet.get('second_only', 0)} right only in the second")
+    counts = count_words(sheet)
     png = f' (<a href="{html.escape(sheet["png_href"])}">PNG</a>)' if sheet.get("png_href") else ""
     return (f'<p class="sheet">What changed: <a href="{html.escape(sheet["html_href"])}">{html.escape(counts)}</a>'
             f"{png}</p>")

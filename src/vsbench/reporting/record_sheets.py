@@ -12,8 +12,8 @@ failed score.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,25 @@ from vsbench.reporting.sheets import FAILURES_DIR, Sheet, failure_rows, thumbnai
 FAILURES_KEY = "failures"  # the record's key
 
 
+def titled(sheet: Sheet | None, subject: str) -> Sheet | None:
+    """``sheet`` with its title led by ``subject`` (``disc · resnet34-random · Flat · none``) in place of
+    the benchmark's own ``<benchmark> <variant>`` before the first ``": "``. Why: the benchmarks draw
+    their sheets knowing the units, not the model, and a title without the model reads the same for
+    every model (issue 57); the MLflow run id is added when the sheet is logged to its run
+    (:func:`vsbench.tracking.sheet_stamp.stamped`)."""
+    if sheet is None or not subject:
+        return sheet
+    _, colon, what = sheet.title.partition(": ")
+    return replace(sheet, title=f"{subject}: {what}" if colon else f"{subject}: {sheet.title}")
+
+
 def write_failure_sheets(benchmark: str, records: Sequence[MutableMapping[str, Any]],
                          unit_files: Sequence[dict[str, Any] | None],
-                         make: Callable[[int, int], Sheet | None] | None, out: Path) -> int:
+                         make: Callable[[int, int], Sheet | None] | None, out: Path, model: str = "") -> int:
     """Each record's sheet (``make(record index, rows)``) written under ``out/failures`` and named in
-    the record; returns how many were written. Nothing when ``make`` is None (a benchmark without
-    sheets: nothing is said) or the sheets are off."""
+    the record, titled ``<benchmark> · <model> · <variant>`` (``model``: as MLflow names it); returns how
+    many were written. Nothing when ``make`` is None (a benchmark without sheets: nothing is said) or the
+    sheets are off."""
     if make is None:
         return 0
     rows = failure_rows()  # a bad VSBENCH_FAILURE_ROWS: one warning, no sheets
@@ -40,7 +53,8 @@ def write_failure_sheets(benchmark: str, records: Sequence[MutableMapping[str, A
         if not entry:
             continue
         variant = " · ".join(str(v) for v in record.values() if isinstance(v, str))
-        sheet = write_failure_sheet(functools.partial(make, index, rows), Path(out) / FAILURES_DIR,
+        subject = " · ".join(part for part in (benchmark, model, variant) if part)
+        sheet = write_failure_sheet(lambda index=index, subject=subject: titled(make(index, rows), subject), Path(out) / FAILURES_DIR,
                                     Path(str(entry["file"])).stem, f"{benchmark} {variant}", base=out, thumbs=thumbs)
         if sheet is not None:
             record[FAILURES_KEY] = sheet

@@ -39,6 +39,7 @@ and the report see a single shape whatever pipeline produced the run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -54,6 +55,7 @@ from vsbench.tracking.evaluations import (
     NAME_JOIN,
     VARIANT_TAG,
     model_label,
+    readable_label,
 )
 from vsbench.tracking.failures import SheetFiles, sheets_on_run
 from vsbench.tracking.names import LOWER_IS_BETTER_WORDS, interval_name, lower_is_better, split_run_metric
@@ -221,6 +223,22 @@ def _with_options(model: str, params: Mapping[str, str]) -> str:
     except ValueError:
         return f"{model} {params['model_options']}"
     return model_label(model, options) if isinstance(options, dict) else model
+
+def display_name(model: str) -> str:
+    """A model's column as MLflow names it: ``resnet34-random · Flat · none`` for the record's
+    ``resnet34 {"weights":"random"} · Flat · none`` (the options JSON read as data, then
+    :func:`~vsbench.tracking.evaluations.readable_label`). Why: the raw JSON is what a person cannot
+    match with the run names they see in MLflow (issue 57); the full label stays in the cell's tooltip."""
+    name, space, rest = model.partition(" ")
+    if not space or not rest.startswith("{"):
+        return model
+    try:
+        options, end = json.JSONDecoder().raw_decode(rest)
+    except ValueError:
+        return model
+    if not isinstance(options, dict):
+        return model
+    return readable_label(name, options) + rest[end:]
 
 
 def evaluation_record(run: Any, parent: Any | None = None) -> RunRecord:

@@ -12,7 +12,8 @@ draws it. The bounds are the renderer's, whatever the caller asks:
 
 * thumbnails at most :data:`THUMB` pixels a side, decoded in draft mode (a 20 MP photo costs a
   fraction of a full decode) under the pixel cap of :mod:`vsbench.imaging.limits`;
-* at most :data:`MAX_TILES` tiles a row and :data:`MAX_ROWS` rows; the HTML page at most
+* at most :data:`MAX_TILES` tiles a row (:data:`MAX_PNG_TILES` in the PNG, so that MLflow draws it
+  unscaled) and :data:`MAX_ROWS` rows; the HTML page at most
   :data:`MAX_HTML_BYTES` and the PNG at most :data:`MAX_PNG_ROWS` rows (a PNG taller than a screen
   few times over is not read): rows past a cap are left out and the sheet says how many it shows;
 * every id and caption is escaped in the HTML (ids come from datasets), and an image path must lie
@@ -38,6 +39,10 @@ from typing import Any
 
 THUMB = 128  # pixels, the longer side of a thumbnail
 MAX_TILES = 12  # tiles a row: the query and its top k (k above 11 is cut)
+# Tiles a row of the PNG: MLflow's artifact view draws an image at most ~880 px wide, and a 12-tile
+# sheet (1614 px) shrunk to that made its captions unreadable (issue 57); six tiles are 810 px, drawn
+# as they are. The HTML page keeps every tile.
+MAX_PNG_TILES = 6
 MAX_ROWS = 200  # rows a sheet keeps, whatever a caller asks
 MAX_PNG_ROWS = 12  # rows the PNG draws: the overview MLflow shows; the HTML page holds every row (bench/failure_sheets.py)
 MAX_HTML_BYTES = 8 * 2**20  # the HTML page's size cap (thumbnails are ~3-6 kB each as JPEG)
@@ -152,6 +157,19 @@ class _Thumbs:
         return self._made[tile.image]
 
 
+def png_tiles(row: Row) -> tuple[Tile, ...]:
+    """The tiles the PNG draws of ``row``: all when they fit :data:`MAX_PNG_TILES`; else the first ones
+    and, when the row ends with a true match none of them is (a copy ranked past the results shown),
+    that one in the last place: the picture of what the model missed is the point of the row."""
+    tiles = row.tiles[:MAX_TILES]
+    if len(tiles) <= MAX_PNG_TILES:
+        return tiles
+    head = tiles[:MAX_PNG_TILES - 1]
+    if tiles[-1].mark == "true" and not any(t.mark == "true" for t in head):
+        return (*head, tiles[-1])
+    return tiles[:MAX_PNG_TILES]
+
+
 def _summary(sheet: Sheet, shown: int) -> str:
     cut = f"{shown:,} of {sheet.total:,} {sheet.what} shown" if shown < sheet.total else f"all {sheet.total:,} {sheet.what} shown"
     return cut + (", worst first" if sheet.total > 1 else "")
@@ -171,12 +189,15 @@ def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -
     # third of a sheet's time for them (0.3 ms a line against 0.02 ms); titles keep the smoother one.
     small = ImageFont.load_default_imagefont() if hasattr(ImageFont, "load_default_imagefont") else font
     rows = sheet.rows[:MAX_PNG_ROWS]
-    lines = max((min(len(t.caption), CAPTION_LINES) for r in rows for t in r.tiles[:MAX_TILES]), default=0)
+    lines = max((min(len(t.caption), CAPTION_LINES) for r in rows for t in png_tiles(r)), default=0)
     pad, title_h, caption_h = 6, 18, 13 * lines + 4  # room for the longest caption drawn, no more
-    tiles = max((min(len(r.tiles), MAX_TILES) for r in rows), default=1)
+    tiles = max((len(png_tiles(r)) for r in rows), default=1)
+    cut = any(len(png_tiles(r)) < min(len(r.tiles), MAX_TILES) for r in rows)
     # As wide as the tiles and the text drawn (at most 640 for the text): a sheet of one or two tiles a
     # row is half the pixels, and the PNG's encoding (most of a sheet's cost) half the time.
-    header_lines = [(bold, sheet.title[:160], "black"), (font, _summary(sheet, len(rows)) + ".", (80, 80, 80))]
+    header_lines = [(bold, line, "black") for line in _title_lines(sheet.title)]
+    header_lines.append((font, _summary(sheet, len(rows)) + (f"; up to {MAX_PNG_TILES} pictures a row (every one on "
+                                                              "the HTML page)." if cut else "."), (80, 80, 80)))
     if _legend_text(sheet):
         header_lines.append((font, _legend_text(sheet), (80, 80, 80)))
     texts = [(f, t) for f, t, _ in header_lines] + [(font, row.title[:200]) for row in rows]
@@ -191,7 +212,7 @@ def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -
     for n, row in enumerate(rows):
         top = header + n * row_h
         draw.text((pad, top), row.title[:200], fill="black", font=font)
-        for m, tile in enumerate(row.tiles[:MAX_TILES]):
+        for m, tile in enumerate(png_tiles(row)):
             left, y = pad + m * (size + pad), top + title_h
             picture, why = thumbs.get(tile)
             colour = MARKS.get(tile.mark, MARKS[""])
@@ -205,6 +226,14 @@ def render_png(sheet: Sheet, size: int = THUMB, thumbs: _Thumbs | None = None) -
             for k, line in enumerate(tile.caption[:CAPTION_LINES]):
                 draw.text((left, y + size + 3 + 13 * k), line[:21], fill=colour if k == 0 else "black", font=small)
     return png_bytes(canvas), len(rows)
+
+
+def _title_lines(title: str, width: int = 90) -> list[str]:
+    """The title in lines of at most ``width`` characters (broken at ``: `` and spaces): the narrow PNG
+    must not cut the model or the run id it names."""
+    import textwrap
+
+    return [line for part in title[:400].split("\n") for line in textwrap.wrap(part, width) or [""]][:4]
 
 
 def png_bytes(canvas: Any, level: int = PNG_COMPRESS) -> bytes:

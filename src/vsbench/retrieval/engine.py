@@ -255,13 +255,28 @@ class Engine:
 
         result.unit_files = add_intervals(self.run.benchmark, result.records, result.units, self.out)
         # Each record's worst units as pictures beside its unit file (docs/failures.md); never fails the score.
-        write_failure_sheets(self.run.benchmark, result.records, result.unit_files, result.failure_sheet, self.out)
+        model = self._model_label()
+        write_failure_sheets(self.run.benchmark, result.records, result.unit_files, result.failure_sheet, self.out,
+                             model=model)
         atomic_write_json(self.out / "metrics.json", {"benchmark": self.run.benchmark, "records": result.records,
                                                       "units": result.unit_files})
         if result.csv_name:
             rows = result.csv_rows if result.csv_rows is not None else result.records
             atomic_write_text(self.out / result.csv_name, records_to_csv(rows, result.csv_columns))
         return result
+
+    def _model_label(self) -> str:
+        """The model as its evaluation run is named (``resnet34-random``), from the embed step's manifests
+        (a pipeline's score step is told only the model's name): it leads the failure sheets' titles."""
+        from pydantic import ValidationError
+
+        from vsbench.tracking.evaluations import Embedder, readable_label
+
+        try:
+            embedder = Embedder.from_features(self.out / FEATURES_DIR, self.model, self.model_options)
+        except (ValidationError, ValueError, TypeError):
+            return self.model
+        return readable_label(embedder.model, embedder.options)
 
 
 class UnreadableImages(ValueError):

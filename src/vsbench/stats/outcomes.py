@@ -53,12 +53,18 @@ class Outcomes:
     rule: str
     answer: Callable[[int], str]
     shows: Callable[[int], tuple[Shown, ...]] = lambda row: ()
+    # 1-based rank of each judged unit's first true match (inf: none retrieved), for a rule over a
+    # ranking; None for a rule without one. A global-ranking metric (uAP, recall at p90) moves when a
+    # true match climbs from rank 3 to 1, which right/wrong at rank 1 does not see (issue 55 item 8).
+    rank: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.units)
         if not (len(self.right) == len(self.judged) == len(self.severity) == n):
             raise ValueError(f"{len(self.right)} verdicts, {len(self.judged)} judged flags and "
                              f"{len(self.severity)} severities for {n} units")
+        if self.rank is not None and len(self.rank) != n:
+            raise ValueError(f"{len(self.rank)} ranks for {n} units")
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,15 @@ class Changes:
     unmatched: int
     unjudged: int
     same: int
+    by_rank: bool = False  # first_only/second_only: the true match ranked higher in that run
 
 
-def changed(first: Outcomes, second: Outcomes) -> Changes:
-    """The units whose verdict differs between two runs, matched by unit id (order and subset free)."""
+def changed(first: Outcomes, second: Outcomes, by_rank: bool = False) -> Changes:
+    """The units whose verdict differs between two runs, matched by unit id (order and subset free).
+    ``by_rank`` (both rules rank): the units whose first true match moved, each listed under the run
+    that ranked it higher, the largest move of its reciprocal rank (its AP with one true match) first."""
+    if by_rank and first.rank is not None and second.rank is not None:
+        return _rank_changes(first, second)
     ids_a = np.asarray(first.units.ids, dtype=str)
     ids_b = np.asarray(second.units.ids, dtype=str)
     row_b = {unit: row for row, unit in enumerate(ids_b.tolist())}
@@ -98,6 +109,31 @@ def changed(first: Outcomes, second: Outcomes) -> Changes:
     first_only.sort(key=lambda p: -float(second.severity[p[1]]))
     second_only.sort(key=lambda p: -float(first.severity[p[0]]))
     return Changes(first_only, second_only, unmatched, unjudged, same)
+
+
+def _rank_changes(first: Outcomes, second: Outcomes) -> Changes:
+    ids_b = {unit: row for row, unit in enumerate(np.asarray(second.units.ids, dtype=str).tolist())}
+    ids_a = np.asarray(first.units.ids, dtype=str).tolist()
+    pairs = [(i, ids_b[unit]) for i, unit in enumerate(ids_a) if unit in ids_b]
+    assert first.rank is not None and second.rank is not None
+    better_a: list[tuple[float, int, int]] = []
+    better_b: list[tuple[float, int, int]] = []
+    unjudged = same = 0
+    for i, j in pairs:
+        if not (first.judged[i] and second.judged[j]):
+            unjudged += 1
+            continue
+        a, b = float(first.rank[i]), float(second.rank[j])
+        if a == b:
+            same += 1
+            continue
+        move = abs(1.0 / a - 1.0 / b)  # 1/inf = 0: a match not retrieved has AP 0
+        (better_a if a < b else better_b).append((move, i, j))
+    # Largest move first; equal moves in the first run's order (a stable sort, no float sums).
+    better_a.sort(key=lambda m: -m[0])
+    better_b.sort(key=lambda m: -m[0])
+    return Changes([(i, j) for _, i, j in better_a], [(i, j) for _, i, j in better_b],
+                   len(ids_a) + len(ids_b) - 2 * len(pairs), unjudged, same, by_rank=True)
 
 
 def correct_outcomes(units: Units, column: str = "correct") -> Outcomes:

@@ -352,6 +352,7 @@ def abid_score_step(
     from vsbench.reporting import plots
     from vsbench.reporting.sheets import FAILURES_DIR, failure_rows
     from vsbench.stats.resample import Resampling
+    from vsbench.tracking.sheet_stamp import log_stamped
 
     root = Path(tasks)
     require_task_files(root, "score")
@@ -384,9 +385,14 @@ def abid_score_step(
         tracker.log_unit_files({path: sha256 for path, sha256 in written.items()})
         sheets = _failure_sheets(files, answers, truths, units, Path(images) if images else root.parent / RESIZED_DIR,
                                  folder, rows)
-        for sheet in sheets.values():
+        for sheet in sheets.values():  # each copy logged names the run it is logged to (docs/failures.md)
             for suffix in ("png", "html"):
-                tracker.log_artifact(Path(sheet[suffix]), FAILURES_DIR)
+                path = Path(sheet[suffix])
+                if tracker.run_id:
+                    log_stamped(lambda copy: tracker.log_artifact(Path(copy), FAILURES_DIR), path, path.read_bytes(),
+                                tracker.run_id, "abid-score")
+                else:
+                    tracker.log_artifact(path, FAILURES_DIR)
         for figure, name in (
             (plots.per_class_bars(counting.per_class_accuracy, counting.per_class_rmse, counting.per_class_count,
                                   "counting"), "plots/counting_per_class.png"),

@@ -223,10 +223,21 @@ def _key(units: Units) -> tuple[str, str, str, tuple[str, ...]]:
     return units.kind, units.benchmark, units.variant, tuple(sorted(units.metrics))
 
 
+RANKING_STATISTICS = frozenset({"micro_ap"})  # one pooled ranking: a true match's rank moves the metric
+
+
+def by_rank(units: Units, metrics: Sequence[str] | None) -> bool:
+    """Whether a comparison of ``units`` for ``metrics`` (None: every metric the file names) should list
+    the units whose true match moved in rank, not those right at rank 1 in one run only: when one of
+    those metrics is a global-ranking statistic (uAP, recall at p90; issue 55 item 8)."""
+    asked = units.metrics if metrics is None else {m: units.metrics[m] for m in metrics if m in units.metrics}
+    return any(str(spec.get("statistic")) in RANKING_STATISTICS for spec in asked.values())
+
+
 def comparisons(first: RunSide, second: RunSide, cache: dict | None = None, name: str = "",
-                ) -> tuple[list[Comparison], list[str]]:
+                metrics: Sequence[str] | None = None) -> tuple[list[Comparison], list[str]]:
     """The unit files of two runs paired (same kind, benchmark, variant and metrics; or the only
-    file of each) and judged; plus one note per file left out."""
+    file of each) and judged (by rank where :func:`by_rank` says so); plus one note per file left out."""
     cache = {} if cache is None else cache
     notes: list[str] = []
     pairs: list[tuple[Units, Units]] = []
@@ -246,12 +257,14 @@ def comparisons(first: RunSide, second: RunSide, cache: dict | None = None, name
             continue
         out.append(Comparison(label, judged_a, judged_b,
                               images_for(a, first.benchmark or a.benchmark, first.root, first.options, cache),
-                              images_for(b, second.benchmark or b.benchmark, second.root, second.options, cache)))
+                              images_for(b, second.benchmark or b.benchmark, second.root, second.options, cache),
+                              by_rank(a, metrics)))
     return out, notes
 
 
 def write_compare_sheet(found: Sequence[Comparison], folder: Path, stem: str, *, labels: tuple[str, str],
-                        notes: Sequence[str] = (), rows: int | None = None, title: str = "") -> dict[str, Any] | None:
+                        notes: Sequence[str] = (), rows: int | None = None, title: str = "",
+                        runs: tuple[str, str] = ("", "")) -> dict[str, Any] | None:
     """``<folder>/<stem>.png`` and ``.html``: the changed units of ``found``; returns what
     :func:`~vsbench.reporting.sheets.write_sheet` returns plus the counts, or None when sheets are
     off (``VSBENCH_FAILURE_ROWS=0``)."""
@@ -259,7 +272,7 @@ def write_compare_sheet(found: Sequence[Comparison], folder: Path, stem: str, *,
     if rows == 0:
         return None
     Path(folder).mkdir(parents=True, exist_ok=True)
-    sheet, counts = change_sheet(found, rows, labels, title)
+    sheet, counts = change_sheet(found, rows, labels, title, runs)
     if notes:
         from dataclasses import replace
 
@@ -270,16 +283,38 @@ def write_compare_sheet(found: Sequence[Comparison], folder: Path, stem: str, *,
 
 def compare_runs_sheet(reader: Any, first_run_id: str, second_run_id: str, folder: Path, *,
                        root: str | None = None, metrics: Sequence[str] | None = None,
-                       labels: tuple[str, str] = ("first", "second")) -> dict[str, Any] | None:
-    """``vsbench compare --runs FIRST SECOND``'s sheet in ``folder`` (stem ``compare-<first8>-<second8>``).
-    Raises LookupError saying why when the runs hold no unit files that can be compared."""
+                       labels: tuple[str, str] | None = None) -> dict[str, Any] | None:
+    """``vsbench compare --runs FIRST SECOND``'s sheet in ``folder`` (stem ``compare-<first8>-<second8>``),
+    the runs named by ``labels`` (default :func:`run_labels`) and their ids. Raises LookupError saying
+    why when the runs hold no unit files that can be compared."""
     first = run_side(reader, first_run_id, root, metrics)
     second = run_side(reader, second_run_id, root, metrics)
-    found, notes = comparisons(first, second)
+    found, notes = comparisons(first, second, metrics=metrics)
     if not found:
         raise LookupError("; ".join(notes) or "no unit files to compare")
-    return write_compare_sheet(found, folder, f"compare-{first_run_id[:8]}-{second_run_id[:8]}", labels=labels,
-                               notes=notes)
+    return write_compare_sheet(found, folder, f"compare-{first_run_id[:8]}-{second_run_id[:8]}",
+                               labels=labels or run_labels(reader, first_run_id, second_run_id), notes=notes,
+                               runs=(first_run_id, second_run_id))
+
+
+def run_labels(reader: Any, first_run_id: str, second_run_id: str) -> tuple[str, str]:
+    """What a compare sheet calls two runs: an evaluation by its model and variant as MLflow names them
+    (``resnet34-random · Flat · none``), another run by its name; two that read alike (one model on two
+    nights) gain their run ids' first 8 characters. Not "first" and "second" (issue 57)."""
+    from vsbench.reporting.runs import display_name, evaluation_record
+    from vsbench.tracking.evaluations import EVALUATION_STEP
+    from vsbench.tracking.provenance import STEP_TAG
+
+    def label(run_id: str) -> str:
+        run = reader.run(run_id)
+        if run.data.tags.get(STEP_TAG) == EVALUATION_STEP:
+            return display_name(evaluation_record(run).model)
+        return run.info.run_name or run_id[:8]
+
+    first, second = label(first_run_id), label(second_run_id)
+    if first == second:
+        first, second = f"{first} ({first_run_id[:8]})", f"{second} ({second_run_id[:8]})"
+    return first, second
 
 
 def night_compare_sheet(client: Any, night_run_id: str, baseline_run_id: str) -> dict[str, Any] | None:
@@ -325,7 +360,7 @@ def _night_sheet(client: Any, night_run_id: str, baseline_run_id: str) -> dict[s
         return None
     with tempfile.TemporaryDirectory() as tmp:
         written = write_compare_sheet(found, Path(tmp), f"compare-{baseline_run_id}", labels=("baseline", "tonight"),
-                                      notes=notes)
+                                      notes=notes, runs=(baseline_run_id, night_run_id))
         if written is None:
             return None
         for entry in written["files"].values():

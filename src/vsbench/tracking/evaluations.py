@@ -533,8 +533,10 @@ FAILURES_DIR = "failures"
 def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
     """The evaluation's failure sheet (PNG and HTML page) under the run's ``failures/``, each file checked
     against the digest the score recorded first (a file gone or changed is one line, not logged: the
-    run keeps its numbers, and a sheet is a picture of them, not a part)."""
+    run keeps its numbers, and a sheet is a picture of them, not a part). The logged copy names the run
+    (:mod:`vsbench.tracking.sheet_stamp`): the score drew it before the run existed."""
     from vsbench.stats.units import digest_of
+    from vsbench.tracking.sheet_stamp import log_stamped
 
     for name, sha256 in sorted(evaluation.failures.items()):
         path = Path(name)
@@ -548,7 +550,8 @@ def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
             why = "changed since the score wrote it" if sha256 else "has no digest from the score that wrote it"
             print(f"vsbench: {evaluation.run_name}: failure sheet {path} {why}; not logged", file=sys.stderr)
             continue
-        client.log_artifact(run_id, str(path), FAILURES_DIR)
+        log_stamped(lambda copy: client.log_artifact(run_id, copy, FAILURES_DIR), path, data, run_id,
+                    evaluation.run_name)
 
 
 def evaluations_view_state() -> dict[str, Any]:

@@ -233,7 +233,9 @@ def copy_detection_outcomes(units: Units) -> Outcomes:
     top-scored prediction is a true copy (``correct_at_1`` > 0: what accuracy at 1 counts). A query
     without a copy in the reference set is left unjudged: isc2021 scores it only through the false
     positives it adds to uAP, and no threshold it is held to is in its unit file. Severity: the
-    place of the first true copy among the query's predictions (missing: past the last)."""
+    place of the first true copy among the query's predictions (missing: past the last). ``rank``:
+    that place for every query with a copy (inf: not predicted), what a comparison of uAP or recall at
+    p90 lists when a copy climbs from rank 3 to 1 (right/wrong at rank 1 does not see it)."""
     n_pos = units.values("n_positives")
     correct = units.values("correct_at_1")
     scores, positive, references = units.columns["scores"], units.columns["positive"], units.columns["references"]
@@ -246,10 +248,13 @@ def copy_detection_outcomes(units: Units) -> Outcomes:
         return s[order], np.asarray(positive[row], dtype=bool)[order], np.asarray(references[row], dtype=str)[order]
 
     severity = np.zeros(len(units))
-    for row in np.flatnonzero(judged & ~right).tolist():
+    ranks = np.full(len(units), np.nan)  # the first true copy's rank (inf: not predicted; nan: no copy)
+    for row in np.flatnonzero(judged).tolist():
         s, p, _ = ranked(row)
         rank = first_true_rank(p, np.arange(p.size))
-        severity[row] = rank if rank is not None else p.size + 1
+        ranks[row] = rank if rank is not None else np.inf
+        if not right[row]:
+            severity[row] = rank if rank is not None else p.size + 1
 
     def answer(row: int) -> str:
         s, p, r = ranked(row)
@@ -268,4 +273,4 @@ def copy_detection_outcomes(units: Units) -> Outcomes:
 
     return Outcomes(units, right, judged, severity,
                     "right: the top-scored prediction is a true copy; queries without a copy are not judged",
-                    answer, shows)
+                    answer, shows, rank=ranks)
