@@ -246,7 +246,7 @@ def _upload(path: Path, tracking_uri: str | None = None,
         for real, folder in files:
             client.log_artifact(run_id, str(real), folder or None)
         log_evaluations(client, run_id, bundle.evaluations, tags=bundle.tags, timestamp_ms=bundle.end_ms,
-                        upload_files=model_files)
+                        started_ms=bundle.start_ms, upload_files=model_files)
         client.set_terminated(run_id, "FINISHED", end_time=bundle.end_ms)
     done = bundle.model_copy(update={"uploaded": Uploaded(run_id=run_id, tracking_uri=redact_uri(uri),
                                                           at=datetime.now(UTC).isoformat())})
