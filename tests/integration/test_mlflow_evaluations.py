@@ -324,7 +324,7 @@ def test_the_evaluations_view_draws_a_week_of_nights_as_a_line_per_evaluation(ml
             logged[model].append((first_day + night * DAY_MS + 3_600_000, uap))  # wall time: a date axis
         client.set_terminated(parent, "FINISHED")
 
-    charts = _charted(evaluations_page(experiment_id, mlflow_tracking), tmp_path / "profile")
+    charts = _charted(evaluations_page(experiment_id, "disc", mlflow_tracking), tmp_path / "profile")
     assert "uap" in charts, sorted(charts)
     lines = {tuple(zip(trace["x"], (round(y, 4) for y in trace["y"])))
              for trace in charts["uap"] if "lines" in trace["mode"] and None not in trace["x"]}

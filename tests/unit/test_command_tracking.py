@@ -69,10 +69,11 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     # Where to look: the run's page, the experiment's evaluations view, and how to serve a local store.
     experiment = run.info.experiment_id
     assert f"run page:    http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}?workflowType=" in result.output
-    assert (f"evaluations: http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey=vsbench-evaluations"
-            "&compareRunsMode=CHART&workflowType=machine_learning") in result.output
+    assert (f"evaluations: http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey=vsbench-evaluations-"
+            "patch_pairs&compareRunsMode=CHART&workflowType=machine_learning") in result.output
     assert f"ui --backend-store-uri {uri})" in result.output
-    view = json.loads(MlflowClient(uri).get_experiment(experiment).tags["mlflow.sharedViewState.vsbench-evaluations"])
+    view = json.loads(MlflowClient(uri).get_experiment(experiment).tags[
+        "mlflow.sharedViewState.vsbench-evaluations-patch_pairs"])
     assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "vsbench.line"}]
     assert view["globalLineChartConfig"]["xAxisKey"] == "time"  # dates, not day numbers (issue 48)
     assert (f"leaderboard: http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey="
@@ -81,7 +82,7 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
         "mlflow.sharedViewState.vsbench-leaderboard-patch_pairs"])
     # patch_pairs (issue 57): a row per model, its headline split's; the model's name whole; the headline as read.
     assert board["orderByKey"] == "metrics.`mean_pr_ap`" and board["searchFilter"].endswith("tags.`vsbench.split` = 'mean'")
-    assert board["selectedColumns"][0] == "tags.`vsbench.headline.value`"
+    assert board["selectedColumns"][0] == "params.`headline`"
     assert {"params.`model_name`", "params.`distance`"} <= set(board["selectedColumns"])
     assert run.info.status == "FINISHED"
     # The model as read first, then the benchmark, then the command's run key (issue 57).

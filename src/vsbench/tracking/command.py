@@ -300,8 +300,8 @@ def ui_links(outcome: Outcome) -> list[str]:
     lines = [f"  run page:    {run_page(outcome.run_id, outcome.experiment_id, uri)}"]
     for benchmark in outcome.benchmarks:
         lines.append(f"  leaderboard: {leaderboard_page(outcome.experiment_id, benchmark, uri)} ({benchmark}, best first)")
-    if outcome.evaluations:
-        lines.append(f"  evaluations: {evaluations_page(outcome.experiment_id, uri)} (every night, a line per evaluation)")
+    for benchmark in outcome.benchmarks if outcome.evaluations else ():
+        lines.append(f"  evaluations: {evaluations_page(outcome.experiment_id, benchmark, uri)} (every night, a line per evaluation)")
     if not served(uri):
         lines.append(f"  (serve the store first: {Path(sys.executable).with_name('mlflow')} ui --backend-store-uri {uri})")
     return lines

@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from vsbench.tracking.names import SEPARATOR, interval_name, lower_is_better, safe_part, summary_metric
 from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
-from vsbench.tracking.views import EVALUATIONS_VIEW, column, leaderboard_key, save_shared_view
+from vsbench.tracking.views import column, evaluations_key, leaderboard_key, save_shared_view
 
 EVALUATION_STEP = "evaluation"  # the value of vsbench.step on an evaluation run
 BENCHMARK_TAG = "vsbench.benchmark"
@@ -89,7 +89,7 @@ DEFAULT_MAX_MODEL_FILE_MB = 2048
 _BAD_MODEL_NAME = str.maketrans({c: "_" for c in "/:.%\"'"})  # MLflow refuses these in a LoggedModel's name
 _DAY_MS = 86_400_000
 # Params that name, not decide: left out of the series' identity so nights logged before they existed pair.
-_NOT_IDENTITY = frozenset({"model", "benchmark", "model_name"})
+_NOT_IDENTITY = frozenset({"model", "benchmark", "model_name", "headline"})
 # A parent's tags its children must not copy: the run key finds the command's run (a child with it
 # would make a second upload see "several runs"), the bundle digest vouches for that run only.
 _PARENT_ONLY = frozenset({RUN_KEY_TAG, "vsbench.bundle.digest"})
@@ -411,6 +411,8 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
                   "global_cap": str(run_params.get("global_cap") or 0),
                   "benchmark_options": str(run_params.get("benchmark_options") or "{}")}
         params.update({key: value for key, value in {**variant, **counts}.items() if key not in params})
+        # The headline as read, a param too: MLflow 3.17's runs table shows no column of a tag a view names.
+        params["headline"] = headline_text(metrics, next(iter(metrics)))
         params.update({str(k): str(v) for k, v in ((unit or {}).get("ci") or {"ci_method": "none"}).items()})
         lower = [m for m in metrics if lower_is_better((interval_name(m) or (m,))[0], declared_lower)]
         evaluations.append(Evaluation(
@@ -570,8 +572,8 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
         run_ids.append(run_id)
         model_ids.append(model_id)
     summarize_parent(client, parent_run_id, experiment_id, model_ids)
-    save_shared_view(client, experiment_id, EVALUATIONS_VIEW, evaluations_view_state())
     for benchmark, evaluation in {e.benchmark: e for e in evaluations if e.ranks}.items():
+        save_shared_view(client, experiment_id, evaluations_key(benchmark), evaluations_view_state(evaluation))
         save_shared_view(client, experiment_id, leaderboard_key(benchmark), leaderboard_view_state(evaluation))
     return run_ids
 
@@ -622,16 +624,18 @@ def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
         client.log_artifact(run_id, str(path), FAILURES_DIR)
 
 
-def evaluations_view_state() -> dict[str, Any]:
-    """The experiment's shared view :data:`~vsbench.tracking.views.EVALUATIONS_VIEW`: the evaluation
-    runs only, one group per ``vsbench.line`` (which MLflow's chart view draws as one line through
+def evaluations_view_state(evaluation: Evaluation) -> dict[str, Any]:
+    """The shared view ``vsbench-evaluations-<benchmark>``: that benchmark's evaluation runs only (its
+    headline split's, for one with splits: issue 57, MLflow's legend names every group of the view
+    in every chart, so a view of several benchmarks named lines a chart did not draw), one group per
+    ``vsbench.line`` (which MLflow's chart view draws as one line through
     the group's nights, labelled with it), every group shown, plotted against wall time (dates).
     Field names and values are MLflow 3.17 UI's (its "Share" button saves the same JSON); a UI that
     does not know a field ignores it."""
     return {
         # Only runs with a line: without the second clause MLflow's grouped view also lists the
         # evaluations' parents as an "Unassigned" line.
-        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{LINE_TAG}` LIKE '%'",
+        "searchFilter": f"{_evaluations_of(evaluation)} and tags.`{LINE_TAG}` LIKE '%'",
         "orderByKey": "attributes.start_time",
         "orderByAsc": False,
         "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": LINE_TAG}]},
@@ -648,6 +652,14 @@ def evaluations_view_state() -> dict[str, Any]:
     }
 
 
+def _evaluations_of(evaluation: Evaluation) -> str:
+    """The search filter of ``evaluation``'s benchmark's evaluation runs, one per model: a benchmark with
+    splits keeps its headline split's (patch_pairs: mean)."""
+    benchmark, split = evaluation.benchmark.replace("'", "\\'"), evaluation.split.replace("'", "\\'")
+    return (f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{BENCHMARK_TAG}` = '{benchmark}'"
+            + (f" and tags.`{SPLIT_TAG}` = '{split}'" if split else ""))
+
+
 def leaderboard_view_state(evaluation: Evaluation) -> dict[str, Any]:
     """The shared view ``vsbench-leaderboard-<benchmark>``: that benchmark's evaluation runs as the
     table's rows (their parents filtered out, so none is nested under a collapsed parent), best first
@@ -657,21 +669,18 @@ def leaderboard_view_state(evaluation: Evaluation) -> dict[str, Any]:
     ``resnet34-random``, whole, where ``model_options`` showed ``{"weights"``) and the variant
     (MLflow's default Source / Models / Dataset columns left out: they push the metrics off a
     1440-pixel screen)."""
-    benchmark = evaluation.benchmark.replace("'", "\\'")
     headline = evaluation.headline
-    split = evaluation.split.replace("'", "\\'")
     return {
-        # One row per model: a benchmark with splits shows its headline split's (patch_pairs: mean).
-        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{BENCHMARK_TAG}` = '{benchmark}'"
-                        + (f" and tags.`{SPLIT_TAG}` = '{split}'" if split else ""),
+        "searchFilter": _evaluations_of(evaluation),
         "orderByKey": column("metrics", headline),
         "orderByAsc": headline in evaluation.lower_is_better,
-        "selectedColumns": [column("tags", HEADLINE_VALUE_TAG), *(column("metrics", m) for m in evaluation.headlines),
+        # Two metrics, not three: at 1440 pixels a third pushed the variant's last param out of sight.
+        "selectedColumns": [column("params", "headline"), *(column("metrics", m) for m in evaluation.headlines[:2]),
                             *(column("params", p) for p in ("model_name", *evaluation.model_variant))],
         "runsHiddenMode": "SHOW_ALL",
         "groupBy": None,
-        "columnWidths": {column("attributes", "Run Name"): 290, column("tags", HEADLINE_VALUE_TAG): 220,
-                         column("params", "model_name"): 220},
+        "columnWidths": {column("attributes", "Run Name"): 290, column("params", "headline"): 180,
+                         column("params", "model_name"): 180, **{column("metrics", m): 110 for m in evaluation.headlines[:2]}},
     }
 
 
