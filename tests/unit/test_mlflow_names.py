@@ -30,7 +30,9 @@ def test_the_headline_reads_value_then_low_then_high():
     assert disc.params["headline"] == disc.tags()["vsbench.headline.value"] == "0.8695 [0.7714, 0.9531]"
     assert disc.params["model_name"] == "resnet34-random" and disc.run_name == "resnet34-random · Flat · none"
     view = leaderboard_view_state(disc)
-    assert view["selectedColumns"][:2] == ["params.`headline`", "metrics.`uap`"]
+    assert view["selectedColumns"][:3] == ["params.`headline`", "params.`model_name`", "metrics.`uap`"]
+    assert view["columnOrder"][:3] == ["attributes.`Run Name`", "params.`headline`", "params.`model_name`"]
+    assert view["columnWidths"]["params.`model_name`"] >= 180  # MLflow applies widths of ordered columns only
     assert "params.`model_name`" in view["selectedColumns"] and "params.`model_options`" not in view["selectedColumns"]
 
 

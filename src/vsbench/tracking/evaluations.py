@@ -670,17 +670,25 @@ def leaderboard_view_state(evaluation: Evaluation) -> dict[str, Any]:
     (MLflow's default Source / Models / Dataset columns left out: they push the metrics off a
     1440-pixel screen)."""
     headline = evaluation.headline
+    columns = [column("params", "headline"), column("params", "model_name"),
+               column("metrics", headline),
+               *(column("params", p) for p in evaluation.model_variant)]
     return {
         "searchFilter": _evaluations_of(evaluation),
         "orderByKey": column("metrics", headline),
         "orderByAsc": headline in evaluation.lower_is_better,
-        # Two metrics, not three: at 1440 pixels a third pushed the variant's last param out of sight.
-        "selectedColumns": [column("params", "headline"), *(column("metrics", m) for m in evaluation.headlines[:2]),
-                            *(column("params", p) for p in ("model_name", *evaluation.model_variant))],
+        # One metric column (the sort key; ``headline`` shows it with its interval): at 1440 pixels
+        # each further one pushed the variant's params out of sight.
+        "selectedColumns": columns,
         "runsHiddenMode": "SHOW_ALL",
         "groupBy": None,
-        "columnWidths": {column("attributes", "Run Name"): 290, column("params", "headline"): 180,
-                         column("params", "model_name"): 180, **{column("metrics", m): 110 for m in evaluation.headlines[:2]}},
+        # MLflow 3.17 applies widths only to the columns ``columnOrder`` lists (its ``applyColumnState``
+        # maps the order to the widths): without an order every column is ~95 px and cuts
+        # ``resnet34-random`` and the interval. The name, the headline and the model first; MLflow's
+        # Created and Duration (its own column ids) last, where the table scrolls to them.
+        "columnOrder": [column("attributes", "Run Name"), *columns, "runDateAndNestInfo", "duration"],
+        "columnWidths": {column("attributes", "Run Name"): 180, **dict.fromkeys(columns, 90),
+                         column("params", "headline"): 180, column("params", "model_name"): 180},
     }
 
 
