@@ -220,10 +220,14 @@ def test_the_compare_page_reads_models_by_name_and_intervals_low_then_high(shown
     ids = json.dumps([run.info.run_id for run in runs])
     browser.open(f"{client.tracking_uri}/#/compare-runs?runs={urllib.parse.quote(ids)}"
                  f"&experiments={urllib.parse.quote(json.dumps([shown['experiment_id']]))}")
-    text = browser.wait("(t => t.includes('recall_at_p90') && document.querySelector('.js-plotly-plot svg text') && t)"
-                        "(document.body.innerText)", "the compare page and its plots")
+    text = browser.wait("(t => t.includes('recall_at_p90') && /Run Name:\\s+\\S/.test(t) && /headline\\s+\\d/.test(t)"
+                        " && document.querySelector('.js-plotly-plot svg text') && t)(document.body.innerText)",
+                        "the compare page, its run details, params and plots")
     labels = browser.value("Array.from(document.querySelectorAll('.js-plotly-plot text, svg text'))"
                            ".map(e => e.textContent)")
     assert not any('{"' in label for label in labels), labels
-    assert any("resnet34-random" in label for label in labels) or "resnet34-random" in text, (labels, text[:3000])
+    # Run details: each run named by its model then its variant, whole (no benchmark in front).
+    assert re.search(r"Run Name:\s+resnet34-random · Flat · none\s+efficientnet_lite0-random · Flat · none", text), text
+    # Its headline param: the command's value and interval, low then high.
+    assert re.search(r"headline\s+0\.5300 \[0\.4125, 0\.6431\]\s+0\.4200", text), text
     _keep(browser.screenshot(shown["root"] / "compare.png"), "mlflow-compare-named.png")
