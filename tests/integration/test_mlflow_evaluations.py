@@ -85,11 +85,13 @@ def test_two_models_give_one_run_per_evaluation_with_the_same_metric_keys(two_ru
         assert set(first[variant].data.metrics) == set(second[variant].data.metrics)  # MLflow lines them up
         assert {"uap", "accuracy_at_1", "recall_at_p90"} <= set(first[variant].data.metrics)
     parent = client.get_run(two_runs["parents"]["resnet34"])
-    assert parent.data.metrics == {}  # the parent summarizes; the numbers are in the children
     assert parent.data.tags["vsbench.evaluations"] == "2"
     assert parent.data.tags["vsbench.best.disc.run"] in {run.info.run_id for run in second.values()}
+    # The parent summarizes: its best child's headline and interval, copied (issue 57), nothing else.
+    best = client.get_run(parent.data.tags["vsbench.best.disc.run"]).data.metrics
+    assert parent.data.metrics == {f"best.disc.{name}": best[name] for name in ("uap", "uap_ci95_low", "uap_ci95_high")}
     run = second["Flat · 1.00[0,2]"]
-    assert run.info.run_name == 'disc · resnet34-random · Flat · 1.00[0,2]'
+    assert run.info.run_name == 'resnet34-random · Flat · 1.00[0,2]'  # the model first (issue 57)
     assert {k: run.data.params[k] for k in ("benchmark", "model", "codec", "score_norm", "k", "seed")} == {
         "benchmark": "disc", "model": "resnet34", "codec": "Flat", "score_norm": "1.00[0,2]", "k": "10", "seed": "0"}
     assert json.loads(run.data.params["model_options"]) == {"weights": "random"}
@@ -324,7 +326,7 @@ def test_the_evaluations_view_draws_a_week_of_nights_as_a_line_per_evaluation(ml
             logged[model].append((first_day + night * DAY_MS + 3_600_000, uap))  # wall time: a date axis
         client.set_terminated(parent, "FINISHED")
 
-    charts = _charted(evaluations_page(experiment_id, mlflow_tracking), tmp_path / "profile")
+    charts = _charted(evaluations_page(experiment_id, "disc", mlflow_tracking), tmp_path / "profile")
     assert "uap" in charts, sorted(charts)
     lines = {tuple(zip(trace["x"], (round(y, 4) for y in trace["y"])))
              for trace in charts["uap"] if "lines" in trace["mode"] and None not in trace["x"]}

@@ -71,38 +71,51 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     experiment = run.info.experiment_id
     # Each a short label, then the URL alone on its line (issue 57: whole and clickable in 100 columns).
     assert f"run page:\n    http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}?workflowType=" in result.output
-    assert (f"evaluations (every night, a line per evaluation):\n    http://127.0.0.1:5000/#/experiments/{experiment}/"
-            "runs?viewStateShareKey=vsbench-evaluations&compareRunsMode=CHART&workflowType=machine_learning\n"
-            ) in result.output
+    assert (f"evaluations (patch_pairs, every night, a line per evaluation):\n    http://127.0.0.1:5000/#/experiments/"
+            f"{experiment}/runs?viewStateShareKey=vsbench-evaluations-patch_pairs&compareRunsMode=CHART"
+            "&workflowType=machine_learning\n") in result.output
     serve = result.output.split("serve the store first:\n", 1)[1]  # one command, continued with \ when long
     assert shlex.split(serve.replace(" \\\n", " ")) == [str(Path(sys.executable).with_name("mlflow")), "ui",
                                                          "--backend-store-uri", uri]
-    view = json.loads(MlflowClient(uri).get_experiment(experiment).tags["mlflow.sharedViewState.vsbench-evaluations"])
+    view = json.loads(MlflowClient(uri).get_experiment(experiment).tags[
+        "mlflow.sharedViewState.vsbench-evaluations-patch_pairs"])
     assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "vsbench.line"}]
     assert view["globalLineChartConfig"]["xAxisKey"] == "time"  # dates, not day numbers (issue 48)
     assert (f"leaderboard (patch_pairs, best first):\n    http://127.0.0.1:5000/#/experiments/{experiment}/runs?"
             "viewStateShareKey=vsbench-leaderboard-patch_pairs") in result.output
     board = json.loads(MlflowClient(uri).get_experiment(experiment).tags[
         "mlflow.sharedViewState.vsbench-leaderboard-patch_pairs"])
-    assert board["orderByKey"].startswith("metrics.`") and "params.`model`" in board["selectedColumns"]
+    # patch_pairs (issue 57): a row per model, its headline split's; the model's name whole; the headline as read.
+    assert board["orderByKey"] == "metrics.`mean_pr_ap`" and board["searchFilter"].endswith("tags.`vsbench.split` = 'mean'")
+    assert board["selectedColumns"][0] == "params.`headline`"
+    assert {"params.`model_name`", "params.`distance`"} <= set(board["selectedColumns"])
     assert run.info.status == "FINISHED"
-    # Benchmark and model first, then the command's run key.
-    assert run.info.run_name.startswith('patch_pairs · efficientnet_lite0 {"weights":"random"} · vsbench-similarity-cli-')
+    # The model as read first, then the benchmark, then the command's run key (issue 57).
+    assert run.info.run_name.startswith('efficientnet_lite0-random · patch_pairs · vsbench-similarity-cli-')
     assert {k: run.data.params[k] for k in ("benchmark", "codecs", "seed")} == {
         "benchmark": "patch_pairs", "codecs": "Flat", "seed": "7"}
     assert "model" not in run.data.params  # in its name and its evaluations' params: a search finds those
     # the seed recorded is the one the random weights were drawn with (it was always "0" before --seed)
     shard = json.loads(next((out / "features").glob("*.shard-0-of-1.json")).read_text())
     assert shard["seed"] == 7 and shard["weights_source"] == "random initialization (seed 7)"
-    # The parent keeps no per-model number: each record is an evaluation run under it, plain names.
-    assert run.data.metrics == {}
+    # The parent keeps no per-model number (each record is an evaluation run under it, plain names)
+    # but its best's headline and interval, so its page opens on numbers (issue 57).
+    assert set(run.data.metrics) == {"best.patch_pairs.mean_pr_ap", "best.patch_pairs.mean_pr_ap_ci95_low",
+                                     "best.patch_pairs.mean_pr_ap_ci95_high"}
     children = MlflowClient(uri).search_runs([run.info.experiment_id],
                                              f"tags.`mlflow.parentRunId` = '{run_id}' and tags.`vsbench.step` = 'evaluation'")
     by_variant = {child.data.tags["vsbench.variant"]: child for child in children}
     assert len(children) == len(by_variant) > 1 and "mean · l2" in by_variant
     mean = by_variant["mean · l2"]
     assert mean.data.metrics["mean_pr_ap"] == json.loads((out / "metrics.json").read_text())["records"][-1]["mean_pr_ap"]
-    assert mean.info.run_name == 'patch_pairs · efficientnet_lite0-random · mean · l2'
+    assert mean.info.run_name == 'efficientnet_lite0-random · l2 · mean'  # model, variant, split (issue 57)
+    assert run.data.metrics["best.patch_pairs.mean_pr_ap"] == mean.data.metrics["mean_pr_ap"]
+    assert mean.info.end_time > mean.info.start_time  # a real duration, not 0ms
+    # The splits are rows of one model, with counts as params, never ranked as metrics (issue 57).
+    split = by_variant["easy_diffseq · l2"]
+    assert split.data.tags["vsbench.split"] == "easy_diffseq" and int(split.data.params["num_positives"]) > 0
+    assert not any(name.startswith("num_") for child in children for name in child.data.metrics)
+    assert len(MlflowClient(uri).search_logged_models(experiment_ids=[run.info.experiment_id])) == 1
     assert (mean.data.params["seed"], mean.data.tags["vsbench.baseline"]) == ("7", "random-features")
     assert json.loads(mean.data.params["model_options"]) == {"weights": "random"}
     assert run.data.tags["vsbench.evaluations"] == str(len(children))
@@ -128,8 +141,9 @@ def test_similarity_run_records_params_metrics_artifacts_and_tags(pairs_root, tm
     from vsbench.reporting.runs import collect_runs
 
     records = collect_runs("vsbench-similarity")
-    assert {r.benchmark for r in records} == {"patch_pairs"} and len(records) == len(children)
-    assert 'efficientnet_lite0 {"weights":"random"} · mean · l2 (random features)' in {r.model for r in records}
+    assert {r.benchmark for r in records} == {f"patch_pairs · {s}" for s in ("easy_diffseq", "easy_sameseq",
+                                                                             "hard_diffseq", "hard_sameseq", "mean")}
+    assert {r.model for r in records} == {'efficientnet_lite0 {"weights":"random"} · l2 (random features)'}
 
 
 def test_default_store_is_printed_and_no_track_writes_nothing(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ def _evaluations(options: dict | None = None, model: str = "efficientnet_lite0")
 def test_a_record_becomes_one_evaluation_with_plain_names_and_the_values_unchanged():
     normalized, plain = _evaluations()
     assert normalized.metrics == {"uap": 0.25, "accuracy_at_1": 0.5, "mean_rank": 3.0, "tied": 2.0}  # as scored
-    assert normalized.run_name == "disc · efficientnet_lite0 · PCAW64,L2norm,Flat · 1.00[0,2]"
+    assert normalized.run_name == "efficientnet_lite0 · PCAW64,L2norm,Flat · 1.00[0,2]"  # model first (issue 57)
     assert plain.params["score_norm"] == "none" and normalized.params["score_norm"] == "1.00[0,2]"  # the record's own
     assert {k: normalized.params[k] for k in ("benchmark", "model", "model_options", "codec", "k", "seed")} == {
         "benchmark": "disc", "model": "efficientnet_lite0", "model_options": "{}", "codec": "PCAW64,L2norm,Flat",
@@ -44,14 +44,14 @@ def test_a_record_becomes_one_evaluation_with_plain_names_and_the_values_unchang
 
 def test_model_options_make_another_model_and_long_names_are_cut():
     four, eight = _evaluations({"bins": 4})[0], _evaluations({"bins": 8})[0]
-    assert four.run_name == 'disc · efficientnet_lite0-bins4 · PCAW64,L2norm,Flat · 1.00[0,2]'  # issue 48
+    assert four.run_name == 'efficientnet_lite0-bins4 · PCAW64,L2norm,Flat · 1.00[0,2]'  # issues 48, 57
     assert four.line == 'efficientnet_lite0-bins4 · seed 3 · PCAW64,L2norm,Flat · 1.00[0,2]'  # the chart's legend
     assert four.model_name == 'efficientnet_lite0-bins4 · PCAW64,L2norm,Flat · 1_00[0,2]'
     # The series keeps the name as logged before issue 48: nights logged before and after still pair.
     assert four.series.startswith('disc · efficientnet_lite0 {"bins":4} · PCAW64,L2norm,Flat · 1.00[0,2] · ')
     assert len({four.series, eight.series}) == len({four.model_key, eight.model_key}) == 2
     long = _evaluations({"path": "/data/models/" + "x" * 200 + ".pt"})[0]
-    assert len(long.run_name) <= 90 and long.run_name.startswith("disc · efficientnet_lite0")
+    assert len(long.run_name) <= 90 and long.run_name.startswith("efficientnet_lite0-")
     assert readable_label("resnet34", {"weights": "random"}) == "resnet34-random"
     assert readable_label("torchscript", {"path": "/m/net.pt", "fp16": True}) == "torchscript-fp16-net"
     assert readable_label("m", {"cfg": {"a": 1}}).startswith("m-cfg_")  # no JSON in a name

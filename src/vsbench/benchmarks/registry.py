@@ -42,6 +42,10 @@ class BenchmarkSpec:
     metrics: tuple[str, ...] = ()  # headline metrics of its records
     lower_is_better: tuple[str, ...] = ()  # metrics where lower is better (others: higher, or by their words)
     score_command: str = ""  # `vsbench score <command>` scores its result files without a model
+    # A record's text field that names a split of the data (patch_pairs: "variant", easy_diffseq ...):
+    # a split is a row of one model's evaluation, never another model (issue 57); "" for none.
+    split_field: str = ""
+    headline_split: str = ""  # the split whose headline ranks the models (patch_pairs: "mean")
     datasets: Mapping[str, str] = field(default_factory=dict)  # other generators of its layout, name -> "module:function"
     source: str = "vsbench"  # the distribution that registered it (a plugin's name)
 
@@ -95,7 +99,7 @@ class SpecError(ValueError):
         self.problems = problems
 
 
-_TEXT_FIELDS = ("name", "title", "loader", "generator", "score_command", "source")
+_TEXT_FIELDS = ("name", "title", "loader", "generator", "score_command", "source", "split_field", "headline_split")
 _TUPLE_FIELDS = ("aliases", "tasks", "metrics", "lower_is_better")
 
 

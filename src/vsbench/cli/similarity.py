@@ -256,10 +256,12 @@ def _parent_params(run) -> dict:
 
 
 def _title(run) -> str:
-    """The start of the command run's name: benchmark and model (with its options) first."""
-    from vsbench.tracking.evaluations import NAME_JOIN, model_label
+    """The start of the command run's name: what differs between two commands first, the model as
+    MLflow's names read it (``resnet34-random``: no JSON for the name column to cut), then the
+    benchmark (issue 57)."""
+    from vsbench.tracking.evaluations import NAME_JOIN, readable_label
 
-    return f"{run.benchmark}{NAME_JOIN}{model_label(run.model, run.model_options)}"
+    return f"{readable_label(run.model, run.model_options or {})}{NAME_JOIN}{run.benchmark}"
 
 
 def _similarity_artifacts(out: Path, manifest: dict) -> dict[str, str]:

@@ -31,7 +31,7 @@ from vsbench.reporting.significance import (
 )
 from vsbench.stats.compare import Difference
 from vsbench.tracking.evaluations import BENCHMARK_TAG, EVALUATION_STEP, LOWER_TAG
-from vsbench.tracking.names import lower_is_better
+from vsbench.tracking.names import is_summary_metric, lower_is_better
 from vsbench.tracking.provenance import STEP_TAG
 from vsbench.tracking.units import TOLERANCE
 
@@ -111,8 +111,9 @@ def compare_runs(reader: UnitsReader, first_run_id: str, second_run_id: str,
         if run.info.status != "FINISHED":  # a night in progress: its numbers may still change
             raise CompareRefused(f"run {run.info.run_id} is {run.info.status}, not FINISHED: its numbers may still "
                                  "change; compare it once it has finished")
-    values_a, bounds_a = split_intervals(first.data.metrics)
-    values_b, bounds_b = split_intervals(second.data.metrics)
+    # A parent's best.<benchmark>.* (issue 57) copies one child's numbers: compare the children.
+    values_a, bounds_a = split_intervals(_own_metrics(first))
+    values_b, bounds_b = split_intervals(_own_metrics(second))
     units_a, units_b = reader.units_run_id(first_run_id), reader.units_run_id(second_run_id)
     if units_a and units_a != first_run_id:  # an ABID parent: its scores' intervals are on its score step
         bounds_a = {**split_intervals(reader.run(units_a).data.metrics)[1], **bounds_a}
@@ -246,3 +247,8 @@ def _sheet_link(pair: RunPair) -> str:
     png = f' (<a href="{html.escape(sheet["png_href"])}">PNG</a>)' if sheet.get("png_href") else ""
     return (f'<p class="sheet">What changed: <a href="{html.escape(sheet["html_href"])}">{html.escape(counts)}</a>'
             f"{png}</p>")
+
+
+def _own_metrics(run: Any) -> dict[str, float]:
+    """The run's metrics but a parent's summary copies (:func:`~vsbench.tracking.names.is_summary_metric`)."""
+    return {name: value for name, value in run.data.metrics.items() if not is_summary_metric(name)}

@@ -72,7 +72,7 @@ from vsbench.reporting.significance import (
     split_intervals,
 )
 from vsbench.tracking.evaluations import MODEL_OPTIONS_TAG, MODEL_TAG, NAME_JOIN, VARIANT_TAG
-from vsbench.tracking.names import SEPARATOR, split_run_metric
+from vsbench.tracking.names import SEPARATOR, is_summary_metric, split_run_metric
 from vsbench.tracking.provenance import MACHINE_TAG, PARENT_TAG, PIPELINE_TAG, STEP_TAG, machine_parts
 from vsbench.tracking.units import UNITS_TAG
 
@@ -296,7 +296,7 @@ def night(client: Any, run: Any) -> tuple[dict[str, float], dict[str, bool], dic
     from vsbench.tracking.evaluations import evaluation_children
     from vsbench.tracking.names import safe_part
 
-    metrics = {name: value for name, value in run.data.metrics.items()}
+    metrics = {name: value for name, value in run.data.metrics.items() if not is_summary_metric(name)}
     directions: dict[str, bool] = {}
     sources: dict[str, tuple[str, str]] = {}
     for child in evaluation_children(client, run.info.run_id, run.info.experiment_id):

@@ -53,12 +53,19 @@ from vsbench.tracking.evaluations import (
     MODEL_OPTIONS_TAG,
     MODEL_TAG,
     NAME_JOIN,
+    SPLIT_TAG,
     VARIANT_TAG,
     model_label,
     readable_label,
 )
 from vsbench.tracking.failures import SheetFiles, sheets_on_run
-from vsbench.tracking.names import LOWER_IS_BETTER_WORDS, interval_name, lower_is_better, split_run_metric
+from vsbench.tracking.names import (
+    LOWER_IS_BETTER_WORDS,
+    interval_name,
+    is_summary_metric,
+    lower_is_better,
+    split_run_metric,
+)
 from vsbench.tracking.provenance import (
     BASELINE_TAG,
     DATA_DIGEST_TAG,
@@ -161,7 +168,7 @@ def split_metrics(metrics: Mapping[str, float], params: Mapping[str, str],
         own = ("-", pipeline)
     pairs: dict[tuple[str, str], dict[str, float]] = {}
     for name, value in metrics.items():
-        if name in BOOKKEEPING_METRICS:
+        if name in BOOKKEEPING_METRICS or is_summary_metric(name):
             continue
         split = split_run_metric(name)
         if split is not None:
@@ -247,11 +254,17 @@ def evaluation_record(run: Any, parent: Any | None = None) -> RunRecord:
     tags = {**(dict(parent.data.tags) if parent is not None else {}), **dict(run.data.tags)}
     options = tags.get(MODEL_OPTIONS_TAG, "{}")
     label = tags.get(MODEL_TAG, "-") + ("" if options in ("", "{}") else f" {options}")
-    variant = tags.get(VARIANT_TAG, "-")
+    variant, benchmark = tags.get(VARIANT_TAG, "-"), tags.get(BENCHMARK_TAG, "-")
+    split = run.data.tags.get(SPLIT_TAG, "")
+    if split:  # a split is other data of the same model (issue 57): the benchmark's, not the model's
+        parts = variant.split(NAME_JOIN)
+        if split in parts:
+            parts.remove(split)
+        variant, benchmark = NAME_JOIN.join(parts) or "-", f"{benchmark}{NAME_JOIN}{split}"
     suffix = RANDOM_FEATURES if tags.get(BASELINE_TAG) == "random-features" else ""
     return RunRecord(run.info.run_id, datetime.fromtimestamp(run.info.start_time / 1000, tz=UTC),
                      tags.get(PIPELINE_TAG, ""), f"{label}{NAME_JOIN}{variant}{suffix}" if variant != "-" else label + suffix,
-                     tags.get(BENCHMARK_TAG, "-"), dict(run.data.metrics), tags, dict(run.data.params),
+                     benchmark, dict(run.data.metrics), tags, dict(run.data.params),
                      str(run.info.experiment_id),
                      frozenset(filter(None, tags.get(LOWER_TAG, "").split(","))),
                      tags.get(PARENT_TAG, ""), run.info.run_id if run.data.tags.get(UNITS_TAG) else "")

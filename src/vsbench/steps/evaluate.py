@@ -41,13 +41,15 @@ def evaluations_for(run: BenchmarkRun, model: str, records: Sequence[Mapping[str
                   "benchmark_options": json.dumps(run.benchmark_options, sort_keys=True)}
     baseline = RANDOM_FEATURES if str(embedder.options.get("weights", "")) == "random" else ""
     entries = list(units) if units is not None else unit_entries(Path(out), records)
+    spec = benchmark_spec(run.benchmark)
     return evaluations_of(run.benchmark, records, embedder, run_params=run_params,
                           data_digest=data.get(DATA_DIGEST_TAG, ""),
                           data_root=data.get(DATA_ROOT_TAG) or str(run.root),
-                          declared_lower=benchmark_spec(run.benchmark).lower_is_better, baseline=baseline,
+                          declared_lower=spec.lower_is_better, baseline=baseline,
                           units=[None if entry is None else {**entry, "path": str(Path(out) / entry["file"])}
                                  for entry in entries],
-                          failures=[failure_files(record, Path(out)) for record in records])
+                          failures=[failure_files(record, Path(out)) for record in records],
+                          split_field=spec.split_field, headline_split=spec.headline_split)
 
 
 def unit_entries(out: Path, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any] | None]:
@@ -64,9 +66,11 @@ def unit_entries(out: Path, records: Sequence[Mapping[str, Any]]) -> list[Mappin
 
 
 def log_step_evaluations(parent_run_id: str, run: BenchmarkRun, model: str, records: Sequence[Mapping[str, Any]],
-                         out: Path, units: Sequence[Mapping[str, Any] | None] | None = None) -> list[str]:
-    """The score step's records as evaluation runs under the pipeline's parent run; never raises (a
-    tracking failure is said once on stderr, as every step's tracking says it). Returns the run ids."""
+                         out: Path, units: Sequence[Mapping[str, Any] | None] | None = None,
+                         started_ms: int | None = None) -> list[str]:
+    """The score step's records as evaluation runs under the pipeline's parent run, started when the
+    score began (``started_ms``) and ended now; never raises (a tracking failure is said once on
+    stderr, as every step's tracking says it). Returns the run ids."""
     if not parent_run_id or tracking_disabled():
         return []
     from mlflow.tracking import MlflowClient
@@ -78,7 +82,8 @@ def log_step_evaluations(parent_run_id: str, run: BenchmarkRun, model: str, reco
         parent_tags = client.get_run(parent_run_id).data.tags
         data = {k: parent_tags[k] for k in (DATA_DIGEST_TAG, DATA_ROOT_TAG) if k in parent_tags}
         evaluations = evaluations_for(run, model, records, Path(out), data=data, units=units)
-        return log_evaluations(client, parent_run_id, evaluations, tags={**code_tags(), **_image_tags(), **data})
+        return log_evaluations(client, parent_run_id, evaluations, tags={**code_tags(), **_image_tags(), **data},
+                               started_ms=started_ms)
     except Exception as exc:  # noqa: BLE001 - tracking never fails a step
         Tracker(None, None)._go_offline(f"evaluation runs: {type(exc).__name__}: {exc}")
         return []

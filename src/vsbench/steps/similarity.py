@@ -200,6 +200,7 @@ def similarity_score_step(
     params = {**_search_params(run, model), "global_cap": run.global_cap or "none",
               "search_shards": run.search_shards, "search_params": run.search_params or "-"}
     started = time.perf_counter()
+    began_ms = int(time.time() * 1000)  # the evaluations' start time in MLflow (wall clock, not perf_counter)
     with step_lock(out, "score"), child_run(parent_run_id, f"score-{run.benchmark}", params) as tracker:
         result = engine.score()
         metrics = flat_metrics(result.records)
@@ -215,7 +216,7 @@ def similarity_score_step(
         # One MLflow run per record under the parent, plain metric names (issue 38); this step's own
         # run keeps the files and its timing, the KFP Metrics output the flat names.
         log_step_evaluations(parent_run_id, run, model or engine.model, result.records, Path(out),
-                             units=result.unit_files)
+                             units=result.unit_files, started_ms=began_ms)
         manifest = {"records": result.records, "csv": result.csv_name, "plots": saved, "units": result.unit_files}
         return finish(tracker, StepResult(out, metrics, manifest), manifest_path, "score.json", started,
                       tracked=("step_seconds",))

@@ -247,7 +247,7 @@ def _upload(path: Path, tracking_uri: str | None = None,
         for real, folder in files:
             client.log_artifact(run_id, str(real), folder or None)
         log_evaluations(client, run_id, bundle.evaluations, tags=bundle.tags, timestamp_ms=bundle.end_ms,
-                        upload_files=model_files)
+                        started_ms=bundle.start_ms, upload_files=model_files)
         client.set_terminated(run_id, "FINISHED", end_time=bundle.end_ms)
     done = bundle.model_copy(update={"uploaded": Uploaded(run_id=run_id, tracking_uri=redact_uri(uri),
                                                           at=datetime.now(UTC).isoformat())})
@@ -306,9 +306,9 @@ def ui_links(outcome: Outcome) -> list[str]:
     for benchmark in outcome.benchmarks:
         lines += [f"  leaderboard ({benchmark}, best first):",
                   f"    {leaderboard_page(outcome.experiment_id, benchmark, uri)}"]
-    if outcome.evaluations:
-        lines += ["  evaluations (every night, a line per evaluation):",
-                  f"    {evaluations_page(outcome.experiment_id, uri)}"]
+    for benchmark in outcome.benchmarks if outcome.evaluations else ():
+        lines += [f"  evaluations ({benchmark}, every night, a line per evaluation):",
+                  f"    {evaluations_page(outcome.experiment_id, benchmark, uri)}"]
     if not served(uri):
         lines += ["  serve the store first:",
                   *command([str(Path(sys.executable).with_name("mlflow")), "ui", "--backend-store-uri", uri])]

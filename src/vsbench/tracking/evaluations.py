@@ -60,9 +60,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from vsbench.tracking.names import SEPARATOR, interval_name, lower_is_better, safe_part
+from vsbench.tracking.names import SEPARATOR, interval_name, lower_is_better, safe_part, summary_metric
 from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
-from vsbench.tracking.views import EVALUATIONS_VIEW, column, leaderboard_key, save_shared_view
+from vsbench.tracking.views import column, evaluations_key, leaderboard_key, save_shared_view
 
 EVALUATION_STEP = "evaluation"  # the value of vsbench.step on an evaluation run
 BENCHMARK_TAG = "vsbench.benchmark"
@@ -73,6 +73,9 @@ SERIES_TAG = "vsbench.series"
 LINE_TAG = "vsbench.line"  # the readable label a chart groups an evaluation's nights under
 LOWER_TAG = "vsbench.lower_is_better"
 HEADLINE_TAG = "vsbench.headline"
+SPLIT_TAG = "vsbench.split"  # the record's split of the data (patch_pairs' easy_diffseq): a row, not a model
+HEADLINE_SPLIT_TAG = "vsbench.split.headline"  # the split whose headline ranks models (patch_pairs: mean)
+HEADLINE_VALUE_TAG = "vsbench.headline.value"  # the headline as read: ``0.8695 [0.7714, 0.9531]`` (issue 57)
 EVALUATION_KEY_TAG = "vsbench.evaluation"  # this evaluation's key under its parent: an upload finds it again
 MODEL_KEY_TAG = "vsbench.model_key"  # on the LoggedModel: found again and reused
 BEST_TAG = "vsbench.best"  # on the parent: vsbench.best.<benchmark> and vsbench.best.<benchmark>.run
@@ -85,6 +88,8 @@ MAX_MODEL_FILE_ENV = "VSBENCH_MODEL_ARTIFACT_MAX_MB"
 DEFAULT_MAX_MODEL_FILE_MB = 2048
 _BAD_MODEL_NAME = str.maketrans({c: "_" for c in "/:.%\"'"})  # MLflow refuses these in a LoggedModel's name
 _DAY_MS = 86_400_000
+# Params that name, not decide: left out of the series' identity so nights logged before they existed pair.
+_NOT_IDENTITY = frozenset({"model", "benchmark", "model_name", "headline"})
 # A parent's tags its children must not copy: the run key finds the command's run (a child with it
 # would make a second upload see "several runs"), the bundle digest vouches for that run only.
 _PARENT_ONLY = frozenset({RUN_KEY_TAG, "vsbench.bundle.digest"})
@@ -222,6 +227,26 @@ class Evaluation(BaseModel):
     # The record's failure sheet (issue 47): its PNG and HTML page (local path -> sha256), logged under
     # the run's failures/; empty when the benchmark draws none or the sheets are off.
     failures: dict[Text, Annotated[str, StringConstraints(max_length=64)]] = Field(default_factory=dict)
+    # The variant's field that names a split of the data, and the split that ranks models (issue 57:
+    # patch_pairs' easy_diffseq ... are rows of one model's evaluation, "mean" its headline).
+    split_field: Annotated[str, StringConstraints(max_length=100)] = ""
+    headline_split: Annotated[str, StringConstraints(max_length=100)] = ""
+
+    @property
+    def split(self) -> str:
+        """The split of the data this record scored (``easy_diffseq``); "" for a benchmark without splits."""
+        return self.variant.get(self.split_field, "") if self.split_field else ""
+
+    @property
+    def model_variant(self) -> dict[str, str]:
+        """The variant but the split: what makes another model (codec, score normalization, distance)."""
+        return {k: v for k, v in self.variant.items() if not self.split_field or k != self.split_field}
+
+    @property
+    def ranks(self) -> bool:
+        """Whether this evaluation's headline ranks models: every one of a benchmark without splits, the
+        headline split's of one with (a split's ``roc_auc`` is not comparable with another's ``mean_pr_ap``)."""
+        return not self.split or self.split == self.headline_split
 
     @property
     def model(self) -> str:
@@ -243,9 +268,10 @@ class Evaluation(BaseModel):
 
     @property
     def run_name(self) -> str:
-        """``disc · resnet34-random · PCAW64,L2norm,Flat · 1.00[0,2]``: benchmark and model first,
-        cut to what MLflow's runs table shows."""
-        return _cut(NAME_JOIN.join(part for part in (self.benchmark, self.readable, self.variant_text) if part))
+        """``resnet34-random · PCAW64,L2norm,Flat · 1.00[0,2]``: what differs first, the model then the
+        variant (issue 57), since MLflow's name column cuts a name at about 30 characters; the benchmark
+        is the leaderboard's filter, a tag and a param, and would only push the model out of sight."""
+        return _cut(NAME_JOIN.join(part for part in (self.readable, *self.model_variant.values(), self.split) if part))
 
     @property
     def line(self) -> str:
@@ -268,20 +294,21 @@ class Evaluation(BaseModel):
         identity = {"benchmark": self.benchmark, "data": self.data_digest, "model": self.embedder.model,
                     "options": self.embedder.options, "seed": self.embedder.seed,
                     "weights": self.embedder.weights_sha256, "variant": self.variant,
-                    "params": {k: v for k, v in self.params.items() if k not in ("model", "benchmark")}}
+                    "params": {k: v for k, v in self.params.items() if k not in _NOT_IDENTITY}}
         return _digest(identity, 24)
 
     @property
     def model_key(self) -> str:
         """The LoggedModel's identity: the embedder and the variant (see the module docstring)."""
         embedder = self.embedder
-        return _digest([embedder.model, embedder.options, embedder.seed, embedder.weights_sha256, self.variant,
+        return _digest([embedder.model, embedder.options, embedder.seed, embedder.weights_sha256, self.model_variant,
                         self.params.get("k"), self.params.get("search_params"), self.params.get("global_cap")])
 
     @property
     def model_name(self) -> str:
         """The LoggedModel's name (MLflow refuses ``/ : . % " '``): ``resnet34-random · Flat · 1_00[0,2]``."""
-        name = NAME_JOIN.join(part for part in (self.readable, self.variant_text) if part).translate(_BAD_MODEL_NAME)
+        name = NAME_JOIN.join(part for part in (self.readable, *self.model_variant.values()) if part)
+        name = name.translate(_BAD_MODEL_NAME)
         return name[:200]
 
     @property
@@ -300,6 +327,8 @@ class Evaluation(BaseModel):
                 MODEL_OPTIONS_TAG: canonical_options(self.embedder.options)[:5000],
                 VARIANT_TAG: self.variant_text or "-", SERIES_TAG: self.series, LINE_TAG: self.line,
                 LOWER_TAG: ",".join(self.lower_is_better), HEADLINE_TAG: self.headline,
+                HEADLINE_VALUE_TAG: headline_text(self.metrics, self.headline),
+                **({SPLIT_TAG: self.split, HEADLINE_SPLIT_TAG: self.headline_split} if self.split else {}),
                 **({"vsbench.baseline": self.baseline} if self.baseline else {})}
 
     def key(self) -> str:
@@ -313,9 +342,32 @@ class Evaluation(BaseModel):
         return {metric: f"{prefix}{SEPARATOR}{metric}" for metric in self.metrics}
 
 
+def headline_text(metrics: Mapping[str, float], headline: str) -> str:
+    """The headline as a person reads it, ``0.8695 [0.7714, 0.9531]``: the value and its interval,
+    low then high (issue 57: MLflow shows a metric as a 16-digit float, and lists ``_ci95_high``
+    before ``_ci95_low``). A display only: the metrics keep the exact values. ``0.8695`` alone when
+    the run logged no interval; "" when it has no such metric."""
+    if headline not in metrics:
+        return ""
+    bounds = {interval_name(name)[1]: value for name, value in metrics.items()
+              if (interval_name(name) or ("", ""))[0] == headline}
+    text = _number(metrics[headline])
+    return f"{text} [{_number(bounds['low'])}, {_number(bounds['high'])}]" if {"low", "high"} <= set(bounds) else text
+
+
+def _number(value: float) -> str:
+    """Four decimals for a score in [0, 1] (``0.8695``), four significant digits for anything larger."""
+    return f"{value:.4f}" if abs(value) < 10 else f"{value:.4g}"
+
+
 def _cut(name: str) -> str:
     """``name`` cut to what MLflow's runs table shows."""
     return name if len(name) <= MAX_RUN_NAME else name[:MAX_RUN_NAME - 1] + "…"
+
+
+def _is_count(name: str) -> bool:
+    """A record's count of its units (``num_positives``, ``num_tagged_pairs``): a param, never ranked."""
+    return name.startswith("num_")
 
 
 def _metric_name(name: str) -> str:
@@ -327,31 +379,40 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
                    run_params: Mapping[str, Any], data_digest: str = "", data_root: str = "",
                    declared_lower: Collection[str] = (), baseline: str = "",
                    units: Sequence[Mapping[str, Any] | None] = (),
-                   failures: Sequence[Mapping[str, str]] = ()) -> list[Evaluation]:
+                   failures: Sequence[Mapping[str, str]] = (), split_field: str = "",
+                   headline_split: str = "") -> list[Evaluation]:
     """One evaluation per record: its text fields are the variant, its numbers the metrics (values as
     scored: never changed, only named). ``run_params`` are the run's (``k``, ``codecs``, ``score_norm``,
     ``search_params``, ``global_cap``, ``benchmark_options``); a record's own ``codec`` and
     ``score_norm`` win (DISC scores each codec unnormalized and normalized). ``declared_lower``: the
     metrics the benchmark declares lower-is-better (plus the usual words: rmse, loss, error, seconds).
     ``units``: per record, its unit file entry (``path``, ``sha256``, ``ci``: the interval's params) or None;
-    ``failures``: per record, its failure sheet's files (local path -> sha256), empty for none."""
+    ``failures``: per record, its failure sheet's files (local path -> sha256), empty for none.
+    ``split_field`` / ``headline_split``: the record's field naming a split of the data and the split
+    that ranks models (the benchmark's spec: patch_pairs' ``variant`` and ``mean``). A count
+    (``num_positives``: a field named ``num_*``) is a param, not a metric: a metric is ranked, and more
+    pairs is not a better model (issue 57)."""
     evaluations = []
     for index, record in enumerate(records):
         unit = units[index] if index < len(units) else None
         variant = {str(k): str(v) for k, v in record.items() if isinstance(v, str)}
-        metrics = {_metric_name(str(k)): float(v) for k, v in record.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+        numbers = {str(k): v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        counts = {k: str(v) for k, v in numbers.items() if _is_count(k)}
+        metrics = {_metric_name(k): float(v) for k, v in numbers.items() if k not in counts and math.isfinite(float(v))}
         if not metrics:
             continue
         codecs = str(run_params.get("codecs") or "")
         params = {"benchmark": benchmark, "model": embedder.model, "model_options": canonical_options(embedder.options),
+                  "model_name": readable_label(embedder.model, embedder.options),
                   "codec": variant.get("codec") or (codecs if codecs and ";" not in codecs else "-"),
                   "score_norm": variant.get("score_norm") or str(run_params.get("score_norm") or "none"),
                   "k": str(run_params.get("k", "-")), "seed": str(embedder.seed),
                   "search_params": str(run_params.get("search_params") or "-"),
                   "global_cap": str(run_params.get("global_cap") or 0),
                   "benchmark_options": str(run_params.get("benchmark_options") or "{}")}
-        params.update({key: value for key, value in variant.items() if key not in params})
+        params.update({key: value for key, value in {**variant, **counts}.items() if key not in params})
+        # The headline as read, a param too: MLflow 3.17's runs table shows no column of a tag a view names.
+        params["headline"] = headline_text(metrics, next(iter(metrics)))
         params.update({str(k): str(v) for k, v in ((unit or {}).get("ci") or {"ci_method": "none"}).items()})
         lower = [m for m in metrics if lower_is_better((interval_name(m) or (m,))[0], declared_lower)]
         evaluations.append(Evaluation(
@@ -359,6 +420,7 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
             variant=variant, params={k: str(v)[:6000] for k, v in params.items()}, metrics=metrics,
             lower_is_better=lower, baseline=baseline,
             units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or ""),
+            split_field=split_field if split_field in variant else "", headline_split=headline_split,
             failures={str(path)[:6000]: str(sha)[:64] for path, sha in
                       (failures[index] if index < len(failures) else {}).items()}))
     return evaluations
@@ -370,7 +432,14 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
 def _dataset_input(evaluation: Evaluation) -> Any:
     from vsbench.tracking.runs import dataset_input
 
-    return dataset_input(evaluation.benchmark, _dataset_digest(evaluation), evaluation.data_root or "-", "evaluation")
+    return dataset_input(_dataset_name(evaluation), _dataset_digest(evaluation), evaluation.data_root or "-", "evaluation")
+
+
+def _dataset_name(evaluation: Evaluation) -> str:
+    """The dataset the metrics are linked under: the benchmark (``disc``), or its split
+    (``patch_pairs/easy_diffseq``): one model's splits are other data, and MLflow keeps a model's
+    latest value of a metric per dataset, so they never overwrite one another."""
+    return f"{evaluation.benchmark}/{evaluation.split}" if evaluation.split else evaluation.benchmark
 
 
 def _dataset_digest(evaluation: Evaluation) -> str:
@@ -451,13 +520,16 @@ def failed_on_error(client: Any, run_id: str) -> Iterator[None]:
 
 def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evaluation], *,
                     tags: Mapping[str, str] | None = None, timestamp_ms: int | None = None,
-                    upload_files: bool = True) -> list[str]:
+                    started_ms: int | None = None, upload_files: bool = True) -> list[str]:
     """Each evaluation as a FINISHED child run of ``parent_run_id`` with its LoggedModel; returns the run ids.
 
     Idempotent: a child with the same key under this parent is completed, not made again (only the
     params and metrics it lacks are logged), so a retried step or a second upload leaves one run and
-    one value per metric. ``tags``: provenance every child carries (code, image, data). Then the
-    parent's summary (:func:`summarize_parent`)."""
+    one value per metric. ``tags``: provenance every child carries (code, image, data).
+    ``timestamp_ms`` / ``started_ms``: when the work that made the numbers ended and began (the
+    score step, or the whole command): the run's end and start times, so MLflow's Duration says how
+    long it took (issue 57: every evaluation read ``0ms``); the metrics are logged at the end.
+    Then the parent's summary (:func:`summarize_parent`)."""
     from mlflow.entities import LoggedModelInput, Metric, Param
 
     if not evaluations:
@@ -467,6 +539,7 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
     existing = {run.data.tags.get(EVALUATION_KEY_TAG): run for run in
                 evaluation_children(client, parent_run_id, experiment_id)}
     now = int(timestamp_ms if timestamp_ms is not None else time.time() * 1000)
+    start = min(int(started_ms), now) if started_ms is not None else now
     inherited = {name: parent.data.tags[name] for name in (PIPELINE_TAG, SOURCE_TAG, KFP_RUN_TAG)
                  if name in parent.data.tags}
     run_ids, model_ids = [], []
@@ -474,7 +547,7 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
         key = evaluation.key()
         run = existing.get(key)
         if run is None:
-            run = client.create_run(experiment_id, start_time=now, run_name=evaluation.run_name, tags={
+            run = client.create_run(experiment_id, start_time=start, run_name=evaluation.run_name, tags={
                 **{k: v for k, v in (tags or {}).items()
                    if (k.startswith("vsbench.") or k.startswith("mlflow.source.")) and k not in _PARENT_ONLY},
                 **inherited, **evaluation.tags(), PARENT_TAG: parent_run_id, EVALUATION_KEY_TAG: key})
@@ -488,7 +561,7 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
             if not have_params:  # a new run: the data and the model it evaluated, as MLflow's own inputs
                 client.log_inputs(run_id, datasets=[_dataset_input(evaluation)], models=[LoggedModelInput(model_id)])
             params = [Param(k, v) for k, v in evaluation.params.items() if k not in have_params]
-            metrics = [Metric(name, value, now, day_of(now), model_id=model_id, dataset_name=evaluation.benchmark,
+            metrics = [Metric(name, value, now, day_of(now), model_id=model_id, dataset_name=_dataset_name(evaluation),
                               dataset_digest=_dataset_digest(evaluation))
                        for name, value in evaluation.metrics.items() if name not in have_metrics]
             if params or metrics:
@@ -499,8 +572,8 @@ def log_evaluations(client: Any, parent_run_id: str, evaluations: Sequence[Evalu
         run_ids.append(run_id)
         model_ids.append(model_id)
     summarize_parent(client, parent_run_id, experiment_id, model_ids)
-    save_shared_view(client, experiment_id, EVALUATIONS_VIEW, evaluations_view_state())
-    for benchmark, evaluation in {e.benchmark: e for e in evaluations}.items():
+    for benchmark, evaluation in {e.benchmark: e for e in evaluations if e.ranks}.items():
+        save_shared_view(client, experiment_id, evaluations_key(benchmark), evaluations_view_state(evaluation))
         save_shared_view(client, experiment_id, leaderboard_key(benchmark), leaderboard_view_state(evaluation))
     return run_ids
 
@@ -554,16 +627,18 @@ def _log_failures(client: Any, run_id: str, evaluation: Evaluation) -> None:
                     evaluation.run_name)
 
 
-def evaluations_view_state() -> dict[str, Any]:
-    """The experiment's shared view :data:`~vsbench.tracking.views.EVALUATIONS_VIEW`: the evaluation
-    runs only, one group per ``vsbench.line`` (which MLflow's chart view draws as one line through
+def evaluations_view_state(evaluation: Evaluation) -> dict[str, Any]:
+    """The shared view ``vsbench-evaluations-<benchmark>``: that benchmark's evaluation runs only (its
+    headline split's, for one with splits: issue 57, MLflow's legend names every group of the view
+    in every chart, so a view of several benchmarks named lines a chart did not draw), one group per
+    ``vsbench.line`` (which MLflow's chart view draws as one line through
     the group's nights, labelled with it), every group shown, plotted against wall time (dates).
     Field names and values are MLflow 3.17 UI's (its "Share" button saves the same JSON); a UI that
     does not know a field ignores it."""
     return {
         # Only runs with a line: without the second clause MLflow's grouped view also lists the
         # evaluations' parents as an "Unassigned" line.
-        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{LINE_TAG}` LIKE '%'",
+        "searchFilter": f"{_evaluations_of(evaluation)} and tags.`{LINE_TAG}` LIKE '%'",
         "orderByKey": "attributes.start_time",
         "orderByAsc": False,
         "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": LINE_TAG}]},
@@ -580,24 +655,43 @@ def evaluations_view_state() -> dict[str, Any]:
     }
 
 
+def _evaluations_of(evaluation: Evaluation) -> str:
+    """The search filter of ``evaluation``'s benchmark's evaluation runs, one per model: a benchmark with
+    splits keeps its headline split's (patch_pairs: mean)."""
+    benchmark, split = evaluation.benchmark.replace("'", "\\'"), evaluation.split.replace("'", "\\'")
+    return (f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{BENCHMARK_TAG}` = '{benchmark}'"
+            + (f" and tags.`{SPLIT_TAG}` = '{split}'" if split else ""))
+
+
 def leaderboard_view_state(evaluation: Evaluation) -> dict[str, Any]:
     """The shared view ``vsbench-leaderboard-<benchmark>``: that benchmark's evaluation runs as the
     table's rows (their parents filtered out, so none is nested under a collapsed parent), best first
-    by the headline metric in its own direction, its headline metrics and the model's params the
-    visible columns (MLflow's default Source / Models / Dataset columns left out: they push the
-    metrics off a 1600-pixel screen)."""
-    benchmark = evaluation.benchmark.replace("'", "\\'")
+    by the headline metric in its own direction; the visible columns are the headline as read with its
+    interval (``vsbench.headline.value``, ``0.8695 [0.7714, 0.9531]``: MLflow prints a metric with
+    all its digits and no interval), the headline metrics, the model's readable name (``model_name``:
+    ``resnet34-random``, whole, where ``model_options`` showed ``{"weights"``) and the variant
+    (MLflow's default Source / Models / Dataset columns left out: they push the metrics off a
+    1440-pixel screen)."""
     headline = evaluation.headline
+    columns = [column("params", "headline"), column("params", "model_name"),
+               column("metrics", headline),
+               *(column("params", p) for p in evaluation.model_variant)]
     return {
-        "searchFilter": f"tags.`{STEP_TAG}` = '{EVALUATION_STEP}' and tags.`{BENCHMARK_TAG}` = '{benchmark}'",
+        "searchFilter": _evaluations_of(evaluation),
         "orderByKey": column("metrics", headline),
         "orderByAsc": headline in evaluation.lower_is_better,
-        "selectedColumns": [*(column("metrics", m) for m in evaluation.headlines),
-                            *(column("params", p) for p in ("model", "model_options", "codec", "score_norm"))],
+        # One metric column (the sort key; ``headline`` shows it with its interval): at 1440 pixels
+        # each further one pushed the variant's params out of sight.
+        "selectedColumns": columns,
         "runsHiddenMode": "SHOW_ALL",
         "groupBy": None,
-        "columnWidths": {column("attributes", "Run Name"): 290, column("params", "model"): 140,
-                         column("params", "model_options"): 170},
+        # MLflow 3.17 applies widths only to the columns ``columnOrder`` lists (its ``applyColumnState``
+        # maps the order to the widths): without an order every column is ~95 px and cuts
+        # ``resnet34-random`` and the interval. The name, the headline and the model first; MLflow's
+        # Created and Duration (its own column ids) last, where the table scrolls to them.
+        "columnOrder": [column("attributes", "Run Name"), *columns, "runDateAndNestInfo", "duration"],
+        "columnWidths": {column("attributes", "Run Name"): 180, **dict.fromkeys(columns, 90),
+                         column("params", "headline"): 180, column("params", "model_name"): 180},
     }
 
 
@@ -610,26 +704,39 @@ def summarize_parent(client: Any, parent_run_id: str, experiment_id: str, model_
     metric's own direction) as ``vsbench.best.<benchmark>`` (a line) and ``.run`` (the child's id),
     how many evaluations it holds, and the models evaluated as its inputs (its Models column). Read
     from the children each time, so the last of a nightly's parallel score steps sees them all."""
-    from mlflow.entities import LoggedModelInput
+    from mlflow.entities import LoggedModelInput, Metric
 
     best: dict[str, tuple[float, Any]] = {}
     children = evaluation_children(client, parent_run_id, experiment_id)
     for child in children:
         tags, metrics = child.data.tags, child.data.metrics
         benchmark, headline = tags.get(BENCHMARK_TAG, ""), tags.get(HEADLINE_TAG, "")
-        if not benchmark or headline not in metrics:
-            continue
+        if not benchmark or headline not in metrics or tags.get(SPLIT_TAG, "") != tags.get(HEADLINE_SPLIT_TAG, ""):
+            continue  # another split's headline is not comparable
         value = metrics[headline] if _higher(headline, tags) else -metrics[headline]
         if benchmark not in best or value > best[benchmark][0]:
             best[benchmark] = (value, child)
+    parent = client.get_run(parent_run_id)
+    summary = []
     for benchmark, (_, child) in best.items():
-        tags = child.data.tags
-        line = (f"{child.info.run_name}: {tags[HEADLINE_TAG]} {child.data.metrics[tags[HEADLINE_TAG]]:.4g}"
-                + ("" if _higher(tags[HEADLINE_TAG], tags) else " (lower is better)"))
+        tags, headline = child.data.tags, child.data.tags[HEADLINE_TAG]
+        line = (f"{child.info.run_name}: {headline} {headline_text(child.data.metrics, headline)}"
+                + ("" if _higher(headline, tags) else " (lower is better)"))
         client.set_tag(parent_run_id, f"{BEST_TAG}.{benchmark}", line[:5000])
         client.set_tag(parent_run_id, f"{BEST_TAG}.{benchmark}.run", child.info.run_id)
+        # The best's headline and its interval on the parent itself (best.disc.uap, ...): the run link a
+        # command prints opens on numbers (issue 57). Readers skip them (names.is_summary_metric).
+        for name, value in child.data.metrics.items():
+            if (interval_name(name) or (name,))[0] != headline:
+                continue
+            summary_name = summary_metric(benchmark, name)
+            if parent.data.metrics.get(summary_name) != value:
+                summary.append(Metric(summary_name, value, child.info.end_time or child.info.start_time,
+                                      day_of(child.info.end_time or child.info.start_time)))
+    if summary:
+        client.log_batch(parent_run_id, metrics=summary)
     client.set_tag(parent_run_id, COUNT_TAG, str(len(children)))
-    linked = {m.model_id for m in (client.get_run(parent_run_id).inputs.model_inputs or [])} if model_ids else set()
+    linked = {m.model_id for m in (parent.inputs.model_inputs or [])} if model_ids else set()
     new = [m for m in dict.fromkeys(model_ids) if m not in linked]
     if new:
         client.log_inputs(parent_run_id, models=[LoggedModelInput(m) for m in new])

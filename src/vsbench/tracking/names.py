@@ -19,6 +19,9 @@ from typing import Any
 from vsbench.stats.names import INTERVAL_NAME, interval_name  # noqa: F401 - read back by the reports
 
 SEPARATOR = "__"
+# A parent run's own copy of its best evaluation's headline metrics (``best.disc.uap``, issue 57): so
+# its page opens on numbers, not on "No metrics recorded". A summary, not a record: readers skip it.
+SUMMARY_PREFIX = "best."
 
 # Words that make a metric lower-is-better whatever its benchmark says (errors, losses, timings).
 LOWER_IS_BETTER_WORDS = ("rmse", "loss", "error", "seconds")
@@ -31,6 +34,17 @@ def lower_is_better(metric: str, declared: Collection[str] = ()) -> bool:
     older runs decide it here."""
     name = metric.lower()
     return name in declared or name.rsplit(SEPARATOR, 1)[-1] in declared or any(w in name for w in LOWER_IS_BETTER_WORDS)
+
+
+def summary_metric(benchmark: str, metric: str) -> str:
+    """The name a parent run holds its best evaluation's ``metric`` of ``benchmark`` under."""
+    return f"{SUMMARY_PREFIX}{safe_part(benchmark)}.{metric}"
+
+
+def is_summary_metric(name: str) -> bool:
+    """Whether ``name`` is a parent's summary (:func:`summary_metric`), a copy of a child's value that
+    the reports and the nightly check must not count a second time."""
+    return name.startswith(SUMMARY_PREFIX)
 
 
 def safe_part(text: str) -> str:

@@ -9,7 +9,7 @@ the numbers one click away:
   sidebar's GenAI | Model training switch, not from the experiment's kind tag, and only that view
   says "Runs" and has the Models tab. A server store links to itself; a local store (sqlite, files)
   to what ``mlflow ui`` serves, or to ``VSBENCH_MLFLOW_UI``.
-* **The evaluations view** (:data:`EVALUATIONS_VIEW`): a *shared view* of the experiment, which is
+* **The evaluations view** (:func:`evaluations_key`, one per benchmark): a *shared view* of the experiment, which is
   how MLflow's own "Share" button saves one: the tag ``mlflow.sharedViewState.<key>`` holds the
   runs page's state as JSON, and ``?viewStateShareKey=<key>`` opens it. vsbench's view lists the
   evaluation runs only, grouped by ``vsbench.series``, in the chart view: the UI draws a group as
@@ -74,9 +74,18 @@ def artifact_page(run_id: str, experiment_id: str, path: str, uri: str | None = 
     return f"{ui_base(uri)}/#/experiments/{experiment_id or '0'}/runs/{run_id}/artifacts/{quoted}?{ML_VIEW}"
 
 
-def evaluations_page(experiment_id: str, uri: str | None = None) -> str:
-    """The experiment's evaluations view: the chart view, one line per evaluation over the nights."""
-    query = urllib.parse.urlencode({"viewStateShareKey": EVALUATIONS_VIEW, "compareRunsMode": "CHART"})
+def evaluations_key(benchmark: str) -> str:
+    """The shared view key of ``benchmark``'s evaluations chart: one per benchmark (issue 57), since
+    MLflow's legend names every group the view holds in every chart, drawn there or not (a DISC chart
+    listed patch_pairs lines, which have no DISC metric)."""
+    from vsbench.tracking.names import safe_part
+
+    return f"{EVALUATIONS_VIEW}-{safe_part(benchmark)}"
+
+
+def evaluations_page(experiment_id: str, benchmark: str, uri: str | None = None) -> str:
+    """``benchmark``'s evaluations view: the chart view, one line per evaluation over the nights."""
+    query = urllib.parse.urlencode({"viewStateShareKey": evaluations_key(benchmark), "compareRunsMode": "CHART"})
     return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}&{ML_VIEW}"
 
 

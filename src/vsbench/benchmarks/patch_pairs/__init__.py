@@ -12,4 +12,6 @@ SPEC = BenchmarkSpec(
     tasks=("patch verification: same 3-d point or not, easy/hard x diffseq/sameseq",),
     metrics=("mean_pr_ap", "roc_auc", "pr_ap"),
     score_command="pairs",
+    split_field="variant",
+    headline_split="mean",
 )
