@@ -48,7 +48,8 @@ def test_the_printed_links_fit_and_each_url_stands_alone(uri: str, monkeypatch: 
     text = describe(_outcome(uri))
     assert too_wide(text) == [], text
     urls = [line for line in text.splitlines() if "/#/experiments/" in line]
-    assert len(urls) == 4 and all(line.startswith("    http") and len(line.split()) == 1 for line in urls), text
+    # the run page, then a leaderboard and an evaluations view per benchmark
+    assert len(urls) == 5 and all(line.startswith("    http") and len(line.split()) == 1 for line in urls), text
     if not uri.startswith("http"):  # the command to serve it, continued with \ where long: one command
         serve = text.split("serve the store first:\n", 1)[1]
         assert shlex.split(serve.replace(" \\\n", " ")) == [str(Path(sys.executable).with_name("mlflow")), "ui",
