@@ -30,6 +30,7 @@ from vsbench.stats.units import Units, UnitsError
 
 PRECISION_TARGET = 0.9  # isc2021's recall at precision 0.9
 MICRO_AP_PARTS = ("uap", "recall_at_p90")
+_SLICE = 1 << 18  # predictions looked at together when counting the negatives before each group
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,35 @@ def rank_groups(owner: np.ndarray, first_group: np.ndarray, groups: int, n_units
     """``M[g, q]``: how many of query ``q``'s negatives are first counted at group ``g`` (negatives with
     ``first_group >= groups`` are ranked after every positive and are left out)."""
     keep = first_group < groups
-    counts = sparse.coo_matrix((np.ones(int(keep.sum())), (first_group[keep], owner[keep])), shape=(groups, n_units))
-    return counts.tocsc()  # duplicates summed; a CSC product streams each query's weights once
+    rows, columns = first_group[keep], owner[keep]
+    del keep
+    if columns.size > 1 and bool((columns[1:] < columns[:-1]).any()):  # CSC wants them by query
+        order = np.argsort(columns, kind="stable")
+        rows, columns = rows[order], columns[order]
+        del order
+    return _csc([rows], np.bincount(columns, minlength=n_units), groups)
+
+
+def _csc(rows: list[np.ndarray], per_unit: np.ndarray, groups: int) -> sparse.csc_matrix:
+    """The ``(groups x units)`` count matrix, built as CSC directly from its row indices in column
+    order (``rows``, in pieces) and each column's number of entries (``per_unit``): a 1.0 an entry,
+    int32 indices where they fit. Why not COO then ``tocsc``: that held the matrix about three times
+    over (float64 ones, COO's int32 copies of both index arrays, then the CSC arrays), the largest
+    transient of a 3M-prediction interval (issue 54). Equal entries of one column are left
+    unsummed: a product adds them one by one instead of at once, and since every count and every
+    replicate weight is a whole number, each sum is exact in float64 whatever its order, so the
+    result is the same to the bit."""
+    n_units = int(per_unit.size)
+    nnz = int(sum(part.size for part in rows))
+    index = np.int32 if max(groups, n_units, nnz) < 2**31 - 1 else np.int64
+    indptr = np.zeros(n_units + 1, dtype=index)
+    np.cumsum(per_unit, out=indptr[1:])
+    indices = np.empty(nnz, dtype=index)
+    done = 0
+    for part in rows:
+        indices[done:done + part.size] = part
+        done += part.size
+    return sparse.csc_matrix((np.ones(nnz), indices, indptr), shape=(groups, n_units), copy=False)
 
 
 def _weights(weights: np.ndarray, n_units: int) -> np.ndarray:
@@ -118,13 +146,22 @@ def _micro_ap_ranking(units: Units) -> RankedPositives:
         new = np.ones(ranked.size, dtype=bool)
         new[1:] = ranked[1:] != ranked[:-1]
         group = np.cumsum(new) - 1
-        distinct_ascending = ranked[new][::-1]
+        distinct_ascending = np.ascontiguousarray(ranked[new][::-1])
         groups = int(distinct_ascending.size)
-        negatives = np.flatnonzero(~positive)
-        # the first group a negative precedes: the number of positive scores strictly above its own
-        first = groups - np.searchsorted(distinct_ascending, scores[negatives], side="right")
-        units._cache[key] = RankedPositives(owner[order], group, rank_groups(owner[negatives], first, groups, len(units)),
-                                            len(units))
+        # the first group each negative precedes (the number of positive scores strictly above its
+        # own), a slice of the predictions at a time: no full-length int64 temporaries (issue 54)
+        parts, per_unit = [], np.zeros(len(units), dtype=np.int64)
+        index = np.int32 if groups < 2**31 - 1 else np.int64
+        for start in range(0, scores.size, _SLICE):
+            negatives = np.flatnonzero(~positive[start:start + _SLICE])
+            negatives += start
+            first = np.searchsorted(distinct_ascending, scores[negatives], side="right")
+            np.subtract(groups, first, out=first)
+            before = first < groups  # a negative ranked after every positive counts nowhere
+            parts.append(first[before].astype(index))
+            # units' lists are stored unit by unit: the owners come in column order already
+            per_unit += np.bincount(owner[negatives[before]], minlength=len(units))
+        units._cache[key] = RankedPositives(owner[order], group, _csc(parts, per_unit, groups), len(units))
     return units._cache[key]
 
 

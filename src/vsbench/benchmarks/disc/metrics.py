@@ -56,6 +56,7 @@ from vsbench.benchmarks.ties import TieRange, tie_fields
 
 PRECISION_TARGET = 0.9
 GroundTruthDuplicates = Literal["count", "once"]
+_SLICE = 1 << 18  # predictions matched at a time (bounded temporaries)
 
 
 @dataclass(frozen=True)
@@ -182,13 +183,15 @@ def match_predictions(pred_query: ArrayLike, pred_reference: ArrayLike, pred_sco
     pred_keys = np.multiply(q_codes, n_refs, dtype=np.int64)  # one int64 per (query, reference) pair
     pred_keys += r_codes
     del r_codes  # the largest arrays of a scoring are these few: each is let go once used (issue 48)
-    order = np.argsort(pred_keys)
-    sorted_keys = pred_keys[order]
+    sorted_keys = np.sort(pred_keys)  # a sort of the keys, no argsort: the matching below searches the few in the many
     _reject_duplicates(sorted_keys, pred_keys, pq, pr)
-    del pred_keys
+    del sorted_keys
 
-    unique_gt, first_row, multiplicity = np.unique(gq_codes * n_refs + gr_codes, return_index=True,
+    gt_keys = np.multiply(gq_codes, n_refs, dtype=np.int64)  # int64: the codes may be int32
+    gt_keys += gr_codes
+    unique_gt, first_row, multiplicity = np.unique(gt_keys, return_index=True,
                                                    return_counts=True)
+    del gt_keys
     notes: list[str] = []
     repeated = int(np.count_nonzero(multiplicity > 1))
     if repeated:
@@ -201,9 +204,8 @@ def match_predictions(pred_query: ArrayLike, pred_reference: ArrayLike, pred_sco
             multiplicity = np.ones_like(multiplicity)
     n_gt = int(multiplicity.sum())
 
-    predicted, tp_rows = _predicted_pairs(unique_gt, sorted_keys, order)
-    is_tp = np.zeros(scores.size, dtype=bool)
-    is_tp[tp_rows] = True
+    predicted, tp_rows, is_tp = _predicted_pairs(unique_gt, pred_keys)
+    del pred_keys
     gt_scores = np.zeros(unique_gt.size)
     gt_scores[predicted] = scores[tp_rows]
     gt_query_codes = gq_codes[first_row]
@@ -359,18 +361,29 @@ def _reject_duplicates(sorted_keys: np.ndarray, keys: np.ndarray, query: np.ndar
                          f"at rows {first} and {second} (isc2021 refuses duplicates too)")
 
 
-def _predicted_pairs(unique_gt: np.ndarray, sorted_keys: np.ndarray,
-                     order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which ground-truth pairs were predicted, and the prediction row of each (in ground-truth order).
+def _predicted_pairs(unique_gt: np.ndarray, pred_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which ground-truth pairs were predicted, the prediction row of each (in ground-truth order),
+    and per prediction whether it is a ground-truth pair.
 
-    The ground truth is looked up in the sorted predictions (its few keys searched in the many),
-    since the predictions' keys are unique once duplicates are refused.
+    Each prediction's key is looked up in the sorted distinct ground-truth keys, a slice at a time:
+    no argsort of the predictions (8 bytes a prediction, and their sorted keys beside it, were the
+    matching's peak, issue 54). The predictions' keys are unique once duplicates are refused, so a
+    ground-truth pair is found at most once.
     """
-    pos = np.searchsorted(sorted_keys, unique_gt)
-    inside = pos < sorted_keys.size
     predicted = np.zeros(unique_gt.size, dtype=bool)
-    predicted[inside] = sorted_keys[pos[inside]] == unique_gt[inside]
-    return predicted, order[pos[predicted]]
+    row_of_pair = np.zeros(unique_gt.size, dtype=np.int64)
+    is_tp = np.zeros(pred_keys.size, dtype=bool)
+    last = unique_gt.size - 1
+    for start in range(0, pred_keys.size, _SLICE):
+        keys = pred_keys[start:start + _SLICE]
+        pos = np.searchsorted(unique_gt, keys)
+        np.minimum(pos, last, out=pos)
+        hit = unique_gt[pos] == keys
+        is_tp[start:start + keys.size] = hit
+        pairs = pos[hit]
+        predicted[pairs] = True
+        row_of_pair[pairs] = np.flatnonzero(hit) + start
+    return predicted, row_of_pair[predicted], is_tp
 
 
 def _micro_ap(positives: np.ndarray, negatives: np.ndarray, n_gt: int, *,

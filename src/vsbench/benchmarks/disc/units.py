@@ -88,7 +88,12 @@ def copy_detection_units(
     n_positives = np.bincount(gt_unit, weights=matched.multiplicity, minlength=n).astype(np.int64)
     first = rank_zero_pairs(matched)
     correct = np.bincount(gt_unit[first], weights=matched.multiplicity[first], minlength=n).astype(np.int64)
-    order = np.argsort(unit, kind="stable")  # by unit, the given order within one (one sort for every list)
+    del gt_unit, first
+    order: np.ndarray | slice
+    if unit.size < 2 or bool((unit[1:] >= unit[:-1]).all()):
+        order = slice(None)  # a file grouped by query in unit order: the lists are views, not copies (issue 54)
+    else:
+        order = np.argsort(unit, kind="stable")  # by unit, the given order within one (one sort for every list)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(unit, minlength=n), out=offsets[1:])
     columns = {
@@ -137,20 +142,82 @@ def _arrow_unit_ids(matched: Matched, codes: np.ndarray, queries: Any, gt_query:
     Arrow (issue 54): a million queries once cost a Python str, a dict entry and a list slot each
     (over 400 MB at the peak); here their text is held once, as Arrow and as the ``U`` array of ids.
     Codes number the two query columns' merged distinct ids, so a code's text is one lookup, and
-    distinct codes have distinct texts."""
+    distinct codes have distinct texts. The named queries are found among those ids by binary
+    search over their sorted bytes (:func:`_sorted_unit_ids`); hashing a million texts three times
+    (unique, is_in, index_in) held ~200 MB at once, the units' peak."""
+    from vsbench.io.ids import merged_fixed, merged_values, numpy_texts, release_memory
+
+    empty = gt_reference.value_index("")
+    sources = [] if queries is None else [(queries.values, queries.codes)]
+    if empty is not None:
+        sources.append((gt_query.values, gt_query.codes[gt_reference.codes == empty]))
+    known = merged_fixed(matched.pred_query, matched.gt_query)  # type: ignore[arg-type]
+    found = None if known is None else _sorted_unit_ids(known, codes, sources)
+    if found is None:
+        return _hashed_unit_ids(merged_values(matched.pred_query, matched.gt_query), codes,  # type: ignore[arg-type]
+                                sources)
+    ids, rows = found
+    del known, sources
+    unit_ids = numpy_texts(ids)
+    del ids
+    release_memory()  # the texts above: Arrow's pool keeps freed pages otherwise
+    return unit_ids, rows
+
+
+def _sorted_unit_ids(known: np.ndarray, codes: np.ndarray,
+                     sources: list[tuple[Any, np.ndarray]]) -> tuple[Any, np.ndarray] | None:
+    """The unit ids (Arrow) and each used code's unit row, by keys instead of texts: a text of the
+    merged ids (``known``: sorted fixed-width bytes, a code's text at its code) is keyed by its
+    code, a named query absent from them (first source only) by ``len(known)`` plus its place among
+    that source's values, so that a key is also its place in ``known`` followed by those values.
+    None where sorted bytes cannot stand for the texts (:func:`vsbench.io.ids.fixed_bytes`), and
+    the caller hashes."""
+    from vsbench.io.ids import fixed_bytes, text_of_fixed
+
+    size = known.size
+    keyed, extra = [], None
+    for source, (values, rows) in enumerate(sources):
+        texts = fixed_bytes(values)
+        if texts is None or (texts.size > 1 and not bool((texts[1:] > texts[:-1]).all())):
+            return None
+        place = np.searchsorted(known, texts)
+        inside = place < size
+        inside[inside] = known[place[inside]] == texts[inside]
+        if source and not inside.all():  # only the first source's own texts are keyed past `known`
+            return None
+        if not source:
+            extra = texts
+        key = np.where(inside, place, size + np.arange(texts.size))
+        keyed.append(key[rows])
+    sequence = np.concatenate(keyed) if keyed else np.zeros(0, dtype=np.int64)
+    del keyed
+    distinct, first_seen = np.unique(sequence, return_index=True)
+    named = distinct[np.argsort(first_seen, kind="stable")]  # first-seen order
+    del sequence, distinct, first_seen
+    row_of = np.full(size, -1, dtype=np.int64)
+    in_merged = named < size
+    row_of[named[in_merged]] = np.flatnonzero(in_merged)
+    others = codes[row_of[codes] < 0]  # the other queries, in code order
+    row_of[others] = named.size + np.arange(others.size)
+    keys = np.concatenate([named, others])
+    if extra is not None and not in_merged.all():
+        width = max(known.itemsize, extra.itemsize)
+        ids = np.concatenate([known.astype(f"S{width}"), extra.astype(f"S{width}")])[keys]
+    else:
+        ids = known[keys]
+    return text_of_fixed(ids), row_of[codes]
+
+
+def _hashed_unit_ids(merged: Any, codes: np.ndarray, sources: list[tuple[Any, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_sorted_unit_ids`' result through Arrow's hash tables, for texts it cannot sort as bytes."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from vsbench.io.ids import merged_values, numpy_texts, release_memory
+    from vsbench.io.ids import numpy_texts, release_memory
 
     text = pa.large_string()
-    texts = merged_values(matched.pred_query, matched.gt_query).take(pa.array(codes))  # type: ignore[arg-type]
-    parts = []
-    if queries is not None:
-        parts.append(queries.values.cast(text).take(pa.array(queries.codes)))
-    empty = gt_reference.value_index("")
-    if empty is not None:
-        parts.append(gt_query.values.cast(text).take(pa.array(gt_query.codes[gt_reference.codes == empty])))
+    texts = merged.take(pa.array(codes))
+    parts = [values.cast(text).take(pa.array(rows)) for values, rows in sources]
     named = pc.unique(pa.chunked_array(parts, type=text)) if parts else pa.array([], type=text)  # first-seen order
     others = texts.filter(pc.invert(pc.is_in(texts, value_set=named)))
     ids = pa.concat_arrays([named, others])
@@ -185,7 +252,7 @@ def _code_texts(matched: Any, codes: np.ndarray) -> list[str]:
     return texts
 
 
-def _coded(ids: Any, rows: np.ndarray, offsets: np.ndarray) -> ListColumn:
+def _coded(ids: Any, rows: np.ndarray | slice, offsets: np.ndarray) -> ListColumn:
     """Rows ``rows`` of an id column as a coded text list column: a reader's :class:`~vsbench.io.ids.Ids`
     gives its own codes and distinct values (no text per row is ever made); other arrays are coded here."""
     if _is_ids(ids):
