@@ -101,3 +101,17 @@ def test_compare_runs_fits() -> None:
     text = render_pair(pair)
     assert too_wide(text) == [], text
     assert f"({RUN_ID})" in text and "+0.0333 [+0.0121, +0.0551]" in " ".join(text.split())
+
+
+def test_compare_runs_names_each_run_as_mlflow_does() -> None:
+    """``compare --runs``'s "first:"/"second:" lines name an evaluation's model as its run name in
+    MLflow does (``resnet34-random``), never the options' JSON (issue 57)."""
+    from types import SimpleNamespace
+
+    from vsbench.reporting.pairs import _label
+
+    tags = {"vsbench.step": "evaluation", "vsbench.benchmark": "disc", "vsbench.model": "resnet34",
+            "vsbench.model_options": '{"weights":"random"}', "vsbench.variant": "Flat · none"}
+    run = SimpleNamespace(info=SimpleNamespace(run_id="r1", start_time=0, experiment_id="1", run_name="x"),
+                          data=SimpleNamespace(tags=tags, params={}, metrics={}))
+    assert _label(run) == "disc · resnet34-random · Flat · none"

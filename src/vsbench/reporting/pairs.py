@@ -19,7 +19,7 @@ from typing import Any
 
 from vsbench.io.terminal import wrap_lines
 from vsbench.reporting.changes import count_words
-from vsbench.reporting.runs import evaluation_record
+from vsbench.reporting.runs import display_name, evaluation_record
 from vsbench.reporting.significance import (
     UnitsReader,
     difference_line,
@@ -91,8 +91,8 @@ def _number(value: float) -> float | None:
 
 def _label(run: Any) -> str:
     if run.data.tags.get(STEP_TAG) == EVALUATION_STEP:
-        record = evaluation_record(run)
-        return f"{record.benchmark} · {record.model}"
+        record = evaluation_record(run)  # the model as MLflow names it (issue 57), not its options' JSON
+        return f"{record.benchmark} · {display_name(record.model)}"
     return run.data.tags.get("mlflow.runName") or run.info.run_name or run.info.run_id
 
 
