@@ -10,7 +10,7 @@ import numpy as np
 
 from vsbench.reporting.leaderboard import leaderboard, render_leaderboard, render_runs
 from vsbench.reporting.regression import compare_metrics
-from vsbench.reporting.runs import RunRecord
+from vsbench.reporting.runs import RunRecord, display_name
 from vsbench.reporting.significance import (
     bad_direction,
     compare_metric,
@@ -40,7 +40,8 @@ def test_split_intervals_keeps_only_the_bounds_of_present_metrics():
 
 
 def test_leaderboard_cells_carry_intervals_and_fit_80_columns():
-    long_names = [f"efficientnet_lite0 {{\"bins\":{b}}} · PCAW64,L2norm,Flat · 1.00[0,2]" for b in (4, 8, 16)]
+    long_names = [f"efficientnet_lite0 {{\"bins\":{b}}} · PCAW64,L2norm,IVF1024,PQ32x8,RFlat · 1.00[0,2]"
+                  for b in (4, 8, 16)]
     records = [RunRecord(f"r{i}", START, "p", name, "disc",
                          {"uap": 0.5 + i / 10, "uap_ci95_low": 0.45 + i / 10, "uap_ci95_high": 0.55 + i / 10,
                           "accuracy_at_1": 0.3}, {})
@@ -53,7 +54,7 @@ def test_leaderboard_cells_carry_intervals_and_fit_80_columns():
     text = render_leaderboard(frame, width=80, details=True)
     print(text)
     assert all(len(line) <= 80 for line in text.splitlines())
-    assert f"uap (higher is better)\n  {long_names[2]}\n    0.7 [0.65, 0.75]*\n" in text
+    assert f"uap (higher is better)\n  {display_name(long_names[2])}\n    0.7 [0.65, 0.75]*\n" in text
 
     short = [RunRecord("r", START, "p", m, "b", {"uap": v, "uap_ci95_low": v - 0.1, "uap_ci95_high": v + 0.1}, {})
              for m, v in (("a", 0.5), ("c", 0.4))]
@@ -81,12 +82,14 @@ def test_compare_fits_100_columns_with_long_model_names_and_details_on_request()
     assert max(len(line) for line in lines) <= 100 and "[" not in text.split("models:")[0]  # intervals hidden
     assert lines[1].split() == ["metric", "better", "m1", "m2", "m3", "m4", "m5"]
     legend = text.split("models:\n")[1]
+    # the full name, each once, as MLflow names the runs (issue 57): no options' JSON
+    assert '{"' not in text
     for label, name in zip(["m1", "m2", "m3", "m4"], sorted(names)):
-        assert f"  {label}  {name}\n" in legend  # the full name, each once
+        assert f"  {label}  {display_name(name)}\n" in legend
     assert "m5  timm:convnext_tiny.fb_in22k_ft_in1k" in legend and "x" * 20 in legend
     assert "vsbench compare --details" in text
     detailed = render_leaderboard(frame, details=True)
-    assert "0.9 [0.85, 0.95]*" in detailed and all(name in detailed for name in names[:4])
+    assert "0.9 [0.85, 0.95]*" in detailed and all(display_name(name) in detailed for name in names[:4])
     runs = render_runs(records)
     assert max(len(line) for line in runs.splitlines()) <= 100 and "  ran in registry.example.com" in runs
     # A leaderboard that fits keeps its intervals and names (the table as it always was).

@@ -15,6 +15,7 @@ from vsbench.reporting.runs import (
     LEADERBOARD_COLUMNS,
     LowerIsBetter,
     RunRecord,
+    display_name,
     ran_in,
     runs_by_id,
 )
@@ -237,6 +238,8 @@ def render_leaderboard(frame: pd.DataFrame, width: int = WIDTH, details: bool = 
     hidden = False
     for benchmark, group in frame.groupby("benchmark", sort=True):
         models, rows = table_cells(group)
+        # Each model as MLflow names its runs (``resnet34-random``), never the options' JSON (issue 57).
+        models = [display_name(model) for model in models]
         if details:
             table = _wide(models, rows)
             if _widest(table) > width:
