@@ -1,0 +1,148 @@
+"""A file changed *between* the one read of an image and its decoding (issue 56): the race inside a worker.
+
+test_embed_changes.py changes a file before the worker reads it (both of the worker's uses then see
+the same new bytes). Here the file is changed at the one moment that tells a worker that reads once
+from one that reads twice: right after its read, through ``embed.after_read`` (a test seam, called
+between the read and the hashing; deterministic: no sleeps, ``workers=0``). On both decode paths:
+the Pillow workers (``ImageFiles``) and the batched tensor decode run on the CPU (``EncodedFiles``,
+``decode="gpu"``). Each test was seen failing with one of these bugs planted: the decode re-reading
+the path, the digest taken from a second ``read_bytes()``, the device path's bytes re-read, and
+``h != u`` weakened to ``u is not None and h != u`` (a file deleted mid-run then passes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.unit.test_embed_changes import World, _change
+from vsbench.imaging.preprocessing import Preprocessing
+from vsbench.retrieval import embed
+
+pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning"),
+              pytest.mark.usefixtures("settled")]
+DECODES = ("cpu", "gpu")  # "gpu" on the CPU: the batched tensor path (EncodedFiles), with libjpeg-turbo
+HOW = ("in place", "rename")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    return World(tmp_path_factory.mktemp("race"))
+
+
+def _after_reading(monkeypatch: pytest.MonkeyPatch, actions: dict[Path, Callable[[], None]]) -> list[Path]:
+    """Install the seam: each action runs once, right after its path's bytes were read; returns the
+    paths whose action ran (a test asserts the moment it relies on was reached)."""
+    ran: list[Path] = []
+
+    def hook(path: Path) -> None:
+        if path in actions and path not in ran:
+            ran.append(path)
+            actions[path]()
+
+    monkeypatch.setattr(embed, "after_read", hook)
+    return ran
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_pillow_worker_hashes_and_decodes_the_one_read(world: World, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """The file replaced right after the worker read it: the digest and the pixels are both of the
+    bytes read (A), not of the bytes now on disk (B)."""
+    path = world.root(tmp_path / "root") / "im2.jpg"
+    preprocessing = Preprocessing(32, 32, (0.5,) * 3, (0.25,) * 3)
+    ran = _after_reading(monkeypatch, {path: lambda: _change(path, world.bytes["B"]["im2"], how)})
+    index, pixels, reason, digest = embed.ImageFiles([path], preprocessing)[0]
+    assert ran == [path] and path.read_bytes() == world.bytes["B"]["im2"]
+    assert (index, reason, digest) == (0, "", world.digest["A"]["im2"])
+    expected = embed.load_image_bytes(world.bytes["A"]["im2"], preprocessing)
+    assert not np.array_equal(expected, embed.load_image_bytes(world.bytes["B"]["im2"], preprocessing))
+    np.testing.assert_array_equal(pixels, expected)
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_device_decode_worker_hashes_and_hands_over_the_one_read(world: World, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """The batched path's worker: the bytes handed to the device decoder are the bytes hashed."""
+    path = world.root(tmp_path / "root") / "im2.jpg"
+    ran = _after_reading(monkeypatch, {path: lambda: _change(path, world.bytes["B"]["im2"], how)})
+    index, encoded, reason, digest = embed.EncodedFiles([path])[0]
+    assert ran == [path] and (index, reason, digest) == (0, "", world.digest["A"]["im2"])
+    assert encoded is not None and encoded.decodable == (True,)
+    assert encoded.data[0].tobytes() == world.bytes["A"]["im2"]
+
+
+def test_an_image_read_then_unreadable_is_a_change_not_a_pass() -> None:
+    """Hashed by the key, then no bytes at all when the worker read it (deleted, unmounted)."""
+    path = Path("photos/im1.jpg")
+    changed = embed.changed_while_read([Path("im0.jpg"), path], ["a" * 64, "b" * 64], ["a" * 64, None], "embed s")
+    assert isinstance(changed, embed.InputsChanged) and changed.paths == [path]
+    assert str(changed).startswith(f"{path}: changed while embed s read it (hashed as sha256 bbbbbbbbbbbb, "
+                                   "then read as unreadable);")
+    assert embed.changed_while_read([path], [None], [None], "embed s") is None  # unreadable both times: a failure, listed
+    assert embed.changed_while_read([path], ["a" * 64], ["a" * 64], "embed s") is None
+
+
+@pytest.mark.parametrize("decode", DECODES)
+@pytest.mark.parametrize("cached", [True, False], ids=["cache", "no-cache"])
+def test_a_file_replaced_after_the_workers_read_gives_the_descriptors_of_the_bytes_read(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decode: str, cached: bool) -> None:
+    """The key hashed A, the worker read A, then a sync wrote B: the run completes with A's
+    descriptor under A's digest, in the shard and in the cache (B is for the next run to hash)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(cache) if cached else "off")
+    root = world.root(tmp_path / "root")
+    path = root / "im3.jpg"
+    ran = _after_reading(monkeypatch, {path: lambda: _change(path, world.bytes["B"]["im3"], "rename")})
+    used = world.check_shard(world.embed(root, tmp_path / "out", decode), decode)
+    assert ran == [path] and used == dict.fromkeys(world.ids, "A")
+    if cached:
+        world.check_cache(cache, filled=True)
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_file_replaced_before_the_read_and_put_back_after_it_stops_the_run(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decode: str) -> None:
+    """The key hashed A; B was on disk when the worker read it, and A again right after: the worker
+    used B, so the run stops naming the file, with the digest of the bytes read (B), not of a second look."""
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", str(tmp_path / "cache"))
+    root = world.root(tmp_path / "root")
+    first, path = root / "im0.jpg", root / "im4.jpg"
+    ran = _after_reading(monkeypatch, {first: lambda: _change(path, world.bytes["B"]["im4"], "in place"),
+                                       path: lambda: _change(path, world.bytes["A"]["im4"], "rename")})
+    with pytest.raises(embed.InputsChanged) as stopped:
+        world.embed(root, tmp_path / "out", decode)
+    assert ran == [first, path] and stopped.value.paths == [path]
+    assert str(stopped.value).startswith(
+        f"{path}: changed while embed s.shard-0-of-1 read it (hashed as sha256 {world.digest['A']['im4'][:12]}, "
+        f"then read as sha256 {world.digest['B']['im4'][:12]});")
+    world.check_cache(tmp_path / "cache")  # B's descriptor, if cached, under B's digest
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_file_deleted_mid_run_stops_it_naming_the_file(world: World, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, decode: str) -> None:
+    """The key hashed im5, then it was deleted while the workers read the shard (after im0): not a
+    reported failure of an unreadable image but a change, and nothing is recorded complete."""
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
+    root = world.root(tmp_path / "root")
+    first, path = root / "im0.jpg", root / "im5.jpg"
+    ran = _after_reading(monkeypatch, {first: path.unlink})
+    with pytest.raises(embed.InputsChanged) as stopped:
+        world.embed(root, tmp_path / "out", decode)
+    assert ran == [first] and stopped.value.paths == [path]
+    assert f"hashed as sha256 {world.digest['A']['im5'][:12]}, then read as unreadable)" in str(stopped.value)
+    assert json.loads((tmp_path / "out" / "s.shard-0-of-1.json").read_text())["complete"] is False
