@@ -51,3 +51,13 @@ def test_a_shard_is_spared_only_under_the_digest_it_was_checked_with(world, tmp_
     with pytest.raises(FeatureError, match=rf"^{out / STEM}\.npz was embedded from other images than those --root {root}"):
         check_images(out, {"s": world.images(root)}, root, checked=checked)
     assert checked == {STEM: recorded}  # nothing added for a shard that failed
+
+
+@pytest.mark.parametrize("manifest", [{}, {"key": None}, {"key": ["inputs"]}, {"key": {}}, {"key": {"inputs": None}},
+                                      {"key": {"inputs": ["images_sha256"]}}, {"key": {"inputs": {}}},
+                                      {"key": {"inputs": {"images_sha256": 5}}}, {"key": {"inputs": {"images_sha256": None}}}])
+def test_a_manifest_without_a_readable_image_digest_records_none(manifest: dict) -> None:
+    """An older vsbench's manifest, or one written by hand: no digest (the step then refuses the
+    shard naming it), never a crash on a ``None``/list ``.get`` nor a number taken for a digest."""
+    assert recorded_images(manifest) is None
+    assert recorded_images({"key": {"inputs": {"images_sha256": "ab" * 32}}}) == "ab" * 32
