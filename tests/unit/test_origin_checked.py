@@ -9,11 +9,15 @@ from. Seen failing with that bug planted.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from tests.unit.test_embed_changes import World, _change
-from vsbench.io.features import FeatureError
+from vsbench.io.features import FeatureError, ImageSet
+from vsbench.retrieval import embed
 from vsbench.retrieval.origin import check_images, recorded_images
 from vsbench.retrieval.shards import read_manifest
 
@@ -61,3 +65,43 @@ def test_a_manifest_without_a_readable_image_digest_records_none(manifest: dict)
     shard naming it), never a crash on a ``None``/list ``.get`` nor a number taken for a digest."""
     assert recorded_images(manifest) is None
     assert recorded_images({"key": {"inputs": {"images_sha256": "ab" * 32}}}) == "ab" * 32
+
+
+def _two_sets(world: World, root: Path, out: Path) -> dict[str, ImageSet]:
+    """Sets ``s`` (all six images, two shards of three) and ``t`` (the first two, one shard), under ``out``."""
+    whole = world.images(root)
+    sets = {"s": whole, "t": ImageSet(whole.ids[:2], tuple(whole.paths[:2]))}
+    for name, images, shards in (("s", whole, 2), ("t", sets["t"], 1)):
+        for shard in range(shards):
+            embed.embed_image_set("torchscript", images, out, set_name=name, shard=shard, num_shards=shards,
+                                  workers=0, progress=False, device="cpu", model_options=world.options)
+    return sets
+
+
+def test_a_spared_shard_does_not_end_the_check_and_the_smallest_is_read_first(world, tmp_path, monkeypatch) -> None:
+    """``checked`` spares ``s``'s first shard, and its second and ``t`` are still checked; against a
+    root with other bytes for every image, the smallest shard (``t``, listed last and named after
+    ``s``) is the one refused."""
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
+    root, out = world.root(tmp_path / "a"), tmp_path / "out"
+    sets = _two_sets(world, root, out)
+    spared = {"s.shard-0-of-2": recorded_images(read_manifest(out / "s.shard-0-of-2.json") or {})}
+    assert check_images(out, sets, root, checked=spared) == 2
+    assert set(spared) == {"s.shard-0-of-2", "s.shard-1-of-2", "t.shard-0-of-1"}
+    other = world.root(tmp_path / "b", "B")
+    moved = {name: ImageSet(s.ids, tuple(other / p.name for p in s.paths)) for name, s in sets.items()}
+    with pytest.raises(FeatureError, match=rf"^{out}/t\.shard-0-of-1\.npz was embedded from other images"):
+        check_images(out, moved, other)
+
+
+def test_a_manifest_recording_no_digest_is_refused_naming_the_shard(world, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
+    root, out = world.root(tmp_path / "a"), tmp_path / "out"
+    world.embed(root, out, "cpu")
+    manifest = json.loads((out / f"{STEM}.json").read_text())
+    del manifest["key"]["inputs"]
+    (out / f"{STEM}.json").write_text(json.dumps(manifest))
+    with pytest.raises(FeatureError) as refused:
+        check_images(out, {"s": world.images(root)}, root)
+    assert str(refused.value) == (f"{out / STEM}.npz: its manifest records no digest of the images it was embedded "
+                                  "from (an older vsbench): re-run the embed step for this root into this --out")
