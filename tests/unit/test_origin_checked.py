@@ -52,7 +52,8 @@ def test_a_shard_is_spared_only_under_the_digest_it_was_checked_with(world, tmp_
     other = world.root(tmp_path / "b")
     _change(other / "im2.jpg", world.bytes["B"]["im2"], "rename")
     world.embed(other, out, "cpu")
-    with pytest.raises(FeatureError, match=rf"^{out / STEM}\.npz was embedded from other images than those --root {root}"):
+    with pytest.raises(FeatureError, match=rf"^{out / STEM}\.npz was embedded from other images than those --root {root} "
+                                           r"has for its 6 ids \(the image digests its manifest records are not theirs\): re-run"):
         check_images(out, {"s": world.images(root)}, root, checked=checked)
     assert checked == {STEM: recorded}  # nothing added for a shard that failed
 
@@ -105,3 +106,14 @@ def test_a_manifest_recording_no_digest_is_refused_naming_the_shard(world, tmp_p
         check_images(out, {"s": world.images(root)}, root)
     assert str(refused.value) == (f"{out / STEM}.npz: its manifest records no digest of the images it was embedded "
                                   "from (an older vsbench): re-run the embed step for this root into this --out")
+
+
+def test_a_root_missing_images_is_refused_naming_one(world, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
+    root, out = world.root(tmp_path / "a"), tmp_path / "out"
+    world.embed(root, out, "cpu")
+    (root / "im4.jpg").unlink()
+    (root / "im5.jpg").unlink()
+    with pytest.raises(FeatureError, match=rf"the image digests its manifest records are not theirs; 2 of them cannot "
+                                           rf"be read, e.g. {root}/im4\.jpg\): re-run the embed step for this root"):
+        check_images(out, {"s": world.images(root)}, root)
