@@ -117,3 +117,18 @@ def test_a_root_missing_images_is_refused_naming_one(world, tmp_path, monkeypatc
     with pytest.raises(FeatureError, match=rf"the image digests its manifest records are not theirs; 2 of them cannot "
                                            rf"be read, e.g. {root}/im4\.jpg\): re-run the embed step for this root"):
         check_images(out, {"s": world.images(root)}, root)
+
+
+def test_a_shard_of_other_ids_is_refused_naming_the_root_and_the_fix(world, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
+    root, out = world.root(tmp_path / "a"), tmp_path / "out"
+    world.embed(root, out, "cpu")
+    images = world.images(root)
+    renamed = ImageSet(images.ids[::-1], tuple(images.paths[::-1]))  # the same files, listed in another order
+    with pytest.raises(FeatureError) as refused:
+        check_images(out, {"s": renamed}, root)
+    assert str(refused.value) == (
+        f"{out / STEM}.npz holds the features of other ids than --root {root} lists for it (another dataset, other "
+        "--benchmark-options, or images added or removed since the embed step): re-run the embed step for this root "
+        f"and options (vsbench similarity run --root {root} --out {out.parent}), or use the --out of the run that "
+        "embedded them")
