@@ -146,3 +146,17 @@ def test_a_file_deleted_mid_run_stops_it_naming_the_file(world: World, tmp_path:
     assert ran == [first] and stopped.value.paths == [path]
     assert f"hashed as sha256 {world.digest['A']['im5'][:12]}, then read as unreadable)" in str(stopped.value)
     assert json.loads((tmp_path / "out" / "s.shard-0-of-1.json").read_text())["complete"] is False
+
+
+def test_a_batch_of_two_shapes_is_two_groups_with_the_failures_and_every_digest_passed_on() -> None:
+    """``preserve_aspect_ratio`` gives images of many shapes: each shape is stacked on its own, in
+    the order met; a failure is set aside with its reason; every item's digest goes on (issue 56)."""
+    wide, tall = np.zeros((2, 3, 3), np.uint8), np.ones((3, 2, 3), np.uint8)
+    items = [(0, wide, "", "d0"), (1, None, "OSError: gone", None), (2, tall, "", "d2"), (3, wide + 5, "", "d3"),
+             (4, None, "bad JPEG", "d4")]
+    groups, failures, read = embed.collate_by_shape(items)
+    assert [(where.tolist(), tuple(images.shape)) for where, images in groups] == [([0, 3], (2, 2, 3, 3)),
+                                                                                   ([2], (1, 3, 2, 3))]
+    assert groups[0][1][1].tolist() == (wide + 5).tolist() and groups[0][0].dtype == torch.long
+    assert failures == [(1, "OSError: gone"), (4, "bad JPEG")]
+    assert read == [(0, "d0"), (1, None), (2, "d2"), (3, "d3"), (4, "d4")]
