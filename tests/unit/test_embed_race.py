@@ -12,6 +12,7 @@ the path, the digest taken from a second ``read_bytes()``, the device path's byt
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -160,3 +161,17 @@ def test_a_batch_of_two_shapes_is_two_groups_with_the_failures_and_every_digest_
     assert groups[0][1][1].tolist() == (wide + 5).tolist() and groups[0][0].dtype == torch.long
     assert failures == [(1, "OSError: gone"), (4, "bad JPEG")]
     assert read == [(0, "d0"), (1, None), (2, "d2"), (3, "d3"), (4, "d4")]
+
+
+def test_an_unreadable_or_undecodable_file_is_a_reason_naming_its_error_and_the_digest_of_what_was_read(
+        tmp_path: Path) -> None:
+    """Both workers: a missing file (no bytes, no digest) and bytes that are no image (their digest:
+    they were read, and changed or not is decided on it); the reason is the error's type and text."""
+    bad, gone = tmp_path / "bad.jpg", tmp_path / "gone.jpg"
+    bad.write_bytes(b"not an image")
+    preprocessing = Preprocessing(32, 32, (0.5,) * 3, (0.25,) * 3)
+    for dataset in (embed.ImageFiles([bad, gone], preprocessing), embed.EncodedFiles([bad, gone])):
+        assert dataset[0][1] is None and dataset[0][2:] == (
+            f"UnidentifiedImageError: cannot identify image file '{bad}'", hashlib.sha256(b"not an image").hexdigest())
+        assert dataset[1][1] is None and dataset[1][2:] == (
+            f"FileNotFoundError: [Errno 2] No such file or directory: '{gone}'", None)
