@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from tests.unit.test_embed_changes import World, _change
 from vsbench.imaging.preprocessing import Preprocessing
@@ -175,3 +176,19 @@ def test_an_unreadable_or_undecodable_file_is_a_reason_naming_its_error_and_the_
             f"UnidentifiedImageError: cannot identify image file '{bad}'", hashlib.sha256(b"not an image").hexdigest())
         assert dataset[1][1] is None and dataset[1][2:] == (
             f"FileNotFoundError: [Errno 2] No such file or directory: '{gone}'", None)
+
+
+def test_the_device_path_worker_refuses_a_truncated_jpeg_and_collates_a_batch_of_failures(tmp_path: Path) -> None:
+    """The tensor decode has no Pillow to notice a scan that ends early: the worker checks it, so a
+    cut JPEG is a listed failure (with the digest of the bytes read), not grey rows fed to the
+    network. A batch of failures only packs nothing."""
+    whole, cut = tmp_path / "whole.jpg", tmp_path / "cut.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 48, 3)).astype(np.uint8)).save(whole, "JPEG")
+    cut.write_bytes(whole.read_bytes()[: len(whole.read_bytes()) * 2 // 3])
+    assert embed.EncodedFiles([whole])[0][2] == ""
+    index, encoded, reason, digest = embed.EncodedFiles([cut])[0]
+    assert encoded is None and reason.startswith("TruncatedJpeg: truncated JPEG data: the scan ends before the last row")
+    assert digest == hashlib.sha256(cut.read_bytes()).hexdigest()
+    positions, packed, failures, read = embed.collate_encoded_files([(0, None, "x", None), (1, None, "y", "d")])
+    assert positions.tolist() == [] and packed is None and failures == [(0, "x"), (1, "y")]
+    assert read == [(0, None), (1, "d")]
