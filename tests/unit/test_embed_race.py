@@ -96,6 +96,10 @@ def test_an_image_read_then_unreadable_is_a_change_not_a_pass() -> None:
                                    "then read as unreadable);")
     assert embed.changed_while_read([path], [None], [None], "embed s") is None  # unreadable both times: a failure, listed
     assert embed.changed_while_read([path], ["a" * 64], ["a" * 64], "embed s") is None
+    two = embed.changed_while_read([path, Path("b"), Path("c")], ["a" * 64] * 3, [None, "a" * 64, "c" * 64], "embed s")
+    assert two is not None and two.paths == [path, Path("c")]
+    assert str(two).startswith(f"{path}: changed while embed s read it (hashed as sha256 aaaaaaaaaaaa, then read as "
+                               "unreadable) (and 1 more files, listed under 'changed' in the manifest); stopped:")
 
 
 @pytest.mark.parametrize("decode", DECODES)
