@@ -337,3 +337,16 @@ def test_sheets_follow_the_records_that_have_unit_files_and_a_digest_is_never_ma
     assert failure_files({"failures": {**files, "sha256": {"png": "ab" * 32}}}, tmp_path) == {
         paths[0]: "ab" * 32, paths[1]: ""}
     assert failure_files({"failures": "failures/a.png"}, tmp_path) == {} == failure_files({}, tmp_path)
+
+
+def test_a_record_without_units_does_not_end_the_sheets_and_a_sheet_names_its_variant(tmp_path: Path, capsys) -> None:
+    records = [{"codec": "Flat", "uap": 0.5}, {"codec": "PQ8", "nprobe": "4", "uap": 0.4}]
+
+    def make(index: int, rows: int) -> Sheet | None:
+        raise FileNotFoundError("gone")
+
+    assert write_failure_sheets("disc", records, [None, {"file": "units/b.parquet"}], make, tmp_path) == 0
+    assert "disc PQ8 · 4: no failure sheet (FileNotFoundError: gone" in capsys.readouterr().err
+    assert write_failure_sheets("disc", records, [None, {"file": "units/b.parquet"}],
+                                lambda index, rows: Sheet("fine", (), 0), tmp_path) == 1
+    assert "failures" not in records[0] and records[1]["failures"]["html"] == "failures/b.html"
