@@ -350,3 +350,5 @@ def test_a_record_without_units_does_not_end_the_sheets_and_a_sheet_names_its_va
     assert write_failure_sheets("disc", records, [None, {"file": "units/b.parquet"}],
                                 lambda index, rows: Sheet("fine", (), 0), tmp_path) == 1
     assert "failures" not in records[0] and records[1]["failures"]["html"] == "failures/b.html"
+    assert write_failure_sheets("disc", records, [{"file": "units/a.parquet"}, {"file": "units/b.parquet"}],
+                                lambda index, rows: Sheet("fine", (), 0), tmp_path) == 2  # each counted
