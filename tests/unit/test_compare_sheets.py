@@ -360,3 +360,19 @@ def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):
     assert "compare sheet: 1 units right only in the baseline, 1 only tonight" in capsys.readouterr().out
     assert {f.path for f in store.list_artifacts(night, "failures")} == {
         f"failures/compare-{baseline}.png", f"failures/compare-{baseline}.html"}
+
+
+def test_an_accuracy_unit_wrong_is_worse_than_one_right_and_each_says_which() -> None:
+    """``correct_outcomes``, the generic rule: a 0/1 ``correct`` column is the verdict, every unit
+    judged, a wrong one more severe than a right one (the sheet's worst-first order), the rule and
+    the answer in words (issue 56, make mutate's stats_outcomes survivors: severity of the right
+    units, the words, the rule dropped)."""
+    from vsbench.stats.outcomes import correct_outcomes
+
+    units = Units("query", "x", np.array(["a", "b", "c"]), {"correct": np.array([1.0, 0.0, 1.0])},
+                  {"acc": {"statistic": "ratio", "num": "correct"}})
+    outcomes = correct_outcomes(units)
+    assert outcomes.right.tolist() == [True, False, True] and outcomes.judged.tolist() == [True] * 3
+    assert outcomes.severity.tolist() == [0.0, 1.0, 0.0] and outcomes.severity.dtype == np.float64
+    assert outcomes.rule == "right: correct = 1"
+    assert [outcomes.answer(row) for row in range(3)] == ["right", "wrong", "right"]

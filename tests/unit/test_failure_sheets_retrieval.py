@@ -332,3 +332,39 @@ def test_ten_thousand_failures_stay_under_the_caps(tmp_path: Path) -> None:
     assert sheet.rows[0].title == "query Q00999: copy not in the top 10"  # the most confident miss first
     written = write_sheet(sheet, tmp_path, "big")
     assert written["rows"]["png"] == MAX_PNG_ROWS and written["files"]["html"]["bytes"] <= MAX_HTML_BYTES
+
+
+def test_sheets_follow_the_records_that_have_unit_files_and_a_digest_is_never_made_up(tmp_path: Path) -> None:
+    """No ``make``: nothing written, nothing said. More records than unit files (a record whose units
+    were not written): the rest have no sheet. A record's files without a digest (none recorded, or
+    not a mapping) read back as ``""``, which the evaluation's run refuses to log ("has no digest
+    from the score that wrote it"), never as a text it would compare (issue 56, make mutate's
+    record_sheets survivors)."""
+    records = [{"codec": "Flat"}, {"codec": "PQ8"}]
+    assert write_failure_sheets("disc", records, [{"file": "units/a.parquet"}], None, tmp_path) == 0
+    assert records == [{"codec": "Flat"}, {"codec": "PQ8"}] and not (tmp_path / "failures").exists()
+    assert write_failure_sheets("disc", records, [{"file": "units/a.parquet"}],
+                                lambda index, rows: Sheet("fine", (), 0), tmp_path) == 1
+    assert records[0]["failures"]["png"] == "failures/a.png" and "failures" not in records[1]
+    files = {"png": "failures/a.png", "html": "failures/a.html"}
+    paths = [str(tmp_path / "failures/a.png"), str(tmp_path / "failures/a.html")]
+    for sha256 in ({}, {"sha256": "ab" * 32}, {"sha256": None}):
+        assert failure_files({"failures": {**files, **sha256}}, tmp_path) == dict.fromkeys(paths, "")
+    assert failure_files({"failures": {**files, "sha256": {"png": "ab" * 32}}}, tmp_path) == {
+        paths[0]: "ab" * 32, paths[1]: ""}
+    assert failure_files({"failures": "failures/a.png"}, tmp_path) == {} == failure_files({}, tmp_path)
+
+
+def test_a_record_without_units_does_not_end_the_sheets_and_a_sheet_names_its_variant(tmp_path: Path, capsys) -> None:
+    records = [{"codec": "Flat", "uap": 0.5}, {"codec": "PQ8", "nprobe": "4", "uap": 0.4}]
+
+    def make(index: int, rows: int) -> Sheet | None:
+        raise FileNotFoundError("gone")
+
+    assert write_failure_sheets("disc", records, [None, {"file": "units/b.parquet"}], make, tmp_path) == 0
+    assert "disc PQ8 · 4: no failure sheet (FileNotFoundError: gone" in capsys.readouterr().err
+    assert write_failure_sheets("disc", records, [None, {"file": "units/b.parquet"}],
+                                lambda index, rows: Sheet("fine", (), 0), tmp_path) == 1
+    assert "failures" not in records[0] and records[1]["failures"]["html"] == "failures/b.html"
+    assert write_failure_sheets("disc", records, [{"file": "units/a.parquet"}, {"file": "units/b.parquet"}],
+                                lambda index, rows: Sheet("fine", (), 0), tmp_path) == 2  # each counted

@@ -46,7 +46,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -131,9 +131,17 @@ def load_image_bytes(data: bytes, preprocessing: Preprocessing) -> np.ndarray:
     return _load(Path(), preprocessing, fast=True, data=data)
 
 
+# A test seam (issue 56), None in a run: called with each image's path between the one read of its
+# bytes and their hashing and decoding, so a test changes or removes the file at that very moment
+# (tests/unit/test_embed_race.py; no sleeps): whatever happens there, the digest and the pixels are the bytes read.
+after_read: Callable[[Path], None] | None = None
+
+
 def read_image_file(path: Path) -> tuple[bytes, str]:
     """A file's bytes and the sha256 of exactly those bytes: the one read a worker decodes from."""
     data = Path(path).read_bytes()
+    if after_read is not None:
+        after_read(Path(path))
     return data, hashlib.sha256(data).hexdigest()
 
 
