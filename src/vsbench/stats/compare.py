@@ -42,6 +42,14 @@ from typing import Any
 import numpy as np
 
 from vsbench.stats.names import interval_field
+from vsbench.stats.proportions import (
+    BOOTSTRAP,
+    CLOPPER_PEARSON,
+    clopper_pearson,
+    edge_note,
+    proportion_counts,
+    units_behind,
+)
 from vsbench.stats.resample import Resampling, count_blocks, percentile_interval
 from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import Units, UnitsError
@@ -52,9 +60,21 @@ ALPHA = 0.05
 
 @dataclass(frozen=True)
 class Interval:
+    """A metric's interval, how it was made, and the line it owes a reader (:attr:`note`)."""
+
     metric: str
     low: float
     high: float
+    method: str = BOOTSTRAP  # or CLOPPER_PEARSON for a proportion of independent units
+    units: int = 0  # the independent draws it rests on (0: not known)
+    dropped: int = 0  # bootstrap replicates left out (the metric undefined on them)
+    resamples: int = 0
+    kind: str = "unit"
+
+    @property
+    def note(self) -> str:
+        """One line when the interval is weak (few units, zero width, replicates left out), else ""."""
+        return edge_note(self.kind, self.units, self.low, self.high, self.dropped, self.resamples)
 
 
 @dataclass(frozen=True)
@@ -109,11 +129,33 @@ def replicates(units: Units, resampling: Resampling, metrics: list[str] | None =
 
 
 def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, Interval]:
-    """Each metric's percentile interval (NaN bounds when intervals are off)."""
+    """Each metric's interval (NaN bounds when intervals are off): Clopper-Pearson for a proportion of
+    independent units (:mod:`vsbench.stats.proportions` says why), else the percentile bootstrap, all
+    bootstrapped metrics from the same draws. Each carries what its edge note needs."""
+    specs = _specs(units, metrics)
     if not resampling.enabled:
-        return {m: Interval(m, math.nan, math.nan) for m in _specs(units, metrics)}
-    return {m: Interval(m, *percentile_interval(v, resampling.confidence))
-            for m, v in replicates(units, resampling, metrics).items()}
+        return {m: Interval(m, math.nan, math.nan) for m in specs}
+    out: dict[str, Interval] = {}
+    booted = []
+    for m, spec in specs.items():
+        counts = proportion_counts(units, spec)
+        if counts is None:
+            booted.append(m)
+            continue
+        low, high = clopper_pearson(*counts, resampling.confidence)
+        out[m] = Interval(m, low, high, CLOPPER_PEARSON, counts[1], kind=units.kind)
+    if booted:
+        for m, v in replicates(units, resampling, booted).items():
+            out[m] = Interval(m, *percentile_interval(v, resampling.confidence), BOOTSTRAP,
+                              units_behind(units, specs[m]), int(np.count_nonzero(np.isnan(v))), int(v.size),
+                              units.kind)
+    return {m: out[m] for m in specs}
+
+
+def interval_notes(found: dict[str, Interval]) -> dict[str, str]:
+    """Each metric's edge note, for those that have one (printed, tagged ``interval_note.<metric>``,
+    reported beside the interval)."""
+    return {m: interval.note for m, interval in found.items() if interval.note}
 
 
 def interval_fields(found: dict[str, Interval], percent: int = 95) -> dict[str, float]:
