@@ -31,6 +31,7 @@ import numpy as np
 
 from vsbench.stats.units import Units
 
+PLURAL = {"query": "queries", "question": "questions", "pair": "pairs", "seed": "seeds"}
 FEW_UNITS = 20  # under this many units (or clusters) an interval is rough, whatever its method
 CLOPPER_PEARSON = "Clopper-Pearson"
 BOOTSTRAP = "percentile bootstrap"
@@ -85,7 +86,8 @@ def edge_note(kind: str, units: int, low: float, high: float, dropped: int = 0, 
     units, zero width, replicates left out. ``kind``: the unit's word (``question``), for the line."""
     parts = []
     if 0 < units < FEW_UNITS:
-        parts.append(f"only {units} {kind}{'' if units == 1 else 's'} (under {FEW_UNITS}): a rough interval")
+        words = kind if units == 1 else PLURAL.get(kind, f"{kind}s")
+        parts.append(f"only {units} {words} (under {FEW_UNITS}): a rough interval")
     if math.isfinite(low) and math.isfinite(high) and low == high:
         parts.append("zero width: every resample gave the same value, which is no certainty")
     if dropped:
