@@ -191,7 +191,7 @@ def test_a_bundle_as_vsbench_writes_it_is_read_back_equal(tmp_path: Path) -> Non
                                      "(and 1 more problems)"),
     ({"metrics": {"uap": math.inf}}, "field metrics.uap: Input should be a finite number, got 'inf'"),
     ({"tags": {"mlflow.parentRunId": "x"}}, "field tags: Value error, tag 'mlflow.parentRunId' is not one vsbench "
-                                            "writes (vsbench.* or mlflow.source.git.commit)"),
+                                            "writes (vsbench.*, interval_note.<metric> or mlflow.source.git.commit)"),
 ])
 def test_a_malformed_field_is_one_line_naming_it(tmp_path: Path, change, line) -> None:
     path = _write(tmp_path, {**_fields(**change), "digest": "0" * 64})

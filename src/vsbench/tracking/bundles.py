@@ -148,15 +148,23 @@ class Bundle(_Strict):
                                  f"{MLFLOW_GIT_COMMIT_TAG})")
         return tags
 
+    def _left_out(self) -> dict[str, Any]:
+        """Fields written only when set: ``evaluations`` (issue 38) and their ``interval_notes`` (issue
+        55), so a bundle without them is written, and digested, as before (and a reader from before
+        reads it)."""
+        if not self.evaluations:
+            return {"evaluations": True}
+        if not any(e.interval_notes for e in self.evaluations):
+            return {"evaluations": {"__all__": {"interval_notes"}}}
+        return {}
+
     def as_file(self) -> dict[str, Any]:
-        """What the file holds: no ``evaluations`` key when there are none, so a bundle without them is
-        written as before issue 38 (and a reader from before reads it)."""
-        return self.model_dump(exclude=set() if self.evaluations else {"evaluations"})
+        """What the file holds (:meth:`_left_out`)."""
+        return self.model_dump(exclude=self._left_out())
 
     def content(self) -> dict[str, Any]:
         """What the digest covers: all that decides the run's content."""
-        return self.model_dump(exclude={"uploaded", "digest", "tracking_uri",
-                                        *(() if self.evaluations else ("evaluations",))})
+        return self.model_dump(exclude={"uploaded": True, "digest": True, "tracking_uri": True, **self._left_out()})
 
 
 def sealed_bundle(**fields: Any) -> Bundle:

@@ -60,7 +60,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from vsbench.tracking.names import SEPARATOR, interval_name, lower_is_better, safe_part
+from vsbench.tracking.names import NOTE_TAG, SEPARATOR, interval_name, lower_is_better, safe_part
 from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
 from vsbench.tracking.views import EVALUATIONS_VIEW, column, leaderboard_key, save_shared_view
 
@@ -222,6 +222,9 @@ class Evaluation(BaseModel):
     # The record's failure sheet (issue 47): its PNG and HTML page (local path -> sha256), logged under
     # the run's failures/; empty when the benchmark draws none or the sheets are off.
     failures: dict[Text, Annotated[str, StringConstraints(max_length=64)]] = Field(default_factory=dict)
+    # metric -> its interval's edge note (issue 55: few units, zero width, replicates left out), the
+    # run's plain tag ``interval_note.<metric>``; empty when every interval is sound.
+    interval_notes: dict[Short, Text] = Field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -300,7 +303,8 @@ class Evaluation(BaseModel):
                 MODEL_OPTIONS_TAG: canonical_options(self.embedder.options)[:5000],
                 VARIANT_TAG: self.variant_text or "-", SERIES_TAG: self.series, LINE_TAG: self.line,
                 LOWER_TAG: ",".join(self.lower_is_better), HEADLINE_TAG: self.headline,
-                **({"vsbench.baseline": self.baseline} if self.baseline else {})}
+                **({"vsbench.baseline": self.baseline} if self.baseline else {}),
+                **{f"{NOTE_TAG}{metric}": note for metric, note in self.interval_notes.items()}}
 
     def key(self) -> str:
         """Its key under one parent run (a re-upload completes the run it made, never a second one)."""
@@ -360,7 +364,9 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
             lower_is_better=lower, baseline=baseline,
             units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or ""),
             failures={str(path)[:6000]: str(sha)[:64] for path, sha in
-                      (failures[index] if index < len(failures) else {}).items()}))
+                      (failures[index] if index < len(failures) else {}).items()},
+            interval_notes={_metric_name(str(m)): str(note)[:5000] for m, note in ((unit or {}).get("notes") or {}).items()
+                            if _metric_name(str(m)) in metrics}))
     return evaluations
 
 
