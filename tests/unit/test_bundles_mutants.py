@@ -233,9 +233,16 @@ def test_the_file_and_the_digest_leave_out_evaluations_only_when_there_are_none(
     assert set(bare.content()) == {"format", "experiment", "pipeline", "run_key", "run_name", "start_ms", "end_ms",
                                    "params", "metrics", "tags", "artifacts"}
     with_evaluations = sealed_bundle(**_fields(), evaluations=[_evaluation()])
-    assert with_evaluations.as_file()["evaluations"] == [_evaluation().model_dump()]
-    assert with_evaluations.content()["evaluations"] == [_evaluation().model_dump()]
+    # issue 55's interval notes are written (and digested) only when an evaluation has one, so a bundle
+    # written before them keeps its digest
+    before = _evaluation().model_dump(exclude={"interval_notes"})
+    assert with_evaluations.as_file()["evaluations"] == [before]
+    assert with_evaluations.content()["evaluations"] == [before]
     assert with_evaluations.digest != bare.digest
+    noted = _evaluation().model_copy(update={"interval_notes": {"uap": "only 3 queries (under 20): a rough interval"}})
+    with_notes = sealed_bundle(**_fields(), evaluations=[noted])
+    assert with_notes.as_file()["evaluations"] == [noted.model_dump()]
+    assert with_notes.digest != with_evaluations.digest
 
 
 def test_a_sealed_bundle_carries_the_digest_of_its_content_not_of_the_placeholder() -> None:
