@@ -54,7 +54,10 @@ def test_intervals_go_into_the_records_and_the_units_beside_them(tmp_path: Path)
     assert "n_ci95_low" not in record  # only the metrics the units recompute
     entry = entries[0]
     assert entry is not None and entry["kind"] == "query" and entry["units"] == 10
-    assert entry["ci"] == {"ci_method": "percentile bootstrap", "ci_resamples": "200", "ci_seed": "3", "ci_level": "0.95"}
+    assert entry["ci"] == {"ci_method": "percentile bootstrap", "ci_resamples": "200", "ci_seed": "3", "ci_level": "0.95",
+                           "ci_proportions": "Clopper-Pearson"}
+    assert entry["exact"] == ["top1_accuracy"]  # a mean of 0/1 hits: Clopper-Pearson's interval
+    assert record["top1_accuracy_ci95_low"] == pytest.approx(0.1871, abs=5e-5)  # scipy binomtest(5, 10), exact
     back = read_units(tmp_path / entry["file"], entry["sha256"])  # verified by its digest
     assert back.metrics == _units().metrics and list(back.ids) == list(_units().ids)
     lines = interval_lines([record], entries)
