@@ -1,7 +1,9 @@
 """Intervals and comparisons over per-unit outcomes: what every headline number and every gap carries.
 
 * :func:`intervals`: each metric's 95% percentile bootstrap interval over the units (over clusters
-  of units where the units name one), seeded, all metrics from the same draws.
+  of units where the units name one), seeded, all metrics from the same draws; a proportion of
+  independent units (an accuracy) gets Clopper-Pearson's exact interval instead, and every interval
+  carries the one-line note it owes when it is weak (:mod:`vsbench.stats.proportions`).
 * :func:`compare`: two evaluations of the same units (the same ids) are compared *paired*: the
   difference (second minus first) and its interval from a paired bootstrap (the same resampled units
   for both runs, each run keeping its own scores). Two evaluations of different units are compared
