@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from vsbench.stats.statistics import _rows_where
 from vsbench.stats.units import Units
 
 PLURAL = {"query": "queries", "question": "questions", "pair": "pairs", "seed": "seeds"}
@@ -48,8 +49,6 @@ def proportion_counts(units: Units, spec: Any) -> tuple[int, int] | None:
         return None
     values = units.values(spec["num"])
     if spec.get("where") is not None:
-        from vsbench.stats.statistics import _rows_where
-
         values = values[_rows_where(units, spec["where"], spec.get("equals"))]
     if values.size == 0 or not np.isin(values, (0.0, 1.0)).all():
         return None
@@ -70,8 +69,6 @@ def units_behind(units: Units, spec: Any) -> int:
     if spec.get("statistic") == "ratio":
         rows = np.arange(len(units))
         if spec.get("where") is not None:
-            from vsbench.stats.statistics import _rows_where
-
             rows = _rows_where(units, spec["where"], spec.get("equals"))
         if spec.get("den"):
             return int(np.count_nonzero(units.values(spec["den"])[rows]))
