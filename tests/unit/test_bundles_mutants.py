@@ -191,7 +191,7 @@ def test_a_bundle_as_vsbench_writes_it_is_read_back_equal(tmp_path: Path) -> Non
                                      "(and 1 more problems)"),
     ({"metrics": {"uap": math.inf}}, "field metrics.uap: Input should be a finite number, got 'inf'"),
     ({"tags": {"mlflow.parentRunId": "x"}}, "field tags: Value error, tag 'mlflow.parentRunId' is not one vsbench "
-                                            "writes (vsbench.* or mlflow.source.git.commit)"),
+                                            "writes (vsbench.*, interval_note.<metric> or mlflow.source.git.commit)"),
 ])
 def test_a_malformed_field_is_one_line_naming_it(tmp_path: Path, change, line) -> None:
     path = _write(tmp_path, {**_fields(**change), "digest": "0" * 64})
@@ -233,9 +233,16 @@ def test_the_file_and_the_digest_leave_out_evaluations_only_when_there_are_none(
     assert set(bare.content()) == {"format", "experiment", "pipeline", "run_key", "run_name", "start_ms", "end_ms",
                                    "params", "metrics", "tags", "artifacts"}
     with_evaluations = sealed_bundle(**_fields(), evaluations=[_evaluation()])
-    assert with_evaluations.as_file()["evaluations"] == [_evaluation().model_dump()]
-    assert with_evaluations.content()["evaluations"] == [_evaluation().model_dump()]
+    # issue 55's interval notes are written (and digested) only when an evaluation has one, so a bundle
+    # written before them keeps its digest
+    before = _evaluation().model_dump(exclude={"interval_notes"})
+    assert with_evaluations.as_file()["evaluations"] == [before]
+    assert with_evaluations.content()["evaluations"] == [before]
     assert with_evaluations.digest != bare.digest
+    noted = _evaluation().model_copy(update={"interval_notes": {"uap": "only 3 queries (under 20): a rough interval"}})
+    with_notes = sealed_bundle(**_fields(), evaluations=[noted])
+    assert with_notes.as_file()["evaluations"] == [noted.model_dump()]
+    assert with_notes.digest != with_evaluations.digest
 
 
 def test_a_sealed_bundle_carries_the_digest_of_its_content_not_of_the_placeholder() -> None:

@@ -280,7 +280,8 @@ def store(tmp_path, monkeypatch):
     return MlflowClient(uri)
 
 
-def _night(client, experiment: str, name: str, units: Units, root: Path, folder: Path) -> tuple[str, str]:
+def _night(client, experiment: str, name: str, units: Units, root: Path, folder: Path,
+           notes: dict[str, str] | None = None) -> tuple[str, str]:
     """A parent run with one DISC evaluation run holding ``units``: (parent id, evaluation run id)."""
     from vsbench.tracking.evaluations import Embedder, evaluations_of, log_evaluations
     from vsbench.tracking.provenance import DATA_DIGEST_TAG, DATA_ROOT_TAG
@@ -292,7 +293,7 @@ def _night(client, experiment: str, name: str, units: Units, root: Path, folder:
     record = {"codec": "Flat", "accuracy_at_1": float(units.values("correct_at_1").sum() / 3)}
     evaluations = evaluations_of("disc", [record], Embedder(model="m"), data_digest="ab" * 32, data_root=str(root),
                                  run_params={"k": 10, "benchmark_options": json.dumps({"train_dir": None})},
-                                 units=[{"path": str(path), "sha256": sha}])
+                                 units=[{"path": str(path), "sha256": sha, **({"notes": notes} if notes else {})}])
     [run_id] = log_evaluations(client, parent, evaluations, tags={DATA_DIGEST_TAG: "ab" * 32, DATA_ROOT_TAG: str(root)})
     client.set_terminated(parent, "FINISHED")
     return parent, run_id
@@ -344,6 +345,31 @@ def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tm
     assert written is not None and (written["counts"]["first_only"], written["counts"]["second_only"]) == (1, 1)
     logged = {f.path for f in store.list_artifacts(night, "failures")}
     assert logged == {f"failures/compare-{baseline}.png", f"failures/compare-{baseline}.html"}
+
+
+def test_compare_prints_each_runs_interval_note_beside_its_interval(store, tmp_path, monkeypatch):
+    """Issue 55: a run whose interval is weak (its tag ``interval_note.<metric>``) says so beside that
+    run's value in ``compare --runs``: the terminal, ``--json`` and the report's pair table."""
+    from typer.testing import CliRunner
+
+    from vsbench.cli.app import app
+
+    root = _disc_root(tmp_path / "disc")
+    first, second, _, _ = _disc()
+    note = "only 3 queries (under 20): a rough interval"
+    _, run_a = _night(store, "e", "a", first, root, tmp_path, {"accuracy_at_1": note})
+    _, run_b = _night(store, "e", "b", second, root, tmp_path)
+    assert store.get_run(run_a).data.tags["interval_note.accuracy_at_1"] == note
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["compare", "--runs", run_a, run_b, "--sheet", "off", "--report", "r.html"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith("  first ") and line.endswith(f"  ({note})") for line in lines), result.output
+    assert not any(line.startswith("  second ") and "(only" in line for line in lines)
+    assert f'<span class="ci-note">({note})</span>' in (tmp_path / "r.html").read_text()
+    data = json.loads(CliRunner().invoke(app, ["compare", "--runs", run_a, run_b, "--json", "--sheet", "off"]).output)
+    [row] = [m for m in data["metrics"] if m["metric"] == "accuracy_at_1"]
+    assert row["first_interval_note"] == note and "second_interval_note" not in row
 
 
 def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):

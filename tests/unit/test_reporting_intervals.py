@@ -116,3 +116,22 @@ def test_the_readers_tests_pair_only_the_same_units_of_the_same_data():
 
     assert resampling_of({"ci_resamples": "500", "ci_seed": "7"}) == Resampling(500, 7)
     assert resampling_of({"ci_method": "off"}, {"ci_resamples": "50"}).resamples == 50
+
+
+def test_the_html_report_prints_an_intervals_edge_note_beside_it(tmp_path) -> None:
+    """Issue 55: a run's tag ``interval_note.<metric>`` (few units, zero width, resamples left out) is
+    shown beside that metric's interval in the report, escaped; a metric without a note shows none."""
+    from vsbench.reporting.html_report import write_report
+
+    note = "only 2 queries (under 20): a rough interval; zero width: <every> resample gave the same value"
+    records = [RunRecord("r1", START, "p", "small", "disc",
+                         {"uap": 1.0, "uap_ci95_low": 1.0, "uap_ci95_high": 1.0, "accuracy_at_1": 0.5,
+                          "accuracy_at_1_ci95_low": 0.1, "accuracy_at_1_ci95_high": 0.9},
+                         {"interval_note.uap": note}),
+               RunRecord("r2", START, "p", "big", "disc", {"uap": 0.5, "uap_ci95_low": 0.4, "uap_ci95_high": 0.6}, {})]
+    path = tmp_path / "report.html"
+    write_report(records, path, title="t")
+    page = path.read_text()
+    escaped = note.replace("<", "&lt;").replace(">", "&gt;")
+    assert f'<span class="ci">[1, 1]</span> <span class="ci-note">({escaped})</span>' in page, page
+    assert page.count('class="ci-note"') == 1  # r1's accuracy_at_1 and r2's uap have no note

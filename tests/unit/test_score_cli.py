@@ -116,8 +116,10 @@ def test_copy_detection(tmp_path: Path) -> None:
     for metric in ("uap", "accuracy_at_1", "recall_at_p90"):
         _interval_holds(record, metric)
     assert Path(record["units"]["path"]) == tmp_path / "m.units.parquet"  # the per-query outcomes
+    note = record["units"]["notes"]["uap"]  # issue 55: 5 queries, resamples without a copy left out
+    assert note.startswith("only 5 queries (under 20): a rough interval; ") and "resamples left out" in note
     assert f"uap            0.5556 [{record['uap_ci95_low']:.4f}, {record['uap_ci95_high']:.4f}]" \
-           "  (ties: 0.5556 to 0.6667)" in result.stdout
+           f"  ({note})  (ties: 0.5556 to 0.6667)" in result.stdout
     assert "1 predictions are for queries absent from" in result.stderr  # q9: counted as a false positive
 
 

@@ -110,7 +110,8 @@ def test_copy_detection_prints_intervals_over_its_queries(tmp_path: Path) -> Non
     result = _run("copy-detection", "--predictions", predictions, "--gt", gt, "--output", tmp_path / "m.json",
                   "--no-track")
     assert result.exit_code == 0, result.output
-    assert re.search(rf"^  uap +{NUMBER_AND_INTERVAL}$", result.stdout, re.M), result.stdout
+    assert re.search(rf"^  uap +{NUMBER_AND_INTERVAL}  \(only 2 queries \(under 20\): a rough interval\)$",
+                     result.stdout, re.M), result.stdout  # issue 55: an interval over 2 queries says so
     assert "percentile bootstrap over the 2 queries" in result.stdout
     assert "intervals are not available" not in result.stdout
 
@@ -153,3 +154,13 @@ def test_tracked_run_holds_the_unit_file_and_names_it(tmp_path: Path, monkeypatc
             assert record[f"accuracy_class_{index}"] == pytest.approx(value, abs=1e-12)
     assert any(name.startswith("accuracy_class_") and not name.endswith(("_low", "_high")) for name in run.data.metrics)
     assert "accuracy_class_1" in fetched  # the units recompute the value the run logged
+    # issue 55: an interval over fewer than 20 questions says so in one line: on the terminal beside
+    # the interval, and as a plain tag on the run; the 40 questions' accuracy has no note
+    counts = np.bincount(np.asarray([row[1] for row in json.loads(gt.read_text())]))
+    small = [c for c, n in enumerate(counts) if 0 < n < 20]
+    assert small and "interval_note.accuracy" not in run.data.tags
+    for c in small:
+        note = f"only {counts[c]} question{'s' if counts[c] > 1 else ''} (under 20): a rough interval"
+        assert run.data.tags[f"interval_note.accuracy_class_{c}"] == note
+        assert re.search(rf"^  accuracy_class_{c} +{NUMBER_AND_INTERVAL}  \({re.escape(note)}\)$",
+                         result.stdout, re.M), result.stdout

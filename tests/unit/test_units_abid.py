@@ -107,29 +107,64 @@ def test_ratio_refuses_an_unknown_transform() -> None:
 
 
 def test_intervals_equal_scipy_bootstrap_over_the_same_draws() -> None:
+    """RMSEs (not proportions) keep the percentile bootstrap, equal to scipy's over the same draws."""
     rng = np.random.default_rng(11)
     n, resamples, seed = 80, 300, 5
     pred, truth, ids = _counting_data(rng, n, classes=3)  # every class drawn in every resample (NaN-free)
     units = counting_units(pred, truth, ids, prefix="counting_")
     found = intervals(units, Resampling(resamples, seed))
-    for metric in ("counting_accuracy", "counting_rmse", "counting_accuracy_class_1", "counting_rmse_class_2"):
+    for metric in ("counting_rmse", "counting_rmse_class_2"):
         def statistic(rows: np.ndarray, metric: str = metric) -> float:
             rows = rows.astype(np.int64)
             return _counting_dict(pred[rows], truth[rows], "counting_")[metric]
 
         ref = sps.bootstrap((np.arange(n),), statistic, method="percentile", rng=np.random.default_rng(seed),
                             n_resamples=resamples, batch=None, vectorized=False, confidence_level=0.95)
+        assert found[metric].method == "percentile bootstrap"
         assert found[metric].low == pytest.approx(ref.confidence_interval.low, abs=1e-9)
         assert found[metric].high == pytest.approx(ref.confidence_interval.high, abs=1e-9)
+
+
+def _beta_clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The textbook Clopper-Pearson bounds from beta quantiles: an implementation independent of
+    scipy's binomtest (which finds its bounds by root finding)."""
+    alpha = (1 - confidence) / 2
+    low = 0.0 if k == 0 else float(sps.beta.ppf(alpha, k, n - k + 1))
+    high = 1.0 if k == n else float(sps.beta.ppf(1 - alpha, k + 1, n - k))
+    return low, high
+
+
+def test_accuracies_get_scipys_exact_clopper_pearson_interval() -> None:
+    """Every accuracy, a class's on that class's questions only, is scipy's
+    ``binomtest(k, n).proportion_ci(method="exact")`` of its own right answers k of n (to the last bit),
+    and agrees with the beta-quantile formula; 0 of n and n of n reach 0 and 1 without zero width."""
+    rng = np.random.default_rng(11)
+    n = 80
+    pred, truth, ids = _counting_data(rng, n, classes=3)
+    pred[truth == 0] = 0  # class 0 all right: n of n
+    units = counting_units(pred, truth, ids, prefix="counting_")
+    for confidence in (0.95, 0.9):
+        found = intervals(units, Resampling(300, 5, confidence))
+        for metric, rows in (("counting_accuracy", truth >= 0), ("counting_accuracy_class_0", truth == 0),
+                             ("counting_accuracy_class_1", truth == 1), ("counting_accuracy_class_2", truth == 2)):
+            k, m = int(np.sum(pred[rows] == truth[rows])), int(np.sum(rows))
+            ref = sps.binomtest(k, m).proportion_ci(confidence_level=confidence, method="exact")
+            got = found[metric]
+            assert got.method == "Clopper-Pearson" and got.units == m
+            assert (got.low, got.high) == (ref.low, ref.high)
+            assert (got.low, got.high) == pytest.approx(_beta_clopper_pearson(k, m, confidence), abs=1e-9)
+    class_0 = intervals(units, Resampling(300, 5))["counting_accuracy_class_0"]
+    assert class_0.high == 1.0 and class_0.low < 1.0  # all right: [0.8.., 1], never [1, 1]
 
     truth_v = rng.integers(0, 2, n)
     pred_v = np.where(rng.random(n) < 0.6, truth_v, 1 - truth_v)
     answers = answer_units(pred_v, truth_v, [str(i) for i in range(n)], task="verification")
-    ref = sps.bootstrap((np.arange(n),), lambda r: verification_metrics(pred_v[r], truth_v[r]).accuracy,
-                        method="percentile", rng=np.random.default_rng(seed), n_resamples=resamples, batch=None,
-                        vectorized=False)
-    got = intervals(answers, Resampling(resamples, seed))["accuracy"]
-    assert (got.low, got.high) == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high), abs=1e-9)
+    got = intervals(answers, Resampling(300, 5))["accuracy"]
+    k = int(np.sum(pred_v == truth_v))
+    assert (got.low, got.high) == pytest.approx(_beta_clopper_pearson(k, n), abs=1e-9)
+    wrong = answer_units(1 - truth_v, truth_v, [str(i) for i in range(n)], task="verification")
+    none_right = intervals(wrong, Resampling(300, 5))["accuracy"]
+    assert none_right.low == 0.0 and none_right.high == pytest.approx(_beta_clopper_pearson(0, n)[1], abs=1e-12)
 
 
 # ------------------------------------------------------------------- comparisons: McNemar, permutation

@@ -54,7 +54,10 @@ def test_intervals_go_into_the_records_and_the_units_beside_them(tmp_path: Path)
     assert "n_ci95_low" not in record  # only the metrics the units recompute
     entry = entries[0]
     assert entry is not None and entry["kind"] == "query" and entry["units"] == 10
-    assert entry["ci"] == {"ci_method": "percentile bootstrap", "ci_resamples": "200", "ci_seed": "3", "ci_level": "0.95"}
+    assert entry["ci"] == {"ci_method": "percentile bootstrap", "ci_resamples": "200", "ci_seed": "3", "ci_level": "0.95",
+                           "ci_proportions": "Clopper-Pearson"}
+    assert entry["exact"] == ["top1_accuracy"]  # a mean of 0/1 hits: Clopper-Pearson's interval
+    assert record["top1_accuracy_ci95_low"] == pytest.approx(0.1871, abs=5e-5)  # scipy binomtest(5, 10), exact
     back = read_units(tmp_path / entry["file"], entry["sha256"])  # verified by its digest
     assert back.metrics == _units().metrics and list(back.ids) == list(_units().ids)
     lines = interval_lines([record], entries)
@@ -120,3 +123,35 @@ def test_a_list_column_of_many_strings_is_written_and_read_back(tmp_path: Path) 
     sha = units.write(path)
     back = read_units(path, sha)
     assert back.columns["references"].values.tolist() == references.tolist()
+
+
+def test_weak_intervals_say_so_in_the_table_and_on_the_evaluation_run(tmp_path: Path) -> None:
+    """Issue 55: 200 DISC queries of which 2 have a copy leave about 13% of the resamples without a
+    positive (uAP undefined there): the entry, the printed table and the evaluation run's tag
+    ``interval_note.uap`` all say how many were left out; 3 queries say they are under 20."""
+    from vsbench.benchmarks.disc.units import copy_detection_units
+    from vsbench.tracking.evaluations import Embedder, evaluations_of
+
+    n = 200
+    queries = np.array([f"q{i}" for i in range(n)])
+    rng = np.random.default_rng(5)
+    scores = rng.random(n)
+    rare = copy_detection_units(queries, np.array([f"r{i}" for i in range(n)]), scores, queries[:2],
+                                np.array(["r0", "r1"]), queries=queries)
+    few = copy_detection_units(queries[:3], np.array(["r0", "r1", "r2"]), scores[:3], queries[:3],
+                               np.array(["r0", "x", "r2"]), queries=queries[:3])
+    records = [{"codec": "Flat", "uap": 1.0, "accuracy_at_1": 1.0, "recall_at_p90": 1.0},
+               {"codec": "PCA", "uap": 0.6667, "accuracy_at_1": 0.6667, "recall_at_p90": 0.6667}]
+    entries = add_intervals("disc", records, [rare, few], tmp_path, Resampling(1000, 0))
+    dropped = entries[0]["notes"]["uap"]
+    left_out = int(dropped.split(" of 1000 resamples left out")[0].rsplit(" ", 1)[-1])
+    assert 100 < left_out < 170, dropped  # (198/200)^200 = 13.4% of 1000
+    assert "no positive drawn" in dropped and f"{left_out} of 1000 resamples left out" in entries[0]["notes"]["recall_at_p90"]
+    assert entries[1]["notes"]["uap"].startswith("only 3 queries (under 20): a rough interval")
+    lines = interval_lines(records, entries)
+    assert any(line.startswith("  Flat") and " uap " in line and line.endswith(f"({dropped})") for line in lines), lines
+    assert sum("only 3 queries (under 20)" in line for line in lines) == 3  # each PCA metric's line
+    units = [{**entry, "path": str(tmp_path / entry["file"])} for entry in entries]
+    first, second = evaluations_of("disc", records, Embedder(model="m"), run_params={}, units=units)
+    assert first.tags()["interval_note.uap"] == dropped
+    assert second.tags()["interval_note.accuracy_at_1"] == entries[1]["notes"]["accuracy_at_1"]

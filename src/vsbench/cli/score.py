@@ -85,11 +85,13 @@ def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[st
     import time
 
     from vsbench.tracking.command import BUNDLE_SUFFIX, record_command_run
+    from vsbench.tracking.names import NOTE_TAG
     from vsbench.tracking.provenance import data_tags
     from vsbench.tracking.units import UNITS_DIR, UNITS_TAG
 
     artifacts = {str(output): ""}
     tags = dict(data_tags(*(inputs[name] for name in truth))) if truth else {}
+    tags.update({f"{NOTE_TAG}{metric}": note[:5000] for metric, note in interval_notes_of(record).items()})
     files = units_file if isinstance(units_file, list) else [units_file] if units_file is not None else []
     if files:
         for path, _ in files:
@@ -101,6 +103,27 @@ def _track(benchmark: str, record: dict[str, Any], output: Path, inputs: dict[st
                                **{name: str(path) for name, path in inputs.items()}},
                        metrics=dict(_scalar_rows(record)), tags=tags,
                        artifacts=artifacts, started=time.time(), kept=output, announce=typer.echo)
+
+
+def _unit_entries(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The record's unit file entries by part ("" for a record with one file; ``part`` for one per
+    nested object), as :func:`_add_units` wrote them."""
+    units = record.get("units")
+    if not isinstance(units, dict):
+        return {}
+    if "sha256" in units:
+        return {"": units}
+    return {part: entry for part, entry in units.items() if isinstance(entry, dict)}
+
+
+def interval_notes_of(record: dict[str, Any]) -> dict[str, str]:
+    """metric (``part.metric`` for a part's) -> its interval's edge note (docs/intervals.md): what the
+    terminal prints beside the interval and the run's ``interval_note.<metric>`` tags say."""
+    out: dict[str, str] = {}
+    for part, entry in _unit_entries(record).items():
+        for metric, note in (entry.get("notes") or {}).items():
+            out[f"{part}.{metric}" if part else str(metric)] = str(note)
+    return out
 
 
 def _interval_of(record: dict[str, Any], metric: str) -> tuple[float, float] | None:
@@ -134,10 +157,11 @@ def print_record(title: str, record: dict[str, Any], units: Any = None, resampli
              for k, v in record.items() if not is_interval_field(k) and k != "units"
              and not any(k in (f"{n}_worst", f"{n}_best") for n in ranges)}
     rows: list[tuple[str, str]] = []
+    notes = interval_notes_of(record)
     for key, value in _scalar_rows(shown):
         text = f"{value:.4f}" if isinstance(value, float) else f"{value}"
         if (interval := _interval_of(record, key)) is not None:
-            text += f" [{interval[0]:.4f}, {interval[1]:.4f}]"
+            text += f" [{interval[0]:.4f}, {interval[1]:.4f}]" + (f"  ({notes[key]})" if key in notes else "")
         if key in ranges:
             text += f"  (ties: {record[key + '_worst']:.4f} to {record[key + '_best']:.4f})"
         rows.append((key, text))
@@ -166,7 +190,8 @@ def _unit_only_rows(record: dict[str, Any], units: Any, shown: set[str]) -> list
     rows = []
     for metric in names:
         low, high = _interval_of(record, metric)  # type: ignore[misc]
-        rows.append((metric, f"{float(values[metric][0]):.4f} [{low:.4f}, {high:.4f}]"))
+        note = interval_notes_of(record).get(metric)
+        rows.append((metric, f"{float(values[metric][0]):.4f} [{low:.4f}, {high:.4f}]" + (f"  ({note})" if note else "")))
     return rows
 
 
@@ -179,8 +204,14 @@ def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
         return (f"  (no intervals: resampling is off (--resamples 0 or VSBENCH_RESAMPLES=0); "
                 f"{len(units):,} {PLURAL.get(units.kind, units.kind)} scored)")
     clustered = f" in {units.cluster_index()[1]:,} groups, each drawn whole" if units.clusters is not None else ""
-    return (f"  [low, high]: {resampling.percent}% interval, percentile bootstrap over the {len(units):,} "
-            f"{PLURAL.get(units.kind, units.kind)}{clustered} ({resampling.resamples} resamples, seed {resampling.seed})")
+    kinds = PLURAL.get(units.kind, units.kind)
+    line = (f"  [low, high]: {resampling.percent}% interval, percentile bootstrap over the {len(units):,} "
+            f"{kinds}{clustered} ({resampling.resamples} resamples, seed {resampling.seed})")
+    if any(entry.get("exact") for entry in _unit_entries(record).values()):
+        from vsbench.stats.records import EXACT_WORDS
+
+        line += f"; a proportion of independent {kinds} (an accuracy): {EXACT_WORDS}"
+    return line
 
 
 def _report(title: str, record: dict[str, Any], output: Path, units: Any = None, resampling: Any = None) -> None:
@@ -211,18 +242,25 @@ def _add_units(record: dict[str, Any], units: Any, resampling: Any, output: Path
     ``part`` when given), write the unit file beside ``output`` and name it in the record (``units``:
     its path and sha256; with parts, one entry per part)."""
     from vsbench.io.ids import release_memory
-    from vsbench.stats.compare import interval_fields, intervals
+    from vsbench.stats.compare import interval_fields, interval_notes, intervals
+    from vsbench.stats.proportions import CLOPPER_PEARSON
 
     target = record[part] if part and isinstance(record.get(part), dict) else record
     _add_unit_values(target, units)
+    extra: dict[str, Any] = {}
     if resampling.enabled:
-        target.update(interval_fields(intervals(units, resampling), resampling.percent))
+        found = intervals(units, resampling)
+        target.update(interval_fields(found, resampling.percent))
+        if notes := interval_notes(found):  # printed beside each interval, tagged interval_note.<metric>
+            extra["notes"] = notes
+        if exact := [m for m, interval in found.items() if interval.method == CLOPPER_PEARSON]:
+            extra["exact"] = exact
         units.forget()  # the statistics' sorted copies: the file is written from the columns alone
         release_memory()
     path = units_path_for(output) if not part else output.with_name(f"{output.stem}.units.{part}.parquet")
     with user_errors():
         sha256 = units.write(path)
-    entry = {"path": str(path), "sha256": sha256}
+    entry = {"path": str(path), "sha256": sha256, **extra}
     if part:
         record.setdefault("units", {})[part] = entry
     else:

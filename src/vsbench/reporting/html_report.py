@@ -54,7 +54,8 @@ th { font-weight: 600; vertical-align: bottom; }
 th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; font-family: monospace; }
 td.best { background: #d8f0d8; font-weight: bold; }
 td.same { background: #eef7ee; }
-span.ci { display: block; color: #555; font-size: 0.85em; }
+span.ci { display: block; color: #555; font-size: 0.85em; white-space: nowrap; }
+span.ci-note { display: block; color: #8a5a00; font-size: 0.8em; }
 td.missing { color: #999; }
 td a.run-link { color: inherit; text-decoration: none; border-bottom: 1px dotted #888; }
 td.provenance { text-align: left; font-size: 0.85em; color: #444; }
@@ -265,6 +266,9 @@ def _html_cell(cell: Cell | None) -> str:
     if cell is None:
         return '<td class="missing">-</td>'
     interval = f' <span class="ci">{html.escape(cell.interval)}</span>' if cell.interval else ""
+    if cell.interval and cell.note:  # issue 55: a weak interval says so beside itself
+        interval += f' <span class="ci-note">({html.escape(cell.note)})</span>'
+
     if cell.best:
         return f'<td class="best">{_link(cell.text + " *", cell.run_id, cell.experiment_id)}{interval}</td>'
     title = f' title="{html.escape(_test_words(cell))}"' if cell.test else ""

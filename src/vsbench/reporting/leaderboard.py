@@ -20,6 +20,7 @@ from vsbench.reporting.runs import (
     runs_by_id,
 )
 from vsbench.reporting.significance import UnitsReader, format_p, split_intervals
+from vsbench.stats.names import NOTE_TAG
 from vsbench.stats.resample import Resampling
 
 
@@ -51,7 +52,8 @@ def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None
                                "runs": 1, "run_id": record.run_id, "start_time": record.start_time,
                                "experiment_id": record.experiment_id, "low": float(low), "high": float(high),
                                "units_run_id": record.units_run_id, "p_value": math.nan, "test": "",
-                               "indistinguishable": False, "diff_low": math.nan, "diff_high": math.nan}
+                               "indistinguishable": False, "diff_low": math.nan, "diff_high": math.nan,
+                               "note": record.tags.get(f"{NOTE_TAG}{metric}", "")}
     frame = pd.DataFrame(list(latest.values()), columns=LEADERBOARD_COLUMNS)
     if frame.empty:
         return frame
@@ -120,6 +122,7 @@ class Cell:
     indistinguishable: bool = False
     p_value: float = math.nan
     test: str = ""
+    note: str = ""  # the interval's edge note (few units, zero width, resamples left out), "" for none
 
     @property
     def mark(self) -> str:
@@ -148,7 +151,7 @@ def _cell(row: Any) -> Cell:
     get = row._asdict().get
     return Cell(format_value(row.value), bool(row.best), row.run_id, row.experiment_id, float(row.value),
                 float(get("low", math.nan)), float(get("high", math.nan)), bool(get("indistinguishable", False)),
-                float(get("p_value", math.nan)), str(get("test", "") or ""))
+                float(get("p_value", math.nan)), str(get("test", "") or ""), str(get("note", "") or ""))
 
 
 def _text_table(rows: list[list[str]], left: tuple[int, ...] = (0,)) -> str:

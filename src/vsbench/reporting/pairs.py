@@ -31,7 +31,7 @@ from vsbench.reporting.significance import (
 )
 from vsbench.stats.compare import Difference
 from vsbench.tracking.evaluations import BENCHMARK_TAG, EVALUATION_STEP, LOWER_TAG
-from vsbench.tracking.names import is_summary_metric, lower_is_better
+from vsbench.tracking.names import is_summary_metric, lower_is_better, note_metric
 from vsbench.tracking.provenance import STEP_TAG
 from vsbench.tracking.units import TOLERANCE
 
@@ -46,6 +46,9 @@ class MetricPair:
     second_interval: tuple[float, float]
     difference: Difference | None  # None: no unit files for it in one of the runs
     note: str = ""
+    # Each run's interval note (issue 55: few units, zero width, resamples left out), from its tag
+    # ``interval_note.<metric>`` (an ABID parent's: its score step's); "" for none.
+    interval_notes: tuple[str, str] = ("", "")
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"metric": self.metric, "higher_is_better": self.higher_is_better,
@@ -59,6 +62,9 @@ class MetricPair:
             out["difference"] = _number(self.second - self.first)
         if self.note:
             out["note"] = self.note
+        for side, text in zip(("first", "second"), self.interval_notes):
+            if text:
+                out[f"{side}_interval_note"] = text
         return out
 
 
@@ -119,6 +125,7 @@ def compare_runs(reader: UnitsReader, first_run_id: str, second_run_id: str,
         bounds_a = {**split_intervals(reader.run(units_a).data.metrics)[1], **bounds_a}
     if units_b and units_b != second_run_id:
         bounds_b = {**split_intervals(reader.run(units_b).data.metrics)[1], **bounds_b}
+    notes_a, notes_b = _interval_notes(reader, first, units_a), _interval_notes(reader, second, units_b)
     _same_benchmark(reader, first, second, units_a, units_b)
     shared = [m for m in values_a if m in values_b and (metrics is None or m in metrics)]
     if metrics:
@@ -140,13 +147,22 @@ def compare_runs(reader: UnitsReader, first_run_id: str, second_run_id: str,
             _shown(metric, second_run_id, float(values_b[metric]), difference.second)
         note = "" if difference is not None else "no unit files for it in both runs: no test"
         rows.append(MetricPair(metric, _higher(metric, second), float(values_a[metric]), float(values_b[metric]),
-                               bounds_a.get(metric, nan2), bounds_b.get(metric, nan2), difference, note))
+                               bounds_a.get(metric, nan2), bounds_b.get(metric, nan2), difference, note,
+                               (notes_a.get(metric, ""), notes_b.get(metric, ""))))
     if any(r.difference is not None and not r.difference.paired for r in rows):
         why = ("the two runs scored other data (data digests differ)" if not reader.same_data(units_a, units_b)
                else "the two runs scored different units")
         notes.append(f"unpaired: {why}; each run bootstrapped on its own")
     notes += [f"unit files refused: {why}" for why in reader.refused.values()]
     return RunPair(first_run_id, second_run_id, _label(first), _label(second), rows, notes)
+
+
+def _interval_notes(reader: UnitsReader, run: Any, units_run: str) -> dict[str, str]:
+    """metric -> the run's interval note (its tags; an ABID parent's score step's beside its own)."""
+    tags = dict(run.data.tags)
+    if units_run and units_run != run.info.run_id:
+        tags = {**reader.run(units_run).data.tags, **tags}
+    return {metric: text for tag, text in tags.items() if (metric := note_metric(tag))}
 
 
 class CompareRefused(LookupError):
@@ -199,8 +215,9 @@ def render_pair(pair: RunPair) -> str:
     for row in pair.metrics:
         better = "higher" if row.higher_is_better else "lower"
         lines.append(f"{row.metric} ({better} is better)")
-        lines.append(f"  first   {format_interval(row.first, *row.first_interval)}")
-        lines.append(f"  second  {format_interval(row.second, *row.second_interval)}")
+        for side, value, interval, note in (("first ", row.first, row.first_interval, row.interval_notes[0]),
+                                            ("second", row.second, row.second_interval, row.interval_notes[1])):
+            lines.append(f"  {side}  {format_interval(value, *interval)}" + (f"  ({note})" if note else ""))
         if row.difference is not None:
             lines.append(f"  second - first  {difference_line(row.difference)}")
             lines.append(f"  verdict  {verdict_line(row.difference, row.higher_is_better)}")
@@ -228,14 +245,20 @@ def pair_table(pair: RunPair) -> str:
                      f"<td>{html.escape(mcnemar)}</td>"
                      f"<td>{html.escape(verdict_line(d, row.higher_is_better))}</td>")
         rows.append(f'<tr data-metric="{html.escape(row.metric)}"><td>{html.escape(row.metric)}</td>'
-                    f"<td>{html.escape(format_interval(row.first, *row.first_interval))}</td>"
-                    f"<td>{html.escape(format_interval(row.second, *row.second_interval))}</td>{cells}</tr>")
+                    f"<td>{_with_note(format_interval(row.first, *row.first_interval), row.interval_notes[0])}</td>"
+                    f"<td>{_with_note(format_interval(row.second, *row.second_interval), row.interval_notes[1])}</td>"
+                    f"{cells}</tr>")
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in pair.notes)
     notes += _sheet_link(pair)
     return (f'<h3>{html.escape(pair.second_label)} minus {html.escape(pair.first_label)}</h3>'
             '<table class="pair"><thead><tr><th>metric</th><th>first [95% interval]</th>'
             "<th>second [95% interval]</th><th>difference</th><th>95% interval</th><th>p</th><th>test</th>"
             f"<th>McNemar (first only / second only)</th><th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{notes}")
+
+
+def _with_note(text: str, note: str) -> str:
+    """A value and interval, escaped, with the interval's note beside it (issue 55)."""
+    return html.escape(text) + (f' <span class="ci-note">({html.escape(note)})</span>' if note else "")
 
 
 def _sheet_link(pair: RunPair) -> str:

@@ -1,7 +1,9 @@
 """Intervals and comparisons over per-unit outcomes: what every headline number and every gap carries.
 
 * :func:`intervals`: each metric's 95% percentile bootstrap interval over the units (over clusters
-  of units where the units name one), seeded, all metrics from the same draws.
+  of units where the units name one), seeded, all metrics from the same draws; a proportion of
+  independent units (an accuracy) gets Clopper-Pearson's exact interval instead, and every interval
+  carries the one-line note it owes when it is weak (:mod:`vsbench.stats.proportions`).
 * :func:`compare`: two evaluations of the same units (the same ids) are compared *paired*: the
   difference (second minus first) and its interval from a paired bootstrap (the same resampled units
   for both runs, each run keeping its own scores). Two evaluations of different units are compared
@@ -42,6 +44,14 @@ from typing import Any
 import numpy as np
 
 from vsbench.stats.names import interval_field
+from vsbench.stats.proportions import (
+    BOOTSTRAP,
+    CLOPPER_PEARSON,
+    clopper_pearson,
+    edge_note,
+    proportion_counts,
+    units_behind,
+)
 from vsbench.stats.resample import Resampling, count_blocks, percentile_interval
 from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import Units, UnitsError, groups_of
@@ -52,9 +62,21 @@ ALPHA = 0.05
 
 @dataclass(frozen=True)
 class Interval:
+    """A metric's interval, how it was made, and the line it owes a reader (:attr:`note`)."""
+
     metric: str
     low: float
     high: float
+    method: str = BOOTSTRAP  # or CLOPPER_PEARSON for a proportion of independent units
+    units: int = 0  # the independent draws it rests on (0: not known)
+    dropped: int = 0  # bootstrap replicates left out (the metric undefined on them)
+    resamples: int = 0
+    kind: str = "unit"
+
+    @property
+    def note(self) -> str:
+        """One line when the interval is weak (few units, zero width, replicates left out), else ""."""
+        return edge_note(self.kind, self.units, self.low, self.high, self.dropped, self.resamples)
 
 
 @dataclass(frozen=True)
@@ -109,11 +131,33 @@ def replicates(units: Units, resampling: Resampling, metrics: list[str] | None =
 
 
 def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, Interval]:
-    """Each metric's percentile interval (NaN bounds when intervals are off)."""
+    """Each metric's interval (NaN bounds when intervals are off): Clopper-Pearson for a proportion of
+    independent units (:mod:`vsbench.stats.proportions` says why), else the percentile bootstrap, all
+    bootstrapped metrics from the same draws. Each carries what its edge note needs."""
+    specs = _specs(units, metrics)
     if not resampling.enabled:
-        return {m: Interval(m, math.nan, math.nan) for m in _specs(units, metrics)}
-    return {m: Interval(m, *percentile_interval(v, resampling.confidence))
-            for m, v in replicates(units, resampling, metrics).items()}
+        return {m: Interval(m, math.nan, math.nan) for m in specs}
+    out: dict[str, Interval] = {}
+    booted = []
+    for m, spec in specs.items():
+        counts = proportion_counts(units, spec)
+        if counts is None:
+            booted.append(m)
+            continue
+        low, high = clopper_pearson(*counts, resampling.confidence)
+        out[m] = Interval(m, low, high, CLOPPER_PEARSON, counts[1], kind=units.kind)
+    if booted:
+        for m, v in replicates(units, resampling, booted).items():
+            out[m] = Interval(m, *percentile_interval(v, resampling.confidence), BOOTSTRAP,
+                              units_behind(units, specs[m]), int(np.count_nonzero(np.isnan(v))), int(v.size),
+                              units.kind)
+    return {m: out[m] for m in specs}
+
+
+def interval_notes(found: dict[str, Interval]) -> dict[str, str]:
+    """Each metric's edge note, for those that have one (printed, tagged ``interval_note.<metric>``,
+    reported beside the interval)."""
+    return {m: interval.note for m, interval in found.items() if interval.note}
 
 
 def interval_fields(found: dict[str, Interval], percent: int = 95) -> dict[str, float]:

@@ -24,3 +24,13 @@ def interval_name(name: str) -> tuple[str, str] | None:
     of the names :func:`interval_field` makes."""
     found = INTERVAL_NAME.match(name)
     return (found["metric"], found["side"]) if found else None
+
+
+# An interval's edge note (fewer than ~20 units, zero width, replicates left out) as a plain MLflow
+# tag on the run that logged the interval: ``interval_note.uap`` (docs/intervals.md).
+NOTE_TAG = "interval_note."
+
+
+def note_metric(tag: str) -> str | None:
+    """``uap`` for the tag ``interval_note.uap``; None for any other tag."""
+    return tag[len(NOTE_TAG):] or None if tag.startswith(NOTE_TAG) else None

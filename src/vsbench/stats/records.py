@@ -16,13 +16,14 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vsbench.stats.compare import interval_fields, intervals
+from vsbench.stats.compare import interval_fields, interval_notes, intervals
 from vsbench.stats.names import interval_name
+from vsbench.stats.proportions import CLOPPER_PEARSON, PLURAL
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units
 
 UNITS_DIR = "units"
-PLURAL = {"query": "queries", "question": "questions", "pair": "pairs", "seed": "seeds"}
+EXACT_WORDS = "exact Clopper-Pearson interval, which covers near 0 and 1 (docs/intervals.md)"
 
 
 def unit_file_name(benchmark: str, record: Mapping[str, Any], index: int) -> str:
@@ -38,7 +39,9 @@ def unit_file_name(benchmark: str, record: Mapping[str, Any], index: int) -> str
 def add_intervals(benchmark: str, records: Sequence[MutableMapping[str, Any]], units: Sequence[Units | None],
                   out: Path, resampling: Resampling | None = None) -> list[dict[str, Any] | None]:
     """Intervals into ``records`` (in place) and unit files under ``out/units``; one entry per record
-    (``file`` relative to ``out``, ``sha256``, ``kind``, ``units``, ``metrics``, ``ci``), None where the
+    (``file`` relative to ``out``, ``sha256``, ``kind``, ``units``, ``metrics``, ``ci``, and ``notes``:
+    metric -> its interval's edge note, where one has any; ``exact``: the metrics whose interval is
+    Clopper-Pearson's, where any), None where the
     benchmark gave no units. Intervals off (``VSBENCH_RESAMPLES=0``) still writes the units: a later
     comparison needs them, not the intervals."""
     resampling = resampling or Resampling.from_env()
@@ -50,13 +53,19 @@ def add_intervals(benchmark: str, records: Sequence[MutableMapping[str, Any]], u
             continue
         metrics = [m for m in unit.metrics if m in record]
         started = time.perf_counter()
+        notes: dict[str, str] = {}
+        exact: list[str] = []
         if resampling.enabled and metrics:
-            record.update(interval_fields(intervals(unit, resampling, metrics), resampling.percent))
+            found = intervals(unit, resampling, metrics)
+            record.update(interval_fields(found, resampling.percent))
+            notes = interval_notes(found)
+            exact = [m for m, interval in found.items() if interval.method == CLOPPER_PEARSON]
         seconds = time.perf_counter() - started
         name = unit_file_name(benchmark, record, index)
         sha256 = unit.write(Path(out) / UNITS_DIR / name)
         entries.append({"file": f"{UNITS_DIR}/{name}", "sha256": sha256, "kind": unit.kind, "units": len(unit),
-                        "metrics": metrics, "ci": resampling.params(), "seconds": round(seconds, 3)})
+                        "metrics": metrics, "ci": resampling.params(), "seconds": round(seconds, 3),
+                        **({"notes": notes} if notes else {}), **({"exact": exact} if exact else {})})
         if unit.clusters is not None:  # drawn in groups (issue 55): the heading says how many
             entries[-1]["groups"] = unit.cluster_index()[1]
     return entries
@@ -104,13 +113,17 @@ def interval_lines(records: Sequence[Mapping[str, Any]], entries: Sequence[Mappi
         over += f" in {first['groups']} groups, each drawn whole"
     lines.append(f"{percent}% intervals: {ci.get('ci_method')} over {over}, "
                  f"{ci.get('ci_resamples')} resamples, seed {ci.get('ci_seed')}")
+    if any(entry.get("exact") for _, entry in shown):
+        lines.append(f"  (a proportion of independent {kinds}, such as an accuracy: {EXACT_WORDS})")
     rows = []
     for record, entry in shown:
         variant = " · ".join(str(v) for v in record.values() if isinstance(v, str)) or "-"
         for metric in entry.get("metrics", []):
             low, high = record.get(f"{metric}_ci{percent}_low"), record.get(f"{metric}_ci{percent}_high")
             if isinstance(record.get(metric), (int, float)):
-                rows.append((variant, metric, format_interval(float(record[metric]), low, high)))
+                note = (entry.get("notes") or {}).get(metric, "")
+                rows.append((variant, metric, format_interval(float(record[metric]), low, high)
+                             + (f"  ({note})" if note and low is not None else "")))
     width_v = max((len(r[0]) for r in rows), default=0)
     width_m = max((len(r[1]) for r in rows), default=0)
     lines += [f"  {v.ljust(width_v)}  {m.ljust(width_m)}  {text}" for v, m, text in rows]

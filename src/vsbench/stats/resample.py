@@ -68,7 +68,9 @@ class Resampling:
         if not self.enabled:
             return {"ci_method": "off"}
         return {"ci_method": "percentile bootstrap", "ci_resamples": str(self.resamples), "ci_seed": str(self.seed),
-                "ci_level": f"{self.confidence:g}"}
+                "ci_level": f"{self.confidence:g}",
+                # issue 55: a proportion of independent units (an accuracy) gets the exact interval instead
+                "ci_proportions": "Clopper-Pearson"}
 
     @classmethod
     def from_env(cls, resamples: int | None = None, seed: int | None = None) -> Resampling:

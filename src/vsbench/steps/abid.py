@@ -18,6 +18,7 @@ from vsbench.io.locks import output_lock
 from vsbench.io.storage import atomic_write_json
 from vsbench.platform.trainjob import JOB_ENV, TrainJobRequest, check_request, choose_engine, run_trainjob
 from vsbench.steps.base import StepResult, finish, numbers, sharded
+from vsbench.tracking.names import NOTE_TAG
 from vsbench.tracking.provenance import download_tags, public_endpoint
 from vsbench.tracking.runs import Tracker, child_run, log_to_parent, parent_tracker
 
@@ -379,7 +380,9 @@ def abid_score_step(
         metrics["verification_always_yes_accuracy"] = float((verify_truth == 1).mean()) if verify_truth.size else 0.0
         metrics["quantity_num_examples"] = float(quantity.num_examples)
         units = _score_units(files, answers, truths)
-        metrics.update(_interval_metrics(units, resampling))
+        interval_values, notes = _interval_metrics(units, resampling)
+        metrics.update(interval_values)
+        tracker.set_tags({f"{NOTE_TAG}{metric}": note for metric, note in notes.items()})  # issue 55: weak intervals say so
         folder = units_dir or (str(Path(manifest_path).parent) if manifest_path else "")
         written = _write_units(units, folder)
         tracker.log_unit_files({path: sha256 for path, sha256 in written.items()})
@@ -412,7 +415,7 @@ def abid_score_step(
                                                 **({"failures": sheets[Path(path).name]} if Path(path).name in sheets
                                                    else {})}
                               for path, sha256 in written.items()},
-                    "intervals": resampling.params()}
+                    "intervals": resampling.params(), **({"interval_notes": notes} if notes else {})}
         return finish(tracker, StepResult(tasks, metrics, manifest), manifest_path, "score.json", started,
                       tracked=[*(k for k in metrics if k not in linked), "step_seconds"])
 
@@ -452,15 +455,19 @@ def _failure_sheets(files: dict[str, Path], answers: dict[str, Any], truths: dic
     return {UNIT_FILES[task]: entry for task, entry in made.items()}
 
 
-def _interval_metrics(units: dict[str, Any], resampling) -> dict[str, float]:
-    """``<metric>_ci95_low/_high`` of every metric the unit files recompute (none when intervals are off)."""
-    from vsbench.stats.compare import interval_fields, intervals
+def _interval_metrics(units: dict[str, Any], resampling) -> tuple[dict[str, float], dict[str, str]]:
+    """``<metric>_ci95_low/_high`` of every metric the unit files recompute (none when intervals are off),
+    and each weak interval's one-line note (fewer than 20 questions, zero width: docs/intervals.md)."""
+    from vsbench.stats.compare import interval_fields, interval_notes, intervals
 
     out: dict[str, float] = {}
+    notes: dict[str, str] = {}
     if resampling.enabled:
         for task_units in units.values():
-            out.update(interval_fields(intervals(task_units, resampling), resampling.percent))
-    return out
+            found = intervals(task_units, resampling)
+            out.update(interval_fields(found, resampling.percent))
+            notes.update(interval_notes(found))
+    return out, notes
 
 
 def _write_units(units: dict[str, Any], folder: str) -> dict[str, str]:

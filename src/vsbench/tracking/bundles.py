@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from vsbench.io.inputs import InputError, _env_int, human_bytes, parse_json, quote, read_text
 from vsbench.tracking.evaluations import Evaluation
+from vsbench.tracking.names import NOTE_TAG
 from vsbench.tracking.provenance import MLFLOW_GIT_COMMIT_TAG
 
 DIGEST_TAG = "vsbench.bundle.digest"  # on the MLflow run made from a bundle: the bundle's content digest
@@ -138,22 +139,32 @@ class Bundle(_Strict):
     @field_validator("tags")
     @classmethod
     def _own_tags(cls, tags: dict[str, str]) -> dict[str, str]:
-        """Only the tags vsbench writes (``vsbench.*`` and the git commit): a bundle may not set
-        MLflow's system tags (``mlflow.parentRunId`` would hang a run under someone's pipeline run)."""
+        """Only the tags vsbench writes (``vsbench.*``, an interval's ``interval_note.<metric>`` and the git
+        commit): a bundle may not set MLflow's system tags (``mlflow.parentRunId`` would hang a run under
+        someone's pipeline run)."""
         for key in tags:
-            if not key.startswith("vsbench.") and key != MLFLOW_GIT_COMMIT_TAG:
-                raise ValueError(f"tag {quote(key)} is not one vsbench writes (vsbench.* or {MLFLOW_GIT_COMMIT_TAG})")
+            if not key.startswith(("vsbench.", NOTE_TAG)) and key != MLFLOW_GIT_COMMIT_TAG:
+                raise ValueError(f"tag {quote(key)} is not one vsbench writes (vsbench.*, {NOTE_TAG}<metric> or "
+                                 f"{MLFLOW_GIT_COMMIT_TAG})")
         return tags
 
+    def _left_out(self) -> dict[str, Any]:
+        """Fields written only when set: ``evaluations`` (issue 38) and their ``interval_notes`` (issue
+        55), so a bundle without them is written, and digested, as before (and a reader from before
+        reads it)."""
+        if not self.evaluations:
+            return {"evaluations": True}
+        if not any(e.interval_notes for e in self.evaluations):
+            return {"evaluations": {"__all__": {"interval_notes"}}}
+        return {}
+
     def as_file(self) -> dict[str, Any]:
-        """What the file holds: no ``evaluations`` key when there are none, so a bundle without them is
-        written as before issue 38 (and a reader from before reads it)."""
-        return self.model_dump(exclude=set() if self.evaluations else {"evaluations"})
+        """What the file holds (:meth:`_left_out`)."""
+        return self.model_dump(exclude=self._left_out())
 
     def content(self) -> dict[str, Any]:
         """What the digest covers: all that decides the run's content."""
-        return self.model_dump(exclude={"uploaded", "digest", "tracking_uri",
-                                        *(() if self.evaluations else ("evaluations",))})
+        return self.model_dump(exclude={"uploaded": True, "digest": True, "tracking_uri": True, **self._left_out()})
 
 
 def sealed_bundle(**fields: Any) -> Bundle:

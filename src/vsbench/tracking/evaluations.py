@@ -60,7 +60,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from vsbench.tracking.names import SEPARATOR, interval_name, lower_is_better, safe_part, summary_metric
+from vsbench.tracking.names import NOTE_TAG, SEPARATOR, interval_name, lower_is_better, safe_part, summary_metric
 from vsbench.tracking.provenance import KFP_RUN_TAG, PARENT_TAG, PIPELINE_TAG, RUN_KEY_TAG, SOURCE_TAG, STEP_TAG
 from vsbench.tracking.views import column, evaluations_key, leaderboard_key, save_shared_view
 
@@ -231,6 +231,9 @@ class Evaluation(BaseModel):
     # patch_pairs' easy_diffseq ... are rows of one model's evaluation, "mean" its headline).
     split_field: Annotated[str, StringConstraints(max_length=100)] = ""
     headline_split: Annotated[str, StringConstraints(max_length=100)] = ""
+    # metric -> its interval's edge note (issue 55: few units, zero width, replicates left out), the
+    # run's plain tag ``interval_note.<metric>``; empty when every interval is sound.
+    interval_notes: dict[Short, Text] = Field(default_factory=dict)
 
     @property
     def split(self) -> str:
@@ -329,7 +332,8 @@ class Evaluation(BaseModel):
                 LOWER_TAG: ",".join(self.lower_is_better), HEADLINE_TAG: self.headline,
                 HEADLINE_VALUE_TAG: headline_text(self.metrics, self.headline),
                 **({SPLIT_TAG: self.split, HEADLINE_SPLIT_TAG: self.headline_split} if self.split else {}),
-                **({"vsbench.baseline": self.baseline} if self.baseline else {})}
+                **({"vsbench.baseline": self.baseline} if self.baseline else {}),
+                **{f"{NOTE_TAG}{metric}": note for metric, note in self.interval_notes.items()}}
 
     def key(self) -> str:
         """Its key under one parent run (a re-upload completes the run it made, never a second one)."""
@@ -422,7 +426,9 @@ def evaluations_of(benchmark: str, records: Sequence[Mapping[str, Any]], embedde
             units_file=str((unit or {}).get("path") or "")[:6000], units_sha256=str((unit or {}).get("sha256") or ""),
             split_field=split_field if split_field in variant else "", headline_split=headline_split,
             failures={str(path)[:6000]: str(sha)[:64] for path, sha in
-                      (failures[index] if index < len(failures) else {}).items()}))
+                      (failures[index] if index < len(failures) else {}).items()},
+            interval_notes={_metric_name(str(m)): str(note)[:5000] for m, note in ((unit or {}).get("notes") or {}).items()
+                            if _metric_name(str(m)) in metrics}))
     return evaluations
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from vsbench.stats.names import INTERVAL_NAME, interval_name  # noqa: F401 - read back by the reports
+from vsbench.stats.names import INTERVAL_NAME, NOTE_TAG, interval_name, note_metric  # noqa: F401 - read back by the reports
 
 SEPARATOR = "__"
 # A parent run's own copy of its best evaluation's headline metrics (``best.disc.uap``, issue 57): so
