@@ -155,3 +155,25 @@ def test_weak_intervals_say_so_in_the_table_and_on_the_evaluation_run(tmp_path: 
     first, second = evaluations_of("disc", records, Embedder(model="m"), run_params={}, units=units)
     assert first.tags()["interval_note.uap"] == dropped
     assert second.tags()["interval_note.accuracy_at_1"] == entries[1]["notes"]["accuracy_at_1"]
+
+
+def test_the_printed_interval_block_fits_100_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 57: the heading (groups drawn whole, the exact interval's words) and a row's edge note
+    wrap within 100 columns when `similarity run` prints them, every word whole."""
+    from vsbench.benchmarks.disc.units import copy_detection_units
+    from vsbench.cli.similarity import _print_similarity_table
+    from vsbench.io.terminal import too_wide
+
+    n = 200
+    queries = np.array([f"q{i}" for i in range(n)])
+    refs = np.array([f"r{i // 5}" for i in range(n)])
+    rare = copy_detection_units(queries, refs, np.random.default_rng(5).random(n), queries[:2],
+                                np.array(["r0", "r0"]), queries=queries)
+    record = {"codec": "PCAW64,L2norm,IVF1024,PQ32x8,RFlat", "uap": 1.0, "accuracy_at_1": 1.0,
+              "recall_at_p90": 1.0}
+    entries = add_intervals("disc", [record], [rare], tmp_path, Resampling(200, 0))
+    _print_similarity_table(tmp_path, {"records": [record], "units": entries})
+    printed = capsys.readouterr().out
+    block = printed[printed.index("95% intervals"):]
+    assert too_wide(block) == [], block
+    assert "resamples left out" in " ".join(block.split())

@@ -173,7 +173,9 @@ def print_record(title: str, record: dict[str, Any], units: Any = None, resampli
         typer.echo(f"  {key:<{width}}  {text}")
     if ranges:
         typer.echo("  (ties: the range over every order of tied scores; the value is the original's order)")
-    typer.echo(_interval_note(record, units, resampling))
+    from vsbench.io.terminal import wrap_lines
+
+    typer.echo(wrap_lines(_interval_note(record, units, resampling)))  # within 100 columns (issue 57)
 
 
 def _unit_only_rows(record: dict[str, Any], units: Any, shown: set[str]) -> list[tuple[str, str]]:

@@ -463,8 +463,11 @@ def _print_similarity_table(out: Path, manifest: dict) -> None:
             typer.echo(f"... {len(records) - TABLE_ROWS} more records in metrics.json")
     if table is not None:
         typer.echo(f"table: {table} ({rows} rows, not printed: more than {TABLE_ROWS})")
-    for line in interval_lines(records[:TABLE_ROWS], (manifest.get("units") or [])[:TABLE_ROWS]):
-        typer.echo(line)
+    lines = interval_lines(records[:TABLE_ROWS], (manifest.get("units") or [])[:TABLE_ROWS])
+    if lines:  # within 100 columns (issue 57): a long note or heading wraps under its own line
+        from vsbench.io.terminal import wrap_lines
+
+        typer.echo(wrap_lines("\n".join(lines)))
     typer.echo(f"metrics: {out / 'metrics.json'}")
 
 
