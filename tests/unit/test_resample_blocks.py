@@ -28,3 +28,22 @@ def test_count_blocks_leave_the_stream_where_one_draw_does() -> None:
     list(count_blocks(9, 7, rng, rows=3))
     expected.integers(0, 9, (7, 9))
     assert np.array_equal(rng.integers(0, 1000, 5), expected.integers(0, 1000, 5))
+
+
+@pytest.mark.parametrize("run", [1, 3, 1 << 16])
+def test_cluster_numbers_are_numpy_uniques(monkeypatch: pytest.MonkeyPatch, run: int) -> None:
+    """What is resampled is each cluster's place among the sorted labels (``np.unique``'s inverse):
+    ``sorted_codes`` must number them the same, across its runs of the sorted order."""
+    import vsbench.stats.units as units_module
+
+    monkeypatch.setattr(units_module, "_RUN", run)
+    rng = np.random.default_rng(5)
+    pool = np.array(["", "a", "A", "ab", "b", "unit:Q000001", "source:R1", "source:R10", "\u00e9", "z\u00e9"])
+    for n in (0, 1, 2, 7, 40, 301):
+        labels = pool[rng.integers(0, pool.size, n)]
+        index, distinct = units_module.sorted_codes(labels)
+        expected, inverse = np.unique(labels, return_inverse=True)
+        assert np.array_equal(index, inverse.ravel()) and distinct == expected.size
+    clustered = units_module.Units("query", "copy-detection", np.array(["q0", "q1", "q2"]), {}, {},
+                                   np.array(["source:b", "unit:q1", "source:b"], dtype=object))
+    assert [a.tolist() if hasattr(a, "tolist") else a for a in clustered.cluster_index()] == [[0, 1, 0], 2]
