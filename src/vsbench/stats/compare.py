@@ -124,7 +124,8 @@ def replicates(units: Units, resampling: Resampling, metrics: list[str] | None =
     cluster, n_clusters = units.cluster_index()
     parts: dict[str, list[np.ndarray]] = {m: [] for m in specs}
     for counts in count_blocks(n_clusters, resampling.resamples, resampling.seed, width=len(units)):
-        values = evaluate(units, counts[:, cluster], specs)
+        # a unit its own cluster: the counts are the units' weights as drawn, no (B, units) copy (issue 54)
+        values = evaluate(units, counts if units.clusters is None else counts[:, cluster], specs)
         for metric, v in values.items():
             parts[metric].append(v)
     return {m: np.concatenate(v) for m, v in parts.items()}

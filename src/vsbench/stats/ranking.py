@@ -52,14 +52,18 @@ class RankedPositives:
         """Replicates evaluated together: bounded (positives, groups, units) x replicates arrays."""
         return max(1, BLOCK_CELLS // max(self.size, self.before.shape[0], self.n_units, 1))
 
-    def block(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For float64 ``weights (B, units)``, each ``(P, B)``: each positive's weight, the weight of the
-        positives ranked before it, and the weight of the negatives ranked before it."""
-        columns = np.ascontiguousarray(weights.T)  # (units, B): the layout a sparse product streams
+    def block(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For float64 ``columns (units, B)`` (:func:`_columns`: a block of weights transposed), each
+        ``(P, B)``: each positive's weight, the weight of the positives ranked before it, and the
+        weight of the negatives ranked before it. Cumulative sums in place (issue 54: each
+        ``(P, B)`` temporary is 10.6 MiB at 666k positives); the same sums, so the same bits."""
         if self.before.shape[0]:
-            negatives = np.cumsum(self.before @ columns, axis=0)[self.group]
+            product = self.before @ columns
+            np.cumsum(product, axis=0, out=product)
+            negatives = product[self.group]
+            del product
         else:
-            negatives = np.zeros((0, weights.shape[0]))
+            negatives = np.zeros((0, columns.shape[1]))
         own = columns[self.owner]
         positives_before = np.cumsum(own, axis=0)
         positives_before -= own
@@ -106,6 +110,15 @@ def _weights(weights: np.ndarray, n_units: int) -> np.ndarray:
     if w.ndim != 2 or w.shape[1] != n_units:
         raise UnitsError(f"weights of shape {w.shape} for {n_units} units")
     return w
+
+
+def _columns(weights: np.ndarray) -> np.ndarray:
+    """A block of weights ``(B, units)`` as float64 ``(units, B)``, the layout a sparse product streams,
+    converted and transposed in one copy (issue 54: a float64 copy and then its transpose held two
+    16 MiB arrays at 1M units)."""
+    out = np.empty((weights.shape[1], weights.shape[0]))
+    out[...] = weights.T
+    return out
 
 
 def _by_column(rows: int, flat_index: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -173,13 +186,22 @@ def _micro_ap_parts(units: Units, weights: np.ndarray, precision: float) -> dict
     recall = np.empty(w_all.shape[0])
     step = ranking.rows_per_block()
     for start in range(0, w_all.shape[0], step):
-        w = np.asarray(w_all[start:start + step], dtype=np.float64)
-        rows = w.shape[0]
-        own, before, negatives = ranking.block(w)
+        columns = _columns(w_all[start:start + step])
+        rows = columns.shape[1]
+        # sums of whole numbers (weights times counts, far under 2**53): exact in any order
+        n_gt = truth @ columns
+        own, before, negatives = ranking.block(columns)
+        del columns
         # copy j of a positive is true positive number before + j, with every tied negative ahead of it;
-        # the first copies, most of the work, in whole arrays, the few later ones by index
+        # the first copies, most of the work, in whole arrays, the few later ones by index. In place
+        # where the next step no longer needs an array (issue 54: (P, B) float64 arrays, 10.6 MiB each)
         found = before + 1.0
-        total = np.where(own >= 1, found / (found + negatives), 0.0).sum(axis=0)
+        precision_one = found + negatives
+        np.divide(found, precision_one, out=precision_one)
+        del found
+        precision_one[own < 1] = 0.0
+        total = precision_one.sum(axis=0)
+        del precision_one
         own, before, negatives = own.ravel(), before.ravel(), negatives.ravel()
         index = np.flatnonzero(own >= 2)
         j = 2
@@ -189,11 +211,18 @@ def _micro_ap_parts(units: Units, weights: np.ndarray, precision: float) -> dict
             j += 1
             index = index[own[index] >= j]
         # precision grows over a positive's copies: its last copy is the one to test, at recall `through`
-        through = before + own
+        through = before
+        through += own
+        negatives += through
         with np.errstate(invalid="ignore", divide="ignore"):
-            reached = (own > 0) & (through / (through + negatives) >= precision)
-        best = np.where(reached, through, 0.0).reshape(-1, rows).max(axis=0, initial=0.0)
-        n_gt = w @ truth
+            np.divide(through, negatives, out=negatives)
+            reached = negatives >= precision
+        del negatives
+        reached &= own > 0
+        through[~reached] = 0.0
+        del reached
+        best = through.reshape(-1, rows).max(axis=0, initial=0.0)
+        del own, before, through
         with np.errstate(invalid="ignore", divide="ignore"):
             uap[start:start + rows] = np.where(n_gt > 0, total / np.where(n_gt > 0, n_gt, 1), np.nan)
             recall[start:start + rows] = np.where(n_gt > 0, best / np.where(n_gt > 0, n_gt, 1), np.nan)
@@ -257,9 +286,11 @@ def copydays_uap(units: Units, weights: np.ndarray) -> np.ndarray:
     out = np.empty(w_all.shape[0])
     step = ranking.rows_per_block()
     for start in range(0, w_all.shape[0], step):
-        w = np.asarray(w_all[start:start + step], dtype=np.float64)
-        rows = w.shape[0]
-        own, before, negatives = (a.ravel() for a in ranking.block(w))
+        columns = _columns(w_all[start:start + step])
+        rows = columns.shape[1]
+        queries = columns.sum(axis=0)  # whole numbers: exact in any order
+        own, before, negatives = (a.ravel() for a in ranking.block(columns))
+        del columns
         total = np.zeros(rows)
         index = np.flatnonzero(own >= 1)
         j = 0
@@ -271,7 +302,6 @@ def copydays_uap(units: Units, weights: np.ndarray) -> np.ndarray:
             total += _by_column(rows, index, (left + right) / 2.0)
             j += 1
             index = index[own[index] >= j + 1]
-        queries = w.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[start:start + rows] = np.where(queries > 0, total / np.where(queries > 0, queries, 1), np.nan)
     return out
