@@ -208,7 +208,7 @@ def test_the_report_links_the_sheet_and_mlflow_shows_it_under_the_evaluation(mlf
         heading = browser.value("[document.querySelector('h1').innerText, document.querySelector('p.run').innerText]",
                                 next(f for f in browser.frames
                                      if browser.value("document.querySelector('p.run') !== null", f)))
-        assert heading[0] == sheet.title and heading[1].startswith(f"MLflow run {run_id} (disc · efficientnet_lite0")
+        assert heading[0] == sheet.title and heading[1] == f"MLflow run {run_id} (efficientnet_lite0-random · Flat · none)"
         html_shot = browser.screenshot(tmp_path / "mlflow-failures-html.png")
 
         browser.open(png)

@@ -216,8 +216,12 @@ def test_the_compare_page_reads_models_by_name_and_intervals_low_then_high(shown
     import urllib.parse
 
     client, browser = shown["client"], shown["browser"]
-    runs = client.search_runs([shown["experiment_id"]], "tags.`vsbench.benchmark` = 'disc' and "
-                              "tags.`vsbench.variant` = 'Flat · none'", order_by=["attributes.start_time DESC"])[:2]
+    # The command's resnet34 run and efficientnet_lite0's last night (picked by model: the nights' two
+    # models share one start time, so an order by time alone ties).
+    runs = [client.search_runs([shown["experiment_id"]], "tags.`vsbench.benchmark` = 'disc' and "
+                               f"tags.`vsbench.variant` = 'Flat · none' and tags.`vsbench.model` = '{model}'",
+                               order_by=["attributes.start_time DESC"])[0]
+            for model in ("resnet34", "efficientnet_lite0")]
     ids = json.dumps([run.info.run_id for run in runs])
     browser.open(f"{client.tracking_uri}/#/compare-runs?runs={urllib.parse.quote(ids)}"
                  f"&experiments={urllib.parse.quote(json.dumps([shown['experiment_id']]))}")

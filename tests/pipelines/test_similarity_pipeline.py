@@ -53,9 +53,9 @@ def test_similarity_pipeline_on_generated_disc(tmp_path, monkeypatch):
     assert parent.info.status == "FINISHED"
     # One evaluation run per record, plain metric names; the parent keeps the best, not the numbers.
     evaluations = {r.info.run_name: r for r in runs if r.data.tags.get(STEP_TAG) == "evaluation"}
-    assert set(evaluations) == {f"disc · efficientnet_lite0 · {codec} · {norm}"
+    assert set(evaluations) == {f"efficientnet_lite0 · {codec} · {norm}"
                                 for codec in ("Flat", "PCAW8,L2norm,Flat") for norm in ("none", "1.00[0,2]")}
-    flat = evaluations["disc · efficientnet_lite0 · Flat · none"]
+    flat = evaluations["efficientnet_lite0 · Flat · none"]
     assert flat.data.metrics["uap"] == pytest.approx(float(rows[0]["uAP"]))
     assert {r.data.tags[PARENT_TAG] for r in evaluations.values()} == {parent.info.run_id}
     assert not any("__" in name for name in parent.data.metrics)
