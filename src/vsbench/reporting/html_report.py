@@ -279,8 +279,6 @@ def _html_cell(cell: Cell | None) -> str:
 
 
 def _test_words(cell: Cell) -> str:
-    if cell.test == "intervals disjoint":
-        return "vs the best: the 95% intervals do not overlap"
     return f"vs the best: {format_p(cell.p_value)}, {cell.test}"
 
 

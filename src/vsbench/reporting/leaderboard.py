@@ -220,11 +220,9 @@ def _fitted(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], w
 
 
 def _versus(cell: Cell) -> str:
-    """The test against the best, in a few words: ``p=0.21 paired``, ``disjoint``, or ""."""
+    """The test against the best, in a few words: ``p=0.21 paired``, ``p=0.03 unpaired``, or ""."""
     if cell.best or not cell.test:
         return ""
-    if cell.test == "intervals disjoint":
-        return "intervals disjoint"
     kind = "unpaired" if cell.test.startswith("unpaired") else "paired"
     return f"{format_p(cell.p_value)} {kind}"
 
