@@ -153,3 +153,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     overlap and the many short modules fill the gaps."""
     slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)  # stable: the rest keeps its order
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch intra-op thread for a module (the embed tests): on a shared 2-core machine competing
+    OpenMP threads slow tiny models down. Used as ``pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -21,17 +21,10 @@ from vsbench.retrieval import embed
 from vsbench.retrieval.embed import embed_image_set, load_image
 from vsbench.retrieval.shards import merge_shards, shard_of
 
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning"),
+              pytest.mark.usefixtures("one_thread")]
 SIZES = [(40, 30), (30, 44), (36, 36), (50, 28), (28, 40), (64, 48), (33, 35)]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine competing OpenMP threads slow tiny models down."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class TinyDescriptor(nn.Module):

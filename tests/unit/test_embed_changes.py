@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -33,17 +32,10 @@ from vsbench.io.features import FeatureSet, ImageSet, load_features, save_featur
 from vsbench.retrieval import embed
 
 pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning"),
-              pytest.mark.usefixtures("settled")]  # the memo remembers every file: the stat shortcut is on
+              pytest.mark.usefixtures("settled", "one_thread")]  # the memo remembers every file: the stat shortcut is on
 COUNT = 6
 DECODES = ("cpu", "gpu")  # "gpu" on the CPU: the batched tensor path (EncodedFiles), with libjpeg-turbo
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _photo(seed: int, inverted: bool) -> bytes:

@@ -27,17 +27,10 @@ from vsbench.imaging.preprocessing import Preprocessing
 from vsbench.retrieval import embed
 
 pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning"),
-              pytest.mark.usefixtures("settled")]
+              pytest.mark.usefixtures("settled", "one_thread")]
 DECODES = ("cpu", "gpu")  # "gpu" on the CPU: the batched tensor path (EncodedFiles), with libjpeg-turbo
 HOW = ("in place", "rename")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
