@@ -1,4 +1,10 @@
-"""Kubeflow components that close a nightly run: the regression check and the comparison report."""
+"""Kubeflow components that close a nightly run: the regression check and the comparison report.
+
+Both read runs back from MLflow through the one bounded client (``vsbench.io.store.store_client``):
+a store that is down, refuses or hangs costs at most ``VSBENCH_TRACKING_TIMEOUT`` seconds and ends
+the task as one ``error:`` line naming the store's URI, exit 2 (``store_down_exits``), not a
+traceback (issue 54).
+"""
 
 from kfp import dsl
 from kfp.dsl import HTML, Metrics, Output
@@ -15,27 +21,26 @@ def regression_check(
     import json
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
+    from vsbench.io.store import store_client, store_down_exits
     from vsbench.reporting.regression import RegressionError, check_regression
+    from vsbench.steps.compare import night_compare_sheet
 
     if not parent_run_id:
         raise RuntimeError("MLflow was unreachable when the run opened: no baseline to compare against")
-    report = check_regression(experiment, parent_run_id, threshold=threshold, relative=relative,
-                              metrics=json.loads(metrics_json) or None, pipeline=pipeline,
-                              lower_is_better=lower_is_better_metrics(), spread=json.loads(spread_json) or None)
-    metrics.log_metric("regression_drops", float(len(report.drops)))
-    metrics.log_metric("regression_passed", float(report.passed))
-    metrics.log_metric("regression_machine_changed", float(report.machine_changed))
-    print(f"regression check: {report.status}: {report.message()}", flush=True)
-    if report.previous_run_id:  # the picture of what changed: failures/compare-<baseline>.png/.html on the night
-        from mlflow.tracking import MlflowClient
-
-        from vsbench.steps.compare import night_compare_sheet
-
-        sheet = night_compare_sheet(MlflowClient(), parent_run_id, report.previous_run_id)
-        if sheet is not None:
-            print(f"compare sheet: {sheet['counts']['first_only']} units right only in the baseline, "
-                  f"{sheet['counts']['second_only']} only tonight: "
-                  + ", ".join(e["artifact"] for e in sheet["files"].values()), flush=True)
+    with store_down_exits():  # the store down or hanging: one line naming it, exit 2
+        report = check_regression(experiment, parent_run_id, threshold=threshold, relative=relative,
+                                  metrics=json.loads(metrics_json) or None, pipeline=pipeline,
+                                  lower_is_better=lower_is_better_metrics(), spread=json.loads(spread_json) or None)
+        metrics.log_metric("regression_drops", float(len(report.drops)))
+        metrics.log_metric("regression_passed", float(report.passed))
+        metrics.log_metric("regression_machine_changed", float(report.machine_changed))
+        print(f"regression check: {report.status}: {report.message()}", flush=True)
+        if report.previous_run_id:  # the picture of what changed: failures/compare-<baseline>.png/.html on the night
+            sheet = night_compare_sheet(store_client(), parent_run_id, report.previous_run_id)
+            if sheet is not None:
+                print(f"compare sheet: {sheet['counts']['first_only']} units right only in the baseline, "
+                      f"{sheet['counts']['second_only']} only tonight: "
+                      + ", ".join(e["artifact"] for e in sheet["files"].values()), flush=True)
     if not report.passed:
         raise RegressionError(report.message())
 
@@ -45,17 +50,17 @@ def comparison_report(experiment: str, last: int, report: Output[HTML], parent_r
     """The leaderboard and trend plots of the experiment, as a KFP HTML artifact and on the MLflow run."""
     from pathlib import Path
 
-    from mlflow.tracking import MlflowClient
-
     from vsbench.benchmarks.registry import lower_is_better_metrics
+    from vsbench.io.store import store_client, store_down_exits
     from vsbench.reporting.html_report import write_report
     from vsbench.reporting.runs import FailureSheets, collect_runs
     from vsbench.reporting.significance import UnitsReader
     from vsbench.tracking.runs import log_artifact_to_run
 
-    runs = collect_runs(experiment, last=last, include_run_id=parent_run_id or None)  # this run is not closed yet
-    # each model tested against the best from the runs' unit files (marked ≈ where indistinguishable)
-    write_report(runs, Path(report.path), title=f"{experiment}: last {last} runs",
-                 lower_is_better=lower_is_better_metrics(), reader=UnitsReader(MlflowClient()),
-                 sheets=FailureSheets(MlflowClient()))  # each model's failure sheet linked in MLflow
+    with store_down_exits():  # the store down or hanging: one line naming it, exit 2
+        runs = collect_runs(experiment, last=last, include_run_id=parent_run_id or None)  # this run is not closed yet
+        # each model tested against the best from the runs' unit files (marked ≈ where indistinguishable)
+        write_report(runs, Path(report.path), title=f"{experiment}: last {last} runs",
+                     lower_is_better=lower_is_better_metrics(), reader=UnitsReader(store_client()),
+                     sheets=FailureSheets(store_client()))  # each model's failure sheet linked in MLflow
     log_artifact_to_run(parent_run_id, Path(report.path), "report.html")

@@ -38,7 +38,7 @@ def scored(tmp_path: Path) -> tuple[Path, Path]:
     path = out / "units" / "disc-Flat-none-0000.parquet"
     path.parent.mkdir(parents=True)
     sha256 = units.write(path)
-    (out / "metrics.json").write_text(json.dumps({"benchmark": "disc", "records": [{"codec": "Flat"}], "units": [
+    (out / "metrics.json").write_text(json.dumps({"benchmark": "disc", "records": [{"codec": "Flat", "accuracy_at_1": 0.5}], "units": [
         {"file": "units/disc-Flat-none-0000.parquet", "sha256": sha256, "kind": "query"}]}))
     return out, root
 

@@ -24,11 +24,11 @@ from tests.forged_units import (
     naming_statistic,
     with_metadata,
 )
+from vsbench.io.store import StoreError, bounded
 from vsbench.reporting.significance import resampling_of
 from vsbench.stats.resample import MAX_RESAMPLES, Resampling
 from vsbench.stats.statistics import ENTRY_POINT_GROUP, check_name, evaluate, find, known
 from vsbench.stats.units import Units, UnitsError, units_from_bytes
-from vsbench.tracking.store import StoreError, bounded
 from vsbench.tracking.units import UNITS_TAG, fetch_units
 
 

@@ -51,27 +51,30 @@ def _lists(column: Any) -> Iterator[list[Any]]:
 
 def export_samples(out: Path, root: Path) -> tuple[str, list[dict[str, Any]], list[str]]:
     """(benchmark, one dict per (query, evaluation), notes) from a similarity run's ``out`` folder
-    (its ``metrics.json`` and unit files) and the benchmark under ``root``. Plain data, so that it is
-    tested without fiftyone. Raises ValueError naming what is missing."""
+    (its ``metrics.json`` and unit files, read through the checked reader
+    :func:`~vsbench.tracking.units.folder_units`) and the benchmark under ``root``. Plain data, so that
+    it is tested without fiftyone. Raises ValueError naming what is missing or refused."""
     from vsbench.benchmarks.registry import load_benchmark
     from vsbench.io.inputs import read_json
     from vsbench.reporting.sheets import image_in_root
-    from vsbench.stats.units import read_units
+    from vsbench.tracking.units import folder_units
 
     manifest = read_json(out / "metrics.json")
     if not isinstance(manifest, dict) or not manifest.get("units"):
         raise ValueError(f"{out / 'metrics.json'}: names no unit files; score the run again with this version")
+    # The one checked reader (issue 54): digest, strict schema, registered statistics, and the units
+    # reproduce the record's own numbers to 1e-9; a forged file is refused naming the folder and file.
+    checked = folder_units(out, manifest)
     benchmark = str(manifest.get("benchmark", ""))
     sets = load_benchmark(benchmark, root).image_sets()
     files = {name: dict(zip(image_set.ids, image_set.paths)) for name, image_set in sets.items()}
     queries, references = files.get("query", {}), files.get("reference", {})
     samples: list[dict[str, Any]] = []
     notes: list[str] = []
-    for entry in manifest["units"]:
-        if not entry:
+    for found in checked:
+        if found is None:
             continue
-        path = out / str(entry["file"])
-        units = read_units(path, entry.get("sha256"))
+        path, units = out / found[0], found[1]
         spec = next((c for c in NEIGHBOUR_COLUMNS if all(name in units.columns for name in (c[0], c[1], c[3]))), None)
         if spec is None:
             notes.append(f"{path.name}: its units name no retrieved references ({benchmark}): not exported")

@@ -52,13 +52,13 @@ def compare(
     from mlflow.exceptions import MlflowException
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
+    from vsbench.io.store import store_client
     from vsbench.reporting.changes import count_words
     from vsbench.reporting.html_report import write_report
     from vsbench.reporting.leaderboard import leaderboard, mark_indistinguishable, render_leaderboard, render_runs
     from vsbench.reporting.pairs import compare_runs, render_pair
     from vsbench.reporting.runs import FailureSheets, collect_runs
     from vsbench.reporting.significance import UnitsReader
-    from vsbench.tracking.store import store_client
 
     # MLflow's download bars would interleave with the tables (and with --json); a unit file is small.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -324,13 +324,16 @@ def abid_trunk(
 
 def _state_from_run(run_id: str, artifact: str) -> tuple[dict[str, Any], str, int | None]:
     """Download the weights artifact of an MLflow run (tracking URI from the environment) and
-    read the image size the run trained at."""
-    import mlflow.artifacts
-    from mlflow.tracking import MlflowClient
+    read the image size the run trained at. Both calls go through the bounded client (issue 54): a
+    store down or hanging is one line naming its URI after at most ``VSBENCH_TRACKING_TIMEOUT``
+    seconds (a large checkpoint over a slow link needs that bound raised), not minutes of MLflow's
+    retries. The weights are read without running a pickle (:func:`load_weights`)."""
+    from vsbench.io.store import store_client
 
+    client = store_client()
     source = f"runs:/{run_id}/{artifact}"
     with tempfile.TemporaryDirectory() as tmp:
-        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact, dst_path=tmp)
+        local = client.download_artifacts(run_id, artifact, tmp)
         state = load_weights(Path(local))
-    size = MlflowClient().get_run(run_id).data.params.get("image_size")
+    size = client.get_run(run_id).data.params.get("image_size")
     return state, source, int(size) if size else None

@@ -275,7 +275,7 @@ def split_by_spread(drops: Sequence[dict[str, Any]], spread: Mapping[str, float]
 
 
 def _client():
-    from vsbench.tracking.store import store_client
+    from vsbench.io.store import store_client
 
     return store_client()  # every call bounded by VSBENCH_TRACKING_TIMEOUT (issue 54)
 

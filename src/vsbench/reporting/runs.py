@@ -182,7 +182,7 @@ def split_metrics(metrics: Mapping[str, float], params: Mapping[str, str],
 
 
 def _client():
-    from vsbench.tracking.store import store_client
+    from vsbench.io.store import store_client
 
     return store_client()  # every call bounded by VSBENCH_TRACKING_TIMEOUT (issue 54)
 

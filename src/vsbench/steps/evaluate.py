@@ -73,12 +73,11 @@ def log_step_evaluations(parent_run_id: str, run: BenchmarkRun, model: str, reco
     stderr, as every step's tracking says it). Returns the run ids."""
     if not parent_run_id or tracking_disabled():
         return []
-    from mlflow.tracking import MlflowClient
-
+    from vsbench.io.store import store_client
     from vsbench.tracking.runs import Tracker, _image_tags
 
     try:
-        client = MlflowClient()
+        client = store_client()  # each call bounded by VSBENCH_TRACKING_TIMEOUT (issue 54)
         parent_tags = client.get_run(parent_run_id).data.tags
         data = {k: parent_tags[k] for k in (DATA_DIGEST_TAG, DATA_ROOT_TAG) if k in parent_tags}
         evaluations = evaluations_for(run, model, records, Path(out), data=data, units=units)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vsbench.io.storage import atomic_write_json
+from vsbench.io.store import TIMEOUT_ENV, tracking_timeout
 from vsbench.io.terminal import command, labelled, wrap
 from vsbench.tracking.config import (
     ARTIFACT_LOCATION_ENV,
@@ -49,20 +50,9 @@ from vsbench.tracking.runs import _image_tags, data_of_tags, dataset_input, ensu
 
 BUNDLE_NAME = "mlflow-run.json"
 BUNDLE_SUFFIX = ".mlflow-run.json"
-TIMEOUT_ENV = "VSBENCH_TRACKING_TIMEOUT"
-DEFAULT_TIMEOUT_S = 30.0
 HOME_ENV = "VSBENCH_HOME"
 UPLOAD_HINT = "vsbench track upload"
 _BATCH = 100  # MLflow's log_batch takes at most 100 params (and 1000 metrics) per call
-
-
-def tracking_timeout() -> float:
-    """The most seconds a command waits for MLflow (``VSBENCH_TRACKING_TIMEOUT``, default 30)."""
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
-    except ValueError:
-        return DEFAULT_TIMEOUT_S
-    return value if math.isfinite(value) and value > 0 else DEFAULT_TIMEOUT_S
 
 
 def vsbench_home() -> Path:

@@ -72,8 +72,6 @@ def fetch_units(client: Any, run: Any, cache: Path | None = None,
     table shows, and units that do not reproduce it are not the units behind it. A metric the run did
     not log is left out (nothing to check it against). Anything else raises a one-line
     :class:`~vsbench.stats.units.UnitsError` naming the run and the file."""
-    from vsbench.stats.statistics import check_units
-
     run_id = run.info.run_id
     named = named_files(run)
     out: dict[str, Units] = {}
@@ -94,19 +92,72 @@ def fetch_units(client: Any, run: Any, cache: Path | None = None,
             if getattr(exc, "one_line", False):  # the store itself is down or slow: that line says so
                 raise
             raise UnitsError(f"{where} cannot be downloaded ({type(exc).__name__}: {str(exc)[:200]})") from None
-        if digest_of(data) != sha256:
-            raise UnitsError(f"{where}: its bytes are not those the run's {UNITS_TAG} tag names (sha256 "
-                             f"{digest_of(data)[:12]}..., named {sha256[:12]}...); score the run again")
-        units = units_from_bytes(data, where)
-        try:
-            check_units(units)
-        except UnitsError as exc:
-            raise UnitsError(f"{where}: {exc}") from None
+        units = checked_units(data, sha256, values, where, f"the run's {UNITS_TAG} tag names")
         for metric in units.metrics:
             if metric in values:
                 out[metric] = units
-        check_logged(units, {m: values[m] for m in units.metrics if m in values}, where)
     return out
+
+
+def checked_units(data: bytes, sha256: str, logged: Mapping[str, float], where: str, named_by: str) -> Units:
+    """The unit file ``data`` as :class:`Units`, believed only as :func:`fetch_units` says: its bytes
+    hash to ``sha256`` (which ``named_by`` names: the run's tag, the run folder's metrics.json); its
+    metadata passes the strict schema; every statistic it names is registered; every metric it
+    recomputes that ``logged`` holds equals the logged value to :data:`TOLERANCE`. The one checked
+    reader of unit files: ``vsbench compare``, the leaderboard, the nightly check and ``vsbench export``
+    all read them through it. Else one UnitsError naming ``where`` (the run and the file)."""
+    from vsbench.stats.statistics import check_units
+
+    if digest_of(data) != sha256:
+        raise UnitsError(f"{where}: its bytes are not those {named_by} (sha256 {digest_of(data)[:12]}..., "
+                         f"named {sha256[:12]}...); score the run again")
+    units = units_from_bytes(data, where)
+    try:
+        check_units(units)
+    except UnitsError as exc:
+        raise UnitsError(f"{where}: {exc}") from None
+    check_logged(units, {m: logged[m] for m in units.metrics if m in logged}, where)
+    return units
+
+
+def folder_units(out: Path, manifest: Any) -> list[tuple[str, Units] | None]:
+    """Per record of a run folder's ``metrics.json`` (``manifest``, as read from ``out``), its unit file
+    checked by :func:`checked_units` against the record's own numbers, as ``(file, Units)``; None where
+    the record has no units. The folder may be shared and its files are data: an entry that is not
+    ``{"file": "units/<name>", "sha256": <64 hex>}``, entries that do not line up with the records, or
+    a file whose units recompute none of its record's metrics (nothing to check them against) is one
+    UnitsError naming the folder and the file."""
+    where = f"run folder {out}"
+    records = manifest.get("records") if isinstance(manifest, dict) else None
+    entries = manifest.get("units") if isinstance(manifest, dict) else None
+    if not isinstance(records, list) or not isinstance(entries, list) or len(records) != len(entries):
+        raise UnitsError(f"{where}: its metrics.json's units do not line up with its records (one entry per "
+                         "record); score the run again")
+    found: list[tuple[str, Units] | None] = []
+    for index, (record, entry) in enumerate(zip(records, entries)):
+        if entry is None:
+            found.append(None)
+            continue
+        file = entry.get("file") if isinstance(entry, dict) else None
+        sha256 = entry.get("sha256") if isinstance(entry, dict) else None
+        if not (isinstance(file, str) and _ARTIFACT.fullmatch(file) and isinstance(sha256, str)
+                and _SHA256.fullmatch(sha256) and isinstance(record, dict)):
+            raise UnitsError(f"{where}: metrics.json's units entry {index} is not {{'file': "
+                             f"'{UNITS_DIR}/<file>.parquet', 'sha256': <64 hex digits>}} ({str(entry)[:60]!r}); "
+                             "score the run again")
+        try:
+            data = (Path(out) / file).read_bytes()
+        except OSError as exc:
+            raise UnitsError(f"{where}: unit file {file} cannot be read ({exc.strerror or exc})") from None
+        logged = {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        units = checked_units(data, sha256, logged, f"{where}: unit file {file}",
+                              "the evaluation wrote, as its metrics.json names them")
+        if not any(m in logged for m in units.metrics):
+            raise UnitsError(f"{where}: unit file {file}: its units recompute none of its record's metrics "
+                             f"({', '.join(sorted(units.metrics)) or 'none named'}): nothing to check them "
+                             "against (refused); score the run again")
+        found.append((file, units))
+    return found
 
 
 def check_logged(units: Units, logged: Mapping[str, float], where: str) -> None:

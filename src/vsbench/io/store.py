@@ -1,6 +1,8 @@
-"""The MLflow store as the readers (``vsbench compare``, the leaderboard, the nightly check) talk to it:
-every call bounded by ``VSBENCH_TRACKING_TIMEOUT`` seconds, and a store that is down, refuses or
-hangs said in one line naming its URI (issue 54).
+"""The MLflow store as every reader talks to it (``vsbench compare``, the leaderboard, the nightly
+check, a trunk's weights read from a run, the score step's evaluation runs): every call bounded by
+``VSBENCH_TRACKING_TIMEOUT`` seconds, and a store that is down, refuses or hangs said in one line
+naming its URI (issue 54). :func:`store_client` is the one way vsbench builds a client to read runs
+back; it sits in ``io`` (the bottom layer) so that ``models`` may use it too.
 
 MLflow's client retries a refused connection with exponential backoff (seven times by default: a
 closed port cost ``vsbench compare`` 260 s of silence, then a 400-character message). Here each call
@@ -12,20 +14,35 @@ bad filter) passes through unchanged: the store answered.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from vsbench.tracking.command import TIMEOUT_ENV, tracking_timeout
+TIMEOUT_ENV = "VSBENCH_TRACKING_TIMEOUT"
+DEFAULT_TIMEOUT_S = 30.0
 
 # The same bounds the pipeline steps' trackers use (vsbench.tracking.runs): a refused port fails in a
 # few seconds, not after MLflow's default seven retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
+
+
+def tracking_timeout() -> float:
+    """The most seconds a command waits for MLflow (``VSBENCH_TRACKING_TIMEOUT``, default 30)."""
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if math.isfinite(value) and value > 0 else DEFAULT_TIMEOUT_S
+
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]{1,80})")
 
@@ -34,6 +51,7 @@ class StoreError(ValueError):
     """The MLflow store did not answer (down, refusing, hanging past the bound): one line, exit 2."""
 
     one_line = True
+    exit_code = 2  # what the CLI's root exits with for it, as for the other bad settings it names
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -116,3 +134,15 @@ def store_client(timeout: float | None = None) -> BoundedClient:
     from mlflow.tracking import MlflowClient
 
     return BoundedClient(MlflowClient(), mlflow.get_tracking_uri(), timeout)
+
+
+@contextmanager
+def store_down_exits() -> Iterator[None]:
+    """For a pipeline component, which has no command line around it to word its errors: a
+    :class:`StoreError` inside becomes one ``error:`` line on stderr (naming the store's URI) and
+    exit 2, not a traceback in the pod's log. Other errors pass through unchanged."""
+    try:
+        yield
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
