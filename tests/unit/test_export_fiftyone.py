@@ -5,6 +5,7 @@ loaded back only where ``fiftyone`` is importable (an optional extra: ``pip inst
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import uuid
@@ -95,3 +96,71 @@ def test_the_dataset_loads_back_in_fiftyone(scored, tmp_path, monkeypatch):
     finally:
         if fo.dataset_exists(name):
             fo.delete_dataset(name)
+
+
+# --- the unit files are read through the compare path's checked reader (issue 54) -------------------
+
+
+def _forge(out: Path, data: bytes, **entry: object) -> str:
+    """Write ``data`` over the run's unit file and name its new digest in metrics.json, as a writer of
+    the shared folder can (``entry`` replaces the entry's fields); the unit file's path is returned."""
+    manifest = json.loads((out / "metrics.json").read_text())
+    [first] = manifest["units"]
+    (out / first["file"]).write_bytes(data)
+    first["sha256"] = hashlib.sha256(data).hexdigest()
+    first.update(entry)
+    manifest["units"] = [{k: v for k, v in first.items() if v is not None}]
+    (out / "metrics.json").write_text(json.dumps(manifest))
+    return first["file"]
+
+
+def _units(out: Path) -> Units:
+    from vsbench.stats.units import units_from_bytes
+
+    return units_from_bytes(next((out / "units").iterdir()).read_bytes())
+
+
+def test_units_rewritten_with_their_digest_updated_are_refused_naming_folder_and_file(scored):
+    """Every query right and the digest recomputed: the units give 1.5 (3 right over 2 positives, the
+    issue's accuracy above 1), not the run's own 0.5."""
+    out, root = scored
+    units = _units(out)
+    columns = {**units.columns, "correct_at_1": np.ones(len(units), dtype=np.int64)}
+    file = _forge(out, Units(units.kind, units.benchmark, units.ids, columns, units.metrics,
+                             variant=units.variant).to_parquet_bytes())
+    with pytest.raises(ValueError) as refused:
+        export_samples(out, root)
+    assert str(refused.value) == (f"run folder {out}: unit file {file}: its units give accuracy_at_1 = 1.5, the run "
+                                  "logged 0.5; these are not the units behind the logged number (refused)")
+
+
+def test_a_unit_file_naming_a_module_as_its_statistic_is_refused(scored):
+    from tests.forged_units import naming_statistic
+
+    out, root = scored
+    file = _forge(out, naming_statistic(_units(out), "builtins:print"))
+    with pytest.raises(ValueError, match=rf"^run folder .*: unit file {file}: metric 'accuracy_at_1': statistic "
+                                         r"'builtins:print' is not a statistic's name"):
+        export_samples(out, root)
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ({"file": "../metrics.json"}, "units entry 0 is not"),
+    ({"sha256": None}, "units entry 0 is not"),  # no digest: read unchecked before issue 54
+    ({"sha256": "abc"}, "units entry 0 is not"),
+])
+def test_a_units_entry_outside_units_or_without_its_digest_is_refused(scored, entry, why):
+    out, root = scored
+    _forge(out, next((out / "units").iterdir()).read_bytes(), **entry)
+    with pytest.raises(ValueError, match=f"^run folder {out}: metrics.json's {why}"):
+        export_samples(out, root)
+
+
+def test_units_that_recompute_none_of_their_records_numbers_are_refused(scored):
+    """Nothing to check them against: the record names no metric the file recomputes."""
+    out, root = scored
+    manifest = json.loads((out / "metrics.json").read_text())
+    manifest["records"] = [{"codec": "Flat"}]
+    (out / "metrics.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"its units recompute none of its record's metrics \(accuracy_at_1\)"):
+        export_samples(out, root)
