@@ -335,5 +335,20 @@ def _state_from_run(run_id: str, artifact: str) -> tuple[dict[str, Any], str, in
     with tempfile.TemporaryDirectory() as tmp:
         local = client.download_artifacts(run_id, artifact, tmp)
         state = load_weights(Path(local))
-    size = client.get_run(run_id).data.params.get("image_size")
-    return state, source, int(size) if size else None
+    return state, source, run_image_size(run_id, client.get_run(run_id).data.params.get("image_size"))
+
+
+MAX_TRAINED_SIZE = 4096  # a side no ABID profile comes near (224 is the challenge's): more is not a size
+
+
+def run_image_size(run_id: str, value: Any) -> int | None:
+    """A run's ``image_size`` param as the side to resize to, or None when it logged none. The param is
+    data written by whoever can write the run (issue 54): a whole number from 1 to
+    :data:`MAX_TRAINED_SIZE`, else one line naming the run and the fix (give ``input_size``)."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    if not (re.fullmatch(r"[0-9]{1,5}", text) and 1 <= int(text) <= MAX_TRAINED_SIZE):
+        raise ValueError(f"run {run_id}: its image_size param {text[:40]!r} is not a side of 1 to "
+                         f"{MAX_TRAINED_SIZE} pixels; give the size in the model options (input_size)")
+    return int(text)

@@ -1,0 +1,90 @@
+"""Every reader of the MLflow store goes through the one bounded client (issue 54): the nightly
+components, a trunk read from a training run, the score step's evaluation runs. With the store at a
+closed port and a bound of a fraction of a second, each ends in one line naming the store's URI
+(nothing here measures time: an unbounded client gives MLflow's own error instead, after its
+retries, and that is what fails these tests).
+
+The nightly components are loaded from this checkout's ``components/`` (``components.nightly``):
+``vsbench.components`` is wherever the package was installed from, which in a second work tree is
+another checkout's copy."""
+
+from __future__ import annotations
+
+import pytest
+
+from vsbench.io.store import StoreError
+
+DOWN = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+@pytest.fixture
+def store_down(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", DOWN)
+    monkeypatch.setenv("VSBENCH_TRACKING_TIMEOUT", "0.5")
+    return DOWN
+
+
+def _one_line_naming_the_store(err: str, uri: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"error: MLflow store {uri} "), err
+    assert "VSBENCH_TRACKING_TIMEOUT" in lines[0] or "cannot be reached" in lines[0], err
+
+
+def test_the_regression_check_with_the_store_down_is_one_line_naming_it(store_down, capsys):
+    from components.nightly import regression_check
+    from kfp.dsl import Metrics
+
+    with pytest.raises(SystemExit) as ended:
+        regression_check.python_func(experiment="e", parent_run_id="night", threshold=0.02, relative=False,
+                                     metrics_json="[]", pipeline="vsbench-nightly",
+                                     metrics=Metrics(name="metrics", uri="", metadata={}))
+    assert ended.value.code == 2
+    _one_line_naming_the_store(capsys.readouterr().err, store_down)
+
+
+def test_the_comparison_report_with_the_store_down_is_one_line_naming_it(store_down, capsys, tmp_path):
+    from components.nightly import comparison_report
+    from kfp.dsl import HTML
+
+    report = HTML(name="report", uri=str(tmp_path / "report.html"), metadata={})
+    with pytest.raises(SystemExit) as ended:
+        comparison_report.python_func(experiment="e", last=5, report=report, parent_run_id="night")
+    assert ended.value.code == 2
+    _one_line_naming_the_store(capsys.readouterr().err, store_down)
+
+
+def test_a_trunk_read_from_a_run_with_the_store_down_is_one_line_naming_it(store_down):
+    from vsbench.models.registry import build_model
+
+    with pytest.raises(StoreError) as refused:
+        build_model("abid_trunk", run_id="r1")
+    assert str(refused.value).startswith(f"MLflow store {store_down} ") and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("value", ["abc", "1e9", "100000", "-3", "0", "²", "9" * 5000])
+def test_a_runs_image_size_param_is_a_side_or_one_line_naming_the_run(value):
+    """The param is data whoever writes the run chose: not a size is refused before any image is
+    resized to it (``int("1e9")`` raised a bare ValueError; ``100000`` would have been believed)."""
+    from vsbench.models.backbones import run_image_size
+
+    with pytest.raises(ValueError, match=r"^run r1: its image_size param .* is not a side of 1 to 4096 pixels; "
+                                         r"give the size in the model options \(input_size\)$"):
+        run_image_size("r1", value)
+
+
+def test_a_runs_image_size_param_in_range_is_used():
+    from vsbench.models.backbones import run_image_size
+
+    assert [run_image_size("r1", v) for v in ("96", " 224 ", 4096, None, "")] == [96, 224, 4096, None, None]
+
+
+def test_the_score_steps_evaluation_runs_with_the_store_down_say_the_store_once(store_down, tmp_path, capsys):
+    """The step goes on without its evaluation runs (tracking never fails a step) and its one line
+    says which store did not answer, within the bound."""
+    from vsbench.steps.evaluate import log_step_evaluations
+
+    assert log_step_evaluations("parent", None, "model", [], tmp_path) == []  # type: ignore[arg-type]
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.startswith("[vsbench] MLflow tracking unavailable (evaluation runs: StoreError: "
+                           f"MLflow store {store_down} "), said
