@@ -110,3 +110,29 @@ def test_a_bundle_carries_its_evaluations_and_uploads_them_once(tmp_path, monkey
     bundle.write_text(json.dumps(data))
     with pytest.raises(Exception, match="edited"):
         upload_bundle(Path(bundle))
+
+
+def test_a_unit_file_changed_since_the_score_wrote_it_is_not_logged(tmp_path, capsys):
+    """The score step's unit-file entries come from its output folder (docs/reliability.md, "What
+    vsbench reads back"): a file is logged to the evaluation run only when its bytes still hash to the
+    sha256 the score recorded; a changed one is said in one line and not logged."""
+    from types import SimpleNamespace
+
+    from tests.forged_units import disc_units
+    from vsbench.tracking.evaluations import _log_units
+
+    path = tmp_path / "units" / "disc.parquet"
+    sha256 = disc_units().write(path)
+    [evaluation] = evaluations_of("disc", RECORDS[:1], Embedder(model="m"), run_params={},
+                                  units=[{"path": str(path), "sha256": sha256}])
+    logged: list[str] = []
+    client = SimpleNamespace(get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(tags={})),
+                             log_artifact=lambda run_id, local, folder: logged.append(Path(local).name),
+                             set_tag=lambda *args: None)
+    _log_units(client, "r1", evaluation)
+    assert logged == ["disc.parquet"]
+    path.write_bytes(path.read_bytes() + b"x")
+    _log_units(client, "r1", evaluation)
+    assert logged == ["disc.parquet"]  # not a second time
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"unit file {path} changed since the score wrote it; not logged" in line

@@ -88,3 +88,14 @@ def test_the_score_steps_evaluation_runs_with_the_store_down_say_the_store_once(
     said = " ".join(capsys.readouterr().err.split())
     assert said.startswith("[vsbench] MLflow tracking unavailable (evaluation runs: StoreError: "
                            f"MLflow store {store_down} "), said
+
+
+def test_a_trainjobs_mounts_with_the_store_down_are_one_line_naming_it(store_down):
+    """Before a TrainJob starts, the parent run's artifact folder is looked up in the store the
+    environment names (a server the nodes can reach: not 127.0.0.1, so 127.0.0.2 here)."""
+    from vsbench.platform.trainjob import _mlflow_mounts
+
+    uri = "http://127.0.0.2:9"
+    with pytest.raises(StoreError) as refused:
+        _mlflow_mounts({"MLFLOW_TRACKING_URI": uri}, parent_run_id="parent")
+    assert str(refused.value).startswith(f"MLflow store {uri} ") and "\n" not in str(refused.value)

@@ -128,12 +128,14 @@ class BoundedClient:
         return call
 
 
-def store_client(timeout: float | None = None) -> BoundedClient:
-    """An MLflow client for reading runs back, each call bounded (see the module docstring)."""
+def store_client(timeout: float | None = None, uri: str | None = None) -> BoundedClient:
+    """An MLflow client for reading runs back, each call bounded (see the module docstring): of the
+    store ``uri`` names, else of the environment's (``MLFLOW_TRACKING_URI``)."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    return BoundedClient(MlflowClient(), mlflow.get_tracking_uri(), timeout)
+    return BoundedClient(MlflowClient(tracking_uri=uri) if uri else MlflowClient(), uri or mlflow.get_tracking_uri(),
+                         timeout)
 
 
 @contextmanager

@@ -407,9 +407,10 @@ def _mlflow_mounts(environ: dict[str, str], parent_run_id: str = "") -> tuple[li
             "podman network) cannot reach: use a sqlite:/// or file store, or serve MLflow on the host's "
             "address and name that, or train with --engine process")
     if parent_run_id and uri:
-        import mlflow
+        from vsbench.io.store import store_client
 
-        artifacts = urlparse(mlflow.MlflowClient(tracking_uri=uri).get_run(parent_run_id).info.artifact_uri or "")
+        # bounded (issue 54): a store down is one line naming it, not minutes of MLflow's retries
+        artifacts = urlparse(store_client(uri=uri).get_run(parent_run_id).info.artifact_uri or "")
         if artifacts.scheme in ("", "file"):  # <root>/<experiment id>/<run id>/artifacts
             folders.append(Path(artifacts.path).parents[1])
     return folders, files
