@@ -34,7 +34,6 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
-
 def tracking_timeout() -> float:
     """The most seconds a command waits for MLflow (``VSBENCH_TRACKING_TIMEOUT``, default 30)."""
     try:
