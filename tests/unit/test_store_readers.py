@@ -99,3 +99,42 @@ def test_a_trainjobs_mounts_with_the_store_down_are_one_line_naming_it(store_dow
     with pytest.raises(StoreError) as refused:
         _mlflow_mounts({"MLFLOW_TRACKING_URI": uri}, parent_run_id="parent")
     assert str(refused.value).startswith(f"MLflow store {uri} ") and "\n" not in str(refused.value)
+
+
+class _RunOf:
+    """A store client that answers ``get_run`` with a run whose ``artifact_uri`` is ``value``."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def get_run(self, run_id: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(info=SimpleNamespace(run_id=run_id, artifact_uri=self.value))
+
+
+@pytest.mark.parametrize("value", ["file:///a", "/artifacts", "", "/parent/artifacts", "relative/1/parent/artifacts",
+                                   "/srv/mlruns/1/another-run/artifacts", "/srv/mlruns/1/parent/models"])
+def test_a_trainjobs_mounts_refuse_an_artifact_uri_of_another_shape_naming_run_and_value(monkeypatch, tmp_path, value):
+    """The parent run's ``artifact_uri`` is read from the store and its experiment folder mounted
+    writable into the nodes: a path too short for ``<folder>/<run id>/artifacts`` (was an IndexError)
+    or whose folder would be ``/`` is one line naming the run and the value."""
+    from vsbench.io import store
+    from vsbench.platform.trainjob import TrainJobError, _mlflow_mounts
+
+    monkeypatch.setattr(store, "store_client", lambda **kwargs: _RunOf(value))
+    database = tmp_path / "mlflow.db"
+    with pytest.raises(TrainJobError) as refused:
+        _mlflow_mounts({"MLFLOW_TRACKING_URI": f"sqlite:///{database}"}, parent_run_id="parent")
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("run parent: its artifact_uri ") and repr(value) in said, said
+
+
+def test_a_trainjobs_mounts_take_the_experiment_folder_of_a_local_artifact_uri(monkeypatch, tmp_path):
+    from vsbench.io import store
+    from vsbench.platform.trainjob import _mlflow_mounts
+
+    monkeypatch.setattr(store, "store_client", lambda **kwargs: _RunOf(f"file://{tmp_path}/mlruns/7/parent/artifacts"))
+    database = tmp_path / "mlflow.db"
+    folders, files = _mlflow_mounts({"MLFLOW_TRACKING_URI": f"sqlite:///{database}"}, parent_run_id="parent")
+    assert folders == [tmp_path, tmp_path / "mlruns" / "7"] and files == [database]

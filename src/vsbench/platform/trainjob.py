@@ -410,10 +410,25 @@ def _mlflow_mounts(environ: dict[str, str], parent_run_id: str = "") -> tuple[li
         from vsbench.io.store import store_client
 
         # bounded (issue 54): a store down is one line naming it, not minutes of MLflow's retries
-        artifacts = urlparse(store_client(uri=uri).get_run(parent_run_id).info.artifact_uri or "")
+        value = store_client(uri=uri).get_run(parent_run_id).info.artifact_uri or ""
+        artifacts = urlparse(value)
         if artifacts.scheme in ("", "file"):  # <root>/<experiment id>/<run id>/artifacts
-            folders.append(Path(artifacts.path).parents[1])
+            folders.append(experiment_folder(parent_run_id, value, Path(artifacts.path)))
     return folders, files
+
+
+def experiment_folder(run_id: str, value: str, path: Path) -> Path:
+    """The experiment's artifact folder that a local run's ``artifact_uri`` (``value``, its path
+    ``path``) lies in: ``<experiment folder>/<run id>/artifacts``, as MLflow lays it out. The value is
+    read from the store, and the folder is mounted writable into the nodes: a path of another shape
+    (too short to hold those parts, relative, or with the folder at ``/``) is one line naming the run
+    and the value, never an ``IndexError`` or a mount of the machine's root (issue 54)."""
+    parts = path.parts
+    if not (path.is_absolute() and len(parts) >= 4 and parts[-1] == "artifacts" and parts[-2] == run_id):
+        raise TrainJobError(f"run {run_id}: its artifact_uri {value[:200]!r} is not <experiment folder>/{run_id}/"
+                            "artifacts, the folder the TrainJob's nodes log into; log to an experiment whose artifact "
+                            "location is a local folder (a new one takes VSBENCH_MLFLOW_ARTIFACT_LOCATION)")
+    return path.parents[1]
 
 
 @contextlib.contextmanager
