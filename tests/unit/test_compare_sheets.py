@@ -402,3 +402,63 @@ def test_an_accuracy_unit_wrong_is_worse_than_one_right_and_each_says_which() ->
     assert outcomes.severity.tolist() == [0.0, 1.0, 0.0] and outcomes.severity.dtype == np.float64
     assert outcomes.rule == "right: correct = 1"
     assert [outcomes.answer(row) for row in range(3)] == ["right", "wrong", "right"]
+
+
+class _OneRun:
+    """A units reader over one run ``run-a`` that logged ``params`` and the first disc unit file."""
+
+    def __init__(self, params: dict[str, str], benchmark: str = "disc") -> None:
+        from types import SimpleNamespace
+
+        from vsbench.tracking.evaluations import BENCHMARK_TAG
+
+        tags = {BENCHMARK_TAG: benchmark} if benchmark else {}
+        self._run = SimpleNamespace(info=SimpleNamespace(run_id="run-a", run_name="a"),
+                                    data=SimpleNamespace(tags=tags, params=params))
+        self._units = _disc()[0]
+
+    def units_run_id(self, run_id: str) -> str:
+        return ""
+
+    def run(self, run_id: str):
+        return self._run
+
+    def units(self, run_id: str) -> dict[str, Units]:
+        return {"uap": self._units}
+
+
+@pytest.mark.parametrize("value", ["not json", "[1, 2]", '"x"', '{"nosuch": 1}', '{"query_dir": "q", "exec": "x"}'])
+def test_a_runs_benchmark_options_pass_the_command_lines_check_or_are_one_line_naming_the_run(value):
+    """A run's ``benchmark_options`` param becomes the loader's keywords: parsed as the command line
+    parses ``--benchmark-options`` (a JSON object of names the benchmark's loader takes), else one
+    line naming the run (was: broken JSON read as ``{}`` in silence, unknown names handed on)."""
+    from vsbench.steps.compare import run_side
+
+    with pytest.raises(ValueError) as refused:
+        run_side(_OneRun({"benchmark_options": value}), "run-a")
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("run run-a: its benchmark_options param "), said
+
+
+def test_a_runs_benchmark_options_are_checked_against_its_unit_files_benchmark_when_untagged():
+    from vsbench.steps.compare import run_side
+
+    with pytest.raises(ValueError, match=r"run run-a: .*has no option 'nosuch'"):
+        run_side(_OneRun({"benchmark_options": '{"nosuch": 1}'}, benchmark=""), "run-a")
+
+
+def test_a_runs_valid_benchmark_options_reach_the_loader():
+    from vsbench.steps.compare import run_side
+
+    side = run_side(_OneRun({"benchmark_options": '{"query_dir": "q"}'}), "run-a")
+    assert side.options == {"query_dir": "q"} and side.benchmark == "disc"
+    assert run_side(_OneRun({}), "run-a").options == {}
+
+
+def test_vsbench_compare_says_a_refused_options_param_in_one_warning_line(tmp_path, capsys):
+    from vsbench.cli.report import _compare_sheet
+
+    made = _compare_sheet(_OneRun({"benchmark_options": "{broken"}), ("run-a", "run-a"), tmp_path / "sheet", None,
+                          None, tmp_path / "report.html")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert made == {} and len(err) == 1 and err[0].startswith("warning: no compare sheet: ValueError: run run-a: "), err

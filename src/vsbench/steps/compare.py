@@ -211,12 +211,37 @@ def run_side(reader: Any, run_id: str, root: str | None = None, metrics: Sequenc
     recorded = tags.get(DATA_ROOT_TAG, "")
     if not recorded and tags.get(PARENT_TAG):
         recorded = reader.run(tags[PARENT_TAG]).data.tags.get(DATA_ROOT_TAG, "")
+    units = _distinct(reader.units(units_run), metrics)
+    benchmark = tags.get(BENCHMARK_TAG, "")
+    options = run_options(run_id, run.data.params.get("benchmark_options"),
+                          [benchmark] if benchmark else [u.benchmark for u in units])
+    return RunSide(run_id, units, benchmark, options, root or recorded)
+
+
+def run_options(run_id: str, value: Any, benchmarks: Sequence[str]) -> dict[str, Any]:
+    """A run's ``benchmark_options`` param as the loader's keywords, through the command line's own
+    check (issue 54): a JSON object (:func:`~vsbench.runspec.run.json_object`) whose names the
+    registered loader of each of ``benchmarks`` takes (``check_options``). The param is data written
+    by whoever can write the run and it becomes keyword arguments of a loader that reads files: a
+    value of any other shape is one ValueError naming the run (the sheet is refused, said in one
+    line), never ``{}`` in silence nor unknown keywords. A benchmark the registry does not know
+    loads no images, so it has nothing to check against."""
+    from vsbench.benchmarks.registry import get
+    from vsbench.runspec.run import json_object
+
+    where = f"run {run_id}: its benchmark_options param"
     try:
-        options = json.loads(run.data.params.get("benchmark_options") or "{}")
-    except ValueError:
-        options = {}
-    return RunSide(run_id, _distinct(reader.units(units_run), metrics), tags.get(BENCHMARK_TAG, ""),
-                   options if isinstance(options, dict) else {}, root or recorded)
+        options = json_object(str(value or "{}"), "benchmark_options")
+        for name in dict.fromkeys(benchmarks):
+            try:
+                spec = get(name)
+            except ValueError:
+                continue
+            spec.check_options(options)
+    except ValueError as exc:
+        raise ValueError(f"{where} {str(value)[:80]!r}: {exc}; no compare sheet of it (its images are loaded with "
+                         "those options)") from None
+    return options
 
 
 def _key(units: Units) -> tuple[str, str, str, tuple[str, ...]]:
