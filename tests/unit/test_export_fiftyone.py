@@ -164,3 +164,18 @@ def test_units_that_recompute_none_of_their_records_numbers_are_refused(scored):
     (out / "metrics.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=r"its units recompute none of its record's metrics \(accuracy_at_1\)"):
         export_samples(out, root)
+
+
+def test_a_unit_file_whose_lists_differ_in_length_is_refused_naming_folder_file_and_both(scored):
+    """Q00001's scores one short of its references and truths: the neighbours were zipped and cut to
+    one, in silence (issue 54). The file still gives the record's accuracy_at_1."""
+    out, root = scored
+    units = _units(out)
+    scores = ListColumn.from_lists([[0.9, 0.2], [0.5], [0.4, 0.3]])
+    file = _forge(out, Units(units.kind, units.benchmark, units.ids, {**units.columns, "scores": scores},
+                             units.metrics, variant=units.variant).to_parquet_bytes())
+    with pytest.raises(ValueError) as refused:
+        export_samples(out, root)
+    assert str(refused.value) == (f"run folder {out}: unit file {file}: unit 'Q00001' has 2 values in 'references' "
+                                  "and 1 in 'scores', lists read value by value together (refused); score the run "
+                                  "again")

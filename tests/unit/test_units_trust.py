@@ -182,6 +182,84 @@ def test_a_malformed_units_tag_is_one_line_naming_the_run(tag, tmp_path):
         fetch_units(client, run, tmp_path / "cache")
 
 
+# --- list columns read together ------------------------------------------------------------------------
+
+
+def _logged(units: Units) -> dict[str, float]:
+    """What an honest scorer logged: every metric of ``units`` at weight 1."""
+    values = evaluate(units, np.ones((1, len(units)), dtype=np.int32))
+    return {metric: float(value[0]) for metric, value in values.items()}
+
+
+def _reshaped(units: Units, column: str, row: int, change: int) -> Units:
+    """``units`` with unit ``row``'s list in ``column`` one value shorter (``change`` -1) or longer (+1:
+    its last value again), every other column as it was: what a forger or a broken writer leaves."""
+    from vsbench.stats.units import ListColumn
+
+    old = units.columns[column]
+    lists = [np.asarray(old.values[old.offsets[i]:old.offsets[i + 1]]) for i in range(len(old))]
+    lists[row] = lists[row][:-1] if change < 0 else np.append(lists[row], lists[row][-1:])
+    offsets = np.concatenate([[0], np.cumsum([len(v) for v in lists])]).astype(np.int64)
+    values = np.concatenate(lists).astype(old.values.dtype)
+    return Units(units.kind, units.benchmark, units.ids, {**units.columns, column: ListColumn(values, offsets,
+                 old.categories)}, units.metrics, units.clusters, units.variant)
+
+
+def _disc_lists() -> Units:
+    from vsbench.benchmarks.disc.units import copy_detection_units
+
+    return copy_detection_units(["Q0", "Q0", "Q1", "Q2", "Q3"], ["R0", "R1", "R1", "R0", "R2"], [.9, .5, .8, .7, .6],
+                                ["Q0", "Q1", "Q2", "Q3"], ["R0", "R1", "R2", ""], queries=["Q0", "Q1", "Q2", "Q3"])
+
+
+def _vsd_lists() -> Units:
+    from vsbench.benchmarks.vsd.units import vsd_units
+
+    seeds, labels = ["s0", "s0", "s1", "s1"], [1, 0, 0, 1]
+    neighbours = {"s0": (["a", "b", "c"], [.9, .8, .7]), "s1": (["d"], [.6])}  # not the tagged pairs' lengths
+    return vsd_units(seeds, labels, [1, 2, 2, 1], [.9, .4, .3, .8], neighbours=neighbours, candidates=["a", "x", "y", "d"])
+
+
+def _tagged_lists() -> Units:
+    """A plugin's file: list columns of its own names, read together because a statistic names both."""
+    from vsbench.stats.units import ListColumn
+
+    return Units("seed", "toy", np.array(["s0", "s1"]),
+                 {"s": ListColumn.from_lists([[.9, .2], [.7, .4]]), "y": ListColumn.from_lists([[1, 0], [0, 1]], np.int8)},
+                 {"roc": {"statistic": "tagged_roc_auc", "score": "s", "label": "y"}})
+
+
+@pytest.mark.parametrize(("make", "column", "row", "change", "said"), [
+    (_disc_lists, "references", 0, +1, "unit 'Q0' has 2 values in 'positive' and 3 in 'references'"),
+    (_disc_lists, "positive", 1, -1, "unit 'Q1' has 0 values in 'positive' and 1 in 'references'"),
+    (_disc_lists, "scores", 0, -1, "unit 'Q0' has 2 values in 'references' and 1 in 'scores'"),
+    (_vsd_lists, "top_score", 0, -1, "unit 's0' has 3 values in 'top' and 2 in 'top_score'"),
+    (_vsd_lists, "candidate", 1, +1, "unit 's1' has 3 values in 'candidate' and 2 in 'label'"),
+    (_tagged_lists, "y", 1, -1, "unit 's1' has 2 values in 's' and 1 in 'y'"),
+])
+def test_list_columns_read_together_of_other_lengths_are_refused_naming_run_file_and_both(
+        tmp_path, make, column, row, change, said):
+    """A unit's lists that are read value by value together (a query's references, scores and truths; a
+    seed's neighbours; two columns one statistic names) must have one length: one shorter or longer was
+    cut short by ``zip`` in ``vsbench export`` and the sheets, or read past, without a word (issue 54).
+    The run logs the honest numbers, as a forger who keeps them would."""
+    honest = make()
+    client, run = _run(tmp_path, _reshaped(honest, column, row, change).to_parquet_bytes(), _logged(honest))
+    with pytest.raises(UnitsError) as refused:
+        fetch_units(client, run, tmp_path / "cache")
+    assert str(refused.value) == (f"run R1: unit file units/disc.parquet: {said}, lists read value by value "
+                                  "together (refused); score the run again")
+
+
+@pytest.mark.parametrize("make", [_disc_lists, _vsd_lists, _tagged_lists])
+def test_honest_list_columns_are_believed(tmp_path, make):
+    """Lists of other lengths in columns not read together (a seed's tagged pairs and its neighbours)
+    are no reason to refuse a file."""
+    units = make()
+    client, run = _run(tmp_path, units.to_parquet_bytes(), _logged(units))
+    assert set(fetch_units(client, run, tmp_path / "cache")) == set(units.metrics)
+
+
 # --- caps and bounds --------------------------------------------------------------------------------
 
 

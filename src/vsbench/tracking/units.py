@@ -18,13 +18,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vsbench.stats.units import Units, UnitsError, digest_of, units_from_bytes
+from vsbench.stats.units import ListColumn, Units, UnitsError, digest_of, units_from_bytes
 
 UNITS_TAG = "vsbench.units"
 UNITS_DIR = "units"
 TOLERANCE = 1e-9  # a unit file's recomputed metric and the run's logged one agree this closely
 _ARTIFACT = re.compile(r"units/(?!\.\.?$)[^/\\\x00-\x1f]{1,250}")  # one file right under units/
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# List columns read value by value together (a query's predictions: reference, score, true or not; a
+# copy's results; a seed's tagged pairs; a seed's neighbours), by the statistics, the compare sheets'
+# verdicts, the failure sheets and ``vsbench export``. Their lists must have one length per unit, or
+# a ``zip`` cuts them short in silence and an index past the shorter one fails. A statistic's params
+# that name list columns are read together too (:func:`check_list_lengths`).
+PAIRED_LISTS: tuple[frozenset[str], ...] = (
+    frozenset({"references", "scores", "positive"}),
+    frozenset({"references", "distances", "hits", "pooled_rank"}),
+    frozenset({"score", "label", "rank", "candidate"}),
+    frozenset({"top", "top_score"}),
+)
 
 
 def log_unit_files(client: Any, run_id: str, files: Mapping[str, str]) -> None:
@@ -105,13 +116,16 @@ def checked_units(data: bytes, sha256: str, logged: Mapping[str, float], where: 
     metadata passes the strict schema; every statistic it names is registered; every metric it
     recomputes that ``logged`` holds equals the logged value to :data:`TOLERANCE`. The one checked
     reader of unit files: ``vsbench compare``, the leaderboard, the nightly check and ``vsbench export``
-    all read them through it. Else one UnitsError naming ``where`` (the run and the file)."""
+    all read them through it. List columns read together must have one length per unit
+    (:func:`check_list_lengths`), checked before any statistic reads them. Else one UnitsError naming
+    ``where`` (the run and the file)."""
     from vsbench.stats.statistics import check_units
 
     if digest_of(data) != sha256:
         raise UnitsError(f"{where}: its bytes are not those {named_by} (sha256 {digest_of(data)[:12]}..., "
                          f"named {sha256[:12]}...); score the run again")
     units = units_from_bytes(data, where)
+    check_list_lengths(units, where)
     try:
         check_units(units)
     except UnitsError as exc:
@@ -177,3 +191,30 @@ def check_logged(units: Units, logged: Mapping[str, float], where: str) -> None:
                 or (math.isnan(again) and math.isnan(float(value)))):
             raise UnitsError(f"{where}: its units give {metric} = {again!r}, the run logged {float(value)!r}; "
                              "these are not the units behind the logged number (refused)")
+
+
+def check_list_lengths(units: Units, where: str) -> None:
+    """The list columns of ``units`` that are read together (:data:`PAIRED_LISTS`, and those a
+    metric's statistic names in its params) hold, unit by unit, lists of one length; else one
+    UnitsError naming ``where`` (run and file), the unit, both columns and both lengths. Row counts
+    are the schema's (every column one row per unit); this is the length within a row, which the
+    Parquet file does not tie between columns: a forged or broken file's shorter list would be cut
+    short by a ``zip``, or read past by an index, without a word."""
+    import numpy as np
+
+    lists = {name: column for name, column in units.columns.items() if isinstance(column, ListColumn)}
+    groups = [group & lists.keys() for group in PAIRED_LISTS]
+    groups += [{v for v in spec.values() if isinstance(v, str) and v in lists} for spec in units.metrics.values()]
+    for group in groups:
+        names = sorted(group)
+        for first, second in zip(names, names[1:]):
+            a, b = lists[first].offsets, lists[second].offsets
+            if a is b or np.array_equal(a, b):
+                continue
+            differ = np.flatnonzero(np.diff(a) != np.diff(b))
+            if differ.size == 0:  # the same lengths from another start: nothing cut short
+                continue
+            row = int(differ[0])
+            raise UnitsError(f"{where}: unit {str(units.ids[row])[:80]!r} has {int(a[row + 1] - a[row])} values in "
+                             f"{first!r} and {int(b[row + 1] - b[row])} in {second!r}, lists read value by value "
+                             "together (refused); score the run again")
