@@ -138,3 +138,76 @@ def test_a_trainjobs_mounts_take_the_experiment_folder_of_a_local_artifact_uri(m
     database = tmp_path / "mlflow.db"
     folders, files = _mlflow_mounts({"MLFLOW_TRACKING_URI": f"sqlite:///{database}"}, parent_run_id="parent")
     assert folders == [tmp_path, tmp_path / "mlruns" / "7"] and files == [database]
+
+
+# --- the writers: a step's tracker and the local run's set-up go offline within the bound ------------
+
+
+@pytest.fixture
+def store_hangs(monkeypatch: pytest.MonkeyPatch):
+    """A store that accepts connections and never answers (what costs MLflow's own client its request
+    timeout times its retries: about a minute a call at vsbench's settings). MLflow's request timeout
+    is cut to 2 s here only so that a planted unbounded client fails this test in seconds, not minutes."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # the kernel completes the handshakes; nothing ever reads or answers
+    uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("VSBENCH_TRACKING_TIMEOUT", "0.5")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    yield uri
+    listener.close()
+
+
+def _offline_once_naming(err: str, what: str, uri: str, verb: str) -> None:
+    import re
+
+    said = " ".join(err.split())
+    assert said.count("MLflow tracking unavailable") == 1, said
+    assert re.match(re.escape(f"[vsbench] MLflow tracking unavailable ({what}: StoreError: MLflow store {uri} ") + verb,
+                    said), said
+
+
+# a closed port is refused at once, but MLflow's retries back off past a bound of 0.5 s: either line
+@pytest.mark.parametrize(("fixture", "verb"), [("store_down", "(cannot be reached|did not answer)"),
+                                               ("store_hangs", "did not answer")])
+def test_a_steps_tracker_goes_offline_within_the_bound_saying_the_store_once(fixture, verb, request, capsys):
+    """A pipeline step's child run on a store that is down or hangs: the step goes on (its body runs,
+    its logging calls are no-ops), and one message says the tracker went offline, naming the store
+    (an unbounded client: MLflow's own MlflowException after its retries)."""
+    from vsbench.tracking.runs import child_run
+
+    uri = request.getfixturevalue(fixture)
+    ran = []
+    with child_run("parent", "embed", params={"k": 10}) as tracker:
+        tracker.log_metrics({"m": 1.0})
+        ran.append(True)
+    assert ran == [True] and not tracker.online
+    _offline_once_naming(capsys.readouterr().err, "open child run embed", uri, verb)
+
+
+def test_a_pipelines_parent_run_on_a_hanging_store_is_none_and_said_once(store_hangs, capsys):
+    from vsbench.tracking.runs import open_parent_run
+
+    assert open_parent_run("vsbench", "kfp-1", "vsbench-similarity", {"benchmark": "disc"}) == ""
+    _offline_once_naming(capsys.readouterr().err, "open parent run", store_hangs, "did not answer")
+
+
+# a closed port is refused at once, but MLflow's retries back off past a bound of 0.5 s: either line
+@pytest.mark.parametrize(("fixture", "verb"), [("store_down", "(cannot be reached|did not answer)"),
+                                               ("store_hangs", "did not answer")])
+def test_the_local_runs_set_up_with_the_store_down_or_hanging_is_one_line_naming_it(fixture, verb, request, capsys):
+    """Before a local pipeline's containers start: the experiment's artifact folder is asked of the
+    store; one that does not answer costs the bound and one line, and the run goes on (its steps
+    then go offline as above)."""
+    import re
+
+    from vsbench.platform.local_run import tracking_locations
+
+    uri = request.getfixturevalue(fixture)
+    assert tracking_locations("vsbench") == ([], [], {"MLFLOW_TRACKING_URI": uri})
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and re.match(re.escape(f"[vsbench] MLflow unavailable before the run (StoreError: MLflow store "
+                                                f"{uri} ") + verb, out[0]), out

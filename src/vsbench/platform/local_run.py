@@ -225,10 +225,12 @@ def tracking_locations(experiment: str) -> tuple[list[Path], list[Path], dict[st
 
     The tracking URI is resolved here, absolute, because a step's working folder is not the
     caller's; a local store (sqlite file or folder) and the experiment's local artifact root are
-    mounted. The experiment is created here when missing, so its artifact root is known."""
+    mounted. The experiment is created here when missing, so its artifact root is known: through the
+    bounded client (:func:`vsbench.io.store.store_client`), so a store that is down or hangs costs at
+    most ``VSBENCH_TRACKING_TIMEOUT`` seconds and one line naming its URI, and the run goes on."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
+    from vsbench.io.store import store_client
     from vsbench.tracking.runs import ensure_experiment
 
     uri = mlflow.get_tracking_uri()
@@ -245,10 +247,10 @@ def tracking_locations(experiment: str) -> tuple[list[Path], list[Path], dict[st
         folders.append(folder)
     environment = {"MLFLOW_TRACKING_URI": uri}
     try:
-        client = MlflowClient(uri)
+        client = store_client(uri=uri)  # each call bounded (issue 54): a store that hangs costs the bound, once
         location = client.get_experiment(ensure_experiment(client, experiment)).artifact_location
     except Exception as exc:  # noqa: BLE001 - tracking must not stop a run; the steps go offline
-        print(f"[vsbench] MLflow unavailable before the run ({type(exc).__name__}: {str(exc)[:200]})")
+        print(f"[vsbench] MLflow unavailable before the run ({type(exc).__name__}: {str(exc)[:400]})")
         return folders, files, environment
     if location.startswith("file://") or location.startswith("/"):
         folders.append(Path(location.removeprefix("file://")))

@@ -7,8 +7,12 @@ credentials never appear in a pipeline spec. We use ``MlflowClient`` calls rathe
 
 Tracking must never fail a step: if the server is unreachable or errors part-way, the tracker
 goes offline, says so once on stderr, and the step finishes with its metrics kept in its own
-outputs (KFP Metrics and manifest files). ``VSBENCH_NO_TRACK=1`` (``--no-track``) turns every call
-here into a no-op.
+outputs (KFP Metrics and manifest files). Every call goes through the bounded client of
+:mod:`vsbench.io.store` (issue 54): a store that refuses or hangs costs a call at most
+``VSBENCH_TRACKING_TIMEOUT`` seconds (an artifact's upload included: raise it for large models over a
+slow link), and the line that says the tracker went offline names the store's URI; MLflow's own
+client waited up to its timeout times its retries, about a minute, for each call on a hanging store.
+``VSBENCH_NO_TRACK=1`` (``--no-track``) turns every call here into a no-op.
 
 The package's other rooms: :mod:`~vsbench.tracking.command` (runs of commands, bounded against a
 store that is down or hangs, and their later upload), :mod:`~vsbench.tracking.provenance` (the tags
@@ -27,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from vsbench.io.store import StoreError, store_client
 from vsbench.io.terminal import wrap_lines
 from vsbench.tracking.config import ARTIFACT_LOCATION_ENV, tracking_disabled
 from vsbench.tracking.provenance import (
@@ -48,10 +53,8 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING_KIND = "custom_model_development"
 DATASET_CONTEXT_TAG = "mlflow.data.context"  # "training" or "evaluation", as MLflow's own dataset inputs say
 
-# Fail fast against a dead server instead of MLflow's default minutes of retries.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+# MLflow's own retries are kept few (2, backoff 1 s, 20 s a request) where vsbench.io.store is
+# imported, above: a dead server fails in seconds, and every call is bounded there besides.
 
 
 def _image_tags() -> dict[str, str]:
@@ -238,10 +241,11 @@ class Tracker:
         self._call("end_run", lambda: self._client.set_terminated(self.run_id, status))
 
 
-def _client():
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient()
+def _client() -> Any:
+    """The steps' MLflow client: :func:`vsbench.io.store.store_client`'s, every call bounded by
+    ``VSBENCH_TRACKING_TIMEOUT`` (issue 54); a store that does not answer is a
+    :class:`~vsbench.io.store.StoreError` naming its URI, which takes the tracker offline."""
+    return store_client()
 
 
 def ensure_experiment(client: Any, name: str) -> str:
@@ -252,7 +256,9 @@ def ensure_experiment(client: Any, name: str) -> str:
         try:
             return client.create_experiment(name, artifact_location=location,
                                             tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND})
-        except Exception:
+        except StoreError:  # the store did not answer: asking again would cost the bound again
+            raise
+        except Exception:  # made meanwhile by another step: found below
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
                 raise
