@@ -135,3 +135,30 @@ def test_the_html_report_prints_an_intervals_edge_note_beside_it(tmp_path) -> No
     escaped = note.replace("<", "&lt;").replace(">", "&gt;")
     assert f'<span class="ci">[1, 1]</span> <span class="ci-note">({escaped})</span>' in page, page
     assert page.count('class="ci-note"') == 1  # r1's accuracy_at_1 and r2's uap have no note
+
+
+def test_the_terminal_leaderboard_prints_each_intervals_edge_note_within_100_columns() -> None:
+    """Issue 57: the report and ``compare --runs`` show a run's ``interval_note.<metric>`` beside the
+    interval; the terminal leaderboard showed none, so a rough interval read as a sound one. Each note
+    is printed under its benchmark's table, naming the model and the metrics it is about, within 100
+    columns, whether the table keeps its intervals, hides them, or labels the models m1, m2..."""
+    few = "only 8 queries (under 20): a rough interval"
+    flat = "zero width: every resample gave the same value; 3 of 1000 replicates dropped (no positive left)"
+    long_name = "timm:convnext_tiny.fb_in22k_ft_in1k · IVF1024,PQ32 · " + "x" * 40  # the m1, m2 legend
+    records = [RunRecord("r1", START, "p", "small", "disc",
+                         {"uap": 0.5, "uap_ci95_low": 0.2, "uap_ci95_high": 0.8, "accuracy_at_1": 0.4,
+                          "accuracy_at_1_ci95_low": 0.1, "accuracy_at_1_ci95_high": 0.7, "recall_at_p90": 0.0,
+                          "recall_at_p90_ci95_low": 0.0, "recall_at_p90_ci95_high": 0.0},
+                         {"interval_note.uap": few, "interval_note.accuracy_at_1": few,
+                          "interval_note.recall_at_p90": flat}),
+               RunRecord("r2", START, "p", long_name, "disc", {"uap": 0.6, "uap_ci95_low": 0.5, "uap_ci95_high": 0.7},
+                         {}),
+               RunRecord("r3", START, "p", "plain", "vsd", {"hr_at_5": 0.6}, {})]
+    for details in (False, True):
+        text = render_leaderboard(leaderboard(records), details=details)
+        assert max(len(line) for line in text.splitlines()) <= 100, text
+        disc, vsd = text.split("== vsd ==")
+        notes = disc.split("interval notes:\n")[1]
+        flattened = " ".join(notes.split())
+        assert f"small (accuracy_at_1, uap): {few}" in flattened and f"small (recall_at_p90): {flat}" in flattened
+        assert long_name[:20] not in notes and "interval notes" not in vsd  # r2 and r3 have no note
