@@ -162,3 +162,25 @@ def test_the_terminal_leaderboard_prints_each_intervals_edge_note_within_100_col
         flattened = " ".join(notes.split())
         assert f"small (accuracy_at_1, uap): {few}" in flattened and f"small (recall_at_p90): {flat}" in flattened
         assert long_name[:20] not in notes and "interval notes" not in vsd  # r2 and r3 have no note
+
+
+def test_the_trend_axis_names_the_date_its_runs_started_on_not_the_last_ticks() -> None:
+    """Issue 57 (seen in docs/img/compare-report-wide.png): runs of Dec 06 at 23:33 read as
+    ``2026-Dec-07`` under the report's time axis, matplotlib's offset being the last tick's date (the
+    padded range ends on a 00:00 tick)."""
+    from vsbench.reporting.html_report import _trend_figure
+
+    late = datetime(2026, 12, 6, 23, 33, tzinfo=UTC)
+    records = [RunRecord(f"r{i}", late, "p", model, "disc", {"uap": 0.5 + i / 10}, {})
+               for i, model in enumerate(("a", "b"))]
+    import io
+
+    figure = _trend_figure(records, ["uap"], {"a": "C0", "b": "C1"}, {"uap": True})
+    figure.savefig(io.BytesIO(), format="png")  # drawn as the report draws it
+    axis = figure.axes[0]
+    assert axis.xaxis.get_offset_text().get_text() == "2026-Dec-06"
+    assert "00:00" in [tick.get_text() for tick in axis.get_xticklabels()]  # the range does cross midnight
+    two_days = _trend_figure([*records, RunRecord("r3", datetime(2026, 12, 7, 1, 0, tzinfo=UTC), "p", "a", "disc",
+                                                  {"uap": 0.6}, {})], ["uap"], {"a": "C0", "b": "C1"}, {"uap": True})
+    two_days.savefig(io.BytesIO(), format="png")
+    assert two_days.axes[0].xaxis.get_offset_text().get_text() == "2026-Dec-06 to Dec-07"
