@@ -65,7 +65,11 @@ def _pair_records(base: float) -> list[dict]:
 
 
 def _records(base: float, night: int) -> list[dict]:
+    """A night's records, each headline with its interval as a score logs it (the leaderboard's picture
+    showed the nights' headlines bare, which no evaluation logs)."""
     return [{"codec": "Flat", "score_norm": norm, "uap": round(base + shift + 0.01 * night, 4),
+             "uap_ci95_low": round(base + shift + 0.01 * night - 0.1, 4),
+             "uap_ci95_high": round(base + shift + 0.01 * night + 0.1, 4),
              "accuracy_at_1": round(base + 0.2 + shift, 4), "recall_at_p90": round(base - 0.1 + shift, 4)}
             for norm, shift in NORMS.items()]
 
@@ -144,9 +148,9 @@ def test_the_leaderboard_shows_evaluations_as_rows_with_their_columns_best_first
     assert cells and all(name_shown and value_shown for (_, name_shown), (_, value_shown) in cells), cells
     assert {name for (name, _), _ in cells} == {f"{m}-random" for m in MODELS}, cells
     for _, (value, _) in cells:
-        found = re.fullmatch(r"(\d\.\d{4}) \[(\d\.\d{4}), (\d\.\d{4})\]|(\d\.\d{4})", value)
-        assert found, value  # the command's run logged an interval; the nights did not
-        assert found[4] or float(found[2]) <= float(found[1]) <= float(found[3]), value
+        found = re.fullmatch(r"(\d\.\d{4}) \[(\d\.\d{4}), (\d\.\d{4})\]", value)
+        assert found, value  # every evaluation logged its interval
+        assert float(found[2]) <= float(found[1]) <= float(found[3]), value
     assert "0.5300 [0.4125, 0.6431]" in {value for _, (value, _) in cells}, cells
     rows = browser.wait("(r => r.length >= 13 && r)(Array.from(document.querySelectorAll("
                         "'.ag-center-cols-container .ag-row')).map(r => [Number(r.getAttribute('row-index')), "
@@ -234,7 +238,7 @@ def test_the_compare_page_reads_models_by_name_and_intervals_low_then_high(shown
     # Run details: each run named by its model then its variant, whole (no benchmark in front).
     assert re.search(r"Run Name:\s+resnet34-random · Flat · none\s+efficientnet_lite0-random · Flat · none", text), text
     # Its headline param: the command's value and interval, low then high.
-    assert re.search(r"headline\s+0\.5300 \[0\.4125, 0\.6431\]\s+0\.4200", text), text
+    assert re.search(r"headline\s+0\.5300 \[0\.4125, 0\.6431\]\s+0\.4200 \[0\.3200, 0\.5200\]", text), text
     _keep(browser.screenshot(shown["root"] / "compare.png"), "mlflow-compare-named.png")
 
 
