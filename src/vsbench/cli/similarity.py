@@ -280,13 +280,13 @@ def _step_help(command):  # type: ignore[no-untyped-def]
     return command
 
 
-def _refuse_undeclared(model: str, options: dict | None) -> None:
+def _refuse_undeclared(model: str, options: dict | None, name_is: str = "--model") -> None:
     """``model`` and its ``options`` against the declared choices (no torch): each problem one
-    ``error:`` line, exit 2. Why here, before the heavy imports: a bad value waited for torch's import,
-    8 to 24 s on a loaded machine (issue 57)."""
+    ``error:`` line naming the option (the model as ``name_is``), exit 2. Why here, before the heavy
+    imports: a bad value waited for torch's import, 8 to 24 s on a loaded machine (issue 57)."""
     from vsbench.runspec.preflight import declared_model_problems
 
-    problems = declared_model_problems(model, options)
+    problems = declared_model_problems(model, options, lambda field: name_is if field == "model" else "--model-options")
     for problem in problems:
         typer.echo(f"error: {problem}", err=True)
     if problems:
@@ -503,7 +503,7 @@ def similarity_models(
     from vsbench.models.choices import network_note
 
     if name is not None:  # a name or option value the table refuses: said before torch's import (issue 57)
-        _refuse_undeclared(name, _json_option(model_options, "--model-options"))
+        _refuse_undeclared(name, _json_option(model_options, "--model-options"), name_is="NAME")
     from vsbench.models.registry import available_models, describe_model, families, model_source
     if name is None:
         with user_errors():  # a broken model plugin: one line naming it
