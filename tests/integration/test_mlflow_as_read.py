@@ -65,7 +65,11 @@ def _pair_records(base: float) -> list[dict]:
 
 
 def _records(base: float, night: int) -> list[dict]:
+    """A night's records, each headline with its interval as a score logs it (the leaderboard's picture
+    showed the nights' headlines bare, which no evaluation logs)."""
     return [{"codec": "Flat", "score_norm": norm, "uap": round(base + shift + 0.01 * night, 4),
+             "uap_ci95_low": round(base + shift + 0.01 * night - 0.1, 4),
+             "uap_ci95_high": round(base + shift + 0.01 * night + 0.1, 4),
              "accuracy_at_1": round(base + 0.2 + shift, 4), "recall_at_p90": round(base - 0.1 + shift, 4)}
             for norm, shift in NORMS.items()]
 
@@ -144,9 +148,9 @@ def test_the_leaderboard_shows_evaluations_as_rows_with_their_columns_best_first
     assert cells and all(name_shown and value_shown for (_, name_shown), (_, value_shown) in cells), cells
     assert {name for (name, _), _ in cells} == {f"{m}-random" for m in MODELS}, cells
     for _, (value, _) in cells:
-        found = re.fullmatch(r"(\d\.\d{4}) \[(\d\.\d{4}), (\d\.\d{4})\]|(\d\.\d{4})", value)
-        assert found, value  # the command's run logged an interval; the nights did not
-        assert found[4] or float(found[2]) <= float(found[1]) <= float(found[3]), value
+        found = re.fullmatch(r"(\d\.\d{4}) \[(\d\.\d{4}), (\d\.\d{4})\]", value)
+        assert found, value  # every evaluation logged its interval
+        assert float(found[2]) <= float(found[1]) <= float(found[3]), value
     assert "0.5300 [0.4125, 0.6431]" in {value for _, (value, _) in cells}, cells
     rows = browser.wait("(r => r.length >= 13 && r)(Array.from(document.querySelectorAll("
                         "'.ag-center-cols-container .ag-row')).map(r => [Number(r.getAttribute('row-index')), "
@@ -234,5 +238,36 @@ def test_the_compare_page_reads_models_by_name_and_intervals_low_then_high(shown
     # Run details: each run named by its model then its variant, whole (no benchmark in front).
     assert re.search(r"Run Name:\s+resnet34-random · Flat · none\s+efficientnet_lite0-random · Flat · none", text), text
     # Its headline param: the command's value and interval, low then high.
-    assert re.search(r"headline\s+0\.5300 \[0\.4125, 0\.6431\]\s+0\.4200", text), text
+    assert re.search(r"headline\s+0\.5300 \[0\.4125, 0\.6431\]\s+0\.4200 \[0\.3200, 0\.5200\]", text), text
     _keep(browser.screenshot(shown["root"] / "compare.png"), "mlflow-compare-named.png")
+
+
+def test_the_metric_page_with_x_axis_wall_draws_no_date_axis_for_an_evaluation(shown):
+    """docs/tracking.md on a click on a metric (issue 57), checked as a person meets it: MLflow 3.17's
+    metric page, even with ``x_axis=wall`` (and the ``metric`` its address needs: without it the page
+    says "invalid URL"), draws an evaluation (one value a run, one run a night) as an empty bar chart,
+    on no date axis; the link that plots the nights against dates is the evaluations view's
+    (test_the_evaluations_chart_has_a_date_axis_and_names_every_line). Should MLflow draw it, this
+    fails and the docs' workaround can come back."""
+    import json
+    import urllib.parse
+
+    client, browser = shown["client"], shown["browser"]
+    [run] = client.search_runs([shown["experiment_id"]], "tags.`vsbench.benchmark` = 'disc' and "
+                               "tags.`vsbench.variant` = 'Flat · none' and tags.`vsbench.model` = 'resnet34'",
+                               order_by=["attributes.start_time DESC"], max_results=1)
+    [point] = client.get_metric_history(run.info.run_id, "uap")
+    query = urllib.parse.urlencode({"runs": json.dumps([run.info.run_id]), "metric": json.dumps("uap"),
+                                    "experiments": json.dumps([shown["experiment_id"]]),
+                                    "plot_metric_keys": json.dumps(["uap"]), "x_axis": "wall"})
+    browser.open(f"{client.tracking_uri}/#/metric/uap?{query}")
+    # The page has read the run's value (its table) and drawn its chart.
+    browser.wait(f"document.body.innerText.includes('{point.value:g} (step={point.step})') && "
+                 "document.querySelector('.js-plotly-plot') && (document.querySelector('.js-plotly-plot').data || "
+                 "[]).length", "the metric page's table and chart")
+    charts = browser.value("Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => ({types: (el.data || "
+                           "[]).map(t => t.type), drawn: (el.data || []).flatMap(t => (t.x || []).filter(v => v != null)),"
+                           " axis: (el.layout && el.layout.xaxis && el.layout.xaxis.type) || ''}))")
+    assert charts and all(chart["types"] == ["bar"] and chart["drawn"] == [] and chart["axis"] != "date"
+                          for chart in charts), charts
+    assert "invalid URL" not in browser.value("document.body.innerText")

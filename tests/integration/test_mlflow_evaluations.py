@@ -256,9 +256,23 @@ def test_mlflow_compare_page_shows_both_models_in_one_row(two_runs, tmp_path):
         for value, run in zip(shown, runs):
             assert abs(value - run.data.metrics[metric]) <= 5e-4 + 1e-9, (metric, value, run.data.metrics[metric])
     if os.environ.get("VSBENCH_UPDATE_SCREENSHOT") == "1":  # docs/tracking.md's pictures, from this very run
-        _browse(url, tmp_path / "profile-shot", f"--screenshot={COMPARE_SCREENSHOT}")
-        models = f"{two_runs['uri']}/#/experiments/{two_runs['experiment_id']}/models?workflowType=machine_learning"
-        _browse(models, tmp_path / "profile-models", f"--screenshot={MODELS_SCREENSHOT}")
+        from .test_failure_pages import _Chromium
+
+        # Driven, not a one-shot --screenshot: the Assistant panel MLflow 3.17 opens took a third of the
+        # picture; _Chromium.screenshot closes it first, as a person does once. 1440 px wide, as walked.
+        browser = _Chromium(tmp_path / "profile-shot", (1440, 2400))
+        try:
+            browser.open(url)
+            browser.wait("document.body.innerText.includes('recall_at_p90') && /Run Name:\\s+\\S/.test("
+                         "document.body.innerText)", "the compare page's rows")
+            browser.screenshot(COMPARE_SCREENSHOT)
+            browser.open(f"{two_runs['uri']}/#/experiments/{two_runs['experiment_id']}/models?"
+                         "workflowType=machine_learning")
+            browser.wait(" && ".join(f"document.body.innerText.includes({json.dumps(model)})" for model in MODELS),
+                         "the Models tab's rows")
+            browser.screenshot(MODELS_SCREENSHOT)
+        finally:
+            browser.close()
 
 
 def _charted(url: str, profile: Path, timeout: float = 150.0) -> dict[str, list[dict]]:

@@ -371,3 +371,45 @@ def test_the_abid_sheets_logged_to_the_score_run_name_it(abid: Path, tmp_path: P
     entry = result.manifest["units"]["abid_counting_units.parquet"]["failures"]
     assert hashlib.sha256(Path(entry["html"]).read_bytes()).hexdigest() == entry["sha256"]["html"]
     assert "MLflow run" not in Path(entry["html"]).read_text()
+
+
+def test_each_abid_sheets_title_names_the_benchmark_model_variant_and_run_it_was_made_for(
+        abid: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 57: an ABID sheet's title was ``ABID counting: the bins counted wrong`` whichever network
+    answered. Each title logged to the ``abid-score`` run is read back and checked against the runs: the
+    benchmark, the architecture its training step's run recorded, the score run's task set and its id."""
+    from mlflow.tracking import MlflowClient
+
+    from vsbench.tracking.runs import child_run, open_parent_run
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
+    monkeypatch.delenv(SHEET_ROWS_ENV, raising=False)
+    parent = open_parent_run("abid-titles", "kfp-titles", "vsbench-abid", {})
+    # the training steps' runs as the pipeline leaves them (an older counting run first: the newest counts)
+    for step, architecture in (("abid-train-counting", "resnet34"), ("abid-train-counting", "resnet18"),
+                               ("abid-train-siamese", "siamese-resnet18")):
+        with child_run(parent, step, {"architecture": architecture}):
+            pass
+    _score(abid, tmp_path / "score", parent_run_id=parent, resamples=0)
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_run(parent).info.experiment_id], order_by=["attributes.start_time DESC"])
+    [step] = [r for r in runs if r.info.run_name == "abid-score"]
+    newest = {name: next(r.data.params["architecture"] for r in runs if r.info.run_name == name)
+              for name in ("abid-train-counting", "abid-train-siamese")}
+    folder = Path(client.download_artifacts(step.info.run_id, "failures", str(tmp_path / "down")))
+    variant = step.data.params["task_set"]
+    counting = f"{newest['abid-train-counting']} counting network"
+    for task, model, what in (("counting", counting, "the bins counted wrong"),
+                              ("verification", f"{newest['abid-train-siamese']} network", "the wrong answers"),
+                              ("quantity", f"asin prior + {counting}", "the wrong answers")):
+        page = (folder / f"abid_{task}_units.html").read_text()
+        [heading] = re.findall(r"<h1>(.*?)</h1>", page)
+        assert heading == f"abid · {model} · {variant}: {what}", heading
+        assert "resnet18" in heading and "resnet34" not in heading  # the newest training run's
+        [title] = re.findall(r"<title>(.*?)</title>", page)
+        assert title == f"{heading} · run {step.info.run_id}"
+        assert f'<p class="run">MLflow run {step.info.run_id} (abid-score)</p>' in page

@@ -135,3 +135,52 @@ def test_the_html_report_prints_an_intervals_edge_note_beside_it(tmp_path) -> No
     escaped = note.replace("<", "&lt;").replace(">", "&gt;")
     assert f'<span class="ci">[1, 1]</span> <span class="ci-note">({escaped})</span>' in page, page
     assert page.count('class="ci-note"') == 1  # r1's accuracy_at_1 and r2's uap have no note
+
+
+def test_the_terminal_leaderboard_prints_each_intervals_edge_note_within_100_columns() -> None:
+    """Issue 57: the report and ``compare --runs`` show a run's ``interval_note.<metric>`` beside the
+    interval; the terminal leaderboard showed none, so a rough interval read as a sound one. Each note
+    is printed under its benchmark's table, naming the model and the metrics it is about, within 100
+    columns, whether the table keeps its intervals, hides them, or labels the models m1, m2..."""
+    few = "only 8 queries (under 20): a rough interval"
+    flat = "zero width: every resample gave the same value; 3 of 1000 replicates dropped (no positive left)"
+    long_name = "timm:convnext_tiny.fb_in22k_ft_in1k · IVF1024,PQ32 · " + "x" * 40  # the m1, m2 legend
+    records = [RunRecord("r1", START, "p", "small", "disc",
+                         {"uap": 0.5, "uap_ci95_low": 0.2, "uap_ci95_high": 0.8, "accuracy_at_1": 0.4,
+                          "accuracy_at_1_ci95_low": 0.1, "accuracy_at_1_ci95_high": 0.7, "recall_at_p90": 0.0,
+                          "recall_at_p90_ci95_low": 0.0, "recall_at_p90_ci95_high": 0.0},
+                         {"interval_note.uap": few, "interval_note.accuracy_at_1": few,
+                          "interval_note.recall_at_p90": flat}),
+               RunRecord("r2", START, "p", long_name, "disc", {"uap": 0.6, "uap_ci95_low": 0.5, "uap_ci95_high": 0.7},
+                         {}),
+               RunRecord("r3", START, "p", "plain", "vsd", {"hr_at_5": 0.6}, {})]
+    for details in (False, True):
+        text = render_leaderboard(leaderboard(records), details=details)
+        assert max(len(line) for line in text.splitlines()) <= 100, text
+        disc, vsd = text.split("== vsd ==")
+        notes = disc.split("interval notes:\n")[1]
+        flattened = " ".join(notes.split())
+        assert f"small (accuracy_at_1, uap): {few}" in flattened and f"small (recall_at_p90): {flat}" in flattened
+        assert long_name[:20] not in notes and "interval notes" not in vsd  # r2 and r3 have no note
+
+
+def test_the_trend_axis_names_the_date_its_runs_started_on_not_the_last_ticks() -> None:
+    """Issue 57 (seen in docs/img/compare-report-wide.png): runs of Dec 06 at 23:33 read as
+    ``2026-Dec-07`` under the report's time axis, matplotlib's offset being the last tick's date (the
+    padded range ends on a 00:00 tick)."""
+    from vsbench.reporting.html_report import _trend_figure
+
+    late = datetime(2026, 12, 6, 23, 33, tzinfo=UTC)
+    records = [RunRecord(f"r{i}", late, "p", model, "disc", {"uap": 0.5 + i / 10}, {})
+               for i, model in enumerate(("a", "b"))]
+    import io
+
+    figure = _trend_figure(records, ["uap"], {"a": "C0", "b": "C1"}, {"uap": True})
+    figure.savefig(io.BytesIO(), format="png")  # drawn as the report draws it
+    axis = figure.axes[0]
+    assert axis.xaxis.get_offset_text().get_text() == "2026-Dec-06"
+    assert "00:00" in [tick.get_text() for tick in axis.get_xticklabels()]  # the range does cross midnight
+    two_days = _trend_figure([*records, RunRecord("r3", datetime(2026, 12, 7, 1, 0, tzinfo=UTC), "p", "a", "disc",
+                                                  {"uap": 0.6}, {})], ["uap"], {"a": "C0", "b": "C1"}, {"uap": True})
+    two_days.savefig(io.BytesIO(), format="png")
+    assert two_days.axes[0].xaxis.get_offset_text().get_text() == "2026-Dec-06 to Dec-07"

@@ -33,9 +33,12 @@ import numpy as np
 
 from vsbench.abid.ids import bin_stem, local_name
 from vsbench.abid.readers import read_task_entries
+from vsbench.reporting.record_sheets import titled
 from vsbench.reporting.sheets import FAILURES_DIR, Row, Sheet, Tile, image_in_root, write_failure_sheet
 
 TASKS = ("counting", "verification", "quantity")
+BENCHMARK = "abid"
+VARIANT = "moderate"  # the score step scores the moderate task files (classes 0..5)
 THUMB = 112
 LEGENDS = {"counting": {"false": "the bin counted wrong"},
            "verification": {"query": "the bin asked about", "true": "a training bin holding the asin"},
@@ -66,6 +69,23 @@ def bin_tile(images: Path, index: Any, mark: str) -> Tile:
         return Tile(None, caption, mark, f"image index {str(index)[:40]!r} is not a bin index")
     path, why = image_in_root(images, local_name(number + 1, "image"))
     return Tile(path, caption, mark, why)
+
+
+def task_models(counting_arch: str = "", siamese_arch: str = "") -> dict[str, str]:
+    """Each task's model as a sheet's title names it: the network that answered it, with its
+    architecture where the training step recorded one (``resnet34``, ``siamese-resnet34``): the
+    quantity answers are the asin prior capped by the counting network's counts."""
+    counting = f"{counting_arch} counting network" if counting_arch else "counting network"
+    return {"counting": counting, "verification": f"{siamese_arch or 'siamese'} network",
+            "quantity": f"asin prior + {counting}"}
+
+
+def subject(task: str, models: Mapping[str, str] | None = None) -> str:
+    """``abid · resnet34 counting network · moderate``: benchmark, model and variant, which lead every
+    ABID sheet's title (issue 57: ``ABID counting: ...`` read the same for every trained network) as
+    they lead the retrieval sheets' (:func:`~vsbench.reporting.record_sheets.titled`); the MLflow run
+    id is added when the sheet is logged to its run (:mod:`vsbench.tracking.sheet_stamp`)."""
+    return " · ".join((BENCHMARK, (models or {}).get(task) or task_models()[task], VARIANT))
 
 
 def _notes(rows: Sequence[Row]) -> tuple[str, ...]:
@@ -133,11 +153,13 @@ SHEETS = {"counting": counting_sheet, "verification": verification_sheet, "quant
 
 def write_abid_failure_sheets(files: Mapping[str, Path], answers: Mapping[str, np.ndarray],
                               truths: Mapping[str, np.ndarray], ids: Mapping[str, Sequence[str]], images: Path,
-                              folder: Path, stems: Mapping[str, str], rows: int) -> dict[str, dict[str, Any]]:
+                              folder: Path, stems: Mapping[str, str], rows: int,
+                              models: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Each task's sheet as ``<folder>/failures/<stems[task]>.png|.html``: task -> the entry
     :func:`~vsbench.reporting.sheets.write_failure_sheet` returns (paths as written). ``files``: the
     task files (read again for the image indices and asins); ``ids``: each task's question ids (its
-    unit ids). None when ``rows`` is 0; an images folder that is not there: one warning line, none."""
+    unit ids); ``models``: each task's model (:func:`task_models`), which the title names (:func:`subject`).
+    None when ``rows`` is 0; an images folder that is not there: one warning line, none."""
     if not rows:
         return {}
     if not Path(images).is_dir():
@@ -146,7 +168,8 @@ def write_abid_failure_sheets(files: Mapping[str, Path], answers: Mapping[str, n
     def one(task: str) -> dict[str, Any] | None:
         def make() -> Sheet:
             entries = read_task_entries(files[task], task)
-            return SHEETS[task](entries, answers[task], truths[task], ids[task], Path(images), rows)
+            sheet = SHEETS[task](entries, answers[task], truths[task], ids[task], Path(images), rows)
+            return titled(sheet, subject(task, models)) or sheet
 
         return write_failure_sheet(make, Path(folder) / FAILURES_DIR, stems[task], f"abid {task}", size=THUMB)
 

@@ -32,6 +32,26 @@ ArgOpt = Annotated[list[str] | None, typer.Option("--arg", "-a", metavar="NAME=V
                                                        "own values).")]
 
 
+def _refuse_bad_arguments(pipeline: str, arguments: dict) -> None:
+    """What this machine can tell of a run's ``arguments`` before the cluster runs it, one ``error:``
+    line each, exit 2: ``submit`` and ``schedule`` alike (a recurring run refused at 02:00 every night
+    helps nobody). A similarity run's model option values are checked against their declared choices
+    before torch is imported (issue 57: a refusal in under 2 s)."""
+    problems: list[str] = []
+    if pipeline == "similarity":
+        from vsbench.runspec.preflight import submitted_problems
+
+        problems = submitted_problems(arguments)
+    elif pipeline == "abid":
+        from vsbench.abid.launch import pipeline_problems
+
+        problems = pipeline_problems(arguments, lambda name: f"--arg {name}")
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        raise typer.Exit(2)
+
+
 def submit(
     host: HostOpt,
     pipeline: Annotated[str, typer.Option(help="abid, similarity or nightly.")] = "abid",
@@ -50,19 +70,7 @@ def submit(
 
     with user_errors():
         arguments = parse_arguments(arg or [], pipeline=pipeline)
-    problems: list[str] = []  # what this machine can tell before the cluster runs it: one line each
-    if pipeline == "similarity":
-        from vsbench.runspec.preflight import submitted_problems
-
-        problems = submitted_problems(arguments)
-    elif pipeline == "abid":
-        from vsbench.abid.launch import pipeline_problems
-
-        problems = pipeline_problems(arguments, lambda name: f"--arg {name}")
-    for problem in problems:
-        typer.echo(f"error: {problem}", err=True)
-    if problems:
-        raise typer.Exit(2)
+    _refuse_bad_arguments(pipeline, arguments)
     with user_errors():
         run_id = submit_run(host, pipeline, arguments=arguments,
                             experiment=experiment, run_name=run_name, cluster=ClusterSettings.load(cluster_config),
@@ -83,13 +91,17 @@ def schedule(
     namespace: Annotated[str | None, typer.Option(help="Kubeflow profile namespace (multi-user clusters; "
                                                         "default: none).")] = None,
 ) -> None:
-    """Upload a pipeline (a new version if it exists) and create its recurring run."""
+    """Upload a pipeline (a new version if it exists) and create its recurring run (its arguments checked
+    first, as submit checks them)."""
     from vsbench.platform.cluster import ClusterSettings
     from vsbench.platform.kfp_client import parse_arguments
     from vsbench.platform.kfp_client import schedule as schedule_run
 
     with user_errors():
-        job_id = schedule_run(host, pipeline, cron=cron, arguments=parse_arguments(arg or [], pipeline=pipeline),
+        arguments = parse_arguments(arg or [], pipeline=pipeline)
+    _refuse_bad_arguments(pipeline, arguments)
+    with user_errors():
+        job_id = schedule_run(host, pipeline, cron=cron, arguments=arguments,
                               experiment=experiment, job_name=job_name, cluster=ClusterSettings.load(cluster_config),
                               namespace=namespace, replace=replace)
     typer.echo(f"recurring run {job_id} ({cron}, UTC)")

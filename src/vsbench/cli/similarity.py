@@ -280,21 +280,36 @@ def _step_help(command):  # type: ignore[no-untyped-def]
     return command
 
 
+def _refuse_undeclared(model: str, options: dict | None, name_is: str = "--model") -> None:
+    """``model`` and its ``options`` against the declared choices (no torch): each problem one
+    ``error:`` line naming the option (the model as ``name_is``), exit 2. Why here, before the heavy
+    imports: a bad value waited for torch's import, 8 to 24 s on a loaded machine (issue 57)."""
+    from vsbench.runspec.preflight import declared_model_problems
+
+    problems = declared_model_problems(model, options, lambda field: name_is if field == "model" else "--model-options")
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        raise typer.Exit(BAD_INPUT_EXIT)
+
+
 def _asked_options(model_options: str) -> dict | None:
     """--model-options of a step command: None (not checked) when not given."""
     return _json_option(model_options, "--model-options") if model_options.strip() else None
 
 
-def _benchmark_run(out: Path, **fields):
+def _benchmark_run(out: Path, model: str = "", model_options: str = "", **fields):
     """The benchmark side of a run from a step command's options, checked before the step reads
-    anything (:func:`~vsbench.runspec.preflight.step_problems`): every problem a line, exit 2."""
-    from vsbench.runspec.preflight import step_problems
+    anything (:func:`~vsbench.runspec.preflight.step_problems`), and ``--model`` with
+    ``--model-options`` against their declared choices (no torch either): every problem a line, exit 2."""
+    from vsbench.runspec.preflight import declared_model_problems, step_problems
     from vsbench.runspec.run import BenchmarkRun
 
     fields["benchmark_options"] = _json_option(fields["benchmark_options"], "--benchmark-options")
+    asked = _asked_options(model_options)
     with user_errors():
         run = BenchmarkRun.parse(**fields)
-    if problems := step_problems(run, out):
+    if problems := step_problems(run, out) + declared_model_problems(model, asked):
         for problem in problems:
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(BAD_INPUT_EXIT)
@@ -328,7 +343,8 @@ def similarity_index(
         fail("give at most one of --train, --fill --shard i, --finish (none: all three in turn); --shard goes "
              "with --fill")
     stage = stages[0] if stages else "all"
-    run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+    run = _benchmark_run(out, model, model_options, benchmark=benchmark, root=str(root),
+                         benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, reference_shards=reference_shards, merge_ondisk=merge_ondisk)
     from vsbench.steps.similarity import similarity_index_step  # torch and faiss: once the checks pass
 
@@ -365,7 +381,8 @@ def similarity_search(
 
     {checks}"""
     refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
-    run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+    run = _benchmark_run(out, model, model_options, benchmark=benchmark, root=str(root),
+                         benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
     from vsbench.retrieval.engine import Engine  # torch and faiss: once the checks pass
@@ -400,7 +417,8 @@ def similarity_score(
     refuse_busy(out, shared=True)  # a run holding OUT: one line at once, before the heavy imports
     import time
 
-    run = _benchmark_run(out, benchmark=benchmark, root=str(root), benchmark_options=benchmark_options, codecs=codecs,
+    run = _benchmark_run(out, model, model_options, benchmark=benchmark, root=str(root),
+                         benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, global_cap=global_cap, search_shards=search_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
     from vsbench.retrieval.engine import Engine  # torch and faiss: once the checks pass
@@ -483,6 +501,9 @@ def similarity_models(
 
     from vsbench.io.terminal import wrap
     from vsbench.models.choices import network_note
+
+    if name is not None:  # a name or option value the table refuses: said before torch's import (issue 57)
+        _refuse_undeclared(name, _json_option(model_options, "--model-options"), name_is="NAME")
     from vsbench.models.registry import available_models, describe_model, families, model_source
     if name is None:
         with user_errors():  # a broken model plugin: one line naming it

@@ -130,6 +130,17 @@ def time_limits(times: list[datetime]) -> tuple[datetime, datetime]:
     return first - pad, last + pad
 
 
+def run_dates(times: list[datetime]) -> str:
+    """``2026-Dec-06`` (or ``2026-Dec-06 to Dec-07``): the dates the runs of a trend started on, the
+    words under its time axis. Why not matplotlib's own: its offset names the *last tick's* date, and
+    the padded range of runs at 23:33 ends on a 00:00 tick, so runs of Dec 06 read as Dec 07 (seen in
+    docs/img/compare-report-wide.png, issue 57)."""
+    first, last = min(times), max(times)
+    if first.date() == last.date():
+        return f"{first:%Y-%b-%d}"
+    return f"{first:%Y-%b-%d} to {last:%b-%d}" if first.year == last.year else f"{first:%Y-%b-%d} to {last:%Y-%b-%d}"
+
+
 def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[str, Any],
                   higher: Mapping[str, bool]) -> Any:
     """One panel per metric, one line per model over the runs' start times, each point's 95% interval
@@ -166,7 +177,11 @@ def _trend_figure(records: list[RunRecord], metrics: list[str], colors: Mapping[
             axis.set_xlim(*limits)
         locator = AutoDateLocator(minticks=2, maxticks=5)
         axis.xaxis.set_major_locator(locator)
-        axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        formatter = ConciseDateFormatter(locator)
+        if ordered:  # the date under the axis is the runs', not the last tick's (see run_dates)
+            span = run_dates([r.start_time for r in ordered])
+            formatter.get_offset = lambda span=span: span
+        axis.xaxis.set_major_formatter(formatter)
         axis.set_title(_wrap(metric) + ("" if higher.get(metric, True) else "\n(lower is better)"), fontsize=9)
         axis.tick_params(labelsize=8)
         axis.grid(alpha=0.3)

@@ -227,12 +227,32 @@ def _versus(cell: Cell) -> str:
     return f"{format_p(cell.p_value)} {kind}"
 
 
+def _edge_notes(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], width: int) -> str:
+    """The intervals' edge notes (a run's ``interval_note.<metric>``: fewer than ~20 units, zero width,
+    replicates dropped) under a benchmark's table, as the report and ``compare --runs`` show them beside
+    the interval (issue 57: the terminal leaderboard showed none, so a rough interval read as a sound
+    one): ``  <model> (<metrics>): <note>``, the metrics of one model that share a note on one line,
+    each wrapped within ``width``; "" when no cell has a note."""
+    shared: dict[tuple[str, str], list[str]] = {}
+    for metric, _, cells in rows:
+        for model, cell in zip(models, cells):
+            if cell is not None and cell.note:
+                shared.setdefault((model, cell.note), []).append(metric)
+    if not shared:
+        return ""
+    lines = [textwrap.fill(f"{model} ({', '.join(metrics)}): {note}", width=width, initial_indent="  ",
+                           subsequent_indent="    ", break_on_hyphens=False)
+             for (model, note), metrics in sorted(shared.items())]
+    return "interval notes:\n" + "\n".join(lines)
+
+
 def render_leaderboard(frame: pd.DataFrame, width: int = WIDTH, details: bool = False) -> str:
     """Plain text for the terminal: per benchmark, metrics x models, the best marked ``*`` and those
     indistinguishable from it ``≈``, within ``width`` columns (issue 48: it was 233 wide). Each
     value's interval is shown where the table still fits; long model names become ``m1``, ``m2``...
     with a legend. ``details`` (``vsbench compare --details``): every interval and the full names in
-    place, a block per metric with a row per model when wider than ``width``."""
+    place, a block per metric with a row per model when wider than ``width``. Under each table, the
+    intervals' edge notes (:func:`_edge_notes`), with or without ``details``."""
     if frame.empty:
         return "no finished pipeline runs with metrics"
     blocks = []
@@ -248,7 +268,8 @@ def render_leaderboard(frame: pd.DataFrame, width: int = WIDTH, details: bool = 
         else:
             table, left_out = _fitted(models, rows, width)
             hidden = hidden or left_out
-        blocks.append(f"== {benchmark} ==\n{table}")
+        notes = _edge_notes(models, rows, width)
+        blocks.append(f"== {benchmark} ==\n{table}" + (f"\n{notes}" if notes else ""))
     footer = f"{FOOTER}; {HIDDEN_NOTE if hidden else INTERVALS_NOTE}"
     blocks.append(textwrap.fill(footer, width=width))
     return "\n\n".join(blocks)

@@ -104,16 +104,26 @@ def _argument(field: str) -> str:
 
 def _declared_model(run: SimilarityRun, problems: list[str], label: Callable[[str], str] = _option) -> None:
     """The model's name, and its option names and values against its declared choices
-    (:mod:`vsbench.models.choices`, which imports no torch): a refused ``--model nosuch`` or
-    ``{"weights": "nosuch"}`` answers in the first round, in well under 2 s, instead of after torch's
-    import (issue 57). A plugin's model is checked in :func:`_model`."""
+    (:func:`declared_model_problems`)."""
+    problems += declared_model_problems(run.model, run.model_options, label)
+
+
+def declared_model_problems(model: str, options: dict[str, Any] | None,
+                            label: Callable[[str], str] = _option) -> list[str]:
+    """``model``'s name, and its ``options``' names and values against its declared choices
+    (:mod:`vsbench.models.choices`, which imports no torch), one line each led by ``label(field)``:
+    a refused ``--model nosuch`` or ``{"weights": "nosuch"}`` answers in the first round, in well under
+    2 s, instead of after torch's import (issue 57). Every command that takes a model calls it first
+    (``similarity run`` and its step commands, ``similarity models``, ``submit`` and ``schedule``). An
+    empty ``model`` (not given) and a plugin's model pass: the registry checks those, after torch."""
     from vsbench.models.choices import name_problem, option_problems
 
-    unknown = name_problem(run.model)
+    if not model:
+        return []
+    unknown = name_problem(model)
     if unknown:
-        problems.append(label("model") + ": " + unknown)
-        return
-    problems += [label("model_options") + ": " + line for line in option_problems(run.model, run.model_options)]
+        return [label("model") + ": " + unknown]
+    return [label("model_options") + ": " + line for line in option_problems(model, options or {})]
 
 
 def _model(run: SimilarityRun, runner: str, problems: list[str], label: Callable[[str], str] = _option) -> None:
@@ -249,8 +259,8 @@ def submitted_problems(arguments: dict[str, Any]) -> list[str]:
     cluster runs them (``vsbench cluster submit --pipeline similarity``): the run spec's fields, the
     benchmark's option names, the model and its options, each codec and the search parameters
     against it, the score normalization. Paths, files and the device are the cluster's, not checked.
-    The model (whose registry imports torch) is checked once the others pass, as in
-    :func:`similarity_problems`."""
+    The model's name and option values are checked against their declared choices with the others;
+    the registry (which imports torch) once they pass, as in :func:`similarity_problems`."""
     fields = {name: arguments[name] for name in SimilarityRun.model_fields if name in arguments}
     fields.setdefault("benchmark", "disc")  # the pipeline's own defaults for the two it requires
     fields.setdefault("root", "/data")
@@ -262,6 +272,7 @@ def submitted_problems(arguments: dict[str, Any]) -> list[str]:
         _collect(problems, lambda: get(run.benchmark).check_options(run.benchmark_options), _argument(
             "benchmark_options: "))
         _search(run, problems, _argument)
+        _declared_model(run, problems, _argument)  # the declared choices first, without torch
         if not problems:
             _model(run, "inline", problems, _argument)
     return problems

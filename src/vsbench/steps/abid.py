@@ -387,7 +387,7 @@ def abid_score_step(
         written = _write_units(units, folder)
         tracker.log_unit_files({path: sha256 for path, sha256 in written.items()})
         sheets = _failure_sheets(files, answers, truths, units, Path(images) if images else root.parent / RESIZED_DIR,
-                                 folder, rows)
+                                 folder, rows, _scored_models(parent_run_id))
         for sheet in sheets.values():  # each copy logged names the run it is logged to (docs/failures.md)
             for suffix in ("png", "html"):
                 path = Path(sheet[suffix])
@@ -443,15 +443,27 @@ def _score_units(files: dict[str, Path], answers: dict[str, Any], truths: dict[s
     return out
 
 
+def _scored_models(parent_run_id: str) -> dict[str, str]:
+    """Each task's model as its failure sheet names it (:func:`vsbench.abid.failures.task_models`): the
+    architecture each training step of this pipeline run recorded (param ``architecture``), read from
+    its run; without a parent run (a step called alone) or a store, the networks unnamed by architecture."""
+    from vsbench.abid.failures import task_models
+
+    parent = parent_tracker(parent_run_id)
+    return task_models(parent.child_param("abid-train-counting", "architecture"),
+                       parent.child_param("abid-train-siamese", "architecture"))
+
+
 def _failure_sheets(files: dict[str, Path], answers: dict[str, Any], truths: dict[str, Any], units: dict[str, Any],
-                    images: Path, folder: str, rows: int) -> dict[str, dict[str, Any]]:
+                    images: Path, folder: str, rows: int, models: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Unit file name -> its failure sheet's entry (none without a folder for the unit files)."""
     from vsbench.abid.failures import write_abid_failure_sheets
 
     if not folder:
         return {}
     made = write_abid_failure_sheets(files, answers, truths, {task: units[task].ids for task in units}, images,
-                                     Path(folder), {task: Path(name).stem for task, name in UNIT_FILES.items()}, rows)
+                                     Path(folder), {task: Path(name).stem for task, name in UNIT_FILES.items()}, rows,
+                                     models)
     return {UNIT_FILES[task]: entry for task, entry in made.items()}
 
 

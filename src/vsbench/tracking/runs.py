@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -184,6 +185,20 @@ class Tracker:
             return {self._client.get_logged_model(model_id).name: model_id for model_id in ids}
 
         return self._call("linked models", read) or {}
+
+    def child_param(self, step: str, key: str) -> str:
+        """Param ``key`` of this run's newest child run named ``step`` (a pipeline parent's training
+        step, say), "" when none or offline. Read back from the store, so only a short plain word is
+        believed (letters, digits, ``-``, ``_``, ``.``; at most 40): anything else is "" too."""
+        def read() -> str:
+            found = self._client.search_runs(
+                [self._client.get_run(self.run_id).info.experiment_id],
+                filter_string=f"tags.`{PARENT_TAG}` = '{self.run_id}' and attributes.run_name = '{step}'",
+                order_by=["attributes.start_time DESC"], max_results=1)
+            value = found[0].data.params.get(key, "") if found else ""
+            return value if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,40}", value) else ""
+
+        return self._call("child run param", read) or ""
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         self._call("log_figure", lambda: self._client.log_figure(self.run_id, figure, artifact_file))
