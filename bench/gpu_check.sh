@@ -62,7 +62,7 @@ fi
 
 mkdir -p "$WORK"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-export VSBENCH_EMBEDDING_CACHE=off  # every embed is measured, not read back from an earlier run
+export VSBENCH_EMBED_CACHE=off  # every embed is measured, not read back from an earlier run
 export MLFLOW_TRACKING_URI="${MLFLOW_TRACKING_URI:-file://$WORK/mlruns}"
 export TQDM_DISABLE=1
 

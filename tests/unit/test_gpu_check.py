@@ -49,3 +49,13 @@ def test_a_missing_wheel_is_named_in_one_line(tmp_path):
                           timeout=120, check=False)
     assert done.returncode != 0
     assert "gpu_check: missing: simplejpeg" in done.stderr and "bench/wheels/" in done.stderr
+
+
+def test_the_script_turns_off_the_embedding_cache_vsbench_reads():
+    """A GPU check that read an earlier run's embeddings back from the user cache would time nothing:
+    the script must export the variable :mod:`vsbench.models.cache` reads (it once exported
+    ``VSBENCH_EMBEDDING_CACHE``, a name nothing reads)."""
+    from vsbench.models.cache import CACHE_ENV
+
+    text = (ROOT / "bench" / "gpu_check.sh").read_text()
+    assert f"export {CACHE_ENV}=off" in text
