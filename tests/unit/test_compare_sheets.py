@@ -594,3 +594,39 @@ def test_a_sheet_of_ranks_and_aps_says_ranked_and_one_of_right_and_wrong_says_ri
     plain, counts = change_sheet([Comparison("copydays", days.first, days.second, NoImages(), NoImages())], 20,
                                  labels=("A", "B"))
     assert (counts["by_rank"], counts["by_ap"]) == (0, 0) and plain.title.startswith("A vs B: 1 right only in A")
+
+
+class _TwoRuns:
+    """A units reader over runs ``run-a`` and ``run-b``, Copydays evaluations holding ``units``."""
+
+    def __init__(self, units: dict[str, Units]) -> None:
+        from types import SimpleNamespace
+
+        from vsbench.tracking.evaluations import BENCHMARK_TAG
+
+        self._units = units
+        self._runs = {run: SimpleNamespace(info=SimpleNamespace(run_id=run, run_name=run),
+                                           data=SimpleNamespace(tags={BENCHMARK_TAG: "copydays"}, params={}))
+                      for run in units}
+
+    def units_run_id(self, run_id: str) -> str:
+        return ""
+
+    def run(self, run_id: str):
+        return self._runs[run_id]
+
+    def units(self, run_id: str) -> dict[str, Units]:
+        return {"strong_map": self._units[run_id]}
+
+
+def test_compare_runs_sheet_of_an_ap_benchmark_reaches_the_terminal_and_the_report_in_ap_words(tmp_path):
+    """``vsbench compare --runs``'s sheet of two Copydays runs (no ``--metric``: by AP) hands its AP
+    words on to the count line and the report's link (``by_ap``), not "ranked higher" or "right"."""
+    from vsbench.cli.report import _compare_sheet
+    from vsbench.reporting.changes import count_words
+
+    reader = _TwoRuns({"run-a": _moved_copydays(0), "run-b": _moved_copydays(1)})
+    made = _compare_sheet(reader, ("run-a", "run-b"), tmp_path / "sheet", None, None, tmp_path / "r.html")
+    assert (made["first_only"], made["second_only"], made["by_rank"], made["by_ap"]) == (1, 3, 1, 1)
+    assert count_words(made) == "1 units whose AP was higher in the first, 3 in the second"
+    assert "AP 0.1667" in Path(str(made["html"])).read_text()
