@@ -505,6 +505,11 @@ def _moved_vsd(run: int) -> Units:
             labels.append(true)
             ranks.append(place)
             scores.append(1.0 - place / 10)
+    # qf: its positive at rank 2 in run A, out of B's filtered list (rank 0: below every rank)
+    seeds += ["qf"] * 4
+    labels += [0, 1, 0, 0]
+    ranks += [1, 2, 3, 4] if run == 0 else [1, 0, 2, 3]
+    scores += [0.9, 0.8, 0.7, 0.6]
     return vsd_units(seeds, labels, ranks, scores)
 
 
@@ -524,7 +529,7 @@ def _moved_product_search(run: int) -> Units:
 # AP (product search) 1/(r+1).
 RANK_SHEETS = {
     "disc": (_moved_disc, False, [("qb", 1, 4)], [("qa", 3, 1), ("qc", 4, 2)]),
-    "vsd": (_moved_vsd, False, [("qb", 1, 4)], [("qa", 3, 1), ("qc", 4, 2)]),
+    "vsd": (_moved_vsd, False, [("qb", 1, 4), ("qf", 2, None)], [("qa", 3, 1), ("qc", 4, 2)]),
     "copydays": (_moved_copydays, True, [("qb", "AP 1", "AP 0.125")],  # qe: (1 + (1/2 + 2/3)/2)/2 -> 1
                  [("qa", "AP 0.1667", "AP 1"), ("qe", "AP 0.7917", "AP 1"), ("qc", "AP 0.125", "AP 0.25")]),
     "product_search": (_moved_product_search, True, [("qb", "AP 1", "AP 0.25")],  # qe: (1 + 2/3)/2 -> 1
@@ -563,7 +568,8 @@ def test_a_ranking_benchmarks_sheet_lists_the_queries_whose_rank_or_ap_moved_mos
             rows.append((unit, *(c.split(": ", 1)[1] for c in row.tiles[0].caption[1:])))
         else:  # each run's answer names its true match's rank, as DISC's rows did
             left, right = row.title.split(" · B ")
-            rows.append((unit, *(int(re.findall(r"rank (\d+)", part)[-1]) for part in (left, right))))
+            ranks = [re.findall(r"rank (\d+)", part) for part in (left, right)]  # none: not ranked
+            rows.append((unit, *(int(found[-1]) if found else None for found in ranks)))
     assert rows == first_rows + second_rows
     words = "had the higher AP" if ap else "ranked the true match higher"
     rule = "each unit's own AP, largest move first; " if ap else "the rank of each unit's first true match"
@@ -594,6 +600,7 @@ def test_a_sheet_of_ranks_and_aps_says_ranked_and_one_of_right_and_wrong_says_ri
     plain, counts = change_sheet([Comparison("copydays", days.first, days.second, NoImages(), NoImages())], 20,
                                  labels=("A", "B"))
     assert (counts["by_rank"], counts["by_ap"]) == (0, 0) and plain.title.startswith("A vs B: 1 right only in A")
+    assert plain.notes[0] == "copydays: right: the nearest result is a positive"  # the rule alone
 
 
 class _TwoRuns:
