@@ -637,3 +637,23 @@ def test_compare_runs_sheet_of_an_ap_benchmark_reaches_the_terminal_and_the_repo
     assert (made["first_only"], made["second_only"], made["by_rank"], made["by_ap"]) == (1, 3, 1, 1)
     assert count_words(made) == "1 units whose AP was higher in the first, 3 in the second"
     assert "AP 0.1667" in Path(str(made["html"])).read_text()
+
+
+def test_a_unit_file_whose_ap_cannot_be_recomputed_is_left_out_in_one_note_naming_run_and_query(tmp_path):
+    """The AP a product-search row shows is recomputed from the file's scores (issue 55 item 8): a file
+    read back with a NaN score (or a query said to have a positive that holds none) is no sheet of that
+    pair, said in one line naming the run and the query; never a traceback, never a made-up AP."""
+    from vsbench.stats.units import ListColumn
+    from vsbench.steps.compare import RunSide, comparisons
+
+    honest = _moved_product_search(0)
+    score = honest.columns["score"]
+    values = np.asarray(score.values, dtype=np.float64).copy()
+    values[5] = np.nan  # query qb's second candidate
+    forged = Units(honest.kind, honest.benchmark, honest.ids, {**honest.columns, "score": ListColumn(values, score.offsets)},
+                   honest.metrics, None, honest.variant)
+    sides = [RunSide(run, [units], "", {}, "") for run, units in (("run-a", honest), ("run-b", forged))]
+    found, notes = comparisons(*sides)
+    assert found == [] and notes == [
+        "product_search: run run-b: product-search query qb: its AP cannot be computed: scores must be finite: "
+        "not compared"]

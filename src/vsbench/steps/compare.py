@@ -275,6 +275,14 @@ def by_rank(units: Units, metrics: Sequence[str] | None) -> bool:
     return any(ranking_metric(spec) for spec in asked.values())
 
 
+def _judged(units: Units, run_id: str) -> Outcomes | None:
+    """:func:`outcomes_of`, a rule's refusal naming the run it came from."""
+    try:
+        return outcomes_of(units)
+    except ValueError as exc:
+        raise ValueError(f"run {run_id}: {exc}") from None
+
+
 def comparisons(first: RunSide, second: RunSide, cache: dict | None = None, name: str = "",
                 metrics: Sequence[str] | None = None) -> tuple[list[Comparison], list[str]]:
     """The unit files of two runs paired (same kind, benchmark, variant and metrics; or the only
@@ -291,8 +299,12 @@ def comparisons(first: RunSide, second: RunSide, cache: dict | None = None, name
         notes.append(f"{name or first.run_id}: no unit files both runs hold: nothing to compare")
     out: list[Comparison] = []
     for a, b in pairs:
-        judged_a, judged_b = outcomes_of(a), outcomes_of(b)
         label = name or " · ".join(p for p in (a.benchmark, a.variant) if p)
+        try:
+            judged_a, judged_b = _judged(a, first.run_id), _judged(b, second.run_id)
+        except ValueError as exc:  # a unit file no rule can read (a NaN score): this pair left out, said
+            notes.append(f"{label}: {exc}: not compared")
+            continue
         if judged_a is None or judged_b is None:
             notes.append(f"{label}: no rule says which {a.kind} units are right: not compared")
             continue

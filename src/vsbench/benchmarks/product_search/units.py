@@ -85,7 +85,10 @@ def product_search_outcomes(units: Units) -> Outcomes:
         rank = first_true_rank(np.asarray(labels[row]) == 1, order(row))
         right[row] = rank == 1
         severity[row] = 0 if rank == 1 else (rank if rank is not None else len(labels[row]) + 1)
-        own_ap[row] = binary_average_precision(np.asarray(labels[row]) == 1, np.asarray(scores[row], dtype=np.float64))
+        try:
+            own_ap[row] = binary_average_precision(np.asarray(labels[row]) == 1, np.asarray(scores[row], dtype=np.float64))
+        except ValueError as exc:  # a unit file that says a positive but holds none, or a NaN score
+            raise ValueError(f"product-search query {units.ids[row]}: its AP cannot be computed: {exc}") from None
 
     def answer(row: int) -> str:
         o = order(row)
