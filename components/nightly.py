@@ -22,6 +22,7 @@ def regression_check(
 
     from vsbench.benchmarks.registry import lower_is_better_metrics
     from vsbench.io.store import store_client, store_down_exits
+    from vsbench.reporting.changes import count_words
     from vsbench.reporting.regression import RegressionError, check_regression
     from vsbench.steps.compare import night_compare_sheet
 
@@ -38,9 +39,10 @@ def regression_check(
         if report.previous_run_id:  # the picture of what changed: failures/compare-<baseline>.png/.html on the night
             sheet = night_compare_sheet(store_client(), parent_run_id, report.previous_run_id)
             if sheet is not None:
-                print(f"compare sheet: {sheet['counts']['first_only']} units right only in the baseline, "
-                      f"{sheet['counts']['second_only']} only tonight: "
-                      + ", ".join(e["artifact"] for e in sheet["files"].values()), flush=True)
+                # in the sheet's own words: right/wrong, or ranked higher / higher AP for a ranking metric
+                words = count_words(sheet["counts"], "the baseline", "tonight's run")
+                print(f"compare sheet: {words}: " + ", ".join(e["artifact"] for e in sheet["files"].values()),
+                      flush=True)
     if not report.passed:
         raise RegressionError(report.message())
 

@@ -373,8 +373,8 @@ def test_compare_prints_each_runs_interval_note_beside_its_interval(store, tmp_p
 
 
 def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):
+    from components.nightly import regression_check  # this checkout's (vsbench.components: the installed one)
     from kfp.dsl import Metrics
-    from vsbench.components.nightly import regression_check
 
     root = _disc_root(tmp_path / "disc")
     first, second, _, _ = _disc()
@@ -383,7 +383,9 @@ def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):
     out = Metrics(name="metrics", uri="", metadata={})
     regression_check.python_func(experiment="e", parent_run_id=night, threshold=0.5, relative=False,
                                  metrics_json="[]", pipeline="vsbench-nightly", metrics=out)
-    assert "compare sheet: 1 units right only in the baseline, 1 only tonight" in capsys.readouterr().out
+    # Its unit files name uap: the line says the sheet's rank words (issue 55: it said "right only").
+    assert ("compare sheet: 1 units whose true match ranked higher in the baseline, 1 in tonight's run: failures/"
+            in capsys.readouterr().out)
     assert {f.path for f in store.list_artifacts(night, "failures")} == {
         f"failures/compare-{baseline}.png", f"failures/compare-{baseline}.html"}
 
@@ -462,3 +464,196 @@ def test_vsbench_compare_says_a_refused_options_param_in_one_warning_line(tmp_pa
                           None, tmp_path / "report.html")
     err = capsys.readouterr().err.strip().splitlines()
     assert made == {} and len(err) == 1 and err[0].startswith("warning: no compare sheet: ValueError: run run-a: "), err
+
+
+# Issue 55 item 8, every benchmark whose headline is a ranking: per query, the 1-based ranks of its true
+# matches in run A and in run B (four results a query). qa climbs 3 -> 1, qb falls 1 -> 4, qc climbs
+# 4 -> 2 (right/wrong at rank 1 sees neither run right), qd stays at 2; qe (AP benchmarks only) keeps
+# its first match at 1 while its second climbs 3 -> 2: its AP moves, its first match's rank does not.
+MOVES = {"qa": ((3,), (1,)), "qb": ((1,), (4,)), "qc": ((4,), (2,)), "qd": ((2,), (2,))}
+MOVES_AP = {**MOVES, "qe": ((1, 3), (1, 2))}
+
+
+def _order(ranks: tuple[int, ...]) -> list[int]:
+    """The four results' truth (1: a true match) in rank order, the true ones at ``ranks``."""
+    return [int(r in ranks) for r in range(1, 5)]
+
+
+def _moved_disc(run: int) -> Units:
+    queries = list(MOVES)
+    q, refs, scores = [], [], []
+    for query, ranks in MOVES.items():
+        for place, true in enumerate(_order(ranks[run]), 1):
+            q.append(query)
+            refs.append(f"R{query}" if true else f"X{place}")
+            scores.append(1.0 - place / 10)
+    return copy_detection_units(q, refs, scores, queries, [f"R{query}" for query in queries], queries=queries)
+
+
+def _moved_copydays(run: int) -> Units:
+    hits = [_order(ranks[run]) for ranks in MOVES_AP.values()]
+    return copydays_units(list(MOVES_AP), hits, [[0.1, 0.2, 0.3, 0.4]] * len(hits),
+                          [len(ranks[run]) for ranks in MOVES_AP.values()], ["strong"] * len(hits),
+                          result_ids=[[f"o{n}" for n in range(4)]] * len(hits))
+
+
+def _moved_vsd(run: int) -> Units:
+    seeds, labels, ranks, scores = [], [], [], []
+    for seed, moves in MOVES.items():
+        for place, true in enumerate(_order(moves[run]), 1):
+            seeds.append(seed)
+            labels.append(true)
+            ranks.append(place)
+            scores.append(1.0 - place / 10)
+    # qf: its positive at rank 2 in run A, out of B's filtered list (rank 0: below every rank)
+    seeds += ["qf"] * 4
+    labels += [0, 1, 0, 0]
+    ranks += [1, 2, 3, 4] if run == 0 else [1, 0, 2, 3]
+    scores += [0.9, 0.8, 0.7, 0.6]
+    return vsd_units(seeds, labels, ranks, scores)
+
+
+def _moved_product_search(run: int) -> Units:
+    # Candidates 0.. (one per gallery row) fulfil the query, the others do not; the query's feature puts
+    # candidate c at its place by cosine (4 - place + 1 on c's own axis).
+    features, labels = [], []
+    for ranks in MOVES_AP.values():
+        places = list(ranks[run]) + [p for p in range(1, 5) if p not in ranks[run]]
+        features.append([5.0 - places[c] for c in range(4)])
+        labels.append([int(c < len(ranks[run])) for c in range(4)])
+    return product_search_units(features, np.eye(4), [[0, 1, 2, 3]] * len(labels), labels, ids=list(MOVES_AP))
+
+
+# benchmark: (builder, by AP, first section, second section); a section's rows (unit, A's value, B's value)
+# largest move first. One true match at 0-based rank r: trapezoidal AP (Copydays) ((1 if r == 0) + 1/(r+1))/2,
+# AP (product search) 1/(r+1).
+RANK_SHEETS = {
+    "disc": (_moved_disc, False, [("qb", 1, 4)], [("qa", 3, 1), ("qc", 4, 2)]),
+    "vsd": (_moved_vsd, False, [("qb", 1, 4), ("qf", 2, None)], [("qa", 3, 1), ("qc", 4, 2)]),
+    "copydays": (_moved_copydays, True, [("qb", "AP 1", "AP 0.125")],  # qe: (1 + (1/2 + 2/3)/2)/2 -> 1
+                 [("qa", "AP 0.1667", "AP 1"), ("qe", "AP 0.7917", "AP 1"), ("qc", "AP 0.125", "AP 0.25")]),
+    "product_search": (_moved_product_search, True, [("qb", "AP 1", "AP 0.25")],  # qe: (1 + 2/3)/2 -> 1
+                       [("qa", "AP 0.3333", "AP 1"), ("qc", "AP 0.25", "AP 0.5"), ("qe", "AP 0.8333", "AP 1")]),
+}
+
+
+@pytest.mark.parametrize("benchmark", sorted(RANK_SHEETS))
+def test_a_ranking_benchmarks_sheet_lists_the_queries_whose_rank_or_ap_moved_most_both_ways(benchmark):
+    """Issue 55 item 8: Copydays, VSD and product search kept right/wrong at rank 1, so a query whose true
+    match climbed 4 -> 2 (or whose second match climbed) was missing from their sheet. Every metric
+    their unit files hold moves with the ranks, so their sheet lists the queries whose own AP (Copydays,
+    product search) or best true match's rank (VSD; DISC as before) moved, under the run where it is
+    higher, the largest move first, each row with the two runs' values."""
+    from vsbench.reporting.changes import count_words
+    from vsbench.steps.compare import by_rank
+
+    build, ap, first_rows, second_rows = RANK_SHEETS[benchmark]
+    first, second = build(0), build(1)
+    if benchmark != "disc":  # every metric of theirs is a ranking one (DISC: accuracy_at_1 is not)
+        assert all(by_rank(first, [metric]) for metric in first.metrics), benchmark
+    a, b = outcomes_of(first), outcomes_of(second)
+    if ap:  # the AP a row shows, recomputed from the lists, is the one the file's metric averaged
+        assert a.ap is not None and a.ap.tolist() == first.values("ap").tolist()
+    sheet, counts = change_sheet([Comparison(benchmark, a, b, NoImages(), NoImages(), by_rank(first, None))], 20,
+                                 labels=("A", "B"))
+    assert (counts["first_only"], counts["second_only"], counts["by_rank"], counts["by_ap"]) == (
+        len(first_rows), len(second_rows), 1, int(ap))
+    assert counts["same"] == 1  # qd
+    rows = []
+    for row in sheet.rows:
+        unit = row.tiles[0].caption[0]
+        if ap:
+            assert row.tiles[0].caption[1:] == (f"A: {rows_value(first_rows + second_rows, unit, 1)}",
+                                                 f"B: {rows_value(first_rows + second_rows, unit, 2)}"), row.tiles[0]
+            rows.append((unit, *(c.split(": ", 1)[1] for c in row.tiles[0].caption[1:])))
+        else:  # each run's answer names its true match's rank, as DISC's rows did
+            left, right = row.title.split(" · B ")
+            ranks = [re.findall(r"rank (\d+)", part) for part in (left, right)]  # none: not ranked
+            rows.append((unit, *(int(found[-1]) if found else None for found in ranks)))
+    assert rows == first_rows + second_rows
+    words = "had the higher AP" if ap else "ranked the true match higher"
+    rule = "each unit's own AP, largest move first; " if ap else "the rank of each unit's first true match"
+    assert sheet.notes[0].startswith(f"{benchmark}: {rule}"), sheet.notes
+    assert sheet.title == f"A vs B: {len(first_rows)} {words} only in A, {len(second_rows)} only in B"
+    assert count_words(counts).startswith(f"{len(first_rows)} units whose {'AP was higher' if ap else 'true match ranked'}")
+    # Run B first: the sections swap, each still largest move first.
+    _, back = change_sheet([Comparison(benchmark, b, a, NoImages(), NoImages(), True)], 20)
+    assert (back["first_only"], back["second_only"]) == (len(second_rows), len(first_rows))
+
+
+def rows_value(rows: list[tuple], unit: str, at: int) -> object:
+    return next(row[at] for row in rows if row[0] == unit)
+
+
+def test_a_sheet_of_ranks_and_aps_says_ranked_and_one_of_right_and_wrong_says_right():
+    """Several unit files on one sheet: a rank comparison beside an AP one is said in the rank's words (a
+    higher AP is its true matches ranked higher); a right/wrong one alone in its own."""
+    disc = Comparison("disc", outcomes_of(_moved_disc(0)), outcomes_of(_moved_disc(1)), NoImages(), NoImages(), True)
+    days = Comparison("copydays", outcomes_of(_moved_copydays(0)), outcomes_of(_moved_copydays(1)), NoImages(),
+                      NoImages(), True)
+    sheet, counts = change_sheet([disc, days], 20, labels=("A", "B"))
+    assert (counts["by_rank"], counts["by_ap"], counts["first_only"], counts["second_only"]) == (1, 0, 2, 5)
+    assert sheet.title == "A vs B: 2 ranked the true match higher only in A, 5 only in B"
+    assert [note.split(";")[0] for note in sheet.notes[:2]] == [
+        "disc: the rank of each unit's first true match, largest move first (its AP with one true match)",
+        "copydays: each unit's own AP, largest move first"]
+    plain, counts = change_sheet([Comparison("copydays", days.first, days.second, NoImages(), NoImages())], 20,
+                                 labels=("A", "B"))
+    assert (counts["by_rank"], counts["by_ap"]) == (0, 0) and plain.title.startswith("A vs B: 1 right only in A")
+    assert plain.notes[0] == "copydays: right: the nearest result is a positive"  # the rule alone
+
+
+class _TwoRuns:
+    """A units reader over runs ``run-a`` and ``run-b``, Copydays evaluations holding ``units``."""
+
+    def __init__(self, units: dict[str, Units]) -> None:
+        from types import SimpleNamespace
+
+        from vsbench.tracking.evaluations import BENCHMARK_TAG
+
+        self._units = units
+        self._runs = {run: SimpleNamespace(info=SimpleNamespace(run_id=run, run_name=run),
+                                           data=SimpleNamespace(tags={BENCHMARK_TAG: "copydays"}, params={}))
+                      for run in units}
+
+    def units_run_id(self, run_id: str) -> str:
+        return ""
+
+    def run(self, run_id: str):
+        return self._runs[run_id]
+
+    def units(self, run_id: str) -> dict[str, Units]:
+        return {"strong_map": self._units[run_id]}
+
+
+def test_compare_runs_sheet_of_an_ap_benchmark_reaches_the_terminal_and_the_report_in_ap_words(tmp_path):
+    """``vsbench compare --runs``'s sheet of two Copydays runs (no ``--metric``: by AP) hands its AP
+    words on to the count line and the report's link (``by_ap``), not "ranked higher" or "right"."""
+    from vsbench.cli.report import _compare_sheet
+    from vsbench.reporting.changes import count_words
+
+    reader = _TwoRuns({"run-a": _moved_copydays(0), "run-b": _moved_copydays(1)})
+    made = _compare_sheet(reader, ("run-a", "run-b"), tmp_path / "sheet", None, None, tmp_path / "r.html")
+    assert (made["first_only"], made["second_only"], made["by_rank"], made["by_ap"]) == (1, 3, 1, 1)
+    assert count_words(made) == "1 units whose AP was higher in the first, 3 in the second"
+    assert "AP 0.1667" in Path(str(made["html"])).read_text()
+
+
+def test_a_unit_file_whose_ap_cannot_be_recomputed_is_left_out_in_one_note_naming_run_and_query(tmp_path):
+    """The AP a product-search row shows is recomputed from the file's scores (issue 55 item 8): a file
+    read back with a NaN score (or a query said to have a positive that holds none) is no sheet of that
+    pair, said in one line naming the run and the query; never a traceback, never a made-up AP."""
+    from vsbench.stats.units import ListColumn
+    from vsbench.steps.compare import RunSide, comparisons
+
+    honest = _moved_product_search(0)
+    score = honest.columns["score"]
+    values = np.asarray(score.values, dtype=np.float64).copy()
+    values[5] = np.nan  # query qb's second candidate
+    forged = Units(honest.kind, honest.benchmark, honest.ids, {**honest.columns, "score": ListColumn(values, score.offsets)},
+                   honest.metrics, None, honest.variant)
+    sides = [RunSide(run, [units], "", {}, "") for run, units in (("run-a", honest), ("run-b", forged))]
+    found, notes = comparisons(*sides)
+    assert found == [] and notes == [
+        "product_search: run run-b: product-search query qb: its AP cannot be computed: scores must be finite: "
+        "not compared"]

@@ -38,3 +38,39 @@ def test_a_unit_judged_by_one_run_only_is_unjudged(by_rank: bool) -> None:
     assert result.unjudged == 3 and result.same == 1 and result.unmatched == 1
     assert [first.units.ids[i] for i, _ in result.first_only] == ["u4"]
     assert [first.units.ids[i] for i, _ in result.second_only] == ["u5"]
+
+
+def _with_ap(ids: list[str], ap: list[float], rank: list[float] | None = None) -> Outcomes:
+    return Outcomes(_Ids(ids), np.zeros(len(ids), dtype=bool), np.ones(len(ids), dtype=bool), np.zeros(len(ids)),
+                    "rule", lambda row: "", rank=None if rank is None else np.asarray(rank, dtype=float),
+                    ap=np.asarray(ap, dtype=float))
+
+
+def test_aps_are_compared_before_ranks_within_a_summations_last_bits() -> None:
+    """Issue 55 item 8: a unit's own AP, where both rules give it, decides (u0's first match stays at rank
+    1 while its AP moves); APs a summation's last bits apart (u1) are the same AP, a move of 1e-7 (u2) is
+    not; each section largest move first, the first run's order between equal moves (u3, u4)."""
+    first = _with_ap(["u0", "u1", "u2", "u3", "u4"], [0.5, 0.5, 0.5, 0.25, 0.5], [1, 1, 1, 4, 2])
+    second = _with_ap(["u4", "u3", "u2", "u1", "u0"], [0.75, 0.5, 0.5 - 1e-7, 0.5 + 1e-15, 1.0], [1, 2, 1, 1, 1])
+    result = changed(first, second, by_rank=True)
+    assert result.measure == "ap" and result.by_rank and result.same == 1
+    assert [first.units.ids[i] for i, _ in result.first_only] == ["u2"]
+    assert [first.units.ids[i] for i, _ in result.second_only] == ["u0", "u3", "u4"]
+    assert [second.units.ids[j] for _, j in result.second_only] == ["u0", "u3", "u4"]  # matched by id
+    assert first.ap_words(3) == "AP 0.25"
+    # Without ``by_rank`` the rule's right/wrong stands; a rule without APs keeps the rank.
+    assert changed(first, second).measure == "" and not changed(first, second).by_rank
+    ranked = changed(_outcomes(["u"], [False], [True], [2]), _with_ap(["u"], [1.0], [1]), by_rank=True)
+    assert ranked.measure == "rank" and len(ranked.second_only) == 1
+
+
+def test_ranks_far_down_a_long_list_still_count_as_moves() -> None:
+    """Ranks are compared exactly (their reciprocals differ by under the APs' 1e-9 past rank 31623)."""
+    result = changed(_outcomes(["u"], [False], [True], [100000]), _outcomes(["u"], [False], [True], [100001]),
+                     by_rank=True)
+    assert [(i, j) for i, j in result.first_only] == [(0, 0)] and result.same == 0
+
+
+def test_an_ap_per_unit_or_nothing() -> None:
+    with pytest.raises(ValueError, match="2 APs for 3 units"):
+        _with_ap(["a", "b", "c"], [0.5, 0.5])

@@ -130,6 +130,6 @@ def _compare_sheet(reader: object, runs: tuple[str, str], folder: Path | None, r
     files = written["files"]
     base = report.resolve().parent
     return {"png": files["png"]["path"], "html": files["html"]["path"], **{
-        k: written["counts"].get(k, 0) for k in ("first_only", "second_only", "by_rank")},
+        k: written["counts"].get(k, 0) for k in ("first_only", "second_only", "by_rank", "by_ap")},
         "png_href": quote(os.path.relpath(Path(files["png"]["path"]).resolve(), base)),
         "html_href": quote(os.path.relpath(Path(files["html"]["path"]).resolve(), base))}

@@ -5,7 +5,9 @@ real; the person then wants to see it: which queries the new model lost, which i
 run answered (issue 47). This module turns two runs' per-unit verdicts (:mod:`vsbench.stats.outcomes`)
 into a :class:`~vsbench.reporting.sheets.Sheet`: one row per changed unit, its photo(s) and each
 run's answer; the first section the units right in the first run only, the second those right in the
-second only, each worst first, the two sharing the sheet's rows (neither crowds the other out). Which
+second only, each worst first, the two sharing the sheet's rows (neither crowds the other out); for a
+ranking metric, the units whose own AP or true match's rank moved, under the run where it is higher,
+largest move first, an AP row with both runs' APs (issue 55 item 8). Which
 images a unit shows is the caller's (:class:`ImageLookup`, from the benchmark's files and root); a
 unit without one keeps its row with a grey tile saying why.
 """
@@ -61,6 +63,12 @@ class Comparison:
         return changed(self.first, self.second, self.by_rank)
 
 
+# The sheet's note on how a unit file was compared, by Changes.measure ("": right/wrong, its rule alone).
+MEASURE_NOTES = {"": "", "rank": "the rank of each unit's first true match, largest move first (its AP with one "
+                                  "true match); ",
+                 "ap": "each unit's own AP, largest move first; "}
+
+
 def _share(first: int, second: int, rows: int) -> tuple[int, int]:
     """Rows for each section: half each, a short section's spare rows to the other."""
     a = min(first, math.ceil(rows / 2))
@@ -69,11 +77,13 @@ def _share(first: int, second: int, rows: int) -> tuple[int, int]:
 
 
 def _row(comparison: Comparison, i: int, j: int, right_first: bool, labels: tuple[str, str],
-         by_rank: bool = False) -> Row:
+         measure: str = "") -> Row:
     first, second = comparison.first, comparison.second
     unit = str(first.units.ids[i])
-    words = ("ranked higher", "ranked lower") if by_rank else ("right", "wrong")
+    words = ("ranked higher", "ranked lower") if measure else ("right", "wrong")
     verdict = words if right_first else words[::-1]
+    if measure == "ap":  # each run's own AP, in both sections: the section says which is higher
+        verdict = (first.ap_words(i), second.ap_words(j))
     title = (f"{comparison.name} · {unit} · {labels[0]} {verdict[0]}: {first.answer(i)} · "
              f"{labels[1]} {verdict[1]}: {second.answer(j)}")
     tiles = []
@@ -93,21 +103,23 @@ def change_sheet(comparisons: Sequence[Comparison], rows: int, labels: tuple[str
                  title: str = "", runs: tuple[str, str] = ("", "")) -> tuple[Sheet, dict[str, int]]:
     """The compare sheet of ``comparisons`` (at most ``rows`` rows, shared between the two sections and
     the unit files) and its counts: ``first_only``, ``second_only`` (units right only in that run, or,
-    for a comparison ``by_rank``, whose true match that run ranked higher), ``unmatched`` and
-    ``unjudged``. ``labels`` name the two runs in every row; ``runs`` (their MLflow run ids) join
+    for a comparison ``by_rank``, whose true match that run ranked higher or whose own AP is higher
+    there), ``unmatched``, ``unjudged``, ``same``, ``by_rank`` and ``by_ap`` (1: every ranked
+    comparison by AP; its words). ``labels`` name the two runs in every row; ``runs`` (their MLflow run ids) join
     them in the title, so that a sheet says which two runs it compares."""
     found = [(c, c.changes()) for c in comparisons]
     ranked = any(ch.by_rank for _, ch in found)
-    better = "ranked the true match higher" if ranked else "right"
+    by_ap = ranked and all(ch.measure == "ap" for _, ch in found if ch.by_rank)
+    better = "had the higher AP" if by_ap else "ranked the true match higher" if ranked else "right"
     counts = {"first_only": sum(len(ch.first_only) for _, ch in found),
               "second_only": sum(len(ch.second_only) for _, ch in found),
               "unmatched": sum(ch.unmatched for _, ch in found), "unjudged": sum(ch.unjudged for _, ch in found),
-              "same": sum(ch.same for _, ch in found), "by_rank": int(ranked)}
+              "same": sum(ch.same for _, ch in found), "by_rank": int(ranked), "by_ap": int(by_ap)}
     take_a, take_b = _share(counts["first_only"], counts["second_only"], rows)
     section_a: list[Row] = []
     section_b: list[Row] = []
     # Round-robin over the unit files so that each shows its worst (one file cannot fill the sheet).
-    found_by = {id(c): ch.by_rank for c, ch in found}
+    found_by = {id(c): ch.measure for c, ch in found}
     queues_a = [[(c, i, j) for i, j in ch.first_only] for c, ch in found]
     queues_b = [[(c, i, j) for i, j in ch.second_only] for c, ch in found]
     for queues, take, section, right_first in ((queues_a, take_a, section_a, True),
@@ -117,10 +129,9 @@ def change_sheet(comparisons: Sequence[Comparison], rows: int, labels: tuple[str
             for queue in queues:
                 if depth < len(queue) and len(section) < take:
                     c, i, j = queue[depth]
-                    section.append(_row(c, i, j, right_first, labels, by_rank=found_by[id(c)]))
+                    section.append(_row(c, i, j, right_first, labels, measure=found_by[id(c)]))
             depth += 1
-    notes = [f"{c.name}: " + ("the rank of each unit's first true match, largest move first (its AP with one "
-                              "true match); " if found_by[id(c)] else "") + c.first.rule for c in comparisons]
+    notes = [f"{c.name}: " + MEASURE_NOTES[found_by[id(c)]] + c.first.rule for c in comparisons]
     notes.append(f"{counts['first_only']} units {better} in {labels[0]} (first {len(section_a)} rows), "
                  f"{counts['second_only']} in {labels[1]} (next {len(section_b)} rows); "
                  f"{counts['same']} judged alike")
@@ -140,8 +151,10 @@ def change_sheet(comparisons: Sequence[Comparison], rows: int, labels: tuple[str
 def count_words(counts: Mapping[str, object], first: str = "the first", second: str = "the second") -> str:
     """The compare sheet's counts in words, as the terminal and the report say them: ``3 units right
     only in the first, 1 right only in the second``, or for a comparison by rank ``3 units whose true
-    match ranked higher in the first, 1 in the second``."""
+    match ranked higher in the first, 1 in the second``, by AP ``3 units whose AP was higher in ...``."""
     a, b = counts.get("first_only", 0), counts.get("second_only", 0)
+    if counts.get("by_ap"):
+        return f"{a} units whose AP was higher in {first}, {b} in {second}"
     if counts.get("by_rank"):
         return f"{a} units whose true match ranked higher in {first}, {b} in {second}"
     return f"{a} units right only in {first}, {b} right only in {second}"

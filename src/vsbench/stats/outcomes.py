@@ -10,7 +10,9 @@ Each benchmark family defines its rule next to its units (``copy_detection_outco
 module holds what every rule returns (:class:`Outcomes`), the generic rule for a unit file with a
 0/1 ``correct`` column (:func:`correct_outcomes`), and the pairing (:func:`changed`). A rule may leave
 units unjudged (``judged`` False: a DISC query without a copy has no right answer at rank 1); those
-are never listed as changed.
+are never listed as changed. A rule over a ranking also gives each unit's own AP or its first true
+match's rank, which a comparison of a ranking metric lists instead (issue 55 item 8: a match climbing
+from rank 3 to 2 is no change of right/wrong).
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class Outcomes:
     # ranking; None for a rule without one. A global-ranking metric (uAP, recall at p90) moves when a
     # true match climbs from rank 3 to 1, which right/wrong at rank 1 does not see (issue 55 item 8).
     rank: np.ndarray | None = None
+    # Each judged unit's own AP, for a rule whose metric averages or pools per-query rankings with
+    # several true matches (Copydays, product search): a query's AP moves with any of its matches,
+    # its first match's rank only with that one. Compared before ``rank`` where both runs hold it.
+    ap: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.units)
@@ -65,6 +71,12 @@ class Outcomes:
                              f"{len(self.severity)} severities for {n} units")
         if self.rank is not None and len(self.rank) != n:
             raise ValueError(f"{len(self.rank)} ranks for {n} units")
+        if self.ap is not None and len(self.ap) != n:
+            raise ValueError(f"{len(self.ap)} APs for {n} units")
+
+    def ap_words(self, row: int) -> str:
+        """A unit's own AP as a sheet's row says it (``AP 0.3333``); for a rule that gives APs."""
+        return f"AP {number(self.ap[row])}"  # type: ignore[index]
 
 
 @dataclass(frozen=True)
@@ -79,15 +91,31 @@ class Changes:
     unmatched: int
     unjudged: int
     same: int
-    by_rank: bool = False  # first_only/second_only: the true match ranked higher in that run
+    # "" (right/wrong); "rank" or "ap": first_only/second_only hold the units whose first true match
+    # ranked higher, or whose own AP was higher, in that run
+    measure: str = ""
+
+    @property
+    def by_rank(self) -> bool:
+        """Whether the units were compared by a ranking value (rank or AP), not right/wrong."""
+        return bool(self.measure)
+
+
+# Two APs closer than this are the same AP: one query's AP summed over result lists of other
+# lengths may differ in its last bits (numpy's pairwise summation), which is no change to show.
+AP_SAME = 1e-9
 
 
 def changed(first: Outcomes, second: Outcomes, by_rank: bool = False) -> Changes:
     """The units whose verdict differs between two runs, matched by unit id (order and subset free).
-    ``by_rank`` (both rules rank): the units whose first true match moved, each listed under the run
-    that ranked it higher, the largest move of its reciprocal rank (its AP with one true match) first."""
+    ``by_rank``: where both rules give each unit's own AP, the units whose AP moved, each listed under
+    the run with the higher AP, the largest move first; else where both rank, the units whose first
+    true match moved, under the run that ranked it higher, the largest move of its reciprocal rank (its
+    AP with one true match) first. A rule with neither keeps right/wrong."""
+    if by_rank and first.ap is not None and second.ap is not None:
+        return _moves(first, second, first.ap, second.ap, "ap")
     if by_rank and first.rank is not None and second.rank is not None:
-        return _rank_changes(first, second)
+        return _moves(first, second, 1.0 / first.rank, 1.0 / second.rank, "rank")  # 1/inf = 0: not retrieved
     ids_a = np.asarray(first.units.ids, dtype=str)
     ids_b = np.asarray(second.units.ids, dtype=str)
     row_b = {unit: row for row, unit in enumerate(ids_b.tolist())}
@@ -111,11 +139,12 @@ def changed(first: Outcomes, second: Outcomes, by_rank: bool = False) -> Changes
     return Changes(first_only, second_only, unmatched, unjudged, same)
 
 
-def _rank_changes(first: Outcomes, second: Outcomes) -> Changes:
+def _moves(first: Outcomes, second: Outcomes, value_a: np.ndarray, value_b: np.ndarray, measure: str) -> Changes:
+    """The judged units whose value (higher: better) moved, under the run where it is higher."""
     ids_b = {unit: row for row, unit in enumerate(np.asarray(second.units.ids, dtype=str).tolist())}
     ids_a = np.asarray(first.units.ids, dtype=str).tolist()
     pairs = [(i, ids_b[unit]) for i, unit in enumerate(ids_a) if unit in ids_b]
-    assert first.rank is not None and second.rank is not None
+    same_within = AP_SAME if measure == "ap" else 0.0  # ranks are integers: their reciprocals are exact
     better_a: list[tuple[float, int, int]] = []
     better_b: list[tuple[float, int, int]] = []
     unjudged = same = 0
@@ -123,17 +152,17 @@ def _rank_changes(first: Outcomes, second: Outcomes) -> Changes:
         if not (first.judged[i] and second.judged[j]):
             unjudged += 1
             continue
-        a, b = float(first.rank[i]), float(second.rank[j])
-        if a == b:
+        a, b = float(value_a[i]), float(value_b[j])
+        move = abs(a - b)
+        if move <= same_within:
             same += 1
             continue
-        move = abs(1.0 / a - 1.0 / b)  # 1/inf = 0: a match not retrieved has AP 0
-        (better_a if a < b else better_b).append((move, i, j))
+        (better_a if a > b else better_b).append((move, i, j))
     # Largest move first; equal moves in the first run's order (a stable sort, no float sums).
     better_a.sort(key=lambda m: -m[0])
     better_b.sort(key=lambda m: -m[0])
     return Changes([(i, j) for _, i, j in better_a], [(i, j) for _, i, j in better_b],
-                   len(ids_a) + len(ids_b) - 2 * len(pairs), unjudged, same, by_rank=True)
+                   len(ids_a) + len(ids_b) - 2 * len(pairs), unjudged, same, measure=measure)
 
 
 def correct_outcomes(units: Units, column: str = "correct") -> Outcomes:

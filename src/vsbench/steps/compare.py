@@ -248,15 +248,39 @@ def _key(units: Units) -> tuple[str, str, str, tuple[str, ...]]:
     return units.kind, units.benchmark, units.variant, tuple(sorted(units.metrics))
 
 
-RANKING_STATISTICS = frozenset({"micro_ap"})  # one pooled ranking: a true match's rank moves the metric
+# One pooled ranking of queries' results: a true match's rank moves the metric (DISC's uAP and recall at
+# p90, Copydays' overall uAP, VSD's ROC and PR AUC over its tagged pairs).
+RANKING_STATISTICS = frozenset({"micro_ap", "copydays_uap", "tagged_roc_auc", "tagged_average_precision"})
+# A ratio whose numerator is a per-query ranking value: its own AP (Copydays' strong and block mAPs,
+# product search's mAP), its hits within k or reciprocal rank (VSD's HR@k, MRR@k).
+RANKING_COLUMNS = frozenset({"ap", "strong_ap"})
+RANKING_PREFIXES = ("hr_at_", "mrr_at_")
+
+
+def ranking_metric(spec: Mapping[str, Any]) -> bool:
+    """Whether a unit file's metric moves with the ranks of queries' true matches, not only with
+    which is first: a pooled-ranking statistic, or a mean of per-query APs, hit rates or reciprocal
+    ranks (an accuracy, a 0/1 column averaged, is not)."""
+    if str(spec.get("statistic")) in RANKING_STATISTICS:
+        return True
+    num = str(spec.get("num", ""))  # a ratio's numerator column
+    return num in RANKING_COLUMNS or num.startswith(RANKING_PREFIXES)
 
 
 def by_rank(units: Units, metrics: Sequence[str] | None) -> bool:
     """Whether a comparison of ``units`` for ``metrics`` (None: every metric the file names) should list
-    the units whose true match moved in rank, not those right at rank 1 in one run only: when one of
-    those metrics is a global-ranking statistic (uAP, recall at p90; issue 55 item 8)."""
+    the units whose own AP or true match's rank moved (as the family's rule gives it), not those right
+    at rank 1 in one run only: when one of those metrics is a :func:`ranking_metric` (issue 55 item 8)."""
     asked = units.metrics if metrics is None else {m: units.metrics[m] for m in metrics if m in units.metrics}
-    return any(str(spec.get("statistic")) in RANKING_STATISTICS for spec in asked.values())
+    return any(ranking_metric(spec) for spec in asked.values())
+
+
+def _judged(units: Units, run_id: str) -> Outcomes | None:
+    """:func:`outcomes_of`, a rule's refusal naming the run it came from."""
+    try:
+        return outcomes_of(units)
+    except ValueError as exc:
+        raise ValueError(f"run {run_id}: {exc}") from None
 
 
 def comparisons(first: RunSide, second: RunSide, cache: dict | None = None, name: str = "",
@@ -275,8 +299,12 @@ def comparisons(first: RunSide, second: RunSide, cache: dict | None = None, name
         notes.append(f"{name or first.run_id}: no unit files both runs hold: nothing to compare")
     out: list[Comparison] = []
     for a, b in pairs:
-        judged_a, judged_b = outcomes_of(a), outcomes_of(b)
         label = name or " · ".join(p for p in (a.benchmark, a.variant) if p)
+        try:
+            judged_a, judged_b = _judged(a, first.run_id), _judged(b, second.run_id)
+        except ValueError as exc:  # a unit file no rule can read (a NaN score): this pair left out, said
+            notes.append(f"{label}: {exc}: not compared")
+            continue
         if judged_a is None or judged_b is None:
             notes.append(f"{label}: no rule says which {a.kind} units are right: not compared")
             continue

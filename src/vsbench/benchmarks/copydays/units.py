@@ -86,7 +86,12 @@ def copydays_units(query_ids: Sequence[str], hits: ArrayLike, distances: ArrayLi
 def copydays_outcomes(units: Units) -> Outcomes:
     """Each Copydays query right or wrong (issue 47's compare sheet): right when its nearest result
     (smallest distance; the search's order among ties) is a positive. A query without a positive
-    is left unjudged. Severity: the place of its first positive (none retrieved: past the last)."""
+    is left unjudged. Severity: the place of its first positive (none retrieved: past the last).
+    ``ap``: each judged query's own trapezoidal AP, recomputed from its ``hits`` and ``n_positives``
+    with the formula strong mAP averages (not read from the file's ``ap`` column, which no logged
+    metric checks row by row): what a comparison by ranking lists (issue 55 item 8), since overall
+    uAP and strong mAP move when a positive climbs from rank 3 to 1, which right/wrong at rank 1 and
+    a query's first positive alone do not see (a strong query has several originals)."""
     n_pos = units.values("n_positives")
     distances, hits = units.columns["distances"], units.columns["hits"]
     references = units.columns.get("references")
@@ -100,11 +105,13 @@ def copydays_outcomes(units: Units) -> Outcomes:
     judged = n_pos > 0
     right = np.zeros(len(units), dtype=bool)
     severity = np.zeros(len(units))
+    ap = np.full(len(units), np.nan)  # nan: not judged
     for row in np.flatnonzero(judged).tolist():
         _, h, _ = ranked(row)
         rank = first_true_rank(h, np.arange(h.size))
         right[row] = rank == 1
         severity[row] = 0 if rank == 1 else (rank if rank is not None else h.size + 1)
+        ap[row] = _row_aps(np.asarray(hits[row], dtype=bool)[None, :], n_pos[row:row + 1])[0]  # search order
 
     def answer(row: int) -> str:
         d, h, refs = ranked(row)
@@ -121,4 +128,4 @@ def copydays_outcomes(units: Units) -> Outcomes:
             return ()
         return (Shown(str(refs[0]), (str(refs[0]), f"nearest, d={number(d[0])}"), "true" if h[0] else "false"),)
 
-    return Outcomes(units, right, judged, severity, "right: the nearest result is a positive", answer, shows)
+    return Outcomes(units, right, judged, severity, "right: the nearest result is a positive", answer, shows, ap=ap)

@@ -67,7 +67,10 @@ def product_search_outcomes(units: Units) -> Outcomes:
     """Each query right or wrong (issue 47's compare sheet): right when its top-scored candidate (the
     first in the queries file's order among equal scores) fulfils it. A query without a fulfilling
     candidate is left unjudged (mAP leaves it out too). Severity: the place of its first fulfilling
-    candidate by score."""
+    candidate by score. ``ap``: each judged query's own AP, recomputed from its ``score`` and ``label``
+    lists as mAP's was (the file's ``ap`` column is checked only through its mean): what a comparison
+    by ranking lists (issue 55 item 8), a fulfilling candidate climbing from rank 3 to 1 moves mAP
+    while the top candidate stays wrong or right."""
     judged = units.values("has_positive") > 0
     ap = units.values("ap")
     scores, labels = units.columns["score"], units.columns["label"]
@@ -77,10 +80,15 @@ def product_search_outcomes(units: Units) -> Outcomes:
 
     right = np.zeros(len(units), dtype=bool)
     severity = np.zeros(len(units))
+    own_ap = np.full(len(units), np.nan)  # nan: not judged
     for row in np.flatnonzero(judged).tolist():
         rank = first_true_rank(np.asarray(labels[row]) == 1, order(row))
         right[row] = rank == 1
         severity[row] = 0 if rank == 1 else (rank if rank is not None else len(labels[row]) + 1)
+        try:
+            own_ap[row] = binary_average_precision(np.asarray(labels[row]) == 1, np.asarray(scores[row], dtype=np.float64))
+        except ValueError as exc:  # a unit file that says a positive but holds none, or a NaN score
+            raise ValueError(f"product-search query {units.ids[row]}: its AP cannot be computed: {exc}") from None
 
     def answer(row: int) -> str:
         o = order(row)
@@ -101,4 +109,4 @@ def product_search_outcomes(units: Units) -> Outcomes:
                       "true" if labels[row][top] == 1 else "false", "candidate"),)
 
     return Outcomes(units, right, judged, severity, "right: the top-scored candidate fulfils the query; queries "
-                    "without a fulfilling candidate are not judged", answer, shows)
+                    "without a fulfilling candidate are not judged", answer, shows, ap=own_ap)

@@ -87,7 +87,11 @@ def vsd_units(seeds: Sequence[Hashable], labels: ArrayLike, ranks: ArrayLike, sc
 def vsd_outcomes(units: Units) -> Outcomes:
     """Each seed right or wrong (issue 47's compare sheet): right when a positive candidate holds rank
     1 of its filtered list (what HR@1 counts). A seed without a positive tag is left unjudged.
-    Severity: the best rank of a positive (none ranked: past the seed's largest rank)."""
+    Severity: the best rank of a positive (none ranked: past the seed's largest rank). ``rank``: that
+    best rank for every judged seed (inf: no positive in its filtered list), what a comparison by
+    ranking lists (issue 55 item 8): HR@k and MRR@k move when a positive climbs from rank 3 to 1, which
+    right/wrong at rank 1 sees only for the one that reaches it. A seed's unit file holds no AP (its
+    list's untagged candidates are neither true nor false), so its best positive's rank is the value."""
     has_positive = units.values("has_positive") > 0
     scores, labels, ranks = units.columns["score"], units.columns["label"], units.columns["rank"]
 
@@ -101,8 +105,10 @@ def vsd_outcomes(units: Units) -> Outcomes:
 
     right = np.zeros(len(units), dtype=bool)
     severity = np.zeros(len(units))
+    best_rank = np.full(len(units), np.nan)  # inf: no positive ranked; nan: not judged
     for row in np.flatnonzero(has_positive).tolist():
         rank, _ = best(row)
+        best_rank[row] = rank if rank is not None else np.inf
         right[row] = rank == 1
         largest = int(np.max(np.asarray(ranks[row]), initial=0))
         severity[row] = 0 if rank == 1 else (rank if rank is not None else largest + 1)
@@ -112,4 +118,4 @@ def vsd_outcomes(units: Units) -> Outcomes:
         return f"best positive at rank {rank} ({number(score)})" if rank is not None else "no positive ranked"
 
     return Outcomes(units, right, has_positive, severity, "right: a positive at rank 1; seeds without a positive "
-                    "are not judged", answer)
+                    "are not judged", answer, rank=best_rank)
