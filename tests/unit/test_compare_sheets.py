@@ -314,7 +314,7 @@ def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tm
                                       "--report", "report.html"])
     assert result.exit_code == 0, result.output
     # Its unit files name uap: compared by the rank of each query's copy (Q1: 1 -> 2, Q2: none -> 1).
-    assert "compare sheet: 1 units whose true match ranked higher in the first, 1 in the second" in result.output
+    assert "compare sheet: 1 unit whose true match ranked higher in the first, 1 in the second" in result.output
     page = (tmp_path / "changed" / f"compare-{run_a[:8]}-{run_b[:8]}.html").read_text()
     assert (tmp_path / "changed" / f"compare-{run_a[:8]}-{run_b[:8]}.png").stat().st_size > 0
     assert set(re.findall(r"<h2>disc · (Q\d) ·", page)) == {"Q1", "Q2"}
@@ -384,7 +384,7 @@ def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):
     regression_check.python_func(experiment="e", parent_run_id=night, threshold=0.5, relative=False,
                                  metrics_json="[]", pipeline="vsbench-nightly", metrics=out)
     # Its unit files name uap: the line says the sheet's rank words (issue 55: it said "right only").
-    assert ("compare sheet: 1 units whose true match ranked higher in the baseline, 1 in tonight's run: failures/"
+    assert ("compare sheet: 1 unit whose true match ranked higher in the baseline, 1 in tonight's run: failures/"
             in capsys.readouterr().out)
     assert {f.path for f in store.list_artifacts(night, "failures")} == {
         f"failures/compare-{baseline}.png", f"failures/compare-{baseline}.html"}
@@ -575,7 +575,8 @@ def test_a_ranking_benchmarks_sheet_lists_the_queries_whose_rank_or_ap_moved_mos
     rule = "each unit's own AP, largest move first; " if ap else "the rank of each unit's first true match"
     assert sheet.notes[0].startswith(f"{benchmark}: {rule}"), sheet.notes
     assert sheet.title == f"A vs B: {len(first_rows)} {words} only in A, {len(second_rows)} only in B"
-    assert count_words(counts).startswith(f"{len(first_rows)} units whose {'AP was higher' if ap else 'true match ranked'}")
+    units = "unit" if len(first_rows) == 1 else "units"
+    assert count_words(counts).startswith(f"{len(first_rows)} {units} whose {'AP was higher' if ap else 'true match ranked'}")
     # Run B first: the sections swap, each still largest move first.
     _, back = change_sheet([Comparison(benchmark, b, a, NoImages(), NoImages(), True)], 20)
     assert (back["first_only"], back["second_only"]) == (len(second_rows), len(first_rows))
@@ -635,7 +636,7 @@ def test_compare_runs_sheet_of_an_ap_benchmark_reaches_the_terminal_and_the_repo
     reader = _TwoRuns({"run-a": _moved_copydays(0), "run-b": _moved_copydays(1)})
     made = _compare_sheet(reader, ("run-a", "run-b"), tmp_path / "sheet", None, None, tmp_path / "r.html")
     assert (made["first_only"], made["second_only"], made["by_rank"], made["by_ap"]) == (1, 3, 1, 1)
-    assert count_words(made) == "1 units whose AP was higher in the first, 3 in the second"
+    assert count_words(made) == "1 unit whose AP was higher in the first, 3 in the second"
     assert "AP 0.1667" in Path(str(made["html"])).read_text()
 
 

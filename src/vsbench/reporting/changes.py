@@ -153,8 +153,9 @@ def count_words(counts: Mapping[str, object], first: str = "the first", second: 
     only in the first, 1 right only in the second``, or for a comparison by rank ``3 units whose true
     match ranked higher in the first, 1 in the second``, by AP ``3 units whose AP was higher in ...``."""
     a, b = counts.get("first_only", 0), counts.get("second_only", 0)
+    units = "unit" if a == 1 else "units"  # "1 unit", not "1 units"
     if counts.get("by_ap"):
-        return f"{a} units whose AP was higher in {first}, {b} in {second}"
+        return f"{a} {units} whose AP was higher in {first}, {b} in {second}"
     if counts.get("by_rank"):
-        return f"{a} units whose true match ranked higher in {first}, {b} in {second}"
-    return f"{a} units right only in {first}, {b} right only in {second}"
+        return f"{a} {units} whose true match ranked higher in {first}, {b} in {second}"
+    return f"{a} {units} right only in {first}, {b} right only in {second}"
