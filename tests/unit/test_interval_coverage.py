@@ -131,7 +131,7 @@ def _uap_coverage(truth: float, n: int, datasets: int, resamples: int) -> float:
     for k in range(datasets):
         data = _copy_dataset(np.random.default_rng([55, n, k]), n)
         found = intervals(copy_detection_units(*data[:5], queries=data[5]), Resampling(resamples, k), ["uap"])["uap"]
-        assert found.method == "percentile bootstrap"
+        assert found.method == "expanded percentile bootstrap"
         held += found.low <= truth <= found.high
     return held / datasets
 
