@@ -19,6 +19,7 @@ from vsbench.benchmarks.disc.units import copy_detection_units
 from vsbench.stats.compare import compare, intervals, replicates
 from vsbench.stats.proportions import draws_behind
 from vsbench.stats.resample import Resampling, expanded_confidence
+from vsbench.stats.units import Units
 
 
 @pytest.mark.parametrize(("draws", "cut"), [(20, 0.0159), (50, 0.0212), (127, 0.0235), (1000, 0.0248)])
@@ -32,7 +33,7 @@ def test_the_level_is_hesterbergs(draws: int, cut: float) -> None:
     assert expanded_confidence(0.95, 1) == 1.0  # one draw: nothing to estimate, the whole range
 
 
-def _disc() -> object:
+def _disc() -> Units:
     """Six queries with two predictions each: q0 and q1 copy photo A (one group), q2 copies B, q3-q5
     have no copy (each its own group): 5 groups, 2 of them holding a copy."""
     pq = [f"q{i}" for i in range(6) for _ in range(2)]
@@ -55,7 +56,7 @@ def test_the_draws_are_the_groups_holding_what_the_metric_rests_on() -> None:
     assert draws_behind(abid, abid.metrics["rmse_class_2"]) == 4  # that class's questions
 
 
-def _random_disc(seed: int, n: int = 40) -> object:
+def _random_disc(seed: int, n: int = 40) -> Units:
     """``n`` queries with 4 predictions each, about 2 in 5 with a copy of their own photo (one group
     each), its score shifted up: a uAP with many distinct replicate values."""
     rng = np.random.default_rng(seed)

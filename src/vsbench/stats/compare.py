@@ -108,6 +108,16 @@ class Difference:
     mcnemar: tuple[int, int, float] | None = None  # (first right & second wrong, the reverse, exact p)
     draws: int = 0  # the independent draws the interval's expansion counted (0: not known)
     level: float = CONFIDENCE  # the percentile level the interval was taken at
+    dropped: int = 0  # replicate differences left out (the metric undefined on a resample)
+    resamples: int = 0
+    kind: str = "unit"  # the word for a draw: the unit's (``query``), or ``group`` when drawn in groups
+
+    @property
+    def note(self) -> str:
+        """One line when the difference's interval is weak, as a single interval's
+        (:func:`~vsbench.stats.proportions.edge_note`): fewer than 20 draws behind it, zero width,
+        resamples left out; "" otherwise."""
+        return edge_note(self.kind, self.draws, self.low, self.high, self.dropped, self.resamples)
 
     @property
     def distinguishable(self) -> bool:
@@ -128,6 +138,8 @@ class Difference:
         out = {"metric": self.metric, "first": self.first, "second": self.second, "difference": self.difference,
                "ci_low": self.low, "ci_high": self.high, "p_value": self.p_value, "paired": self.paired,
                "test": self.test}
+        if self.note:
+            out["interval_note"] = self.note
         if self.mcnemar is not None:
             out["mcnemar"] = {"first_only": self.mcnemar[0], "second_only": self.mcnemar[1], "p_value": self.mcnemar[2]}
         return out
@@ -340,7 +352,8 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
             test = (f"paired bootstrap of the difference ({resampling.resamples} resamples, seed {resampling.seed}{whole}; "
                     "each run ranked by its own scores)")
         out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), diff, low, high, p, True, test, counts,
-                            draws, level)
+                            draws, level, int(np.count_nonzero(np.isnan(replicate_differences))),
+                            int(replicate_differences.size), "group" if grouped(first) else first.kind)
     return out
 
 
@@ -364,6 +377,7 @@ def _unpaired(first: Units, second: Units, names: list[str], resampling: Resampl
     out = {}
     for m in names:
         d = b[m] - a[m]
+        dropped = int(np.count_nonzero(np.isnan(d)))
         d = d[~np.isnan(d)]
         # two independent samples: expanded by the smaller one's draws (the rougher of the two)
         draws = min(draws_behind(first, first.metrics[m]), draws_behind(second, second.metrics[m]))
@@ -372,7 +386,8 @@ def _unpaired(first: Units, second: Units, names: list[str], resampling: Resampl
         p = expanded_p_value(min(float(np.mean(d <= 0)), float(np.mean(d >= 0))), draws) if d.size else math.nan
         out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), float(ones_b[m][0] - ones_a[m][0]), low, high,
                             p, False, f"unpaired bootstrap ({resampling.resamples} resamples each): {why}", None,
-                            draws, level)
+                            draws, level, dropped, int(d.size) + dropped,
+                            "group" if grouped(first) or grouped(second) else first.kind)
     return out
 
 
