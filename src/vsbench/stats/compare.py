@@ -160,7 +160,7 @@ def replicates(units: Units, resampling: Resampling, metrics: list[str] | None =
 
 def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, Interval]:
     """Each metric's interval (NaN bounds when intervals are off): Clopper-Pearson for a proportion of
-    independent units (:mod:`vsbench.stats.proportions` says why), else the percentile bootstrap, all
+    independent units (:mod:`vsbench.stats.proportions` says why), else the expanded percentile bootstrap, all
     bootstrapped metrics from the same draws. Each carries what its edge note needs."""
     specs = _specs(units, metrics)
     if not resampling.enabled:
