@@ -91,3 +91,15 @@ def test_the_paired_difference_is_expanded_on_the_same_draws() -> None:
                                  ["q0", "q1", "q2"], ["A", "A", "B"], queries=[f"q{i}" for i in range(6)])
     difference = compare(units, other, Resampling(400, 3), ["uap"])["uap"]
     assert difference.paired and difference.draws == 2 and difference.level == expanded_confidence(0.95, 2)
+
+
+def test_an_unpaired_difference_is_expanded_by_the_rougher_run() -> None:
+    """Two sets of different queries (no pairing): the difference's interval takes the smaller run's
+    draws (its copies), and its p-value is read on that scale."""
+    small, large = _random_disc(7, 30), _random_disc(8, 60)
+    large = type(large)(large.kind, large.benchmark, np.char.add("other", large.ids), large.columns, large.metrics,
+                        large.clusters, large.variant)
+    copies = [int(np.count_nonzero(u.values("n_positives"))) for u in (small, large)]
+    assert copies[0] < copies[1]
+    found = compare(small, large, Resampling(300, 2), ["uap"])["uap"]
+    assert not found.paired and found.draws == copies[0] and found.level == expanded_confidence(0.95, copies[0])
