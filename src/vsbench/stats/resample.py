@@ -21,10 +21,10 @@ groups; for a pooled ranking, the groups that hold a positive). At 20 draws a 95
 0.0159 and 0.9841 quantiles, at 50 the 0.0212 / 0.9788, at 1,000 the 0.0248 / 0.9752: the same
 replicates, a slightly wider cut, the point estimate untouched. Measured (docs/intervals.md): the
 coverage of micro-AP's interval at 50 queries went from 0.9295 to 0.947 (0.905 to 0.9515 when 1
-query in 5 has a copy), and the paired bootstrap's size under the null from 0.07 to 0.05x. It is
-still scipy's percentile interval, at the expanded ``confidence_level``, over the same draws
-(tested), and the paired bootstrap's p-value is read on the same scale (:func:`expanded_p_value`),
-so it is under 0.05 about exactly when the expanded interval excludes 0.
+query in 5 has a copy), and the paired uAP test's size under the null from 0.07 to 0.0575 (0.0775 to
+0.065 over 20 groups). It is still scipy's percentile interval, at the expanded ``confidence_level``,
+over the same draws (tested), and the paired bootstrap's p-value is read on the same scale
+(:func:`expanded_p_value`), so it is under 0.05 about exactly when the expanded interval excludes 0.
 """
 
 from __future__ import annotations
