@@ -9,7 +9,7 @@ from tests.unit.test_expanded_interval import _disc
 from vsbench.abid.units import answer_units
 from vsbench.benchmarks.disc.units import copy_detection_units
 from vsbench.reporting.pairs import MetricPair, RunPair, pair_table, render_pair
-from vsbench.stats.compare import compare
+from vsbench.stats.compare import compare, intervals
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units
 
@@ -51,3 +51,12 @@ def test_compare_runs_and_the_report_print_the_difference_note() -> None:
     text = " ".join(render_pair(pair).split())
     assert f"({found.note})" in text
     assert "only 2 groups (under 20): a rough interval" in pair_table(pair)
+
+
+def test_a_single_intervals_note_names_groups_when_it_counted_groups() -> None:
+    """_disc(): 6 queries in 5 groups. uAP's note counts the groups drawn; accuracy at 1 (a ratio over
+    the queries with a copy) counts those 3 queries (skimage-copydetect printed 'only 11 queries' for
+    58 queries in 11 groups)."""
+    found = intervals(_disc(), Resampling(200, 0))
+    assert found["uap"].note.startswith("only 5 groups (under 20)")
+    assert found["accuracy_at_1"].note.startswith("only 3 queries (under 20)")

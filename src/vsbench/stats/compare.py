@@ -179,8 +179,17 @@ def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = 
             level = expanded_confidence(resampling.confidence, draws_behind(units, specs[m]))
             out[m] = Interval(m, *percentile_interval(v, level), BOOTSTRAP,
                               units_behind(units, specs[m]), int(np.count_nonzero(np.isnan(v))), int(v.size),
-                              units.kind, level)
+                              _behind_word(units, specs[m]), level)
     return {m: out[m] for m in specs}
+
+
+def _behind_word(units: Units, spec: Any) -> str:
+    """The word for what :func:`~vsbench.stats.proportions.units_behind` counted: ``group`` where it
+    counted groups (grouped units, any metric but a ratio with a denominator, which counts units),
+    else the unit's own word (``only 11 groups``, never ``only 11 queries`` for 58 queries)."""
+    if grouped(units) and not (spec.get("statistic") == "ratio" and spec.get("den")):
+        return "group"
+    return units.kind
 
 
 def interval_notes(found: dict[str, Interval]) -> dict[str, str]:
