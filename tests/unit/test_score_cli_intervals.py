@@ -43,7 +43,8 @@ def test_counting_prints_intervals_and_writes_the_unit_file(tmp_path: Path) -> N
     assert re.search(rf"^  accuracy +{NUMBER_AND_INTERVAL}$", result.stdout, re.M), result.stdout
     assert re.search(rf"^  rmse +{NUMBER_AND_INTERVAL}$", result.stdout, re.M)
     assert re.search(rf"^  accuracy_class_3 +{NUMBER_AND_INTERVAL}$", result.stdout, re.M)
-    assert "95% interval, percentile bootstrap over the 120 questions (200 resamples, seed 0)" in result.stdout
+    assert ("95% interval, expanded percentile bootstrap over the 120 questions (200 resamples, seed 0)"
+            in " ".join(result.stdout.split()))  # the note wraps at the terminal's width
     assert "_ci95_" not in result.stdout  # the fields are in the JSON, shown beside their metric only
     record = json.loads(out.read_text())
     assert record["accuracy_ci95_low"] <= record["accuracy"] <= record["accuracy_ci95_high"]
@@ -112,7 +113,7 @@ def test_copy_detection_prints_intervals_over_its_queries(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     assert re.search(rf"^  uap +{NUMBER_AND_INTERVAL}  \(only 2 queries \(under 20\): a rough interval\)$",
                      result.stdout, re.M), result.stdout  # issue 55: an interval over 2 queries says so
-    assert "percentile bootstrap over the 2 queries" in result.stdout
+    assert "expanded percentile bootstrap over the 2 queries" in result.stdout
     assert "intervals are not available" not in result.stdout
 
 

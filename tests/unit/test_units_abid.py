@@ -15,7 +15,7 @@ from scipy import stats as sps
 from vsbench.abid.metrics import counting_metrics, verification_metrics
 from vsbench.abid.units import answer_units, counting_units, question_ids, unique_ids
 from vsbench.stats.compare import compare, intervals, mcnemar
-from vsbench.stats.resample import Resampling
+from vsbench.stats.resample import Resampling, expanded_confidence
 from vsbench.stats.statistics import evaluate, ratio
 from vsbench.stats.units import read_units, units_from_bytes
 
@@ -107,7 +107,8 @@ def test_ratio_refuses_an_unknown_transform() -> None:
 
 
 def test_intervals_equal_scipy_bootstrap_over_the_same_draws() -> None:
-    """RMSEs (not proportions) keep the percentile bootstrap, equal to scipy's over the same draws."""
+    """RMSEs (not proportions) keep the bootstrap: scipy's percentile interval over the same draws at
+    the expanded level of the questions behind each (all 80; class 2's own)."""
     rng = np.random.default_rng(11)
     n, resamples, seed = 80, 300, 5
     pred, truth, ids = _counting_data(rng, n, classes=3)  # every class drawn in every resample (NaN-free)
@@ -118,9 +119,11 @@ def test_intervals_equal_scipy_bootstrap_over_the_same_draws() -> None:
             rows = rows.astype(np.int64)
             return _counting_dict(pred[rows], truth[rows], "counting_")[metric]
 
+        questions = n if metric == "counting_rmse" else int(np.count_nonzero(truth == 2))
+        level = expanded_confidence(0.95, questions)
         ref = sps.bootstrap((np.arange(n),), statistic, method="percentile", rng=np.random.default_rng(seed),
-                            n_resamples=resamples, batch=None, vectorized=False, confidence_level=0.95)
-        assert found[metric].method == "percentile bootstrap"
+                            n_resamples=resamples, batch=None, vectorized=False, confidence_level=level)
+        assert found[metric].method == "expanded percentile bootstrap" and found[metric].level == level
         assert found[metric].low == pytest.approx(ref.confidence_interval.low, abs=1e-9)
         assert found[metric].high == pytest.approx(ref.confidence_interval.high, abs=1e-9)
 
@@ -322,7 +325,7 @@ def test_score_step_writes_unit_files_and_intervals_named_as_its_metrics(tmp_pat
             assert metrics[name] == pytest.approx(float(value[0]), abs=1e-12), name
     [child] = [r for r in client.search_runs([client.get_run(parent).info.experiment_id])
                if r.data.tags.get("mlflow.runName") == "abid-score"]
-    assert child.data.params["ci_resamples"] == "200" and child.data.params["ci_method"] == "percentile bootstrap"
+    assert child.data.params["ci_resamples"] == "200" and child.data.params["ci_method"] == "expanded percentile bootstrap"
     assert child.data.metrics["counting_rmse_ci95_high"] == metrics["counting_rmse_ci95_high"]
     fetched = fetch_units(client, child, tmp_path / "cache")
     assert {"counting_accuracy", "verification_accuracy", "quantity_accuracy"} <= set(fetched)

@@ -20,7 +20,7 @@ from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.disc.units import COPY_DETECTION_METRICS, copy_detection_units
 from vsbench.stats.compare import intervals
 from vsbench.stats.ranking import micro_ap
-from vsbench.stats.resample import Resampling
+from vsbench.stats.resample import Resampling, expanded_confidence
 from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import units_from_bytes
 
@@ -202,9 +202,13 @@ def test_interval_equals_scipy_bootstrap(metric: str, grouped: bool) -> None:
     def statistic(rows: np.ndarray) -> float:
         return _scored(case, units.ids, np.bincount(rows, minlength=groups)[cluster])[metric]
 
+    # every query has a copy: every group is behind both metrics, the level the expansion takes for them
+    level = expanded_confidence(0.95, groups)
     expected = scipy_stats.bootstrap((np.arange(groups),), statistic, method="percentile", n_resamples=resamples,
-                                     rng=np.random.default_rng(seed), batch=None, vectorized=False).confidence_interval
+                                     rng=np.random.default_rng(seed), batch=None, vectorized=False,
+                                     confidence_level=level).confidence_interval
     found = intervals(units, Resampling(resamples, seed), [metric])[metric]
+    assert found.level == level
     assert found.low == pytest.approx(expected.low, abs=TOLERANCE)
     assert found.high == pytest.approx(expected.high, abs=TOLERANCE)
 

@@ -19,7 +19,7 @@ from vsbench.benchmarks.copydays.adapter import load_copydays
 from vsbench.benchmarks.copydays.metrics import _pooled_ap, copydays_metrics, trapezoid_ap_from_ranks
 from vsbench.benchmarks.copydays.units import copydays_units
 from vsbench.stats.compare import intervals
-from vsbench.stats.resample import Resampling
+from vsbench.stats.resample import Resampling, expanded_confidence
 from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import units_from_bytes
 
@@ -136,8 +136,13 @@ def test_interval_equals_scipy_bootstrap(metric: str) -> None:
     def statistic(rows: np.ndarray) -> float:
         return _scored(case, np.bincount(rows, minlength=len(units)))[metric]
 
+    # the queries behind each metric (no two share an original here): strong ones, all, the originals
+    behind = {"strong_map": "strong", "overall_uap": None, "map_original": "original"}[metric]
+    level = expanded_confidence(0.95, len(units) if behind is None else int(np.count_nonzero(case["blocks"] == behind)))
+    assert units.clusters is None or np.unique(units.clusters).size == len(units)
     expected = scipy_stats.bootstrap((np.arange(len(units)),), statistic, method="percentile", n_resamples=resamples,
-                                     rng=np.random.default_rng(seed), batch=None, vectorized=False).confidence_interval
+                                     rng=np.random.default_rng(seed), batch=None, vectorized=False,
+                                     confidence_level=level).confidence_interval
     assert np.isfinite(expected.low) and expected.low < expected.high  # every replicate defined, not degenerate
     found = intervals(units, Resampling(resamples, seed), [metric])[metric]
     assert found.low == pytest.approx(expected.low, abs=TOLERANCE)

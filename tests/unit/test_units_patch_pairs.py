@@ -24,7 +24,7 @@ from vsbench.benchmarks.patch_pairs.units import pair_sequences, patch_pair_unit
 from vsbench.io.features import FeatureSet
 from vsbench.reporting.plots import close
 from vsbench.stats.compare import intervals
-from vsbench.stats.resample import Resampling
+from vsbench.stats.resample import Resampling, expanded_confidence
 from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import units_from_bytes
 
@@ -174,7 +174,8 @@ def test_clustered_intervals_equal_scipy_bootstrap(variant: str) -> None:
     found = intervals(units, Resampling(resamples, seed))
     for metric in units.metrics:
         res = bootstrap((np.arange(n_clusters),), lambda d, m=metric: statistic(d, m), method="percentile",
-                        n_resamples=resamples, batch=None, vectorized=False, rng=np.random.default_rng(seed))
+                        n_resamples=resamples, batch=None, vectorized=False, rng=np.random.default_rng(seed),
+                        confidence_level=expanded_confidence(0.95, n_clusters))  # the 5 sequences drawn
         assert found[metric].low == pytest.approx(res.confidence_interval.low, abs=1e-9)
         assert found[metric].high == pytest.approx(res.confidence_interval.high, abs=1e-9)
         assert found[metric].low < found[metric].high

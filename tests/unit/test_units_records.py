@@ -54,14 +54,14 @@ def test_intervals_go_into_the_records_and_the_units_beside_them(tmp_path: Path)
     assert "n_ci95_low" not in record  # only the metrics the units recompute
     entry = entries[0]
     assert entry is not None and entry["kind"] == "query" and entry["units"] == 10
-    assert entry["ci"] == {"ci_method": "percentile bootstrap", "ci_resamples": "200", "ci_seed": "3", "ci_level": "0.95",
+    assert entry["ci"] == {"ci_method": "expanded percentile bootstrap", "ci_resamples": "200", "ci_seed": "3", "ci_level": "0.95",
                            "ci_proportions": "Clopper-Pearson"}
     assert entry["exact"] == ["top1_accuracy"]  # a mean of 0/1 hits: Clopper-Pearson's interval
     assert record["top1_accuracy_ci95_low"] == pytest.approx(0.1871, abs=5e-5)  # scipy binomtest(5, 10), exact
     back = read_units(tmp_path / entry["file"], entry["sha256"])  # verified by its digest
     assert back.metrics == _units().metrics and list(back.ids) == list(_units().ids)
     lines = interval_lines([record], entries)
-    assert lines[0] == "95% intervals: percentile bootstrap over 10 queries, 200 resamples, seed 3"
+    assert lines[0] == "95% intervals: expanded percentile bootstrap over 10 queries, 200 resamples, seed 3"
     assert any("top1_accuracy" in line and "0.5000 [" in line for line in lines)
 
 
@@ -73,7 +73,7 @@ def test_the_heading_says_how_many_groups_were_drawn_whole(tmp_path: Path) -> No
     entries = add_intervals("colour_match", [record], [grouped], tmp_path, Resampling(200, 3))
     assert entries[0] is not None and entries[0]["groups"] == 5
     assert interval_lines([record], entries)[0] == (
-        "95% intervals: percentile bootstrap over 10 queries in 5 groups, each drawn whole, 200 resamples, seed 3")
+        "95% intervals: expanded percentile bootstrap over 10 queries in 5 groups, each drawn whole, 200 resamples, seed 3")
 
 
 def test_a_benchmark_without_units_gets_plain_numbers_and_one_line(tmp_path: Path) -> None:

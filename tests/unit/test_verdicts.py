@@ -18,7 +18,7 @@ from scipy import stats as sps
 from vsbench.abid.units import counting_units
 from vsbench.benchmarks.disc.units import copy_detection_units
 from vsbench.stats.compare import Difference, bootstrap_p_value, choose_test, compare, verdict
-from vsbench.stats.resample import Resampling
+from vsbench.stats.resample import Resampling, expanded_confidence, percentile_interval
 
 
 def _disc_case(seed: int, n_queries: int = 60, better: float = 0.0) -> tuple[list, list, list, list, list]:
@@ -76,11 +76,37 @@ def test_identical_ranking_runs_differ_by_exactly_zero_with_p_one() -> None:
 
 
 def test_the_bootstrap_p_value_counts_each_tail_with_one_added() -> None:
-    assert bootstrap_p_value(np.zeros(99)) == 1.0
-    assert bootstrap_p_value(np.full(99, 0.1)) == pytest.approx(2 / 100)
-    assert bootstrap_p_value(np.r_[np.full(95, 0.1), np.full(4, -0.1)]) == pytest.approx(2 * 5 / 100)
-    assert bootstrap_p_value(np.array([np.nan, 0.2, 0.3])) == pytest.approx(2 / 3)
-    assert math.isnan(bootstrap_p_value(np.array([np.nan])))
+    """Over very many draws the expansion vanishes: the plain doubled share of the smaller tail."""
+    huge = 10**9
+    assert bootstrap_p_value(np.zeros(99), huge) == 1.0
+    assert bootstrap_p_value(np.full(99, 0.1), huge) == pytest.approx(2 / 100, rel=1e-6)
+    assert bootstrap_p_value(np.r_[np.full(95, 0.1), np.full(4, -0.1)], huge) == pytest.approx(2 * 5 / 100, rel=1e-6)
+    assert bootstrap_p_value(np.array([np.nan, 0.2, 0.3]), huge) == pytest.approx(2 / 3, rel=1e-6)
+    assert math.isnan(bootstrap_p_value(np.array([np.nan]), huge))
+
+
+@pytest.mark.parametrize("draws", [5, 20, 60])
+def test_the_bootstrap_p_value_is_read_on_the_expanded_intervals_scale(draws: int) -> None:
+    """Hesterberg's expansion by hand (scipy's t and normal): p = 2 t_{n-1}.sf(z_q / sqrt(n / (n - 1)))
+    for a tail share q; and p < 0.05 exactly when the expanded 95% interval of the same replicates
+    excludes 0 (k of 999 replicates below 0, k = 0..60; the interval's linear interpolation and the
+    p-value's (k + 1) / (B + 1) may part only on the two replicates at the cut)."""
+    from scipy.stats import norm, t
+
+    d = np.r_[np.full(95, 0.1), np.full(4, -0.1)]
+    q = 5 / 100
+    assert bootstrap_p_value(d, draws) == pytest.approx(2 * t.sf(norm.isf(q) / math.sqrt(draws / (draws - 1)), draws - 1),
+                                                        rel=1e-12)
+    assert bootstrap_p_value(d, draws) > 2 * q  # wider than the plain percentile reading
+    level = expanded_confidence(0.95, draws)
+    parted = 0
+    for k in range(61):
+        replicates = np.r_[-np.linspace(0.5, 1.0, k), np.linspace(0.1, 1.0, 999 - k)]
+        low, high = percentile_interval(replicates, level)
+        if (bootstrap_p_value(replicates, draws) < 0.05) != (low > 0 or high < 0):
+            parted += 1
+            assert abs(k - (1 - level) / 2 * 999) < 2, k
+    assert parted <= 2
 
 
 def test_each_statistic_gets_its_test() -> None:

@@ -207,7 +207,7 @@ def _interval_note(record: dict[str, Any], units: Any, resampling: Any) -> str:
                 f"{len(units):,} {PLURAL.get(units.kind, units.kind)} scored)")
     clustered = f" in {units.cluster_index()[1]:,} groups, each drawn whole" if units.clusters is not None else ""
     kinds = PLURAL.get(units.kind, units.kind)
-    line = (f"  [low, high]: {resampling.percent}% interval, percentile bootstrap over the {len(units):,} "
+    line = (f"  [low, high]: {resampling.percent}% interval, expanded percentile bootstrap over the {len(units):,} "
             f"{kinds}{clustered} ({resampling.resamples} resamples, seed {resampling.seed})")
     if any(entry.get("exact") for entry in _unit_entries(record).values()):
         from vsbench.stats.records import EXACT_WORDS

@@ -377,6 +377,8 @@ def _versus_best_table(frame: pd.DataFrame) -> str:
     for row in tested.itertuples():
         top = best[row.metric]
         interval = (f"[{row.diff_low:+.4g}, {row.diff_high:+.4g}]" if math.isfinite(row.diff_low) else "-")
+        if isinstance(row.diff_note, str) and row.diff_note:  # issue 55: the difference's interval says when it is weak, as a value's does
+            interval += f' <span class="ci-note">({html.escape(row.diff_note)})</span>'
         verdict = "indistinguishable (≈)" if row.indistinguishable else "different"
         rows.append(f'<tr data-metric="{html.escape(str(row.metric))}" data-model="{html.escape(row.model)}">'
                     f"<td>{html.escape(str(row.metric))}</td><td>{html.escape(display_name(row.model))}</td>"

@@ -53,7 +53,7 @@ def leaderboard(runs: Iterable[RunRecord], lower_is_better: LowerIsBetter | None
                                "experiment_id": record.experiment_id, "low": float(low), "high": float(high),
                                "units_run_id": record.units_run_id, "p_value": math.nan, "test": "",
                                "indistinguishable": False, "diff_low": math.nan, "diff_high": math.nan,
-                               "note": record.tags.get(f"{NOTE_TAG}{metric}", "")}
+                               "note": record.tags.get(f"{NOTE_TAG}{metric}", ""), "diff_note": ""}
     frame = pd.DataFrame(list(latest.values()), columns=LEADERBOARD_COLUMNS)
     if frame.empty:
         return frame
@@ -90,9 +90,9 @@ def mark_indistinguishable(frame: pd.DataFrame, reader: UnitsReader, resampling:
             difference = reader.difference(best.units_run_id, row.units_run_id, str(row.metric), resampling)
             if difference is None:
                 continue
-            frame.loc[index, ["p_value", "test", "indistinguishable", "diff_low", "diff_high"]] = [
+            frame.loc[index, ["p_value", "test", "indistinguishable", "diff_low", "diff_high", "diff_note"]] = [
                 difference.p_value, difference.test, not difference.distinguishable, difference.low,
-                difference.high]
+                difference.high, difference.note]
     return frame
 
 

@@ -220,6 +220,8 @@ def render_pair(pair: RunPair) -> str:
             lines.append(f"  {side}  {format_interval(value, *interval)}" + (f"  ({note})" if note else ""))
         if row.difference is not None:
             lines.append(f"  second - first  {difference_line(row.difference)}")
+            if row.difference.note:  # issue 55: a weak interval of the difference says so, as a run's does
+                lines.append(f"  ({row.difference.note})")
             lines.append(f"  verdict  {verdict_line(row.difference, row.higher_is_better)}")
         else:
             lines.append(f"  second - first  {row.second - row.first:+.4g} ({row.note})")
@@ -240,7 +242,7 @@ def pair_table(pair: RunPair) -> str:
                      f"<td>{html.escape(row.note)}</td><td>-</td><td>-</td>")
         else:
             mcnemar = (f"{d.mcnemar[0]} / {d.mcnemar[1]}, {format_p(d.mcnemar[2])}" if d.mcnemar else "-")
-            cells = (f"<td>{d.difference:+.4g}</td><td>[{d.low:+.4g}, {d.high:+.4g}]</td>"
+            cells = (f"<td>{d.difference:+.4g}</td><td>{_with_note(f'[{d.low:+.4g}, {d.high:+.4g}]', d.note)}</td>"
                      f"<td>{html.escape(format_p(d.p_value))}</td><td>{html.escape(d.test)}</td>"
                      f"<td>{html.escape(mcnemar)}</td>"
                      f"<td>{html.escape(verdict_line(d, row.higher_is_better))}</td>")

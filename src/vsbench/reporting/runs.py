@@ -115,8 +115,9 @@ LEADERBOARD_COLUMNS = ["benchmark", "metric", "model", "value", "best", "higher_
                        # issue 45: the value's 95% interval (NaN: none logged), the run holding its unit files
                        # ("" : none), and the test against the best (leaderboard.mark_indistinguishable)
                        "low", "high", "units_run_id", "p_value", "test", "indistinguishable", "diff_low", "diff_high",
-                       # issue 55: the interval's edge note (the run's tag interval_note.<metric>; "" : none)
-                       "note"]
+                       # issue 55: the interval's edge note (the run's tag interval_note.<metric>; "" : none), and
+                       # the difference's from the best (few draws, zero width, resamples left out; "" : none)
+                       "note", "diff_note"]
 
 
 # benchmark -> the metrics its spec declares lower-is-better (benchmarks.registry.lower_is_better_metrics():

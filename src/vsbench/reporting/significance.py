@@ -2,7 +2,7 @@
 and the nightly check all speak in differences with intervals and p-values, not in bare gaps.
 
 What a run holds (issue 45, docs/tracking.md): each headline metric ``m`` beside ``m_ci95_low`` and
-``m_ci95_high`` (its percentile bootstrap interval), the interval's params (``ci_method``,
+``m_ci95_high`` (its expanded percentile bootstrap interval), the interval's params (``ci_method``,
 ``ci_resamples``, ``ci_seed``, ``ci_level``, ``ci_proportions``), and its per-unit outcomes as unit files named by the
 tag ``vsbench.units`` (:mod:`vsbench.tracking.units`). The interval metrics are read as the interval
 of their metric, never as metrics of their own (:func:`split_intervals`).

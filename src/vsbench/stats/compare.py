@@ -1,12 +1,15 @@
 """Intervals and comparisons over per-unit outcomes: what every headline number and every gap carries.
 
-* :func:`intervals`: each metric's 95% percentile bootstrap interval over the units (over clusters
-  of units where the units name one), seeded, all metrics from the same draws; a proportion of
+* :func:`intervals`: each metric's 95% expanded percentile bootstrap interval over the units (over
+  clusters of units where the units name one), seeded, all metrics from the same draws (the percentile
+  interval widened for small n as Hesterberg's expanded percentile interval does:
+  :mod:`vsbench.stats.resample`); a proportion of
   independent units (an accuracy) gets Clopper-Pearson's exact interval instead, and every interval
   carries the one-line note it owes when it is weak (:mod:`vsbench.stats.proportions`).
 * :func:`compare`: two evaluations of the same units (the same ids) are compared *paired*: the
   difference (second minus first) and its interval from a paired bootstrap (the same resampled units
-  for both runs, each run keeping its own scores). Two evaluations of different units are compared
+  for both runs, each run keeping its own scores; expanded as a single interval is, on the draws the
+  metric rests on). Two evaluations of different units are compared
   unpaired (two independent bootstraps) and say so.
 
 **One decision rule** (:attr:`Difference.distinguishable`, :func:`verdict`): two runs differ exactly
@@ -25,7 +28,8 @@ leaderboard's ``≈``, the report, ``compare --runs``, the nightly) takes it fro
   least as extreme as observed, doubled, capped at 1; ``(count + 1) / (swaps + 1)`` when drawn;
 * a statistic of one pooled ranking of scores (micro-AP and recall at precision 0.9, Copydays'
   overall uAP, pooled ROC / PR AUC): the p-value of the paired bootstrap itself (each tail's share of
-  replicate differences at or beyond 0, doubled). Swapping a unit's scores between two runs would pool
+  replicate differences at or beyond 0, read on the expanded interval's scale:
+  :func:`~vsbench.stats.resample.expanded_p_value`). Swapping a unit's scores between two runs would pool
   two models' score scales in one ranking, whose result is noise (issue 55: a real improvement was
   found 28% of the time on one scale, 0.25-1.8% once one run's scores were shifted or scaled); the
   bootstrap keeps each run's own ranking, so any monotone change of either run's scores changes
@@ -48,11 +52,19 @@ from vsbench.stats.proportions import (
     BOOTSTRAP,
     CLOPPER_PEARSON,
     clopper_pearson,
+    draws_behind,
     edge_note,
     proportion_counts,
     units_behind,
 )
-from vsbench.stats.resample import Resampling, count_blocks, percentile_interval
+from vsbench.stats.resample import (
+    CONFIDENCE,
+    Resampling,
+    count_blocks,
+    expanded_confidence,
+    expanded_p_value,
+    percentile_interval,
+)
 from vsbench.stats.statistics import evaluate
 from vsbench.stats.units import Units, UnitsError, groups_of
 
@@ -72,6 +84,7 @@ class Interval:
     dropped: int = 0  # bootstrap replicates left out (the metric undefined on them)
     resamples: int = 0
     kind: str = "unit"
+    level: float = CONFIDENCE  # the percentile level taken (expanded_confidence's), CONFIDENCE for the exact interval
 
     @property
     def note(self) -> str:
@@ -93,6 +106,18 @@ class Difference:
     paired: bool
     test: str  # how the p-value was made, in words
     mcnemar: tuple[int, int, float] | None = None  # (first right & second wrong, the reverse, exact p)
+    draws: int = 0  # the independent draws the interval's expansion counted (0: not known)
+    level: float = CONFIDENCE  # the percentile level the interval was taken at
+    dropped: int = 0  # replicate differences left out (the metric undefined on a resample)
+    resamples: int = 0
+    kind: str = "unit"  # the word for a draw: the unit's (``query``), or ``group`` when drawn in groups
+
+    @property
+    def note(self) -> str:
+        """One line when the difference's interval is weak, as a single interval's
+        (:func:`~vsbench.stats.proportions.edge_note`): fewer than 20 draws behind it, zero width,
+        resamples left out; "" otherwise."""
+        return edge_note(self.kind, self.draws, self.low, self.high, self.dropped, self.resamples)
 
     @property
     def distinguishable(self) -> bool:
@@ -113,6 +138,8 @@ class Difference:
         out = {"metric": self.metric, "first": self.first, "second": self.second, "difference": self.difference,
                "ci_low": self.low, "ci_high": self.high, "p_value": self.p_value, "paired": self.paired,
                "test": self.test}
+        if self.note:
+            out["interval_note"] = self.note
         if self.mcnemar is not None:
             out["mcnemar"] = {"first_only": self.mcnemar[0], "second_only": self.mcnemar[1], "p_value": self.mcnemar[2]}
         return out
@@ -133,7 +160,7 @@ def replicates(units: Units, resampling: Resampling, metrics: list[str] | None =
 
 def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = None) -> dict[str, Interval]:
     """Each metric's interval (NaN bounds when intervals are off): Clopper-Pearson for a proportion of
-    independent units (:mod:`vsbench.stats.proportions` says why), else the percentile bootstrap, all
+    independent units (:mod:`vsbench.stats.proportions` says why), else the expanded percentile bootstrap, all
     bootstrapped metrics from the same draws. Each carries what its edge note needs."""
     specs = _specs(units, metrics)
     if not resampling.enabled:
@@ -149,10 +176,20 @@ def intervals(units: Units, resampling: Resampling, metrics: list[str] | None = 
         out[m] = Interval(m, low, high, CLOPPER_PEARSON, counts[1], kind=units.kind)
     if booted:
         for m, v in replicates(units, resampling, booted).items():
-            out[m] = Interval(m, *percentile_interval(v, resampling.confidence), BOOTSTRAP,
+            level = expanded_confidence(resampling.confidence, draws_behind(units, specs[m]))
+            out[m] = Interval(m, *percentile_interval(v, level), BOOTSTRAP,
                               units_behind(units, specs[m]), int(np.count_nonzero(np.isnan(v))), int(v.size),
-                              units.kind)
+                              _behind_word(units, specs[m]), level)
     return {m: out[m] for m in specs}
+
+
+def _behind_word(units: Units, spec: Any) -> str:
+    """The word for what :func:`~vsbench.stats.proportions.units_behind` counted: ``group`` where it
+    counted groups (grouped units, any metric but a ratio with a denominator, which counts units),
+    else the unit's own word (``only 11 groups``, never ``only 11 queries`` for 58 queries)."""
+    if grouped(units) and not (spec.get("statistic") == "ratio" and spec.get("den")):
+        return "group"
+    return units.kind
 
 
 def interval_notes(found: dict[str, Interval]) -> dict[str, str]:
@@ -275,16 +312,18 @@ def _right_or_wrong(spec: Any, first: Units, second: Units) -> bool:
     return all(np.isin(_class_rows(units, spec, units.values(spec["num"])), (0, 1)).all() for units in (first, second))
 
 
-def bootstrap_p_value(differences: np.ndarray) -> float:
-    """Two-sided p-value of a paired bootstrap: each tail's share of replicate differences at or
-    beyond 0, counted ``(count + 1) / (replicates + 1)``, doubled, capped at 1 (undefined replicates
-    left out). It is under 0.05 about when the percentile interval excludes 0, from the same draws."""
+def bootstrap_p_value(differences: np.ndarray, draws: int) -> float:
+    """Two-sided p-value of a paired bootstrap over ``draws`` independent draws: the smaller tail's
+    share of replicate differences at or beyond 0, counted ``(count + 1) / (replicates + 1)``, read on
+    the expanded interval's scale (:func:`~vsbench.stats.resample.expanded_p_value`; the plain reading
+    doubles it), capped at 1 (undefined replicates left out). It is under 0.05 about when the expanded
+    interval excludes 0, from the same draws."""
     d = np.asarray(differences, dtype=np.float64)
     d = d[~np.isnan(d)]
     if d.size == 0:
         return math.nan
     tails = min(int(np.count_nonzero(d <= 0)), int(np.count_nonzero(d >= 0)))
-    return float(min(1.0, 2 * (tails + 1) / (d.size + 1)))
+    return expanded_p_value((tails + 1) / (d.size + 1), draws)
 
 
 def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any], resampling: Resampling,
@@ -302,7 +341,9 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
     out = {}
     for m in names:
         replicate_differences = np.concatenate(diffs[m])
-        low, high = percentile_interval(replicate_differences, resampling.confidence)
+        draws = draws_behind(first, specs[m])
+        level = expanded_confidence(resampling.confidence, draws)
+        low, high = percentile_interval(replicate_differences, level)
         diff = float(ones_b[m][0] - ones_a[m][0])
         counts = None
         if tests[m] == "mcnemar":
@@ -315,11 +356,13 @@ def _paired(first: Units, second: Units, names: list[str], specs: dict[str, Any]
             if choose_test(specs[m]) == "mcnemar" and _right_or_wrong(specs[m], first, second):
                 test += "; not McNemar's exact test, which counts the units of one group as independent draws"
         else:
-            p = bootstrap_p_value(replicate_differences)
+            p = bootstrap_p_value(replicate_differences, draws)
             whole = f", drawing {n_clusters} groups whole" if n_clusters < len(first) else ""
             test = (f"paired bootstrap of the difference ({resampling.resamples} resamples, seed {resampling.seed}{whole}; "
                     "each run ranked by its own scores)")
-        out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), diff, low, high, p, True, test, counts)
+        out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), diff, low, high, p, True, test, counts,
+                            draws, level, int(np.count_nonzero(np.isnan(replicate_differences))),
+                            int(replicate_differences.size), "group" if grouped(first) else first.kind)
     return out
 
 
@@ -343,11 +386,17 @@ def _unpaired(first: Units, second: Units, names: list[str], resampling: Resampl
     out = {}
     for m in names:
         d = b[m] - a[m]
+        dropped = int(np.count_nonzero(np.isnan(d)))
         d = d[~np.isnan(d)]
-        low, high = percentile_interval(d, resampling.confidence)
-        p = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0)))) if d.size else math.nan
+        # two independent samples: expanded by the smaller one's draws (the rougher of the two)
+        draws = min(draws_behind(first, first.metrics[m]), draws_behind(second, second.metrics[m]))
+        level = expanded_confidence(resampling.confidence, draws)
+        low, high = percentile_interval(d, level)
+        p = expanded_p_value(min(float(np.mean(d <= 0)), float(np.mean(d >= 0))), draws) if d.size else math.nan
         out[m] = Difference(m, float(ones_a[m][0]), float(ones_b[m][0]), float(ones_b[m][0] - ones_a[m][0]), low, high,
-                            p, False, f"unpaired bootstrap ({resampling.resamples} resamples each): {why}")
+                            p, False, f"unpaired bootstrap ({resampling.resamples} resamples each): {why}", None,
+                            draws, level, dropped, int(d.size) + dropped,
+                            "group" if grouped(first) or grouped(second) else first.kind)
     return out
 
 

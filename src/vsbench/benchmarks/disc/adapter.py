@@ -6,6 +6,7 @@ On disk (SSCD ``DISCEvalDataset``; each folder name is a loader option, relative
     <root>/val_ref/R000000.jpg ...               references
     <root>/training/T000000.jpg ...              training images (codecs and score normalization)
     <root>/val_groundtruth_matches.csv           query_id,reference_id (empty reference: no copy)
+    <root>/query_groups.csv                      optional, vsbench's own: query_id,group (below)
 
 A folder holds its images directly (no recursion), with the extensions torchvision's
 ``is_image_file`` accepts, sorted by name, as SSCD's ``get_image_paths`` does. isc2021's id lists
@@ -16,6 +17,14 @@ k nearest references per query (k = 10 in SSCD) are scored with uAP, accuracy at
 precision 0.9. Records use MLflow-safe keys; :func:`disc_csv_rows` turns them into the rows of
 SSCD's ``disc_metrics.csv`` (``codec,score_norm,uAP,accuracy-at-1,recall-at-p90``, with
 ``None`` for no normalization), in SSCD's row order: every codec without normalization first.
+
+**Groups of queries** (issue 55): a bootstrap draws the queries that copy one reference together
+(:func:`~vsbench.benchmarks.disc.units.copy_groups`), but queries *without* a copy can share a
+source too: skimage-copydetect's 18 no-copy queries are 6 edited crops of each of 3 photos. The
+ground truth cannot say so, so a generator writes ``query_groups.csv`` (``query_id,group``: the
+photo a query was drawn from), and the queries it names with one group are drawn together
+(:func:`with_query_groups`). DISC2021 and Copydays have no such file; a file that names an unknown
+query, repeats one or holds an empty group is refused in one line naming its line.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +50,7 @@ from vsbench.io.features import FeatureError, FeatureSet, ImageSet
 from vsbench.io.ids import Ids
 from vsbench.io.inputs import InputError, iter_lines, quote
 from vsbench.io.storage import safe_join
+from vsbench.stats.units import groups_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,6 +63,8 @@ QUERY_DIR = "val_query"
 REFERENCE_DIR = "val_ref"
 TRAIN_DIR = "training"
 GROUND_TRUTH_CSV = "val_groundtruth_matches.csv"
+QUERY_GROUPS_CSV = "query_groups.csv"  # optional: query_id,group (module docstring)
+MAX_GROUP = 200  # characters of a group's name
 # torchvision.datasets.folder.IMG_EXTENSIONS, compared in lower case like is_image_file.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -124,6 +136,7 @@ class DiscBenchmark(SearchedBenchmark):
     gt_reference: Ids | np.ndarray
     ground_truth_path: Path
     name: str = "disc"
+    query_groups: tuple[tuple[str, str], ...] = ()  # (query id, group) from query_groups.csv
 
     def image_sets(self) -> dict[str, ImageSet]:
         sets = {"query": self.queries, "reference": self.references}
@@ -174,8 +187,9 @@ class DiscBenchmark(SearchedBenchmark):
             predictions = (query_ids[found.query], reference_ids[found.reference], found.score,
                            self.gt_query, self.gt_reference)
             metrics = copy_detection_metrics(*predictions)
-            units.append(copy_detection_units(*predictions, queries=self.queries.ids, benchmark=self.name,
-                                              variant=f"{codec} {score_norm}"))
+            units.append(with_query_groups(copy_detection_units(*predictions, queries=self.queries.ids,
+                                                                benchmark=self.name, variant=f"{codec} {score_norm}"),
+                                           self.query_groups))
             records.append({"codec": codec, "score_norm": score_norm, "uap": metrics.uap,
                             "accuracy_at_1": metrics.accuracy_at_1, "recall_at_p90": metrics.recall_at_p90,
                             **tie_fields(metrics.ties)})
@@ -278,8 +292,59 @@ def load_disc(
             logger.warning(note)
     if not gt_query.isin(queries.ids).any():
         raise InputError(gt_path, f"none of the {len(queries.ids)} queries has a copy: nothing to score")
+    groups_path = safe_join(root, QUERY_GROUPS_CSV)
+    groups = read_query_groups(groups_path, all_queries.ids) if groups_path.is_file() else ()
     return DiscBenchmark(root=root, queries=queries, references=references, train=train, gt_query=gt_query,
-                         gt_reference=gt_reference, ground_truth_path=gt_path)
+                         gt_reference=gt_reference, ground_truth_path=gt_path, query_groups=groups)
+
+
+def read_query_groups(path: Path, queries: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``query_groups.csv``'s (query id, group) rows (module docstring), checked: the header
+    ``query_id,group``, two fields a line, a query of the folder listed at most once, a group of 1 to
+    :data:`MAX_GROUP` characters; anything else is an :class:`InputError` naming the line."""
+    import csv
+
+    known = set(queries)
+    seen: dict[str, int] = {}
+    rows: list[tuple[str, str]] = []
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        fields = next(csv.reader([line]))
+        if number == 1:
+            if fields != ["query_id", "group"]:
+                raise InputError(path, "the header must be query_id,group", number)
+            continue
+        if len(fields) != 2:
+            raise InputError(path, f"expected two fields (query_id,group), found {len(fields)}", number)
+        query, group = fields[0].strip(), fields[1].strip()
+        if query not in known:
+            raise InputError(path, f"{quote(query)} is not a query image of this set; list only its queries", number)
+        if not 0 < len(group) <= MAX_GROUP:
+            raise InputError(path, f"the group of {quote(query)} must be 1 to {MAX_GROUP} characters", number)
+        if query in seen:
+            raise InputError(path, f"query {quote(query)} is listed twice (line {seen[query]} too): one group a query",
+                             number)
+        seen[query] = number
+        rows.append((query, group))
+    return tuple(rows)
+
+
+def with_query_groups(units: Units | None, groups: Sequence[tuple[str, str]]) -> Units | None:
+    """``units`` with the queries ``groups`` names with one group drawn together, beside the groups
+    the ground truth already makes (units linked through either are one group: the connected
+    components, as :func:`~vsbench.stats.units.groups_of` makes them). Unchanged without groups."""
+    if units is None or not groups:
+        return units
+    ids = np.asarray(units.ids, dtype=str)
+    row_of = {text: row for row, text in enumerate(ids.tolist())}
+    listed = [(row_of[query], f"group:{group}") for query, group in groups if query in row_of]
+    if not listed:
+        return units
+    current = np.char.add("unit:", ids) if units.clusters is None else np.asarray(units.clusters, dtype=str)
+    rows = np.concatenate([np.arange(ids.size), np.asarray([r for r, _ in listed], dtype=np.int64)])
+    sources = np.concatenate([current, np.asarray([g for _, g in listed], dtype=str)])
+    return replace(units, clusters=groups_of(ids.size, rows, sources, unit_ids=ids))
 
 
 def disc_csv_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -15,6 +15,9 @@ Every random choice comes from a stream seeded with ``(seed, stream, index)``: t
 byte-identical for a seed (same Pillow and numpy), and changing how one part is drawn never
 reshuffles another. Each DISC-layout generator also writes ``query_transforms.csv`` (query id,
 source image, edits applied) next to the layout, for looking at failures; the adapters ignore it.
+:func:`generate_skimage_copydetect` also writes ``query_groups.csv`` (query id, the photo a query
+without a copy was cropped from), which the ``disc`` adapter reads so that a bootstrap draws the
+crops of one photo together, as it draws the copies of one reference (issue 55).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
 
-from vsbench.benchmarks.disc.adapter import GROUND_TRUTH_CSV, QUERY_DIR, REFERENCE_DIR, TRAIN_DIR
+from vsbench.benchmarks.disc.adapter import GROUND_TRUTH_CSV, QUERY_DIR, QUERY_GROUPS_CSV, REFERENCE_DIR, TRAIN_DIR
 from vsbench.io.storage import atomic_write_bytes, atomic_write_text
 
 # Independent random streams (see the module docstring).
@@ -206,8 +209,9 @@ Query = tuple[Image.Image, int | None, str, str]
 
 
 def _write_disc(out: Path, references: Sequence[Image.Image], queries: Sequence[Query], train: Sequence[Image.Image],
-                seed: int) -> dict[str, Any]:
-    """Write a DISC layout: shuffled ids (id order reveals nothing), ground truth, transforms log."""
+                seed: int, groups: dict[int, str] | None = None) -> dict[str, Any]:
+    """Write a DISC layout: shuffled ids (id order reveals nothing), ground truth, transforms log;
+    ``groups`` (a query's place in ``queries`` -> the source it was drawn from): ``query_groups.csv``."""
     order = stream_rng(seed, ORDER_STREAM, 0)
     reference_ids = [f"R{n:06d}" for n in order.permutation(len(references))]
     query_slots = order.permutation(len(queries))
@@ -217,13 +221,18 @@ def _write_disc(out: Path, references: Sequence[Image.Image], queries: Sequence[
         save_jpeg(out / TRAIN_DIR / f"T{n:06d}.jpg", image)
     rows: list[tuple[str, str]] = []
     log: list[tuple[str, str, str]] = []
-    for slot, (image, source, description, edits) in zip(query_slots, queries):
+    grouped: list[tuple[str, str]] = []
+    for n, (slot, (image, source, description, edits)) in enumerate(zip(query_slots, queries)):
         query_id = f"Q{slot:05d}"
         save_jpeg(out / QUERY_DIR / f"{query_id}.jpg", image)
         rows.append((query_id, "" if source is None else reference_ids[source]))
         log.append((query_id, description, edits))
+        if groups and n in groups:
+            grouped.append((query_id, groups[n]))
     atomic_write_text(out / GROUND_TRUTH_CSV, _csv([("query_id", "reference_id"), *sorted(rows)]))
     atomic_write_text(out / TRANSFORMS_CSV, _csv([("query_id", "source", "edits"), *sorted(log)]))
+    if grouped:
+        atomic_write_text(out / QUERY_GROUPS_CSV, _csv([("query_id", "group"), *sorted(grouped)]))
     return {
         "root": str(out),
         "references": len(references),
@@ -320,13 +329,15 @@ def generate_skimage_copydetect(out: Path, seed: int = 0) -> dict[str, Any]:
                                        for _ in range(COPIES_PER_REFERENCE)):
         image, edits = edited_copy(photos[name], stream_rng(seed, QUERY_STREAM, n))
         queries.append((image, number, name, "+".join(edits)))
+    groups: dict[int, str] = {}  # the crops of one photo were drawn together: one group (issue 55)
     for n, name in enumerate(p for p in SKIMAGE_NEGATIVES for _ in range(NEGATIVES_PER_PHOTO)):
         rng = stream_rng(seed, NEGATIVE_STREAM, n)
         image, edits = edited_copy(_crop(photos[name], rng), rng)
+        groups[len(queries)] = f"photo:{name}"
         queries.append((image, None, f"{name} (not in the references)", "+".join(["crop", *edits])))
     train = [_train_crop(photos[name], stream_rng(seed, TRAIN_STREAM, n))
              for n, name in enumerate(p for p in SKIMAGE_TRAIN for _ in range(TRAIN_PER_PHOTO))]
-    summary = _write_disc(out, references, queries, train, seed)
+    summary = _write_disc(out, references, queries, train, seed, groups)
     summary["scikit_image"] = skimage.__version__
     return summary
 
