@@ -52,12 +52,13 @@ TEST_WORKERS ?= 2
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder) --durations=25
 
-# The pictures in README.md and docs/tracking.md, taken by the browser tests from real runs in a
-# real mlflow server (so a picture cannot show what the code no longer does).
+# The pictures in README.md, docs/tracking.md and docs/failures.md, taken by the browser tests from real runs in a
+# real mlflow server, and the ABID sheet as logged to its score run (so a picture cannot show what the code no
+# longer does).
 screenshots: $(STAMP) $(CHROMIUM)
 	VSBENCH_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q tests/integration/test_report_browser.py \
 		tests/integration/test_mlflow_evaluations.py tests/integration/test_failure_pages.py \
-		tests/integration/test_mlflow_as_read.py \
+		tests/integration/test_mlflow_as_read.py tests/integration/test_abid_failure_pages.py \
 		-k "chromium or compare_page or failure_pages or as_read"
 
 test-containers: image-cpu

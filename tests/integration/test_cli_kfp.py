@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -57,3 +60,43 @@ def test_five_field_cron_is_refused_before_any_request():
 def test_unknown_pipeline_parameter_is_named():
     result = runner.invoke(app, ["submit", "--host", "http://127.0.0.1:9", "--pipeline", "abid", "--arg", "limt=5"])
     assert result.exit_code == 2 and "limt" in result.output
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then closed): a connection is refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["submit", "--pipeline", "abid"], ["schedule", "--cron", "0 0 2 * * *"]])
+def test_an_unreachable_host_is_one_line_naming_it_and_the_fix(command, tmp_path, monkeypatch):
+    """Issue 57: a closed port (a port-forward not running) was 'unexpected MaxRetryError' and a
+    traceback file, exit 1; it is one error line naming the host and what to check, exit 2."""
+    monkeypatch.setenv("VSBENCH_ERROR_DIR", str(tmp_path / "errors"))
+    host = f"http://127.0.0.1:{_closed_port()}"
+    result = runner.invoke(app, [*command, "--host", host])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert host in lines[0] and "connection refused" in lines[0]
+    assert "--host" in lines[0] and "port-forward" in lines[0]
+    assert "unexpected" not in lines[0] and "Traceback" not in result.output
+    assert not (tmp_path / "errors").exists()
+
+
+def test_a_server_that_is_not_the_kfp_api_is_one_line_with_its_status(tmp_path, monkeypatch):
+    """A URL that answers, but 404 at kfp's health check (another web server, a wrong path): kfp retries
+    5 times, logging a traceback each; that is one line naming the host and the status, exit 2."""
+    import kfp.client.client
+
+    monkeypatch.setattr(kfp.client.client.time, "sleep", lambda seconds: None)  # kfp waits 5 s a retry
+    monkeypatch.setenv("VSBENCH_ERROR_DIR", str(tmp_path / "errors"))
+    with KfpStandIn() as kfp_api:
+        host = f"{kfp_api.url}/not-the-api"
+        result = runner.invoke(app, ["submit", "--host", host, "--pipeline", "abid"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert host in lines[0] and "HTTP 404" in lines[0] and "--host" in lines[0]
+    assert not (tmp_path / "errors").exists()

@@ -105,6 +105,27 @@ def test_a_refused_step_command_loads_neither_torch_nor_faiss(tmp_path: Path, st
     assert not loaded & set(CHECKED), sorted(loaded & set(CHECKED))
 
 
+@pytest.mark.parametrize(("step", "benchmark", "missing"), [
+    ("index", "disc", "val_query"), ("search", "disc", "val_query"), ("score", "disc", "val_query"),
+    ("score", "copydays", "original"), ("score", "vsd", "metadata.json"),
+    ("score", "product_search", "queries.jsonl"), ("score", "patch_pairs", "test_pos_easy.pairs"),
+])
+def test_a_root_without_the_benchmarks_files_is_refused_before_torch(tmp_path: Path, step: str, benchmark: str,
+                                                                    missing: str) -> None:
+    """Issue 57: a --root that is a folder, but not the benchmark's (no val_query/ for DISC), was refused
+    only after the step's import of torch and faiss (~13 s). It is one line naming the root and what is
+    missing in it, exit 2, before torch (an --out the embed step wrote is there: only the root is wrong)."""
+    root, out = tmp_path / "not-the-data", tmp_path / "out"
+    root.mkdir()
+    out.mkdir()
+    argv = ["similarity", step, "--benchmark", benchmark, "--root", str(root), "--out", str(out)]
+    codes, loaded, stderr = _loaded(argv, cwd=tmp_path)
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert codes == [2] and len(errors) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert errors[0].startswith(f"error: --root {root}: ") and str(root / missing) in errors[0], errors
+    assert "torch" not in loaded and "faiss" not in loaded, sorted(loaded & set(CHECKED))
+
+
 def test_a_refused_similarity_submit_loads_no_torch(tmp_path: Path) -> None:
     """`vsbench submit --pipeline similarity` reads the pipeline's parameters (kfp) and asks faiss about
     a codec it does not know, but the model (torch) waits for the other checks to pass."""

@@ -99,6 +99,27 @@ def test_compare_fits_100_columns_with_long_model_names_and_details_on_request()
     assert "models:" not in short and "[0.4, 0.6]*" in short and "[low, high]: 95% bootstrap interval" in short
 
 
+def test_details_wraps_a_model_name_longer_than_the_terminal_at_its_words():
+    """Issue 57: `compare --details` printed a model's full name on one line, 115 columns and more, past
+    a 100-column terminal. The name is wrapped at its words, continued under itself, its value after."""
+    long_name = ('timm:convnext_tiny.fb_in22k_ft_in1k {"pool": "gem", "weights": "imagenet"} · '
+                 'PCAW64,L2norm,IVF1024,PQ32x8,RFlat · 1.00[0,2] · 2026-11-28 finetuned on the DISC dev split')
+    records = [RunRecord(f"r{i}", START, "p", name, "disc",
+                         {"uap": value, "uap_ci95_low": value - 0.05, "uap_ci95_high": value + 0.05}, {})
+               for i, (name, value) in enumerate([(long_name, 0.7), ("resnet34 · Flat", 0.5)])]
+    shown = display_name(long_name)
+    assert len(f"  {shown}") > 110  # the case seen: one line 115 columns wide
+    text = render_leaderboard(leaderboard(records), details=True)
+    print(text)
+    lines = text.splitlines()
+    assert [line for line in lines if len(line) > 100] == []
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {shown.split()[0]}"))
+    block = lines[start:lines.index("    0.7 [0.65, 0.75]*") + 1]
+    assert len(block) >= 3 and all(line.startswith("      ") for line in block[1:-1])  # continued under the name
+    assert " ".join(line.strip() for line in block[:-1]) == shown  # every word, once, in order
+    assert "  resnet34 · Flat\n    0.5 [0.45, 0.55]" in text
+
+
 def test_the_readers_tests_pair_only_the_same_units_of_the_same_data():
     rng = np.random.default_rng(0)
     base = (rng.random(300) < 0.6).astype(float)

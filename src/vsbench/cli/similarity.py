@@ -316,6 +316,22 @@ def _benchmark_run(out: Path, model: str = "", model_options: str = "", **fields
     return run
 
 
+def _benchmark_files(run):  # type: ignore[no-untyped-def]
+    """The benchmark's native files under ``--root`` (its lists and ground truth: no image, no torch),
+    read once here and handed to the step's :class:`~vsbench.retrieval.engine.Engine`. Why here: the
+    step commands read them only after importing the step (torch, faiss: ~13 s on a loaded machine),
+    so a root without the benchmark's folders was refused after that wait (issue 57); now in one
+    line naming the root and what is missing in it, before torch."""
+    from vsbench.benchmarks.registry import load_benchmark
+    from vsbench.runspec.preflight import problem_line
+
+    try:
+        return load_benchmark(run.benchmark, Path(run.root), **run.benchmark_options)
+    except (ValueError, OSError) as exc:  # a folder or file missing, a list that does not match its folder
+        fail(f"--root {run.root}: {problem_line(exc)}; give {run.benchmark}'s data folder, as given to the embed "
+             f"step (vsbench synth similarity {run.benchmark} --out DIR makes one)")
+
+
 @similarity_app.command("index")
 @_step_help
 def similarity_index(
@@ -346,11 +362,13 @@ def similarity_index(
     run = _benchmark_run(out, model, model_options, benchmark=benchmark, root=str(root),
                          benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, reference_shards=reference_shards, merge_ondisk=merge_ondisk)
-    from vsbench.steps.similarity import similarity_index_step  # torch and faiss: once the checks pass
+    bench = _benchmark_files(run)
+    from vsbench.retrieval.engine import Engine  # torch and faiss: once the checks pass
+    from vsbench.steps.similarity import similarity_index_step
 
+    engine = Engine(run, out, model=model, bench=bench, model_options=_asked_options(model_options), seed=seed)
     with user_errors():
-        result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard,
-                                       model_options=_asked_options(model_options), seed=seed)
+        result = similarity_index_step(run, str(out), model=model, stage=stage, shard=shard, engine=engine)
     for trained in result.manifest.get("trained", []):
         typer.echo(f"{trained['search']}/{trained['codec']}: {'reused' if trained['reused'] else 'trained'}")
     for filled in result.manifest.get("filled", []):
@@ -385,11 +403,12 @@ def similarity_search(
                          benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, search_shards=search_shards, reference_shards=reference_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
+    bench = _benchmark_files(run)
     from vsbench.retrieval.engine import Engine  # torch and faiss: once the checks pass
     from vsbench.steps.similarity import search_tasks, similarity_search_step
 
     # One read of the benchmark and the features (and one check of them) for every task.
-    engine = Engine(run, out, model=model, model_options=_asked_options(model_options), seed=seed)
+    engine = Engine(run, out, model=model, bench=bench, model_options=_asked_options(model_options), seed=seed)
     for number in task if task else search_tasks(search_shards, reference_shards, merge_ondisk):
         with user_errors():
             result = similarity_search_step(run, str(out), task=number, model=model, engine=engine)
@@ -421,11 +440,12 @@ def similarity_score(
                          benchmark_options=benchmark_options, codecs=codecs,
                          k=k, score_norm=score_norm, global_cap=global_cap, search_shards=search_shards,
                          search_params=search_params, merge_ondisk=merge_ondisk)
+    bench = _benchmark_files(run)
     from vsbench.retrieval.engine import Engine  # torch and faiss: once the checks pass
     from vsbench.steps.similarity import similarity_score_step
 
     started = time.time()
-    engine = Engine(run, out, model=model, model_options=_asked_options(model_options), seed=seed)
+    engine = Engine(run, out, model=model, bench=bench, model_options=_asked_options(model_options), seed=seed)
     with user_errors():
         result = similarity_score_step(run, str(out), model=model, engine=engine)
         embedded = engine.embedding()

@@ -20,6 +20,11 @@ Why things are the way they are:
   racing writes to one data root), and silently replacing one someone edited in the UI is worse.
   KFP has no update call for recurring runs, so replacing means creating the new one, then
   deleting the old ones (create first: a failed create leaves the old schedule in place).
+* A host that cannot be reached (a typo in ``--host``, a port-forward not running, a name that does not
+  resolve) is the user's to fix, so it ends as one line naming the host and what to check
+  (:class:`KfpUnreachableError`, a ``ValueError``: exit 2), not as urllib3's ``MaxRetryError`` and a
+  traceback file; a server that answers kfp's health check with errors only (not the KFP API) likewise.
+  kfp logs each failed health check with its traceback on the root logger: that is caught, not printed.
 * The pipeline is uploaded under its ``pipelineInfo.name`` (e.g. ``vsbench-abid``); when that pipeline
   already exists, a new version is uploaded instead, so the UI keeps the history and each recurring run
   pins the exact version it was created with.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import logging
 import math
 import os
 import tempfile
@@ -216,6 +222,62 @@ def _check_arguments(pipeline: str, arguments: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------- client
 
+_PORT_FORWARD = "'kubectl -n kubeflow port-forward svc/ml-pipeline-ui 8080:80', then --host http://localhost:8080"
+
+
+class KfpUnreachableError(ValueError):
+    """The KFP API at ``--host`` could not be talked to: one line naming the host and what to check."""
+
+
+def _reason(exc: BaseException) -> str:
+    """What urllib3 says went wrong, in a few words (the innermost cause of a ``MaxRetryError``)."""
+    import urllib3
+
+    cause = getattr(exc, "reason", None) or exc
+    errors = urllib3.exceptions
+    if "refused" in str(cause).lower():  # before the timeouts: NewConnectionError is a ConnectTimeoutError
+        return "connection refused"
+    if isinstance(cause, errors.NameResolutionError):
+        return "its name does not resolve"
+    if isinstance(cause, (errors.ConnectTimeoutError, errors.ReadTimeoutError)):
+        return "timed out"
+    if isinstance(cause, errors.SSLError):
+        return "TLS failed"
+    if isinstance(cause, errors.ProxyError):
+        return "the proxy failed"
+    return str(cause).split(": ", 1)[-1][:120] or type(cause).__name__
+
+
+def unreachable_message(host: str, why: str) -> str:
+    """The one line for a KFP host vsbench could not talk to: the host, why, and what to check."""
+    return (f"the Kubeflow Pipelines API at {host} cannot be reached ({why}): check the URL given to --host "
+            f"(scheme, host, port, path), and that the port-forward to it is running ({_PORT_FORWARD})")
+
+
+class _HealthzFailures(logging.Handler):
+    """Holds what kfp's health-check retries log (``logging.exception`` on the root logger, a traceback
+    each), so they are not printed; the last one's HTTP status goes into the error line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.statuses: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        status = getattr(error, "status", None)
+        self.statuses.append(f"HTTP {status}" if status else (type(error).__name__ if error else record.getMessage()))
+
+
+@contextmanager
+def _reaching(host: str) -> Iterator[None]:
+    """Talk to the KFP API at ``host``: a failure to connect at all becomes :class:`KfpUnreachableError`."""
+    import urllib3
+
+    try:
+        yield
+    except urllib3.exceptions.HTTPError as exc:  # MaxRetryError (refused, unresolved, timed out), ProtocolError
+        raise KfpUnreachableError(unreachable_message(host, _reason(exc))) from None
+
 def connect(host: str, *, namespace: str | None = None, token_env: str = "KFP_TOKEN") -> kfp.Client:
     """A ``kfp.Client`` for ``host``, authenticated from the environment only.
 
@@ -232,11 +294,24 @@ def connect(host: str, *, namespace: str | None = None, token_env: str = "KFP_TO
     options: dict[str, Any] = {"host": host, "existing_token": os.environ.get(token_env) or None}
     if namespace:
         options["namespace"] = namespace
-    with warnings.catch_warnings():
-        # kfp warns on every construction that it needs a v2 backend; we only ever talk to v2beta1.
-        warnings.filterwarnings("ignore", message="This client only works with Kubeflow Pipeline",
-                                category=FutureWarning)
-        return kfp.Client(**options)
+    failures = _HealthzFailures()
+    root = logging.getLogger()
+    root.addHandler(failures)
+    try:
+        with warnings.catch_warnings(), _reaching(host):
+            # kfp warns on every construction that it needs a v2 backend; we only ever talk to v2beta1.
+            warnings.filterwarnings("ignore", message="This client only works with Kubeflow Pipeline",
+                                    category=FutureWarning)
+            return kfp.Client(**options)
+    except TimeoutError:  # kfp's health check answered with errors only, 5 times: not the KFP API, or not ready
+        last = failures.statuses[-1] if failures.statuses else "no answer"
+        raise KfpUnreachableError(
+            f"{host} answers, but not as the Kubeflow Pipelines API (its health check /apis/v2beta1/healthz "
+            f"failed 5 times, last: {last}): check the URL given to --host (the API's address, with the path "
+            f"it is served under), $KFP_TOKEN on a cluster behind a login, or the port-forward "
+            f"({_PORT_FORWARD})") from None
+    finally:
+        root.removeHandler(failures)
 
 
 @contextmanager
@@ -266,7 +341,7 @@ def submit(host: str, pipeline: str, *, arguments: dict[str, Any], experiment: s
     """
     _check_arguments(pipeline, arguments)
     client = connect(host, namespace=namespace)
-    with _compiled(pipeline, cluster) as (path, display_name):
+    with _compiled(pipeline, cluster) as (path, display_name), _reaching(host):
         result = client.create_run_from_pipeline_package(
             str(path), arguments=arguments, run_name=run_name or f"{display_name} {_utc_stamp()}",
             experiment_name=experiment, namespace=namespace, service_account=service_account)
@@ -334,18 +409,19 @@ def schedule(host: str, pipeline: str, *, cron: str, arguments: dict[str, Any], 
         raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
     _check_arguments(pipeline, arguments)
     client = connect(host, namespace=namespace)
-    experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
-    existing = _recurring_runs_named(client, experiment_id, job_name)
-    if existing and not replace:
-        raise ValueError(f"a recurring run named {job_name!r} already exists in experiment {experiment!r} "
-                         f"(id {', '.join(existing)}); pass replace=True (--replace) to replace it, "
-                         f"or choose another name")
-    with _compiled(pipeline, cluster) as (path, display_name):
-        pipeline_id, version_id = _upload(client, path, display_name, namespace)
-    created = client.create_recurring_run(
-        experiment_id, job_name, description=f"vsbench {pipeline} on '{cron}' (UTC)", cron_expression=cron,
-        max_concurrency=max_concurrency, no_catchup=no_catchup, params=arguments, pipeline_id=pipeline_id,
-        version_id=version_id, enabled=True, service_account=service_account)
-    for old in existing:
-        client.delete_recurring_run(old)
+    with _reaching(host):  # the server may go away between two calls (a port-forward ended)
+        experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
+        existing = _recurring_runs_named(client, experiment_id, job_name)
+        if existing and not replace:
+            raise ValueError(f"a recurring run named {job_name!r} already exists in experiment {experiment!r} "
+                             f"(id {', '.join(existing)}); pass replace=True (--replace) to replace it, "
+                             f"or choose another name")
+        with _compiled(pipeline, cluster) as (path, display_name):
+            pipeline_id, version_id = _upload(client, path, display_name, namespace)
+        created = client.create_recurring_run(
+            experiment_id, job_name, description=f"vsbench {pipeline} on '{cron}' (UTC)", cron_expression=cron,
+            max_concurrency=max_concurrency, no_catchup=no_catchup, params=arguments, pipeline_id=pipeline_id,
+            version_id=version_id, enabled=True, service_account=service_account)
+        for old in existing:
+            client.delete_recurring_run(old)
     return created.recurring_run_id

@@ -4,13 +4,13 @@ direction its benchmark declares), as a table for the terminal."""
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from vsbench.io import terminal
 from vsbench.reporting.runs import (
     LEADERBOARD_COLUMNS,
     LowerIsBetter,
@@ -107,7 +107,7 @@ FOOTER = ("* best latest value among the models (higher is better unless the col
           "same units, else unpaired)")
 INTERVALS_NOTE = "[low, high]: 95% bootstrap interval"
 HIDDEN_NOTE = "each value's 95% interval and the full names in place: vsbench compare --details"
-WIDTH = 100  # the terminal columns the leaderboard fits without --details (issue 48)
+WIDTH = terminal.WIDTH  # the terminal columns the leaderboard fits, --details or not (issues 48, 57)
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,8 @@ def _long(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], wid
           intervals: bool = True) -> str:
     """A block per metric, a row per model (what fits the width when the models are many or their
     names long): ``  model  value [low, high] mark  p=... paired``; names too long for that get the
-    value on the line below them."""
+    value on the line below them, and a name longer than the width wrapped at its words, continued
+    deeper than its value (issue 57: ``compare --details`` printed a 115-column name)."""
     blocks = []
     for metric, better, cells in rows:
         lines = [[f"  {model}", _cell_text(cell, intervals), _versus(cell)] for model, cell in zip(models, cells)
@@ -187,7 +188,8 @@ def _long(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], wid
         table = _text_table(lines, left=(0, 2))
         if _widest(table) > width:
             values = _text_table([["", *line[1:]] for line in lines], left=(0, 2)).splitlines()
-            table = "\n".join(f"{name}\n    {value.strip()}" for (name, *_), value in zip(lines, values))
+            table = "\n".join(line for (name, *_), value in zip(lines, values)
+                              for line in [*terminal.wrap(name.strip(), "  ", "      ", width), f"    {value.strip()}"])
         blocks.append(f"{metric} ({better} is better)\n{table}")
     return "\n".join(blocks)
 
@@ -199,9 +201,8 @@ def _widest(text: str) -> int:
 def _legend(labels: list[str], models: list[str], width: int) -> str:
     """``m1  <the model's full name>``, one per model, a long name wrapped under itself."""
     pad = max(len(label) for label in labels) + 4
-    return "\n".join(textwrap.fill(model, width=width, initial_indent=f"  {label}".ljust(pad),
-                                    subsequent_indent=" " * pad, break_on_hyphens=False)
-                      for label, model in zip(labels, models))
+    return "\n".join("\n".join(terminal.wrap(model, f"  {label}".ljust(pad), " " * pad, width))
+                     for label, model in zip(labels, models))
 
 
 def _fitted(models: list[str], rows: list[tuple[str, str, list[Cell | None]]], width: int) -> tuple[str, bool]:
@@ -240,8 +241,7 @@ def _edge_notes(models: list[str], rows: list[tuple[str, str, list[Cell | None]]
                 shared.setdefault((model, cell.note), []).append(metric)
     if not shared:
         return ""
-    lines = [textwrap.fill(f"{model} ({', '.join(metrics)}): {note}", width=width, initial_indent="  ",
-                           subsequent_indent="    ", break_on_hyphens=False)
+    lines = ["\n".join(terminal.wrap(f"{model} ({', '.join(metrics)}): {note}", "  ", "    ", width))
              for (model, note), metrics in sorted(shared.items())]
     return "interval notes:\n" + "\n".join(lines)
 
@@ -271,7 +271,7 @@ def render_leaderboard(frame: pd.DataFrame, width: int = WIDTH, details: bool = 
         notes = _edge_notes(models, rows, width)
         blocks.append(f"== {benchmark} ==\n{table}" + (f"\n{notes}" if notes else ""))
     footer = f"{FOOTER}; {HIDDEN_NOTE if hidden else INTERVALS_NOTE}"
-    blocks.append(textwrap.fill(footer, width=width))
+    blocks.append("\n".join(terminal.wrap(footer, width=width)))
     return "\n\n".join(blocks)
 
 
