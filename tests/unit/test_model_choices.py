@@ -150,3 +150,16 @@ def test_the_name_check_without_torch_says_what_the_registry_says() -> None:
         assert name_problem("resnet5_here") is None
     finally:
         del registry._REGISTRY["resnet5_here"]
+
+
+def test_a_step_that_never_opens_the_model_takes_any_path_and_leaves_required_options_out(tmp_path):
+    """The steps after embed (index, search, score) compare --model-options with the features' own and
+    never open the model: a path that does not exist here, or a required option left out, is not theirs
+    to refuse (the comparison names the difference); a value outside the declared choices still is."""
+    from vsbench.models.choices import option_problems
+
+    elsewhere = str(tmp_path / "elsewhere.pt")
+    assert option_problems("torchscript", {"path": elsewhere}, loads=False) == []
+    assert option_problems("torchscript", {}, loads=False) == []
+    assert option_problems("torchscript", {"path": elsewhere}) and option_problems("torchscript", {})
+    assert option_problems("torchscript", {"interpolation": "nosuch"}, loads=False)

@@ -272,7 +272,7 @@ def test_a_weights_value_is_a_file_only_when_it_looks_like_a_path(disc: Path, tm
                                                                   weights: str) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("vsbench.models.registry.check_model", lambda name, options: None)
-    monkeypatch.setattr("vsbench.models.choices.option_problems", lambda name, options: [])  # the file check alone
+    monkeypatch.setattr("vsbench.models.choices.option_problems", lambda name, options, loads=True: [])  # the file check alone
     problems = _run(disc, tmp_path, model_options={"weights": weights, "checkpoint": " ", "config": 3})[2]
     expected = [] if weights == "random" else [
         f"--model-options: weights {weights!r}: no such file or folder; give the path of the efficientnet_lite0 "

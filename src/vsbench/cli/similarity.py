@@ -309,7 +309,7 @@ def _benchmark_run(out: Path, model: str = "", model_options: str = "", **fields
     asked = _asked_options(model_options)
     with user_errors():
         run = BenchmarkRun.parse(**fields)
-    if problems := step_problems(run, out) + declared_model_problems(model, asked):
+    if problems := step_problems(run, out) + declared_model_problems(model, asked, loads=False):
         for problem in problems:
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(BAD_INPUT_EXIT)

@@ -47,16 +47,18 @@ class Choice:
     pattern: str = ""
     what: str = ""  # how the error names an accepted pattern ("64 lowercase hex characters")
 
-    def problem(self, model: str, key: str, value: Any) -> str | None:
+    def problem(self, model: str, key: str, value: Any, loads: bool = True) -> str | None:
         """Why ``value`` of option ``key`` of ``model`` is refused (one line naming both and the
-        fix), or None. A path-only option's line is the one the preflight gave before (issue 46)."""
+        fix), or None. A path-only option's line is the one the preflight gave before (issue 46).
+        ``loads`` False: the command never opens the file (a step after embed compares the options
+        with the features' own), so any path string passes."""
         if not (self.choices or self.path or self.pattern) or value is None:  # None: "not given"
             return None
         if not isinstance(value, str):
             return f"{key} {value!r}: a {type(value).__name__}, not a string; {model} takes {self.accepted()}"
         if value in self.choices or (self.pattern and re.fullmatch(self.pattern, value)):
             return None
-        if self.path and value.strip() and Path(value).exists():
+        if self.path and value.strip() and (not loads or Path(value).exists()):
             return None
         if self.path and not (self.choices or self.pattern):
             return f"{key} {value!r}: no such file or folder; give the path of the {model} model's file"
@@ -156,10 +158,12 @@ def network_note(name: str) -> str:
     return entry.network if entry is not None else ""
 
 
-def option_problems(name: str, options: dict[str, Any]) -> list[str]:
+def option_problems(name: str, options: dict[str, Any], loads: bool = True) -> list[str]:
     """Each option of ``options`` that model ``name`` does not take, each value outside its declared
     choices, and each required option missing: one line apiece, naming the model and the fix. Empty
-    for a model this table does not know (the registry checks it, after torch)."""
+    for a model this table does not know (the registry checks it, after torch). ``loads`` False (a
+    step command that reads features, not the model): the options given are compared with the
+    features' own later, so a required option may be left out and a path need not exist here."""
     entry = declared(name)
     if entry is None:
         return []
@@ -168,8 +172,9 @@ def option_problems(name: str, options: dict[str, Any]) -> list[str]:
         if key not in entry.options:
             problems.append(f"model {name!r} has no option {key!r}; its options are {sorted(entry.options)}")
             continue
-        why = entry.options[key].problem(name, key, value)
+        why = entry.options[key].problem(name, key, value, loads)
         if why:
             problems.append(why)
-    problems += [f"model {name!r} needs the option {key!r}" for key in entry.required if key not in options]
+    if loads:
+        problems += [f"model {name!r} needs the option {key!r}" for key in entry.required if key not in options]
     return problems

@@ -109,13 +109,15 @@ def _declared_model(run: SimilarityRun, problems: list[str], label: Callable[[st
 
 
 def declared_model_problems(model: str, options: dict[str, Any] | None,
-                            label: Callable[[str], str] = _option) -> list[str]:
+                            label: Callable[[str], str] = _option, loads: bool = True) -> list[str]:
     """``model``'s name, and its ``options``' names and values against its declared choices
     (:mod:`vsbench.models.choices`, which imports no torch), one line each led by ``label(field)``:
     a refused ``--model nosuch`` or ``{"weights": "nosuch"}`` answers in the first round, in well under
     2 s, instead of after torch's import (issue 57). Every command that takes a model calls it first
     (``similarity run`` and its step commands, ``similarity models``, ``submit`` and ``schedule``). An
-    empty ``model`` (not given) and a plugin's model pass: the registry checks those, after torch."""
+    empty ``model`` (not given) and a plugin's model pass: the registry checks those, after torch.
+    ``loads`` False for the steps after embed, which compare the options with the features' own and
+    never open the model (:func:`vsbench.models.choices.option_problems`)."""
     from vsbench.models.choices import name_problem, option_problems
 
     if not model:
@@ -123,7 +125,7 @@ def declared_model_problems(model: str, options: dict[str, Any] | None,
     unknown = name_problem(model)
     if unknown:
         return [label("model") + ": " + unknown]
-    return [label("model_options") + ": " + line for line in option_problems(model, options or {})]
+    return [label("model_options") + ": " + line for line in option_problems(model, options or {}, loads)]
 
 
 def _model(run: SimilarityRun, runner: str, problems: list[str], label: Callable[[str], str] = _option) -> None:
