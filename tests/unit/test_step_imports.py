@@ -58,3 +58,25 @@ def test_the_fan_out_components_run_without_torch() -> None:
 def test_the_heavy_modules_still_import_torch() -> None:
     """The check sees torch when it is there (the embed path keeps its top-level imports)."""
     assert "torch" in _torch_loaded("import vsbench.retrieval.embed")
+
+
+def test_index_search_and_score_refuse_a_missing_embed_output_without_torch(tmp_path: Path) -> None:
+    """The three steps run (as far as their refusal of features that are not there) with no torch."""
+    from vsbench.benchmarks.disc.synth import generate_disc
+
+    generate_disc(tmp_path / "disc", references=4, queries=3, train=4, seed=1)
+    code = f"""
+from vsbench.io.features import FeatureError
+from vsbench.runspec.run import BenchmarkRun
+from vsbench.steps.similarity import similarity_index_step, similarity_score_step, similarity_search_step
+run = BenchmarkRun.parse(benchmark="disc", root={str(tmp_path / "disc")!r}, codecs="l2/Flat", k=5, score_norm="",
+                         search_shards=1, reference_shards=1, benchmark_options="")
+for step, extra in ((similarity_index_step, {{}}), (similarity_search_step, {{"task": 0}}), (similarity_score_step, {{}})):
+    try:
+        step(run, {str(tmp_path / "out")!r}, model="torchscript", **extra)
+    except FeatureError as exc:
+        assert "no shards" in str(exc), exc
+    else:
+        raise AssertionError(f"{{step.__name__}} ran without features")
+"""
+    assert _torch_loaded(code) == []
