@@ -1,7 +1,7 @@
 """The pipeline steps that never compute with torch do not import it (torch alone costs ~2.4 s of CPU
 to import and ~0.7 s more at exit, paid by every Kubeflow pod and every step subprocess of the test
 suite). Each case imports what a light component's body imports, in a fresh interpreter, and lists
-the torch packages loaded. Nothing is timed here (bench/README.md has the figures).
+the torch packages loaded. Nothing is timed here (bench/README.md, "The torch-free steps", has the figures).
 """
 
 from __future__ import annotations
