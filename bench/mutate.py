@@ -99,8 +99,7 @@ GUARDS: tuple[Guard, ...] = (
                                                         "tests/unit/test_distributed.py"),
           ("xǁBatchTransformǁ", "x_flip_generator")),
     Guard("embed_keys", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed_keys.py",),
-          ("x_input_key", "x__resume_key", "x__key_change", "x__is_complete", "x_option_file_digests",
-           "x__ids_digest", "x_inputs_path")),
+          ("x_input_key", "x__resume_key", "x__key_change", "x__is_complete", "x_option_file_digests")),
     Guard("feeder", "src/vsbench/runtime/feeder.py", ("tests/unit/test_feeder.py", "tests/unit/test_embed_keys.py"),
           ("xǁFeederǁ", "x_normalizer")),  # the hand-over order and stream waits (issue 58); the normalizer moved here
     Guard("resize_keys", "src/vsbench/abid/resize.py", ("tests/unit/test_resize_keys.py",
@@ -151,7 +150,9 @@ GUARDS: tuple[Guard, ...] = (
     Guard("leases", "src/vsbench/io/locks.py", ("tests/unit/test_locks_mutants.py", "tests/unit/test_decision_mutants.py"),
           ("x_lease_ttl", "x__write_lease", "x__when", "x__live_refusal", "x_check_lease", "x_claim_lease",
            "x_release_lease", "x_folder_lease", "x_leased_folders", "x_run_lease")),
-    Guard("origin", "src/vsbench/retrieval/origin.py", ("tests/unit/test_origin_checked.py",)),
+    # _ids_digest and inputs_path moved here from embed.py (kept out of torch's import): test_embed_keys checks them
+    Guard("origin", "src/vsbench/retrieval/origin.py", ("tests/unit/test_origin_checked.py",
+                                                        "tests/unit/test_embed_keys.py")),
     # the embed's one read, its hash and the decode of those bytes (the race inside a worker)
     Guard("embed_read", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed_race.py",),
           ("x_read_image_file", "xǁImageFilesǁ__getitem__", "xǁEncodedFilesǁ__getitem__", "x_collate_encoded_files",

@@ -40,7 +40,7 @@ def no_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
     def spy(*args, **kwargs):
         raise AssertionError("an image set was embedded before the checks ended")
 
-    monkeypatch.setattr("vsbench.retrieval.engine.embed_image_set", spy)
+    monkeypatch.setattr("vsbench.retrieval.embed.embed_image_set", spy)  # engine imports it at the call
 
 
 def _run(root: Path, out: Path, model: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[int, list[str], str]:

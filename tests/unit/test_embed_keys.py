@@ -19,7 +19,7 @@ from vsbench.io.features import FeatureSet, save_features
 from vsbench.models.cache import library_versions
 from vsbench.models.registry import Preprocessing
 from vsbench.models.weights import RANDOM_SEED
-from vsbench.retrieval import embed
+from vsbench.retrieval import embed, origin
 
 IDS = ["a", "b", "c"]
 
@@ -28,15 +28,16 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# --- _ids_digest, inputs_path ----------------------------------------------------------------------
+# --- _ids_digest, inputs_path (in origin, which the torch-free steps import; embed uses the same) -------
 
 def test_the_ids_digest_is_the_sha256_of_the_ids_one_a_line() -> None:
-    assert embed._ids_digest(IDS) == sha256(b"a\nb\nc")
-    assert embed._ids_digest([]) == sha256(b"")
+    assert origin._ids_digest(IDS) == sha256(b"a\nb\nc")
+    assert origin._ids_digest([]) == sha256(b"")
+    assert embed._ids_digest is origin._ids_digest  # one definition
 
 
 def test_a_shards_digest_memo_lives_in_the_inputs_folder_beside_it(tmp_path: Path) -> None:
-    assert embed.inputs_path(tmp_path / "gallery.shard-0-of-2.npz") == tmp_path / ".inputs" / "gallery.shard-0-of-2.json"
+    assert origin.inputs_path(tmp_path / "gallery.shard-0-of-2.npz") == tmp_path / ".inputs" / "gallery.shard-0-of-2.json"
 
 
 # --- option_file_digests, input_key ----------------------------------------------------------------

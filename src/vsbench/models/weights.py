@@ -35,10 +35,11 @@ import os
 import pickle
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # torch is imported where a tensor is touched: the seed and offline checks stay light
+    import torch
+    from torch import nn
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VSBENCH_OFFLINE")
 RANDOM_SEED = 0  # the seed when none is given (the CLI's and the pipelines' default too)
@@ -71,6 +72,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     A trainer checkpoint ``{"state_dict": ...}`` or ``{"model": ...}`` is unwrapped, and a
     ``module.`` prefix (DataParallel) is dropped.
     """
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"weights file not found: {path}")
@@ -135,6 +138,8 @@ def state_digest(module: nn.Module) -> str:
     Hashing what was loaded rather than the file makes the digest exact however the weights
     arrived (hub cache, local file, seeded random initialization).
     """
+    import torch
+
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
         data = tensor.detach().to("cpu").contiguous()
@@ -165,6 +170,8 @@ def seeded(seed: int | None = None) -> Iterator[None]:
     builder that re-seeds right before its random initialization draws the same values whatever
     it did before; outside any build that is :data:`RANDOM_SEED`.
     """
+    import torch
+
     value = current_seed() if seed is None else check_seed(seed)
     token = _SEED.set(value)
     try:

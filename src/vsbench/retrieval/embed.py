@@ -80,6 +80,7 @@ from vsbench.models.cache import (
 )
 from vsbench.models.registry import Embedder, PrecomputedFeatures, Preprocessing, build_model
 from vsbench.models.weights import RANDOM_SEED, WeightsError, check_seed
+from vsbench.retrieval.origin import _ids_digest, inputs_path
 from vsbench.retrieval.shards import SET_NAME, read_manifest, shard_of, shard_stem
 from vsbench.runtime.compile import compile_status, compile_wanted, network_for, use_inductor_cache
 from vsbench.runtime.device import DeviceSetup, resolve_device, setup_device
@@ -514,19 +515,6 @@ def embed_with_cache(
 
 
 # --- shards, manifests, resume -------------------------------------------------------------------
-
-def _ids_digest(ids: Sequence[str]) -> str:
-    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
-
-
-INPUTS_DIR = ".inputs"  # the shards' digest memos: a folder of their own, so no glob of shard files meets them
-
-
-def inputs_path(features_path: Path) -> Path:
-    """Where a shard's :class:`~vsbench.io.digests.DigestMemo` lives: ``.inputs/<stem>.json`` beside
-    its manifest (a folder of its own: globbing the shards' manifests never reads a memo as one)."""
-    return features_path.parent / INPUTS_DIR / f"{features_path.stem}.json"
-
 
 def option_file_digests(options: dict[str, Any], memo: DigestMemo) -> dict[str, str | None]:
     """sha256 of every file a model option names, and of every folder a ``weights``/``path``/

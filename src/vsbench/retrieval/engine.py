@@ -41,7 +41,6 @@ from vsbench.index.store import build_index, fill_shard, finish_index, train_ind
 from vsbench.io.features import FeatureSet
 from vsbench.io.inputs import read_json
 from vsbench.io.storage import atomic_write_json, atomic_write_text
-from vsbench.retrieval.embed import embed_image_set
 from vsbench.retrieval.origin import check_images, recorded_images
 from vsbench.retrieval.shards import embedding_identity, open_embeddings, shard_stem
 from vsbench.runspec.run import BenchmarkRun
@@ -124,6 +123,10 @@ class Engine:
         embed every one), so an image that cannot be read is not left out: every set of the shard is
         embedded (the failures listed in each shard's manifest), then :class:`UnreadableImages`
         names them, with their files and reasons. A re-run embeds only what changed."""
+        # Deferred: embedding needs torch, and the index, search and score steps of a pipeline (their
+        # own processes) do not: they import this module and never embed (tests/unit/test_step_imports.py).
+        from vsbench.retrieval.embed import embed_image_set
+
         written, sets = {}, self.bench.image_sets()
         for set_name, images in sets.items():
             path = embed_image_set(model, images, self.out / FEATURES_DIR, set_name=set_name, shard=shard,

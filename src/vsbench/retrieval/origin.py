@@ -20,15 +20,31 @@ same digests from the same root, and ``checked`` carries them to the later steps
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from vsbench.io.digests import DigestMemo, combine
 from vsbench.io.features import FeatureError, ImageSet
-from vsbench.retrieval.embed import _ids_digest, inputs_path
 from vsbench.retrieval.shards import complete_shards, shard_of, shard_stem
+
+# The ids digest and the memo's place are defined here, not in vsbench.retrieval.embed (which writes
+# them), so that the steps that only check features (index, search, score) never import torch.
+
+
+def _ids_digest(ids: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+
+
+INPUTS_DIR = ".inputs"  # the shards' digest memos: a folder of their own, so no glob of shard files meets them
+
+
+def inputs_path(features_path: Path) -> Path:
+    """Where a shard's :class:`~vsbench.io.digests.DigestMemo` lives: ``.inputs/<stem>.json`` beside
+    its manifest (a folder of its own: globbing the shards' manifests never reads a memo as one)."""
+    return features_path.parent / INPUTS_DIR / f"{features_path.stem}.json"
 
 
 def recorded_images(manifest: Mapping[str, Any]) -> str | None:
