@@ -172,6 +172,10 @@ def test_a_huge_counting_answer_is_scored_as_upstream_in_bounded_memory_and_few_
     pred = tmp_path / "counting_result.txt"
     pred.write_text(f"1\n{answer}\n0\n")
     out = tmp_path / "m.json"
+    # The same command once untraced, on a plain answer: the modules it imports lazily (scipy's, for the
+    # intervals) are then loaded whatever ran before, so the peak below is the answer's, not the imports'.
+    (tmp_path / "plain.txt").write_text("1\n2\n0\n")
+    assert _run("abid-counting", "--pred", tmp_path / "plain.txt", "--gt", gt, "--output", tmp_path / "w.json").exit_code == 0
     holder = {}
     peak = _traced_peak(lambda: holder.setdefault("r", _run("abid-counting", "--pred", pred, "--gt", gt,
                                                            "--output", out)))
