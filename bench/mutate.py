@@ -142,7 +142,9 @@ GUARDS: tuple[Guard, ...] = (
           ("x_judge_drops", "x_deciding_tests")),
     Guard("sheets", "src/vsbench/reporting/sheets.py", ("tests/unit/test_sheets.py",
                                                        "tests/unit/test_failure_sheets_retrieval.py")),
-    Guard("record_sheets", "src/vsbench/reporting/record_sheets.py", ("tests/unit/test_failure_sheets_retrieval.py",
+    # test_record_sheets.py first in cost: it checks what each record hands the writer without drawing (milliseconds)
+    Guard("record_sheets", "src/vsbench/reporting/record_sheets.py", ("tests/unit/test_record_sheets.py",
+                                                                     "tests/unit/test_failure_sheets_retrieval.py",
                                                                      "tests/unit/test_failure_sheets_abid_pairs.py")),
     Guard("changes", "src/vsbench/reporting/changes.py", ("tests/unit/test_compare_sheets.py",)),
     Guard("abid_failures", "src/vsbench/abid/failures.py", ("tests/unit/test_failure_sheets_abid_pairs.py",)),
