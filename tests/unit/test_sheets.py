@@ -131,3 +131,27 @@ def test_the_png_is_narrow_enough_for_mlflow_to_draw_unscaled_and_keeps_the_miss
     page, _ = render_html(sheet)
     assert page.count("<figure") == 12
     assert sheets._title_lines(title)[-1].endswith("worst queries")  # every word of the title drawn
+
+
+def test_a_missing_tiles_reason_is_cut_into_lines_of_the_width_asked() -> None:
+    """The PNG draws why a tile has no picture in lines of 20 characters, at most four: every
+    character kept, in order, an empty reason one empty line (make mutate's sheets survivors in
+    ``_wrap``: the reason dropped, slices from the wrong end or start, a wrong step; each planted,
+    seen failing, reverted)."""
+    why = "cannot be read: FileNotFoundError x"
+    assert sheets._wrap(why, 20) == ["cannot be read: File", "NotFoundError x"]
+    assert sheets._wrap("abcdefghij", 4) == ["abcd", "efgh", "ij"] and sheets._wrap("abcd", 4) == ["abcd"]
+    assert sheets._wrap("", 20) == [""]
+
+
+def test_a_sheet_that_cannot_be_made_says_why_in_300_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One warning line naming what and why, the error's text cut at 300 characters (make mutate's
+    sheets survivor ``[:301]``; planted, seen failing, reverted), and no files."""
+    def make() -> Sheet:
+        raise ValueError("y" * 299 + "z" + "w" * 100)
+
+    assert sheets.write_failure_sheet(make, tmp_path, "s", "disc Flat") is None
+    err = capsys.readouterr().err
+    assert err == (f"vsbench: disc Flat: no failure sheet (ValueError: {'y' * 299}z; "
+                   f"{sheets.SHEET_ROWS_ENV}=0 turns them off)\n")
+    assert list(tmp_path.iterdir()) == []
