@@ -155,3 +155,23 @@ def test_a_sheet_that_cannot_be_made_says_why_in_300_characters(tmp_path: Path, 
     assert err == (f"vsbench: disc Flat: no failure sheet (ValueError: {'y' * 299}z; "
                    f"{sheets.SHEET_ROWS_ENV}=0 turns them off)\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_rows_setting_is_one_line_naming_the_variable_and_the_fix(monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``VSBENCH_FAILURE_ROWS`` gets when it is not a count: the value quoted (at most 50
+    characters), the fix; a negative count refused in words; for a score step one warning line on
+    stderr and no sheets (make mutate's sheets survivors: ``[:51]``, ``ValueError(None)``, and
+    ``failure_rows``' line dropped, sent to stdout or answering 1; each planted, seen failing, reverted)."""
+    monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "x" * 49 + "yz")
+    with pytest.raises(ValueError) as caught:
+        sheets.sheet_rows()
+    assert str(caught.value) == (f"VSBENCH_FAILURE_ROWS={'x' * 49 + 'y'!r} is not a number of rows (0 turns the "
+                                 f"failure sheets off; default {sheets.DEFAULT_ROWS})")
+    with pytest.raises(ValueError) as caught:
+        sheets.sheet_rows(-3)
+    assert str(caught.value) == "VSBENCH_FAILURE_ROWS: -3 rows; give 0 (off) or more"
+    monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "-1")
+    assert sheets.failure_rows() == 0
+    said = capsys.readouterr()
+    assert said.out == "" and said.err == "vsbench: VSBENCH_FAILURE_ROWS: -1 rows; give 0 (off) or more; no failure sheets\n"
