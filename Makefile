@@ -75,7 +75,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/resize.py
 	$(BIN)/python bench/metrics.py
 
-# Mutation testing of the guard modules and the scorers (bench/mutate.py, docs/reliability.md):
+# Mutation testing of the guard modules and the scorers (bench/mutate.py, docs/mutation.md):
 # mutmut in a temporary copy of the tree, each mutant against the fast tests that cover it; prints
 # the killed rate per module and the survivors. Not part of `test` (tens of minutes on 2 cores).
 # MODULES="digests checkpoints" runs some modules only; CHANGED=1 the guards whose module or tests

@@ -141,13 +141,17 @@ GUARDS: tuple[Guard, ...] = (
           ("x_judge_drops", "x_deciding_tests")),
     Guard("sheets", "src/vsbench/reporting/sheets.py", ("tests/unit/test_sheets.py",
                                                        "tests/unit/test_failure_sheets_retrieval.py")),
-    Guard("record_sheets", "src/vsbench/reporting/record_sheets.py", ("tests/unit/test_failure_sheets_retrieval.py",
+    # test_record_sheets.py first in cost: it checks what each record hands the writer without drawing (milliseconds)
+    Guard("record_sheets", "src/vsbench/reporting/record_sheets.py", ("tests/unit/test_record_sheets.py",
+                                                                     "tests/unit/test_failure_sheets_retrieval.py",
                                                                      "tests/unit/test_failure_sheets_abid_pairs.py")),
     Guard("changes", "src/vsbench/reporting/changes.py", ("tests/unit/test_compare_sheets.py",)),
     Guard("abid_failures", "src/vsbench/abid/failures.py", ("tests/unit/test_failure_sheets_abid_pairs.py",)),
     Guard("batched_decode", "src/vsbench/imaging/batched.py", ("tests/unit/test_batched_decode.py",)),
-    # the cluster-run lease files (claim, renew, release, check); test_lease_files.py starts runs in subprocesses: not here
-    Guard("leases", "src/vsbench/io/locks.py", ("tests/unit/test_locks_mutants.py", "tests/unit/test_decision_mutants.py"),
+    # the cluster-run lease files (claim, renew, release, check); test_lease_files.py starts runs in subprocesses: not here;
+    # test_lease_commands.py is the one that reaches check_lease (its subprocess test, 8 s, runs last: the slowest)
+    Guard("leases", "src/vsbench/io/locks.py", ("tests/unit/test_locks_mutants.py", "tests/unit/test_decision_mutants.py",
+                                             "tests/unit/test_lease_commands.py"),
           ("x_lease_ttl", "x__write_lease", "x__when", "x__live_refusal", "x_check_lease", "x_claim_lease",
            "x_release_lease", "x_folder_lease", "x_leased_folders", "x_run_lease")),
     # _ids_digest and inputs_path moved here from embed.py (kept out of torch's import): test_embed_keys checks them

@@ -95,6 +95,26 @@ def test_a_spared_shard_does_not_end_the_check_and_the_smallest_is_read_first(wo
         check_images(out, moved, other)
 
 
+def test_shards_are_read_by_size_not_by_where_they_start(world, tmp_path, monkeypatch) -> None:
+    """The order is each shard's *size*: ``s`` in three shards of two images (the second starting at
+    image 2) and ``t`` one shard of three. With the first ``s`` shard spared and every image's bytes
+    changed, the two-image ``s.shard-1-of-3`` is refused, not the three-image ``t`` (which a sort by
+    ``start + stop``, 6 against 3, would read first: make mutate's survivor, seen failing planted)."""
+    monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
+    root, out = world.root(tmp_path / "a"), tmp_path / "out"
+    whole = world.images(root)
+    sets = {"s": whole, "t": ImageSet(whole.ids[:3], tuple(whole.paths[:3]))}
+    for name, images, shards in (("s", whole, 3), ("t", sets["t"], 1)):
+        for shard in range(shards):
+            embed.embed_image_set("torchscript", images, out, set_name=name, shard=shard, num_shards=shards,
+                                  workers=0, progress=False, device="cpu", model_options=world.options)
+    spared = {"s.shard-0-of-3": recorded_images(read_manifest(out / "s.shard-0-of-3.json") or {})}
+    other = world.root(tmp_path / "b", "B")
+    moved = {name: ImageSet(s.ids, tuple(other / p.name for p in s.paths)) for name, s in sets.items()}
+    with pytest.raises(FeatureError, match=rf"^{out}/s\.shard-1-of-3\.npz was embedded from other images"):
+        check_images(out, moved, other, checked=spared)
+
+
 def test_a_manifest_recording_no_digest_is_refused_naming_the_shard(world, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("VSBENCH_EMBED_CACHE", "off")
     root, out = world.root(tmp_path / "a"), tmp_path / "out"

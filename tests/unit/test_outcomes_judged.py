@@ -74,3 +74,19 @@ def test_ranks_far_down_a_long_list_still_count_as_moves() -> None:
 def test_an_ap_per_unit_or_nothing() -> None:
     with pytest.raises(ValueError, match="2 APs for 3 units"):
         _with_ap(["a", "b", "c"], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("by_rank", [False, True])
+@pytest.mark.parametrize("numbers_in", ["first", "second"])
+def test_units_are_paired_by_their_ids_as_text_whatever_each_runs_id_dtype(by_rank: bool, numbers_in: str) -> None:
+    """A run scored in this process may hold numeric unit ids, one read back from its unit file holds
+    them as text (Parquet strings): unit 7 is ``"7"`` in both, paired, never "only one run scored",
+    whichever run holds the numbers (make mutate's stats_outcomes survivors: the ids' ``dtype=str``
+    dropped, for either run; each seen failing planted)."""
+    ids_a: list = [7, 8] if numbers_in == "first" else ["7", "8"]
+    ids_b: list = ["8", "7"] if numbers_in == "first" else [8, 7]
+    first = _outcomes(ids_a, [True, False], [True, True], [1, 3] if by_rank else None)
+    second = _outcomes(ids_b, [True, True], [True, True], [1, 1] if by_rank else None)
+    result = changed(first, second, by_rank=by_rank)
+    assert (result.unmatched, result.unjudged, result.same) == (0, 0, 1)
+    assert result.first_only == [] and result.second_only == [(1, 0)]  # unit 8: row 1 in the first, row 0 in the second

@@ -131,3 +131,47 @@ def test_the_png_is_narrow_enough_for_mlflow_to_draw_unscaled_and_keeps_the_miss
     page, _ = render_html(sheet)
     assert page.count("<figure") == 12
     assert sheets._title_lines(title)[-1].endswith("worst queries")  # every word of the title drawn
+
+
+def test_a_missing_tiles_reason_is_cut_into_lines_of_the_width_asked() -> None:
+    """The PNG draws why a tile has no picture in lines of 20 characters, at most four: every
+    character kept, in order, an empty reason one empty line (make mutate's sheets survivors in
+    ``_wrap``: the reason dropped, slices from the wrong end or start, a wrong step; each planted,
+    seen failing, reverted)."""
+    why = "cannot be read: FileNotFoundError x"
+    assert sheets._wrap(why, 20) == ["cannot be read: File", "NotFoundError x"]
+    assert sheets._wrap("abcdefghij", 4) == ["abcd", "efgh", "ij"] and sheets._wrap("abcd", 4) == ["abcd"]
+    assert sheets._wrap("", 20) == [""]
+
+
+def test_a_sheet_that_cannot_be_made_says_why_in_300_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One warning line naming what and why, the error's text cut at 300 characters (make mutate's
+    sheets survivor ``[:301]``; planted, seen failing, reverted), and no files."""
+    def make() -> Sheet:
+        raise ValueError("y" * 299 + "z" + "w" * 100)
+
+    assert sheets.write_failure_sheet(make, tmp_path, "s", "disc Flat") is None
+    err = capsys.readouterr().err
+    assert err == (f"vsbench: disc Flat: no failure sheet (ValueError: {'y' * 299}z; "
+                   f"{sheets.SHEET_ROWS_ENV}=0 turns them off)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_rows_setting_is_one_line_naming_the_variable_and_the_fix(monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``VSBENCH_FAILURE_ROWS`` gets when it is not a count: the value quoted (at most 50
+    characters), the fix; a negative count refused in words; for a score step one warning line on
+    stderr and no sheets (make mutate's sheets survivors: ``[:51]``, ``ValueError(None)``, and
+    ``failure_rows``' line dropped, sent to stdout or answering 1; each planted, seen failing, reverted)."""
+    monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "x" * 49 + "yz")
+    with pytest.raises(ValueError) as caught:
+        sheets.sheet_rows()
+    assert str(caught.value) == (f"VSBENCH_FAILURE_ROWS={'x' * 49 + 'y'!r} is not a number of rows (0 turns the "
+                                 f"failure sheets off; default {sheets.DEFAULT_ROWS})")
+    with pytest.raises(ValueError) as caught:
+        sheets.sheet_rows(-3)
+    assert str(caught.value) == "VSBENCH_FAILURE_ROWS: -3 rows; give 0 (off) or more"
+    monkeypatch.setenv(sheets.SHEET_ROWS_ENV, "-1")
+    assert sheets.failure_rows() == 0
+    said = capsys.readouterr()
+    assert said.out == "" and said.err == "vsbench: VSBENCH_FAILURE_ROWS: -1 rows; give 0 (off) or more; no failure sheets\n"
