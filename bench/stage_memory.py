@@ -82,9 +82,16 @@ class Stages:
         print(f"resident when the command began: {self.start / MIB:.0f} MiB; peak of the whole process "
               f"(VmHWM is reset, so this is the largest stage's): see below")
         print(f"{'stage':<44} {'peak-start':>10} {'peak-entry':>10} {'after-start':>11}")
+        merged: list[list[Any]] = []  # a stage called many times in a row: one line, its largest figures
         for depth, label, peak, entry, after in self.rows:
-            print(f"{'  ' * depth + label:<44} {(peak - self.start) / MIB:>10.0f} {(peak - entry) / MIB:>10.0f} "
-                  f"{(after - self.start) / MIB:>11.0f}")
+            if merged and merged[-1][:2] == [depth, label]:
+                last = merged[-1]
+                last[2], last[3], last[4], last[5] = max(last[2], peak), max(last[3], peak - entry), after, last[5] + 1
+            else:
+                merged.append([depth, label, peak, peak - entry, after, 1])
+        for depth, label, peak, rise, after, calls in merged:
+            name = "  " * depth + label + (f" (x{calls})" if calls > 1 else "")
+            print(f"{name:<44} {(peak - self.start) / MIB:>10.0f} {rise / MIB:>10.0f} {(after - self.start) / MIB:>11.0f}")
 
 
 def instrument(stages: Stages) -> None:
@@ -110,7 +117,7 @@ def instrument(stages: Stages) -> None:
     stages.wrap(compare, "replicates")
     stages.wrap(units.Units, "cluster_index")
     stages.wrap(ranking, "_micro_ap_ranking")
-    stages.wrap(units.Units, "to_parquet_bytes")
+    stages.wrap(units.Units, "write", "write the unit file")
     stages.wrap(score, "_report")
 
 

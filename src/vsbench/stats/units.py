@@ -47,8 +47,10 @@ class ListColumn:
     offsets: np.ndarray  # int64, len = units + 1, offsets[0] = 0, non-decreasing
     # When set, ``values`` are integer codes into these texts: 3M reference ids of seven characters
     # are 12 MB of int32 codes and the distinct ids, not 84 MB of numpy ``U7`` (issue 48). The
-    # Parquet column is then dictionary-encoded, and is read back the same way.
-    categories: np.ndarray | None = None
+    # Parquet column is then dictionary-encoded, and is read back the same way. Numpy or Arrow
+    # text: a reader's distinct ids stay Arrow (issue 54: a million references are 28 MiB of ``U7``,
+    # 11 MB as Arrow, and as Python objects when read back, ~60 MB more).
+    categories: Any = None
 
     @classmethod
     def from_lists(cls, lists: Any, dtype: Any = np.float64) -> ListColumn:
@@ -71,7 +73,7 @@ class ListColumn:
     def __getitem__(self, i: int) -> np.ndarray:
         """Unit ``i``'s list (as text for a coded column)."""
         values = self.values[self.offsets[i]:self.offsets[i + 1]]
-        return values if self.categories is None else np.asarray(self.categories)[values]
+        return values if self.categories is None else _texts_at(self.categories, values)
 
     def owner(self) -> np.ndarray:
         """The unit row of each value (int32 where the units fit: half the memory of a 10M-value column)."""
@@ -80,7 +82,13 @@ class ListColumn:
 
     def texts(self) -> np.ndarray:
         """The values as text: the categories of coded values, else the values themselves."""
-        return self.values if self.categories is None else np.asarray(self.categories)[self.values]
+        return self.values if self.categories is None else self.category_texts()[self.values]
+
+    def category_texts(self) -> np.ndarray:
+        """The categories as a numpy text array (``U``), Arrow ones converted without a Python str each."""
+        if self.categories is None:
+            raise ValueError("a list column without categories")
+        return _numpy_text(self.categories)
 
     @classmethod
     def coded(cls, texts: Any, offsets: np.ndarray) -> ListColumn:
@@ -307,6 +315,23 @@ class Units:
     def to_parquet_bytes(self) -> bytes:
         """The units as one Parquet file (zstd), the same bytes for the same units."""
         import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        self._write_parquet(sink)
+        return sink.getvalue().to_pybytes()
+
+    def write(self, path: Path) -> str:
+        """Write atomically, streamed to the file (never whole in memory: at a million queries the
+        file's growing buffer and its copy as bytes were ~100 MB, issue 54); returns the SHA-256 of
+        the bytes written (what the record names the file by): those of :meth:`to_parquet_bytes`."""
+        from vsbench.io.storage import atomic_writer
+
+        with atomic_writer(Path(path)) as out:
+            self._write_parquet(out)
+        return out.hexdigest()
+
+    def _write_parquet(self, sink: Any) -> None:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         ids = np.asarray(self.ids)  # a numpy text array goes over without a Python str per unit (issue 54)
@@ -322,26 +347,17 @@ class Units:
             if isinstance(values, ListColumn):
                 flat = _one_chunk(pa.array(np.asarray(values.values)))
                 if values.categories is not None:
-                    flat = pa.DictionaryArray.from_arrays(flat, _one_chunk(pa.array(np.asarray(values.categories))))
+                    flat = pa.DictionaryArray.from_arrays(flat, _arrow_text(values.categories))
                 arrays[name] = pa.LargeListArray.from_arrays(pa.array(values.offsets, type=pa.int64()), flat)
             else:
                 arrays[name] = pa.array(np.asarray(values))
         table = pa.table(arrays).replace_schema_metadata({METADATA_KEY: json.dumps(self.metadata(), sort_keys=True)})
         # Dictionary pages only for text: a dictionary of 3M float scores costs the writer a hash
-        # table as large as the column and saves nothing; one buffer, handed over without a copy.
+        # table as large as the column and saves nothing.
         texts = [name for name, column in arrays.items()
                  if pa.types.is_string(_flat_type(column.type)) or pa.types.is_dictionary(_flat_type(column.type))]
-        sink = pa.BufferOutputStream()
+        del arrays
         pq.write_table(table, sink, compression="zstd", write_statistics=False, use_dictionary=texts)
-        return sink.getvalue().to_pybytes()
-
-    def write(self, path: Path) -> str:
-        """Write atomically; returns the file's SHA-256 (what the record names it by)."""
-        from vsbench.io.storage import atomic_write_bytes
-
-        data = self.to_parquet_bytes()
-        atomic_write_bytes(Path(path), data)
-        return hashlib.sha256(data).hexdigest()
 
 
 _RUN = 1 << 16  # sorted labels compared together by :func:`sorted_codes`
@@ -469,6 +485,37 @@ def _subset(names: Any, rows: np.ndarray) -> Any:
     return np.asarray(names)[rows]
 
 
+def _is_arrow(values: Any) -> bool:
+    return type(values).__module__.startswith("pyarrow")
+
+
+def _numpy_text(values: Any) -> np.ndarray:
+    """Numpy or Arrow text as a numpy text array."""
+    if _is_arrow(values):
+        from vsbench.io.ids import numpy_texts
+
+        return numpy_texts(values)
+    return np.asarray(values)
+
+
+def _texts_at(categories: Any, codes: np.ndarray) -> np.ndarray:
+    """``categories[codes]`` as numpy text, for numpy or Arrow categories (a few codes: one unit's)."""
+    if _is_arrow(categories):
+        import pyarrow as pa
+
+        return np.asarray(categories.take(pa.array(codes)).to_numpy(zero_copy_only=False), dtype=str)
+    return np.asarray(categories)[codes]
+
+
+def _arrow_text(values: Any) -> Any:
+    """Numpy or Arrow text as one Arrow ``string`` array (what ``pa.array`` makes of numpy ``U``)."""
+    import pyarrow as pa
+
+    if _is_arrow(values):
+        return _one_chunk(values).cast(pa.string())
+    return _one_chunk(pa.array(np.asarray(values)))
+
+
 def _flat_type(kind: Any) -> Any:
     """The value type of a (large) list type, else the type itself."""
     import pyarrow as pa
@@ -531,7 +578,7 @@ def units_from_bytes(data: bytes, where: str = "unit file") -> Units:
             offsets = np.asarray(lists.offsets, dtype=np.int64)
             flat, categories = lists.values, None
             if pa.types.is_dictionary(flat.type):
-                flat, categories = flat.indices, flat.dictionary.to_numpy(zero_copy_only=False)
+                flat, categories = flat.indices, flat.dictionary  # Arrow text, no Python str a value
             flat = flat.to_numpy(zero_copy_only=False)
             columns[name] = ListColumn(flat[offsets[0]:offsets[-1]], offsets - offsets[0], categories)
         else:
