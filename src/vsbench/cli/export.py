@@ -43,7 +43,7 @@ NOT_INSTALLED = ("fiftyone is not installed: pip install 'vsbench[fiftyone]' (wi
 
 def _lists(column: Any) -> Iterator[list[Any]]:
     """A :class:`~vsbench.stats.units.ListColumn` as one Python list per unit (codes decoded)."""
-    values = column.values if column.categories is None else column.categories[column.values]
+    values = column.texts()
     offsets = column.offsets.tolist()
     for start, end in zip(offsets[:-1], offsets[1:]):
         yield values[start:end].tolist()

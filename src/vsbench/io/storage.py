@@ -204,6 +204,62 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], *
 
     A chunk producer that raises leaves no file under ``path`` (the temporary is removed).
     """
+    with _temporary_sibling(path, fsync) as fd:
+        for chunk in chunks:
+            _write_all(fd, chunk)
+
+
+class HashingWriter:
+    """A write-only binary file over a descriptor that keeps the SHA-256 and the count of the bytes
+    it was given: the digest of exactly what was written, from the same bytes."""
+
+    closed = False
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._sha256 = hashlib.sha256()
+        self._size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        _write_all(self._fd, view)  # type: ignore[arg-type]
+        self._sha256.update(view)
+        self._size += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self._size
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:  # the descriptor is :func:`atomic_writer`'s to close
+        return None
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterator[HashingWriter]:
+    """:func:`atomic_write_chunks` for a writer that pushes its bytes (pyarrow's Parquet writer): a
+    :class:`HashingWriter` whose bytes land under ``path`` when the block ends, or are removed when
+    it raises. Why: a unit file made in memory first was held twice (the writer's growing buffer,
+    then its copy as ``bytes``), ~100 MB at a million queries (issue 54)."""
+    with _temporary_sibling(path, fsync) as fd:
+        yield HashingWriter(fd)
+
+
+@contextlib.contextmanager
+def _temporary_sibling(path: str | os.PathLike[str], fsync: bool) -> Iterator[int]:
+    """A descriptor on a new temporary sibling of ``path``, renamed over ``path`` when the block
+    ends (after an fsync when asked), removed when it raises."""
     path = os.fspath(path)
     folder, name = os.path.split(path)
     folder = folder or "."
@@ -219,8 +275,7 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], *
             os.fchmod(fd, _file_mode())
         try:
             try:
-                for chunk in chunks:
-                    _write_all(fd, chunk)
+                yield fd
                 if fsync:
                     os.fsync(fd)
             finally:

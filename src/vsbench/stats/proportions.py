@@ -48,7 +48,7 @@ def proportion_counts(units: Units, spec: Any) -> tuple[int, int] | None:
     the bootstrap)."""
     if spec.get("statistic") != "ratio" or spec.get("den") or spec.get("transform"):
         return None
-    if units.clusters is not None and np.unique(np.asarray(units.clusters, dtype=str)).size != len(units):
+    if units.clusters is not None and units.cluster_index()[1] != len(units):
         return None
     values = units.values(spec["num"])
     if spec.get("where") is not None:
@@ -77,7 +77,7 @@ def units_behind(units: Units, spec: Any) -> int:
             return int(np.count_nonzero(units.values(spec["den"])[rows]))
         if units.clusters is None:
             return int(rows.size)
-        return int(np.unique(np.asarray(units.clusters, dtype=str)[rows]).size)
+        return int(np.unique(units.cluster_index()[0][rows]).size)
     return units.cluster_index()[1]
 
 

@@ -46,7 +46,7 @@ def copy_detection_sheet(units: Units, images: Mapping[str, tuple[ImageSet, Path
     positive, _ = units.lists("positive", bool)
     references: ListColumn = units.columns["references"]
     n = len(units)
-    names = np.asarray(references.categories) if references.categories is not None else None
+    names = references.category_texts() if references.categories is not None else None
     tiebreak = (np.argsort(np.argsort(names, kind="stable"), kind="stable")[references.values]
                 if names is not None else np.asarray(references.values).astype(str))
     order, place = ranked_lists(scores, owner, tiebreak, n)

@@ -32,7 +32,7 @@ from vsbench.benchmarks.disc.metrics import (
     rank_zero_pairs,
 )
 from vsbench.stats.outcomes import Outcomes, Shown, first_true_rank, number
-from vsbench.stats.units import ListColumn, Units, groups_of
+from vsbench.stats.units import Labels, ListColumn, Units, coded_groups, groups_of
 
 # record key -> the statistic that recomputes it from the units
 COPY_DETECTION_METRICS: dict[str, dict[str, Any]] = {
@@ -108,15 +108,33 @@ def copy_detection_units(
 
 
 def copy_groups(matched: Matched, row_of: np.ndarray, ids: np.ndarray, gt_query: ArrayLike,
-                gt_reference: ArrayLike) -> np.ndarray | None:
+                gt_reference: ArrayLike) -> Labels | None:
     """Each query's group (issue 55): the queries that copy one reference were drawn together (the
     generators make 5 edits of each photo; DISC's copies of one reference share its content), so they
     are one group, named ``source:<reference id>``; queries linked through a reference they share are
     one group too (the connected components of the ground truth's pairs). A query with no copy is its
-    own group. None when every group holds one query: resampled query by query, as before."""
+    own group. None when every group holds one query: resampled query by query, as before.
+
+    A reader's id column gives its references as codes into its sorted distinct ids, which number
+    the groups without a text per query (issue 54); other columns are spelled first."""
     _, references = _positive_pairs(_ids(gt_query), _ids(gt_reference))
-    return groups_of(len(ids), row_of[matched.gt_codes], _texts(references, np.arange(matched.gt_codes.size)),
+    linked = row_of[matched.gt_codes]
+    if _is_ids(references) and _plain_sorted(references.values):
+        return coded_groups(len(ids), linked, references.codes, references.values, unit_ids=ids, prefix="source:")
+    return groups_of(len(ids), linked, _texts(references, np.arange(matched.gt_codes.size)),
                      unit_ids=ids, prefix="source:")
+
+
+def _plain_sorted(values: Any) -> bool:
+    """Whether Arrow text ``values`` are strictly ascending, without nulls or NUL characters: then
+    their order is numpy's (which drops a trailing NUL) and their codes can stand for them."""
+    import pyarrow.compute as pc
+
+    if values.null_count:
+        return False
+    if len(values) > 1 and not pc.all(pc.greater(values[1:], values[:-1])).as_py():
+        return False
+    return not pc.any(pc.match_substring(values, "\x00")).as_py()
 
 
 def _python_unit_ids(matched: Matched, codes: np.ndarray, queries: Any, gt_query: ArrayLike,
@@ -256,11 +274,9 @@ def _coded(ids: Any, rows: np.ndarray | slice, offsets: np.ndarray) -> ListColum
     """Rows ``rows`` of an id column as a coded text list column: a reader's :class:`~vsbench.io.ids.Ids`
     gives its own codes and distinct values (no text per row is ever made); other arrays are coded here."""
     if _is_ids(ids):
-        from vsbench.io.ids import numpy_texts
-
-        distinct = numpy_texts(ids.values)  # no Python str per distinct reference (issue 54)
+        distinct = ids.values  # Arrow, shared with the reader: no copy, no numpy U (issue 54: 28 MiB at 1M)
         codes = ids.codes[rows]
-        return ListColumn(codes.astype(np.int32 if distinct.size < 2**31 else np.int64, copy=False), offsets, distinct)
+        return ListColumn(codes.astype(np.int32 if len(distinct) < 2**31 else np.int64, copy=False), offsets, distinct)
     return ListColumn.coded(_texts(ids, rows), offsets)
 
 
