@@ -60,7 +60,12 @@ def _terms(case: tuple, ids: list[str], drawn: np.ndarray) -> list[float]:
     return terms
 
 
-def test_each_replicate_of_a_block_sums_as_the_block_did() -> None:
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+def test_each_replicate_of_a_block_sums_as_the_block_did(one_at_a_time: bool, monkeypatch) -> None:
+    """Both paths: a block evaluated whole (small units: many rows a block) and one replicate at a
+    time (what 1M units get: fewer than ``FEW_ROWS`` rows a block), forced here on 400 units."""
+    if one_at_a_time:
+        monkeypatch.setattr("vsbench.stats.ranking.FEW_ROWS", 1 << 40)
     case = _one_positive_each()
     units = copy_detection_units(*case)
     ids = units.ids.tolist()

@@ -196,23 +196,33 @@ def _micro_ap_parts(units: Units, weights: np.ndarray, precision: float) -> dict
     step = ranking.rows_per_block()
     for start in range(0, w_all.shape[0], step):
         block = w_all[start:start + step]
-        # One replicate at a time (issue 54: every (P, B) float64 array below is 10.6 MiB at 666k
-        # positives and B = 2), each summed as its block of B would sum it: numpy adds a (P, B > 1)
-        # array's rows one after another and a (P, 1) array pairwise, so the bits stay the same.
+        if step >= FEW_ROWS:  # small units: the whole block at once (a replicate alone is mostly overhead)
+            uap[start:start + block.shape[0]], recall[start:start + block.shape[0]] = _micro_ap_block(
+                ranking, truth, block, precision)
+            continue
+        # Few rows a block: one replicate at a time (issue 54: every (P, B) float64 array below is
+        # 10.6 MiB at 666k positives and B = 2), each summed as its block of B would sum it: numpy
+        # adds a (P, B > 1) array's rows one after another and a (P, 1) array pairwise, so the bits
+        # stay the same.
         in_order = block.shape[0] > 1
         for row in range(block.shape[0]):
-            uap[start + row], recall[start + row] = _micro_ap_one(ranking, truth, block[row:row + 1], precision,
-                                                                  in_order)
+            uap[start + row:start + row + 1], recall[start + row:start + row + 1] = _micro_ap_block(
+                ranking, truth, block[row:row + 1], precision, in_order)
     return {"uap": uap, "recall_at_p90": recall}
 
 
-def _micro_ap_one(ranking: RankedPositives, truth: np.ndarray, weights: np.ndarray, precision: float,
-                  in_order: bool) -> tuple[float, float]:
-    """uAP and recall at ``precision`` of one replicate (``weights``: one row); ``in_order``: sum the
-    precisions one after another (as numpy sums a column of a wider block) rather than pairwise."""
+FEW_ROWS = 4  # under this many replicates a block, they are taken one at a time (memory, issue 54)
+
+
+def _micro_ap_block(ranking: RankedPositives, truth: np.ndarray, weights: np.ndarray, precision: float,
+                    in_order: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """uAP and recall at ``precision`` of a block of replicates (``weights``: one row each);
+    ``in_order``: a single row's precisions summed one after another (as numpy sums a column of a
+    wider block) rather than pairwise (issue 54's one-at-a-time path keeps the block's bits)."""
     columns = _columns(weights)
+    rows = columns.shape[1]
     # sums of whole numbers (weights times counts, far under 2**53): exact in any order
-    n_gt = float((truth @ columns)[0])
+    n_gt = truth @ columns
     own, before, negatives = ranking.block(columns)
     del columns
     # copy j of a positive is true positive number before + j, with every tied negative ahead of it;
@@ -223,18 +233,18 @@ def _micro_ap_one(ranking: RankedPositives, truth: np.ndarray, weights: np.ndarr
     np.divide(found, precision_one, out=precision_one)
     del found
     precision_one[own < 1] = 0.0
-    if in_order and precision_one.size:
+    if in_order and rows == 1 and precision_one.size:
         np.cumsum(precision_one, axis=0, out=precision_one)
-        total = float(precision_one[-1, 0])
+        total = precision_one[-1].copy()
     else:
-        total = float(precision_one.sum(axis=0)[0])
+        total = precision_one.sum(axis=0)
     del precision_one
     own, before, negatives = own.ravel(), before.ravel(), negatives.ravel()
     index = np.flatnonzero(own >= 2)
     j = 2
     while index.size:
         found = before[index] + j
-        total += float(_by_column(1, index, found / (found + negatives[index]))[0])
+        total += _by_column(rows, index, found / (found + negatives[index]))
         j += 1
         index = index[own[index] >= j]
     # precision grows over a positive's copies: its last copy is the one to test, at recall `through`
@@ -248,10 +258,11 @@ def _micro_ap_one(ranking: RankedPositives, truth: np.ndarray, weights: np.ndarr
     reached &= own > 0
     through[~reached] = 0.0
     del reached
-    best = float(through.max(initial=0.0))
-    if n_gt <= 0:
-        return np.nan, np.nan
-    return total / n_gt, best / n_gt
+    best = through.reshape(-1, rows).max(axis=0, initial=0.0)
+    del own, before, through
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.where(n_gt > 0, total / np.where(n_gt > 0, n_gt, 1), np.nan),
+                np.where(n_gt > 0, best / np.where(n_gt > 0, n_gt, 1), np.nan))
 
 
 def micro_ap(units: Units, weights: np.ndarray, *, part: str = "uap", precision: float = PRECISION_TARGET) -> np.ndarray:
