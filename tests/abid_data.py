@@ -32,3 +32,17 @@ def images_missing_first_rows(tasks: Path, images: Path, folder: Path, rows: int
         if path.name not in gone:
             os.link(path, folder / path.name)
     return folder
+
+
+def track_to_sqlite(monkeypatch, db: Path) -> str:
+    """Steps tracked into a local SQLite store at ``db`` (artifacts beside it, no progress bar, the
+    failure sheets' row cap at its default), as the ABID sheet tests log and read them back: the URI."""
+    from vsbench.reporting.sheets import SHEET_ROWS_ENV
+
+    uri = f"sqlite:///{db}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(db.parent / "artifacts"))
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
+    monkeypatch.delenv(SHEET_ROWS_ENV, raising=False)
+    return uri

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.abid_data import track_to_sqlite
+
 PICTURE = Path(__file__).resolve().parents[2] / "docs" / "img" / "abid-failures.png"
 MLFLOW_SHOWN_WIDTH = 880  # about what MLflow's Artifacts tab gives a PNG, unscaled (docs/failures.md)
 
@@ -31,16 +33,10 @@ def test_abid_failure_pages_label_each_bin_by_its_metadata_and_title_the_run(
     from vsbench.abid.prepare import prepare_abid
     from vsbench.abid.resize import resize_abid
     from vsbench.abid.synth import generate_abid
-    from vsbench.reporting.sheets import SHEET_ROWS_ENV
     from vsbench.steps.abid import abid_score_step
     from vsbench.tracking.runs import child_run, open_parent_run
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
-    monkeypatch.delenv(SHEET_ROWS_ENV, raising=False)
+    uri = track_to_sqlite(monkeypatch, tmp_path / "mlflow.db")
 
     root = tmp_path / "abid"
     generate_abid(root / "raw", 60, seed=0, progress=False)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.abid_data import track_to_sqlite
 from vsbench.benchmarks.base import EvalSettings
 from vsbench.benchmarks.patch_pairs.adapter import load_patch_pairs
 from vsbench.benchmarks.patch_pairs.failures import recall_threshold
@@ -354,12 +355,7 @@ def test_the_abid_sheets_logged_to_the_score_run_name_it(abid: Path, tmp_path: P
 
     from vsbench.tracking.runs import open_parent_run
 
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
-    monkeypatch.delenv(SHEET_ROWS_ENV, raising=False)
+    uri = track_to_sqlite(monkeypatch, tmp_path / "m.db")
     parent = open_parent_run("abid-sheets", "kfp-abid", "vsbench-abid", {})
     result = _score(abid, tmp_path / "score", parent_run_id=parent, resamples=0)
     client = MlflowClient(uri)
@@ -382,12 +378,7 @@ def test_each_abid_sheets_title_names_the_benchmark_model_variant_and_run_it_was
 
     from vsbench.tracking.runs import child_run, open_parent_run
 
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("VSBENCH_MLFLOW_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    monkeypatch.delenv("VSBENCH_NO_TRACK", raising=False)
-    monkeypatch.delenv(SHEET_ROWS_ENV, raising=False)
+    uri = track_to_sqlite(monkeypatch, tmp_path / "m.db")
     parent = open_parent_run("abid-titles", "kfp-titles", "vsbench-abid", {})
     # the training steps' runs as the pipeline leaves them (an older counting run first: the newest counts)
     for step, architecture in (("abid-train-counting", "resnet34"), ("abid-train-counting", "resnet18"),
