@@ -40,6 +40,7 @@ def _disc_case(seed: int, n_queries: int = 60, better: float = 0.0) -> tuple[lis
 TRANSFORMS = {
     "scaled": lambda s: [3.5 * x for x in s],
     "shifted": lambda s: [x - 40.0 for x in s],
+    "x1000 + 7": lambda s: [1000.0 * x + 7.0 for x in s],
     "exponentiated": lambda s: [math.exp(x) for x in s],
     "negated L2-like": lambda s: [-(10.0 - x) ** 3 for x in s],  # monotone increasing on the data's range
 }
