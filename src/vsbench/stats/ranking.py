@@ -95,7 +95,7 @@ def _csc(rows: list[np.ndarray], per_unit: np.ndarray, groups: int) -> sparse.cs
     result is the same to the bit."""
     n_units = int(per_unit.size)
     nnz = int(sum(part.size for part in rows))
-    index = np.int32 if max(groups, n_units, nnz) < 2**31 - 1 else np.int64
+    index = index_type(groups, n_units, nnz)
     indptr = np.zeros(n_units + 1, dtype=index)
     np.cumsum(per_unit, out=indptr[1:])
     indices = np.empty(nnz, dtype=index)
@@ -104,6 +104,17 @@ def _csc(rows: list[np.ndarray], per_unit: np.ndarray, groups: int) -> sparse.cs
         indices[done:done + part.size] = part
         done += part.size
     return sparse.csc_matrix((np.ones(nnz), indices, indptr), shape=(groups, n_units), copy=False)
+
+
+def index_type(*sizes: int) -> type[np.signedinteger]:
+    """int32 for sparse indices while every size fits (half the memory of int64), else int64."""
+    return np.int32 if max(sizes) < 2**31 - 1 else np.int64
+
+
+def per_count(total: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``total / count`` per replicate, NaN where nothing was drawn (``count`` 0): a replicate without
+    a ground-truth pair (or a query) has no value. One IEEE division, the bits of ``total / count``."""
+    return np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
 
 
 def _weights(weights: np.ndarray, n_units: int) -> np.ndarray:
@@ -173,7 +184,7 @@ def _micro_ap_ranking(units: Units) -> RankedPositives:
         # the first group each negative precedes (the number of positive scores strictly above its
         # own), a slice of the predictions at a time: no full-length int64 temporaries (issue 54)
         parts, per_unit = [], np.zeros(len(units), dtype=np.int64)
-        index = np.int32 if groups < 2**31 - 1 else np.int64
+        index = index_type(groups)
         for start in range(0, scores.size, _SLICE):
             negatives = np.flatnonzero(~positive[start:start + _SLICE])
             negatives += start
@@ -260,9 +271,7 @@ def _micro_ap_block(ranking: RankedPositives, truth: np.ndarray, weights: np.nda
     del reached
     best = through.reshape(-1, rows).max(axis=0, initial=0.0)
     del own, before, through
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (np.where(n_gt > 0, total / np.where(n_gt > 0, n_gt, 1), np.nan),
-                np.where(n_gt > 0, best / np.where(n_gt > 0, n_gt, 1), np.nan))
+    return per_count(total, n_gt), per_count(best, n_gt)
 
 
 def micro_ap(units: Units, weights: np.ndarray, *, part: str = "uap", precision: float = PRECISION_TARGET) -> np.ndarray:
@@ -338,8 +347,7 @@ def copydays_uap(units: Units, weights: np.ndarray) -> np.ndarray:
             total += _by_column(rows, index, (left + right) / 2.0)
             j += 1
             index = index[own[index] >= j + 1]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[start:start + rows] = np.where(queries > 0, total / np.where(queries > 0, queries, 1), np.nan)
+        out[start:start + rows] = per_count(total, queries)
     return out
 
 
