@@ -108,9 +108,9 @@ def block_rows(n: int, total: int, width: int = 0) -> int:
     """Rows per block: about :data:`BLOCK_CELLS` cells of the widest array a block makes (the draws, or
     ``width``: the units the clusters' counts expand to), and an even number of draws per block."""
     rows = max(1, min(total, BLOCK_CELLS // max(n, width, 1)))
-    if (rows * n) % 2 and rows < total:
-        rows = rows + 1 if rows + 1 <= total else rows - 1
-    return max(rows, 1)
+    if (rows * n) % 2 and rows < total:  # rows < total: one more is still within the replicates
+        rows += 1
+    return rows
 
 
 def count_blocks(n: int, resamples: int, seed: int | np.random.Generator, *,
