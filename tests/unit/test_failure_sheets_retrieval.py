@@ -242,6 +242,7 @@ def test_zero_rows_turns_the_sheets_off(tmp_path: Path, monkeypatch: pytest.Monk
     assert not called and "failures" not in records[0] and not (tmp_path / "failures").exists()
 
 
+@pytest.mark.slow  # a whole similarity run (12 s): kept out of `make mutate`'s fast tests, run by `make test`
 @pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:FutureWarning")
 def test_a_similarity_run_writes_names_and_logs_each_records_sheet(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:

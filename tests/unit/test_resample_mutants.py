@@ -29,6 +29,7 @@ from vsbench.stats.resample import (Resampling, block_rows, count_blocks, expand
     (3, 1000, 0, 1, 2),         # 0 rows at first: at least 1, then made even
     (3, 1, 0, 1, 1),            # one replicate in all
     (0, 5, 0, 100, 5),          # no units: the cells are not divided by 0
+    (1, 1000, 0, 100, 100),     # one unit: 100 rows of it
 ])
 def test_block_rows(n: int, total: int, width: int, cells: int, rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(resample, "BLOCK_CELLS", cells)
@@ -43,6 +44,7 @@ def test_count_blocks_sizes_and_refusal(monkeypatch: pytest.MonkeyPatch) -> None
     assert [block.shape[0] for block in count_blocks(10, 5, 0, rows=3)] == [3, 2]
     with pytest.raises(ValueError, match="^no units to resample$"):
         next(count_blocks(0, 5, 0))
+    assert np.array_equal(np.concatenate(list(count_blocks(1, 3, 0))), np.ones((3, 1)))  # one unit, drawn each time
 
 
 def test_the_environment_is_read_strictly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,6 +78,14 @@ def test_resamples_out_of_bounds_are_refused(value: int) -> None:
     with pytest.raises(ValueError, match="resamples"):
         Resampling(value, 0)
     Resampling(10, 0), Resampling(resample.MAX_RESAMPLES, 0)
+
+
+def test_the_confidence_is_in_half_open_one_half_to_one() -> None:
+    assert Resampling(10, 0, 0.5).percent == 50 and Resampling(10, 0, 0.999).percent == 100
+    for confidence in (0.4999, 1.0, 1.5):
+        with pytest.raises(ValueError) as caught:
+            Resampling(10, 0, confidence)
+        assert str(caught.value) == f"confidence must be in [0.5, 1), got {confidence}"
 
 
 @pytest.mark.parametrize("draws", [2, 5, 30])
