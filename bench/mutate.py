@@ -80,8 +80,8 @@ class Guard:
 
 # The unit-file tests of the benchmarks (each checks its statistics against its scorer on resampled
 # data), the fast ones, and the comparison's own (issue 56): a surviving mutant costs every test that
-# reaches it, and test_units_vsd.py, test_units_abid.py and test_units_coverage.py (25 s together) add
-# few kills of generic code that these do not make
+# reaches it, so test_units_vsd.py, test_units_abid.py and test_units_coverage.py (25 s together) are
+# left out (they run in `make test`); docs/mutation.md's figures are measured with this list
 STATS_TESTS = tuple(f"tests/unit/test_{name}.py" for name in (
     "units_trust", "units_copy_detection", "units_copydays", "units_patch_pairs", "units_product_search",
     "units_records", "decision_mutants", "verdicts", "expanded_interval", "unit_groups"))
