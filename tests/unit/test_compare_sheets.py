@@ -299,6 +299,7 @@ def _night(client, experiment: str, name: str, units: Units, root: Path, folder:
     return parent, run_id
 
 
+@pytest.mark.slow  # an MLflow store (seconds): `make test` runs it, `make mutate` does not
 def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
@@ -347,6 +348,7 @@ def test_vsbench_compare_runs_writes_the_sheet_and_the_report_links_it(store, tm
     assert logged == {f"failures/compare-{baseline}.png", f"failures/compare-{baseline}.html"}
 
 
+@pytest.mark.slow  # an MLflow store (seconds): `make test` runs it, `make mutate` does not
 def test_compare_prints_each_runs_interval_note_beside_its_interval(store, tmp_path, monkeypatch):
     """Issue 55: a run whose interval is weak (its tag ``interval_note.<metric>``) says so beside that
     run's value in ``compare --runs``: the terminal, ``--json`` and the report's pair table."""
@@ -372,6 +374,7 @@ def test_compare_prints_each_runs_interval_note_beside_its_interval(store, tmp_p
     assert row["first_interval_note"] == note and "second_interval_note" not in row
 
 
+@pytest.mark.slow  # an MLflow store (seconds): `make test` runs it, `make mutate` does not
 def test_the_nightly_check_logs_the_sheet_on_the_night(store, tmp_path, capsys):
     from components.nightly import regression_check  # this checkout's (vsbench.components: the installed one)
     from kfp.dsl import Metrics

@@ -347,6 +347,7 @@ def test_the_sheets_png_reads_back_exactly() -> None:
             assert read.format == "PNG" and np.array_equal(np.asarray(read), np.asarray(picture))
 
 
+@pytest.mark.slow  # the score step logging to an MLflow store (4 s): `make test` runs it, `make mutate` does not
 def test_the_abid_sheets_logged_to_the_score_run_name_it(abid: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The copies of the ABID sheets logged to the ``abid-score`` run say which run they are on (issue 57:
