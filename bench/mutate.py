@@ -142,7 +142,8 @@ GUARDS: tuple[Guard, ...] = (
     Guard("stats_records", "src/vsbench/stats/records.py", ("tests/unit/test_records_mutants.py",
                                                            "tests/unit/test_units_records.py")),
     # issue 55's interval choice: Clopper-Pearson or the bootstrap, the draws an expansion counts, the edge notes
-    Guard("stats_proportions", "src/vsbench/stats/proportions.py", ("tests/unit/test_expanded_interval.py",
+    Guard("stats_proportions", "src/vsbench/stats/proportions.py", ("tests/unit/test_proportions_mutants.py",
+                                                                   "tests/unit/test_expanded_interval.py",
                                                                    "tests/unit/test_units_records.py",
                                                                    "tests/unit/test_units_abid.py",
                                                                    "tests/unit/test_units_copy_detection.py")),
