@@ -62,6 +62,7 @@ def test_proportion_counts_only_for_a_plain_mean_of_zeros_and_ones() -> None:
     assert proportion_counts(units, {"statistic": "micro_ap"}) is None
     assert proportion_counts(units, {"num": "correct"}) is None
     assert proportion_counts(_units([1, 0.5]), {"statistic": "ratio", "num": "correct"}) is None
+    assert proportion_counts(_units([1.0]), {"statistic": "ratio", "num": "correct"}) == (1, 1)  # one unit is a proportion
     assert proportion_counts(units, {"statistic": "ratio", "num": "correct", "where": "label", "equals": "z"}) is None
     grouped = _units([1, 0, 1, 1], clusters=["p", "p", "q", "r"])
     assert proportion_counts(grouped, {"statistic": "ratio", "num": "correct"}) is None  # correlated units
