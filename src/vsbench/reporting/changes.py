@@ -69,6 +69,11 @@ MEASURE_NOTES = {"": "", "rank": "the rank of each unit's first true match, larg
                  "ap": "each unit's own AP, largest move first; "}
 
 
+def counted(n: int, word: str = "unit") -> str:
+    """``1 unit``, ``3 units``: a count with its noun ("1 units" read as a bug on every sheet)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _share(first: int, second: int, rows: int) -> tuple[int, int]:
     """Rows for each section: half each, a short section's spare rows to the other."""
     a = min(first, math.ceil(rows / 2))
@@ -132,13 +137,13 @@ def change_sheet(comparisons: Sequence[Comparison], rows: int, labels: tuple[str
                     section.append(_row(c, i, j, right_first, labels, measure=found_by[id(c)]))
             depth += 1
     notes = [f"{c.name}: " + MEASURE_NOTES[found_by[id(c)]] + c.first.rule for c in comparisons]
-    notes.append(f"{counts['first_only']} units {better} in {labels[0]} (first {len(section_a)} rows), "
-                 f"{counts['second_only']} in {labels[1]} (next {len(section_b)} rows); "
+    notes.append(f"{counted(counts['first_only'])} {better} in {labels[0]} (first {counted(len(section_a), 'row')}), "
+                 f"{counts['second_only']} in {labels[1]} (next {counted(len(section_b), 'row')}); "
                  f"{counts['same']} judged alike")
     if counts["unmatched"]:
-        notes.append(f"{counts['unmatched']} units only one run scored: not compared")
+        notes.append(f"{counted(counts['unmatched'])} only one run scored: not compared")
     if counts["unjudged"]:
-        notes.append(f"{counts['unjudged']} units the rule does not judge in one of the runs: not compared")
+        notes.append(f"{counted(counts['unjudged'])} the rule does not judge in one of the runs: not compared")
     named = [f"{label} (run {run})" if run and run[:8] not in label else label for label, run in zip(labels, runs)]
     heading = title or (f"{named[0]} vs {named[1]}: {counts['first_only']} {better} only in {labels[0]}, "
                         f"{counts['second_only']} only in {labels[1]}")
@@ -153,9 +158,8 @@ def count_words(counts: Mapping[str, object], first: str = "the first", second: 
     only in the first, 1 right only in the second``, or for a comparison by rank ``3 units whose true
     match ranked higher in the first, 1 in the second``, by AP ``3 units whose AP was higher in ...``."""
     a, b = counts.get("first_only", 0), counts.get("second_only", 0)
-    units = "unit" if a == 1 else "units"  # "1 unit", not "1 units"
     if counts.get("by_ap"):
-        return f"{a} {units} whose AP was higher in {first}, {b} in {second}"
+        return f"{counted(a)} whose AP was higher in {first}, {b} in {second}"
     if counts.get("by_rank"):
-        return f"{a} {units} whose true match ranked higher in {first}, {b} in {second}"
-    return f"{a} {units} right only in {first}, {b} right only in {second}"
+        return f"{counted(a)} whose true match ranked higher in {first}, {b} in {second}"
+    return f"{counted(a)} right only in {first}, {b} right only in {second}"
