@@ -20,8 +20,8 @@ from tests.unit.test_units_copy_detection import _case, _scored
 from vsbench.benchmarks.copydays.metrics import _pooled_ap
 from vsbench.benchmarks.disc.metrics import copy_detection_metrics
 from vsbench.benchmarks.disc.units import copy_detection_units
-from vsbench.stats.ranking import (RankedPositives, copydays_uap, index_type, micro_ap, per_count,
-                                   rank_groups)
+from vsbench.stats.ranking import RankedPositives, copydays_uap, index_type, micro_ap, rank_groups
+from vsbench.stats.statistics import per_count
 from vsbench.stats.units import ListColumn, Units, UnitsError
 
 TOLERANCE = 1e-9

@@ -27,6 +27,7 @@ import numpy as np
 from scipy import sparse
 
 from vsbench.stats.resample import BLOCK_CELLS
+from vsbench.stats.statistics import per_count
 from vsbench.stats.units import Units, UnitsError
 
 PRECISION_TARGET = 0.9  # isc2021's recall at precision 0.9
@@ -109,12 +110,6 @@ def _csc(rows: list[np.ndarray], per_unit: np.ndarray, groups: int) -> sparse.cs
 def index_type(*sizes: int) -> type[np.signedinteger]:
     """int32 for sparse indices while every size fits (half the memory of int64), else int64."""
     return np.int32 if max(sizes) < 2**31 - 1 else np.int64
-
-
-def per_count(total: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """``total / count`` per replicate, NaN where nothing was drawn (``count`` 0): a replicate without
-    a ground-truth pair (or a query) has no value. One IEEE division, the bits of ``total / count``."""
-    return np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
 
 
 def _weights(weights: np.ndarray, n_units: int) -> np.ndarray:

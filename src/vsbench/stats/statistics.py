@@ -58,9 +58,15 @@ def ratio(units: Units, weights: np.ndarray, *, num: str, den: str | None = None
     w = w.astype(np.float64)
     top = w @ top_values
     bottom = w @ bottom_values if bottom_values is not None else w.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1), np.nan)
+    value = per_count(top, bottom)
     return np.sqrt(value) if transform == "sqrt" else value
+
+
+def per_count(total: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``total / count`` per replicate, NaN where the count is not positive (nothing drawn: a replicate
+    without a ground-truth pair, a query, a class's unit has no value). One IEEE division, the bits of
+    ``total / count``, and no 0/0 computed to be thrown away."""
+    return np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
 
 
 def _rows_where(units: Units, column: str, equals: Any) -> np.ndarray:
