@@ -124,7 +124,8 @@ GUARDS: tuple[Guard, ...] = (
     Guard("scorer_product_search", "src/vsbench/benchmarks/product_search/metrics.py",
           ("tests/unit/test_metrics_product_search.py",)),
     # issue 56: what decides whether a difference is real, whether a night failed, what a sheet shows
-    Guard("stats_compare", "src/vsbench/stats/compare.py", STATS_TESTS),
+    Guard("stats_compare", "src/vsbench/stats/compare.py", ("tests/unit/test_compare_mutants.py",
+                                                           "tests/unit/test_difference_notes.py", *STATS_TESTS)),
     # test_scoring_memory_bits.py: the bits of each summing order (the one-replicate-at-a-time path)
     Guard("stats_ranking", "src/vsbench/stats/ranking.py", ("tests/unit/test_ranking_mutants.py",
                                                            "tests/unit/test_units_copy_detection.py",
