@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from vsbench.stats.compare import (Difference, compare, mcnemar, permutation_p_values, replicates, unpaired_reason)
+from vsbench.stats.compare import Difference, compare, mcnemar, permutation_p_values, replicates, unpaired_reason
 from vsbench.stats.resample import Resampling, expanded_confidence, expanded_p_value, percentile_interval
 from vsbench.stats.units import Units
 

@@ -10,8 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from vsbench.stats.proportions import (FEW_UNITS, clopper_pearson, draws_behind, edge_note, proportion_counts,
-                                       units_behind)
+from vsbench.stats.proportions import (
+    FEW_UNITS,
+    clopper_pearson,
+    draws_behind,
+    edge_note,
+    proportion_counts,
+    units_behind,
+)
 from vsbench.stats.units import Units
 
 ROUGH = "(under 20): a rough interval"

@@ -13,8 +13,15 @@ import numpy as np
 import pytest
 
 from vsbench.stats import records
-from vsbench.stats.records import (add_intervals, format_interval, interval_lines, intervals_note,
-                                   is_interval_field, unit_file_name, warn_without_units)
+from vsbench.stats.records import (
+    add_intervals,
+    format_interval,
+    interval_lines,
+    intervals_note,
+    is_interval_field,
+    unit_file_name,
+    warn_without_units,
+)
 from vsbench.stats.resample import Resampling
 from vsbench.stats.units import Units
 

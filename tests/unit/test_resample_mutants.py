@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 
 import vsbench.stats.resample as resample
-from vsbench.stats.resample import (Resampling, block_rows, count_blocks, expanded_confidence, expanded_p_value,
-                                    percentile_interval)
+from vsbench.stats.resample import (
+    Resampling,
+    block_rows,
+    count_blocks,
+    expanded_confidence,
+    expanded_p_value,
+    percentile_interval,
+)
 
 
 @pytest.mark.parametrize(("n", "total", "width", "cells", "rows"), [
