@@ -92,16 +92,18 @@ PLANTED: tuple[Bug, ...] = (
         "    clusters = _read_labels(table.column(CLUSTER)) if CLUSTER in table.column_names else None",
         "    clusters = None", (DECISION,),
         "a unit file read back loses its clusters (resampled unit by unit, intervals too narrow)"),
-    # The two below were real bugs at f3e2dc9 (bad_direction then took `high < 0` / `low > 0` and p < 0.05).
-    # Since aca75c3 (issue 55) it returns False unless the interval excludes 0 (low > 0 or high < 0), and
-    # then low and high have the same sign: swapping them changes nothing for any interval with low <= high.
-    # They survive as equivalent mutants; kept as the issue lists them (bench/README.md, "planted.py").
+    # At f3e2dc9 bad_direction took `high < 0` / `low > 0` and p < 0.05, and the issue's two bugs swapped
+    # high and low there. Since aca75c3 (issue 55) it returns False unless the interval excludes 0, and then
+    # low and high have the same sign: that literal swap is an equivalent mutant now (it survives, and
+    # rightly). What the same slip does to today's code: the two directions swapped, and one side's test
+    # turned to the other side. Both must be killed.
+    Bug("significance_directions_swapped", "src/vsbench/reporting/significance.py",
+        "difference.high < 0 if higher_is_better else difference.low > 0",
+        "difference.low > 0 if higher_is_better else difference.high < 0", (DECISION,),
+        "bad_direction: the two directions swapped (a rise called worse when higher is better)"),
     Bug("significance_lower_is_better", "src/vsbench/reporting/significance.py",
-        "else difference.low > 0)", "else difference.high > 0)", (DECISION,),
-        "bad_direction, lower is better: `low > 0` -> `high > 0` (worse whenever the interval reaches above 0)"),
-    Bug("significance_higher_is_better", "src/vsbench/reporting/significance.py",
-        "difference.high < 0 if higher_is_better", "difference.low < 0 if higher_is_better", (DECISION,),
-        "bad_direction, higher is better: `high < 0` -> `low < 0`"),
+        "else difference.low > 0)", "else difference.high < 0)", (DECISION,),
+        "bad_direction, lower is better: `low > 0` -> `high < 0` (a fall called worse)"),
     Bug("regression_refused_to_noise", "src/vsbench/reporting/regression.py",
         "        if difference is None:\n            kept.append(drop)",
         "        if difference is None:\n            noise.append(drop)", (DECISION,),
