@@ -7,14 +7,31 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from vsbench.stats.compare import Difference, compare, mcnemar, permutation_p_values, replicates, unpaired_reason
-from vsbench.stats.resample import Resampling, expanded_confidence, expanded_p_value, percentile_interval
-from vsbench.stats.units import Units
+from vsbench.stats.compare import (
+    Difference,
+    align,
+    choose_test,
+    compare,
+    grouped,
+    interval_fields,
+    intervals,
+    mcnemar,
+    paired_clusters,
+    permutation_p_values,
+    replicates,
+    same_units,
+    unpaired_reason,
+)
+from vsbench.stats.proportions import BOOTSTRAP, CLOPPER_PEARSON
+from vsbench.stats.resample import Resampling, count_blocks, expanded_confidence, expanded_p_value, percentile_interval
+from vsbench.stats.statistics import evaluate
+from vsbench.stats.units import Units, UnitsError
 
 MEAN = {"score": {"statistic": "ratio", "num": "x"}}
 
@@ -93,7 +110,7 @@ def _brute_p(first: np.ndarray, second: np.ndarray, swaps: np.ndarray, extra: in
 
 def test_exact_permutation_p_values_enumerate_every_swap() -> None:
     x1 = np.array([0.2, 0.5, 0.1, 0.9, 0.4, 0.3])
-    x2 = np.array([0.6, 0.7, 0.2, 0.8, 0.9, 0.5])
+    x2 = np.array([0.6, 0.3, 0.2, 0.8, 0.9, 0.1])  # differences of both signs: a p-value inside (0, 1)
     ids = [f"u{i}" for i in range(6)]
     p, test = permutation_p_values(_units(ids, x1.tolist()), _units(ids, x2.tolist()), MEAN, Resampling(100, 0))
     swaps = np.array(list(itertools.product((0, 1), repeat=6)))
@@ -154,3 +171,167 @@ def test_a_class_mcnemar_says_which_units() -> None:
                     Units("question", "toy", ids, {"x": second.values("x")}, {"acc": {"statistic": "ratio", "num": "x"}}),
                     Resampling(50, 0))["acc"]
     assert plain.test == "exact McNemar test on every unit: 3 right only in the first, 2 only in the second"
+
+
+def _brute_ratio_p(n1: np.ndarray, d1: np.ndarray, n2: np.ndarray, d2: np.ndarray, swaps: np.ndarray) -> float:
+    """The exact two-sided permutation p-value of sum(num)/sum(den) (second minus first), by brute force."""
+    def stat(num: np.ndarray, den: np.ndarray) -> float:
+        return float(num.sum() / den.sum())
+
+    observed = stat(n2, d2) - stat(n1, d1)
+    t = np.array([stat(np.where(r, n1, n2), np.where(r, d1, d2)) - stat(np.where(r, n2, n1), np.where(r, d2, d1))
+                  for r in swaps.astype(bool)])
+    gamma = abs(observed) * 100 * np.finfo(np.float64).eps
+    return min(1.0, 2 * min(np.count_nonzero(t <= observed + gamma), np.count_nonzero(t >= observed - gamma)) / len(t))
+
+
+def test_a_ratio_with_a_denominator_is_permuted_unit_by_unit() -> None:
+    """Not linear in the swaps, unlike a mean: a swap counted twice (weights 0/2) moves its p-value."""
+    spec = {"r": {"statistic": "ratio", "num": "x", "den": "n"}}
+    ids = np.array([f"u{i}" for i in range(7)])
+    n1, d1 = np.array([4.0, 0, 1, 1, 1, 4, 5]), np.array([7.0, 1, 2, 3, 3, 7, 7])
+    n2, d2 = np.array([1.0, 0, 4, 4, 0, 0, 2]), np.array([3.0, 4, 7, 6, 2, 3, 5])
+    first = Units("query", "toy", ids, {"x": n1, "n": d1}, spec)
+    second = Units("query", "toy", ids, {"x": n2, "n": d2}, spec)
+    p, test = permutation_p_values(first, second, spec, Resampling(100, 0))
+    swaps = np.array(list(itertools.product((0, 1), repeat=7)))
+    assert p["r"] == pytest.approx(_brute_ratio_p(n1, d1, n2, d2, swaps), abs=1e-12) and 0 < p["r"] < 1
+    assert test == "exact paired permutation test (128 swaps)"
+
+
+def test_twelve_groups_are_still_enumerated_and_thirteen_are_drawn_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    x1, x2 = np.linspace(0, 1, 12), np.linspace(0.2, 0.9, 12)[::-1]
+    ids = [f"u{i}" for i in range(12)]
+    assert permutation_p_values(_units(ids, x1.tolist()), _units(ids, x2.tolist()), MEAN,
+                                Resampling(100, 0))[1] == "exact paired permutation test (4096 swaps)"
+    rng = np.random.default_rng(2)
+    y1, y2 = rng.random(13), rng.random(13) + 0.1
+    ids = [f"u{i}" for i in range(13)]
+    # 1 << 20 cells a block over 2 x 13 pooled units: 40329 rows; 100000 swaps are three blocks
+    p, test = permutation_p_values(_units(ids, y1.tolist()), _units(ids, y2.tolist()), MEAN, Resampling(100_000, 4))
+    assert test == "paired permutation test (100000 random swaps, seed 4)"
+    swaps = np.random.default_rng(4).integers(0, 2, (100_000, 13), dtype=np.int32)
+    diff = y2 - y1
+    t = ((1 - 2 * swaps) * diff).sum(axis=1) / 13
+    observed = diff.sum() / 13
+    gamma = abs(observed) * 100 * np.finfo(np.float64).eps
+    less, greater = np.count_nonzero(t <= observed + gamma), np.count_nonzero(t >= observed - gamma)
+    assert p["score"] == pytest.approx(min(1.0, 2 * min((less + 1) / 100_001, (greater + 1) / 100_001)), abs=1e-12)
+    back, _ = permutation_p_values(_units(ids, y2.tolist()), _units(ids, y1.tolist()), MEAN, Resampling(100_000, 4))
+    assert back["score"] == pytest.approx(p["score"], abs=1e-12)  # the other tail: every block counted there too
+
+
+def test_runs_with_numeric_and_text_ids_are_paired_by_the_ids_as_text() -> None:
+    """A run's ids as numbers (in memory) and the other's as text (read back from its file): the same
+    units, paired unit for unit, whatever order each holds them in."""
+    x1 = np.array([0.1, 0.9, 0.4, 0.7, 0.2])
+    numeric = Units("query", "toy", np.array([10, 9, 100, 7, 8]), {"x": x1}, MEAN)
+    order = [2, 0, 4, 1, 3]
+    x2 = np.array([0.5, 0.3, 0.8, 0.6, 0.0])  # second's values, for units 10, 9, 100, 7, 8
+    text = Units("query", "toy", np.array(["10", "9", "100", "7", "8"])[order], {"x": x2[order]}, MEAN)
+    assert same_units(numeric, text) and same_units(text, numeric) and unpaired_reason(numeric, text) == ""
+    assert align(numeric, text).values("x").tolist() == x2.tolist()
+    assert align(text, numeric).values("x").tolist() == x1[order].tolist()
+    swaps = np.array(list(itertools.product((0, 1), repeat=5)))
+    for first, second, a, b in ((numeric, text, x1, x2), (text, numeric, x2, x1)):
+        found = compare(first, second, Resampling(100, 0))["score"]
+        assert found.paired and found.difference == pytest.approx(b.mean() - a.mean())
+        assert found.p_value == pytest.approx(_brute_p(a, b, swaps, 0), abs=1e-12)
+    grouped_a = replace(numeric, clusters=np.array([1, 1, 2, 2, 3]))
+    grouped_b = replace(text, clusters=np.array(["1", "1", "2", "2", "3"])[order])
+    assert paired_clusters(grouped_a, align(grouped_a, grouped_b)).tolist() == ["1", "1", "2", "2", "3"]
+
+
+def test_only_the_metrics_asked_are_computed() -> None:
+    """A metric this vsbench cannot compute (a plugin's, not installed here) does not stop the
+    comparison of the others, paired or not, nor a single run's intervals."""
+    specs = {**MEAN, "plugin_metric": {"statistic": "not_installed_here"}}
+    a = Units("query", "toy", np.array(["a", "b", "c"]), {"x": np.array([0.1, 0.5, 0.9])}, specs)
+    b = Units("query", "toy", np.array(["a", "b", "c"]), {"x": np.array([0.3, 0.4, 1.0])}, specs)
+    c = Units("query", "toy", np.array(["d", "e"]), {"x": np.array([0.3, 0.4])}, specs)
+    assert set(compare(a, b, Resampling(50, 0), ["score"])) == {"score"}
+    assert set(compare(a, c, Resampling(50, 0), ["score"])) == {"score"}
+    found = intervals(a, Resampling(50, 0), ["score"])
+    assert set(found) == {"score"} and found["score"].metric == "score" and found["score"].method == BOOTSTRAP
+    with pytest.raises(UnitsError) as caught:
+        intervals(a, Resampling(50, 0), ["score", "nope", "zz"])
+    assert str(caught.value) == "toy units carry no statistic for nope, zz"
+
+
+def test_metrics_computed_differently_are_not_compared() -> None:
+    ids = np.array(["a", "b"])
+    a = Units("query", "toy", ids, {"x": np.array([1.0, 0.0]), "y": np.array([1.0, 2.0])},
+              {"s": {"statistic": "ratio", "num": "x"}, "t": {"statistic": "ratio", "num": "y"}})
+    b = Units("query", "toy", ids, {"x": np.array([1.0, 1.0]), "y": np.array([1.0, 2.0])},
+              {"s": {"statistic": "ratio", "num": "x"}, "t": {"statistic": "ratio", "num": "x"}})
+    assert set(compare(a, b, Resampling(50, 0))) == {"s"}
+    c = Units("query", "toy", ids, {"x": np.array([1.0, 1.0])}, {"s": {"statistic": "ratio", "num": "x", "den": "x"}})
+    with pytest.raises(UnitsError) as caught:
+        compare(a, c, Resampling(50, 0))
+    assert str(caught.value) == "the two evaluations share no metric computed the same way"
+
+
+def test_intervals_off_in_a_comparison_take_the_default_resamples() -> None:
+    rng = np.random.default_rng(1)
+    a = _units([f"q{i}" for i in range(30)], rng.random(30).tolist())
+    b = _units([f"r{i}" for i in range(30)], rng.random(30).tolist())
+    assert compare(a, b, Resampling(0, 0))["score"].test.startswith("unpaired bootstrap (1000 resamples each)")
+
+
+def test_interval_objects_say_what_they_are() -> None:
+    units = Units("question", "toy", np.array(["a", "b", "c"]), {"x": np.array([1.0, 0.0, 1.0]),
+                                                                 "y": np.array([0.5, 0.1, 0.9])},
+                  {"acc": {"statistic": "ratio", "num": "x"}, "m": {"statistic": "ratio", "num": "y"}})
+    off = intervals(units, Resampling(0, 0))
+    assert list(off) == ["acc", "m"] and all(v.metric == k and math.isnan(v.low) and math.isnan(v.high)
+                                             for k, v in off.items())
+    on = intervals(units, Resampling(50, 0))
+    assert on["acc"].metric == "acc" and on["acc"].method == CLOPPER_PEARSON and on["acc"].units == 3
+    assert on["acc"].kind == "question" and on["m"].method == BOOTSTRAP and on["m"].metric == "m"
+    assert interval_fields(on) == {"acc_ci95_low": on["acc"].low, "acc_ci95_high": on["acc"].high,
+                                   "m_ci95_low": on["m"].low, "m_ci95_high": on["m"].high}
+    half = {"h": replace(on["m"], high=math.nan), "l": replace(on["m"], low=math.nan)}
+    assert interval_fields(half) == {}
+
+
+def test_which_test_and_which_word() -> None:
+    ratio = {"statistic": "ratio", "num": "x"}
+    ones = _units(["a", "b"], [1, 0])
+    fractions = _units(["a", "b"], [0.5, 1])
+    own_groups = _units(["a", "b"], [1, 0], ["g1", "g2"])
+    shared = _units(["a", "b"], [1, 0], ["g", "g"])
+    assert choose_test(ratio) == "mcnemar" and choose_test(ratio, ones) == "mcnemar"
+    assert choose_test(ratio, ones, ones) == "mcnemar" and choose_test(ratio, ones, own_groups) == "mcnemar"
+    assert choose_test(ratio, ones, fractions) == "permutation"
+    assert choose_test(ratio, ones, shared) == "permutation" and choose_test(ratio, shared, ones) == "permutation"
+    assert choose_test({**ratio, "den": "x"}) == "permutation" and choose_test({"statistic": "micro_ap"}) == "bootstrap"
+    assert not grouped(own_groups) and grouped(shared) and not grouped(ones)
+
+
+def test_a_paired_comparison_says_how_it_drew() -> None:
+    from tests.unit.test_units_copy_detection import _case, _own_references
+    from vsbench.benchmarks.disc.units import copy_detection_units
+
+    first = copy_detection_units(*_own_references(_case(11, every_query_has_a_copy=True)))  # no two share a copy
+    found = compare(first, first, Resampling(40, 2), ["uap"])["uap"]
+    assert found.metric == "uap" and found.kind == "query" and found.paired
+    assert found.test == "paired bootstrap of the difference (40 resamples, seed 2; each run ranked by its own scores)"
+    grouped_disc = copy_detection_units(*_case(20, every_query_has_a_copy=True))
+    n_groups = grouped_disc.cluster_index()[1]
+    assert 1 < n_groups < len(grouped_disc)
+    found = compare(grouped_disc, grouped_disc, Resampling(40, 2), ["uap"])["uap"]
+    assert found.kind == "group" and found.test == (
+        f"paired bootstrap of the difference (40 resamples, seed 2, drawing {n_groups} groups whole; "
+        "each run ranked by its own scores)")
+    ids = np.array([f"u{i}" for i in range(6)])
+    groups = np.array(["g0", "g0", "g1", "g1", "g2", "g2"])
+    a = Units("query", "toy", ids, {"x": np.array([1.0, 0, 1, 1, 0, 1])}, {"acc": {"statistic": "ratio", "num": "x"}})
+    b = Units("query", "toy", ids, {"x": np.array([0.0, 0, 1, 0, 1, 1])}, {"acc": {"statistic": "ratio", "num": "x"}},
+              groups)
+    found = compare(a, b, Resampling(40, 2))["acc"]  # one run groups its units: the pair draws those groups
+    assert found.kind == "group" and found.draws == 3
+    assert found.test == ("exact paired permutation test (8 swaps of 3 groups, each swapped whole); not McNemar's "
+                          "exact test, which counts the units of one group as independent draws")
+    w = np.concatenate(list(count_blocks(3, 40, 2)))[:, [0, 0, 1, 1, 2, 2]]
+    d = evaluate(b, w)["acc"] - evaluate(a, w)["acc"]
+    assert (found.low, found.high) == percentile_interval(d, expanded_confidence(0.95, 3))
