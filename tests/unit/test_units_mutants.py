@@ -1,0 +1,129 @@
+"""`vsbench.stats.units`' containers pinned value for value (issue 56: `make mutate` found `concat`,
+`take`, `ListColumn`'s constructors and `Labels` reached only through whole benchmarks, whose
+statistics did not notice a lost category, a shifted offset or a label out of order).
+
+Each test was seen failing with its mutant planted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from vsbench.stats.units import Labels, ListColumn, Units, UnitsError, sorted_codes
+
+METRICS = {"m": {"statistic": "ratio", "num": "x"}}
+
+
+def _lists(column: ListColumn) -> list[list[object]]:
+    return [column[i].tolist() for i in range(len(column))]
+
+
+def test_list_columns_from_lists_owners_and_texts() -> None:
+    column = ListColumn.from_lists([[1, 2], [], [3]])
+    assert column.values.dtype == np.float64 and column.values.tolist() == [1.0, 2.0, 3.0]
+    assert column.offsets.dtype == np.int64 and column.offsets.tolist() == [0, 2, 2, 3]
+    assert _lists(column) == [[1.0, 2.0], [], [3.0]] and len(column) == 3
+    assert column.owner().tolist() == [0, 0, 2] and column.owner().dtype == np.int32
+    ints = ListColumn.from_lists([[1], [2, 3]], dtype=np.int64)
+    assert ints.values.dtype == np.int64 and ints.offsets.tolist() == [0, 1, 3]
+    empty = ListColumn.from_lists([], dtype=np.int8)
+    assert empty.values.dtype == np.int8 and empty.values.size == 0 and empty.offsets.tolist() == [0]
+    owned = ListColumn.from_owner(np.array([10, 20, 30, 40]), np.array([2, 0, 2, 0]), 4)
+    assert owned.offsets.dtype == np.int64 and owned.offsets.tolist() == [0, 2, 2, 4, 4]
+    assert _lists(owned) == [[20, 40], [], [10, 30], []]  # stable within a unit
+    coded = ListColumn.coded(np.array(["b", "a", "b", "c"]), np.array([0, 3, 4]))
+    assert coded.categories.tolist() == ["a", "b", "c"] and coded.values.tolist() == [1, 0, 1, 2]
+    assert coded.values.dtype == np.int32 and _lists(coded) == [["b", "a", "b"], ["c"]]
+    assert coded.texts().tolist() == ["b", "a", "b", "c"] and coded.category_texts().tolist() == ["a", "b", "c"]
+    assert ListColumn.from_lists([[1.5]]).texts().tolist() == [1.5]
+    arrow = ListColumn(np.array([1, 1, 0], dtype=np.int32), np.array([0, 2, 3]), pa.array(["x", "y"]))
+    assert arrow.category_texts().tolist() == ["x", "y"] and _lists(arrow) == [["y", "y"], ["x"]]
+    with pytest.raises(ValueError, match="^a list column without categories$"):
+        column.category_texts()
+
+
+def test_taking_rows_keeps_each_units_list_and_its_categories() -> None:
+    coded = ListColumn.coded(np.array(["b", "a", "b", "c", "d"]), np.array([0, 3, 3, 5]))
+    taken = coded.take(np.array([2, 0, 1]))
+    assert taken.offsets.tolist() == [0, 2, 5, 5] and _lists(taken) == [["c", "d"], ["b", "a", "b"], []]
+    assert taken.categories is coded.categories
+
+
+def _pair() -> tuple[Units, Units]:
+    first = Units("query", "toy", np.array(["q1", "q2"]),
+                  {"x": np.array([0.5, 1.0]), "scores": ListColumn.from_lists([[0.9, 0.1], [0.4]]),
+                   "refs": ListColumn.coded(np.array(["r2", "r1", "r1"]), np.array([0, 2, 3]))},
+                  METRICS, np.array(["g1", "g2"]), "Flat")
+    second = Units("query", "toy", np.array([7, 8]),
+                   {"x": np.array([0.0, 0.25]), "scores": ListColumn.from_lists([[], [0.7, 0.6]]),
+                    "refs": ListColumn.coded(np.array(["r3", "r1"]), np.array([0, 0, 2]))},
+                   METRICS, np.array(["g1", "g3"]), "PCA")
+    return first, second
+
+
+def test_units_pooled_keep_every_column_list_category_cluster_and_id() -> None:
+    first, second = _pair()
+    pool = first.concat(second)
+    assert pool.kind == "query" and pool.benchmark == "toy" and pool.variant == "Flat" and pool.metrics == METRICS
+    assert pool.ids.tolist() == ["q1", "q2", "7", "8"]
+    assert pool.columns["x"].tolist() == [0.5, 1.0, 0.0, 0.25]
+    assert pool.columns["scores"].offsets.tolist() == [0, 2, 3, 3, 5]
+    assert _lists(pool.columns["scores"]) == [[0.9, 0.1], [0.4], [], [0.7, 0.6]]
+    assert _lists(pool.columns["refs"]) == [["r2", "r1"], ["r1"], [], ["r3", "r1"]]
+    assert pool.clusters.tolist() == ["g1", "g2", "g1", "g3"]
+    plain = Units("query", "toy", np.array(["a"]), {"x": np.array([1.0])}, METRICS)
+    assert plain.concat(plain).clusters is None
+    assert first.concat(replace_clusters(second, None)).clusters is None
+
+
+def replace_clusters(units: Units, clusters: object) -> Units:
+    return Units(units.kind, units.benchmark, units.ids, units.columns, units.metrics, clusters, units.variant)
+
+
+def test_units_that_cannot_be_pooled_say_why() -> None:
+    first, second = _pair()
+    other = Units("query", "toy", np.array(["a"]), {"x": np.array([1.0])}, METRICS)
+    with pytest.raises(UnitsError) as caught:
+        first.concat(other)
+    assert str(caught.value) == "units with other columns cannot be pooled: ['refs', 'scores', 'x'] vs ['x']"
+    flat = Units("query", "toy", second.ids, {**second.columns, "scores": np.array([1.0, 2.0])}, METRICS)
+    with pytest.raises(UnitsError) as caught:
+        first.concat(flat)
+    assert str(caught.value) == "column 'scores' is a list in one unit file and not in the other"
+
+
+def test_taking_units_takes_every_column_and_cluster() -> None:
+    first, _ = _pair()
+    taken = first.take(np.array([1, 0]))
+    assert taken.ids.tolist() == ["q2", "q1"] and taken.variant == "Flat" and taken.metrics == METRICS
+    assert taken.columns["x"].tolist() == [1.0, 0.5] and _lists(taken.columns["refs"]) == [["r1"], ["r2", "r1"]]
+    assert taken.clusters.tolist() == ["g2", "g1"]
+    labels = Labels.from_texts(np.array(["b", "a", "b", "c"]))
+    grouped = Units("query", "toy", np.array(list("wxyz")), {"x": np.arange(4.0)}, METRICS, labels)
+    part = grouped.take(np.array([3, 0, 2]))
+    assert isinstance(part.clusters, Labels) and part.clusters.tolist() == ["c", "b", "b"]
+    assert part.clusters.codes.tolist() == [1, 0, 0] and part.clusters.count == 2
+    assert part.cluster_index()[1] == 2
+
+
+def test_labels_read_as_the_text_array_they_stand_for() -> None:
+    labels = Labels.from_texts(np.array(["b", "a", "b", "c"]))
+    assert labels.codes.tolist() == [1, 0, 1, 2] and labels.codes.dtype == np.int32 and labels.count == 3
+    assert labels.tolist() == ["b", "a", "b", "c"] and len(labels) == 4
+    assert np.asarray(labels).tolist() == ["b", "a", "b", "c"] and np.asarray(labels, dtype=object).dtype == object
+    assert labels[2] == "b" and labels[np.int64(1)] == "a" and labels[1:3].tolist() == ["a", "b"]
+    assert labels.categories().to_pylist() == ["a", "b", "c"]
+    prefixed = Labels(np.array([0, 1, 1], dtype=np.int32), 2, (("source:", np.array(["x"])), ("unit:", pa.array(["q"]))))
+    assert prefixed.tolist() == ["source:x", "unit:q", "unit:q"] and prefixed.arrow().type == pa.string()
+    none = Labels(np.zeros(0, dtype=np.int32), 0, ())
+    assert np.asarray(none).size == 0 and none.categories().to_pylist() == []
+
+
+def test_sorted_codes_are_numpy_uniques_inverse() -> None:
+    labels = np.array(["b", "a", "b", "c", "a"])
+    codes, count = sorted_codes(labels)
+    _, inverse = np.unique(labels, return_inverse=True)
+    assert codes.tolist() == inverse.tolist() and count == 3 and codes.dtype == np.int64
+    assert sorted_codes(np.array([], dtype=str))[1] == 0
+    assert sorted_codes(np.array(["z"]))[0].tolist() == [0] and sorted_codes(np.array(["z"]))[1] == 1
