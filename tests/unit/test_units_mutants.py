@@ -6,11 +6,25 @@ Each test was seen failing with its mutant planted."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from vsbench.stats.units import Labels, ListColumn, Units, UnitsError, sorted_codes
+from vsbench.stats.units import (
+    Labels,
+    ListColumn,
+    Units,
+    UnitsError,
+    digest_of,
+    parse_metadata,
+    read_units,
+    sorted_codes,
+    units_from_bytes,
+)
 
 METRICS = {"m": {"statistic": "ratio", "num": "x"}}
 
@@ -127,3 +141,87 @@ def test_sorted_codes_are_numpy_uniques_inverse() -> None:
     assert codes.tolist() == inverse.tolist() and count == 3 and codes.dtype == np.int64
     assert sorted_codes(np.array([], dtype=str))[1] == 0
     assert sorted_codes(np.array(["z"]))[0].tolist() == [0] and sorted_codes(np.array(["z"]))[1] == 1
+
+
+def _refusal(call: object) -> str:
+    with pytest.raises(UnitsError) as caught:
+        call()  # type: ignore[operator]
+    return str(caught.value)
+
+
+def test_units_refuse_in_one_line_naming_what(tmp_path: Path) -> None:
+    ids = np.array(["a", "b"])
+    assert _refusal(lambda: Units("thing", "toy", ids, {}, {})) == (
+        "unit kind 'thing': expected one of query, question, pair, seed")
+    assert _refusal(lambda: Units("query", "toy", ids, {"unit": np.zeros(2)}, {})) == "column name 'unit' is reserved"
+    assert _refusal(lambda: Units("query", "toy", ids, {"x": np.zeros(3)}, {})) == "column 'x' has 3 rows for 2 units"
+    assert _refusal(lambda: Units("query", "toy", ids, {}, {}, np.array(["g"]))) == "1 cluster labels for 2 units"
+    assert _refusal(lambda: Units("query", "toy", ids, {}, {"m": {"num": "x"}})) == (
+        "metric 'm': its spec names no statistic")
+    units = Units("query", "toy", ids, {"x": np.zeros(2), "y": np.ones(2)}, {})
+    assert _refusal(lambda: units.values("z")) == "toy units have no column 'z' (columns: x, y)"
+    assert _refusal(lambda: units.lists("x")) == "toy units: column 'x' is not a list column"
+    missing = tmp_path / "gone.parquet"
+    assert _refusal(lambda: read_units(missing)) == f"{missing}: cannot read the unit file (No such file or directory)"
+    path = tmp_path / "u.parquet"
+    units.write(path)
+    assert read_units(path).ids.tolist() == ["a", "b"]
+    wrong = "0" * 64
+    assert _refusal(lambda: read_units(path, wrong)) == (
+        f"{path}: its bytes are not those the evaluation wrote (sha256 {digest_of(path.read_bytes())[:12]}..., "
+        "recorded 000000000000...); score the run again to write them anew")
+    assert _refusal(lambda: units_from_bytes(b"not parquet")).startswith("unit file: not a Parquet file (")
+    plain = pa.BufferOutputStream()
+    pq.write_table(pa.table({"unit": ["a"]}), plain)
+    assert _refusal(lambda: units_from_bytes(plain.getvalue().to_pybytes(), "run r / f")) == (
+        "run r / f: no vsbench.units metadata; not a vsbench unit file")
+    no_unit = pa.BufferOutputStream()
+    pq.write_table(pa.table({"x": [1.0]}).replace_schema_metadata({b"vsbench.units": json.dumps(units.metadata())}),
+                   no_unit)
+    assert _refusal(lambda: units_from_bytes(no_unit.getvalue().to_pybytes(), "f")) == (
+        "f: no 'unit' column; not a vsbench unit file")
+    short = pa.BufferOutputStream()
+    pq.write_table(pa.table({"unit": ["a", "b"], "cluster": ["g", "g"]}).replace_schema_metadata(
+        {b"vsbench.units": json.dumps({**units.metadata(), "kind": "query", "metrics": {"m": {"num": 1}}})}), short)
+    assert _refusal(lambda: units_from_bytes(short.getvalue().to_pybytes(), "f")).startswith(
+        "f: its vsbench.units metadata is broken: metrics.m.statistic: Field required")
+    assert _refusal(lambda: parse_metadata(json.dumps({"version": 7}).encode(), "f")) == (
+        "f: unit file version '7', this vsbench reads 1")
+    assert _refusal(lambda: parse_metadata(json.dumps({"version": 1}).encode(), "f")).startswith(
+        "f: its vsbench.units metadata is broken: kind: Field required")
+
+
+def test_statistic_params_are_plain_json_two_lists_deep() -> None:
+    base = {"kind": "query", "benchmark": "toy", "metrics": {}, "version": 1}
+    for value in (1, 1.5, "a", True, None, [1, "a"], [[1, 2], [3]]):
+        parse_metadata(json.dumps({**base, "metrics": {"m": {"statistic": "ratio", "p": value}}}).encode(), "f")
+    for value in ([[[1]]], {"a": 1}, [{"a": 1}]):
+        message = _refusal(lambda value=value: parse_metadata(
+            json.dumps({**base, "metrics": {"m": {"statistic": "ratio", "p": value}}}).encode(), "f"))
+        assert "param 'p' is not a number, text, boolean or list of them" in message
+
+
+def test_the_file_holds_text_ids_text_clusters_int64_offsets_and_text_dictionaries(tmp_path: Path) -> None:
+    units = Units("query", "toy", np.array([3, 1]), {
+        "x": np.array([0.5, 1.0]), "s": ListColumn.from_lists([[0.1], [0.2, 0.3]]),
+        "r": ListColumn.coded(np.array(["b", "a", "b"]), np.array([0, 1, 3]))}, {"m": {"statistic": "ratio", "num": "x"}},
+        np.array([7, 7]), "Flat")
+    path = tmp_path / "u.parquet"
+    sha = units.write(path)
+    assert sha == digest_of(path.read_bytes()) and units.to_parquet_bytes() == path.read_bytes()
+    table = pq.read_table(path)
+    assert table.schema.field("unit").type == pa.string() and table.column("unit").to_pylist() == ["3", "1"]
+    assert table.schema.field("cluster").type == pa.string() and table.column("cluster").to_pylist() == ["7", "7"]
+    assert table.schema.field("s").type == pa.large_list(pa.float64())
+    assert pa.types.is_dictionary(table.schema.field("r").type.value_type)
+    meta = pq.read_metadata(path)
+    columns = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i) for i in range(meta.num_columns)}
+    assert all(c.compression == "ZSTD" for c in columns.values())
+    assert not columns["x"].is_stats_set
+    back = read_units(path, sha)
+    assert back.ids.tolist() == ["3", "1"] and back.variant == "Flat" and back.clusters.tolist() == ["7", "7"]
+    assert [back.columns["s"][i].tolist() for i in range(2)] == [[0.1], [0.2, 0.3]]
+    assert back.columns["s"].offsets.dtype == np.int64
+    assert [back.columns["r"][i].tolist() for i in range(2)] == [["b"], ["a", "b"]]
+    labelled = Units("query", "toy", np.array(["a", "b", "c"]), {}, {}, Labels.from_texts(np.array(["y", "x", "y"])))
+    assert read_units(tmp_path / "l.parquet", labelled.write(tmp_path / "l.parquet")).clusters.tolist() == ["y", "x", "y"]
