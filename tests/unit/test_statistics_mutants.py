@@ -102,3 +102,14 @@ def test_a_plugin_is_found_by_its_own_name_among_several(tmp_path: Path, monkeyp
         find("zz.constant")
     assert str(caught.value) == (f"statistic 'zz.constant' ({__name__}:NOT_CALLABLE, from several-stats) "
                                  "is not a function")
+
+
+def test_a_same_named_entry_point_of_another_group_is_never_loaded(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    info = tmp_path / "mixed_stats-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mixed-stats\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[console_scripts]\nzz.half = {__name__}:twice_mean\n\n"
+                                           f"[{ENTRY_POINT_GROUP}]\nzz.half = {__name__}:half_mean\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert find("zz.half") is half_mean
