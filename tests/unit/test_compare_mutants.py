@@ -67,7 +67,7 @@ def test_an_unpaired_difference_is_the_two_bootstraps_apart() -> None:
     level = expanded_confidence(0.95, draws)
     assert (found.low, found.high) == percentile_interval(d, level)
     assert found.p_value == expanded_p_value(min(float(np.mean(d <= 0)), float(np.mean(d >= 0))), draws)
-    assert not found.paired and found.draws == draws and found.level == level
+    assert found.paired is False and found.metric == "score" and found.draws == draws and found.level == level
     assert found.dropped == 0 and found.resamples == 200 and found.kind == "group"
     assert found.first == pytest.approx(np.mean(first.values("x"))) and found.second == pytest.approx(
         np.mean(second.values("x")))
@@ -335,3 +335,13 @@ def test_a_paired_comparison_says_how_it_drew() -> None:
     w = np.concatenate(list(count_blocks(3, 40, 2)))[:, [0, 0, 1, 1, 2, 2]]
     d = evaluate(b, w)["acc"] - evaluate(a, w)["acc"]
     assert (found.low, found.high) == percentile_interval(d, expanded_confidence(0.95, 3))
+
+
+def test_an_unpaired_p_value_counts_replicates_at_exactly_0_in_both_tails() -> None:
+    """Right/wrong answers of a few units: many replicate differences are exactly 0."""
+    first = _units(["a", "b", "c", "d"], [1, 0, 1, 0])
+    second = _units(["e", "f", "g", "h"], [0, 1, 1, 0])
+    found = compare(first, second, Resampling(200, 0))["score"]
+    d = replicates(second, Resampling(200, 1))["score"] - replicates(first, Resampling(200, 0))["score"]
+    assert np.count_nonzero(d == 0) > 20
+    assert found.p_value == expanded_p_value(min(float(np.mean(d <= 0)), float(np.mean(d >= 0))), 4)
