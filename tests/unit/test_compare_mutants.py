@@ -345,3 +345,10 @@ def test_an_unpaired_p_value_counts_replicates_at_exactly_0_in_both_tails() -> N
     d = replicates(second, Resampling(200, 1))["score"] - replicates(first, Resampling(200, 0))["score"]
     assert np.count_nonzero(d == 0) > 20
     assert found.p_value == expanded_p_value(min(float(np.mean(d <= 0)), float(np.mean(d >= 0))), 4)
+
+
+def test_why_runs_with_numeric_and_text_ids_are_not_paired_counts_the_shared_as_text() -> None:
+    numeric = Units("query", "toy", np.array([1, 2, 3]), {"x": np.zeros(3)}, MEAN)
+    text = Units("query", "toy", np.array(["2", "3", "4"]), {"x": np.zeros(3)}, MEAN)
+    assert unpaired_reason(numeric, text) == "they scored different units (2 shared of 3 and 3)"
+    assert unpaired_reason(text, numeric) == "they scored different units (2 shared of 3 and 3)"
