@@ -225,3 +225,27 @@ def test_the_file_holds_text_ids_text_clusters_int64_offsets_and_text_dictionari
     assert [back.columns["r"][i].tolist() for i in range(2)] == [["b"], ["a", "b"]]
     labelled = Units("query", "toy", np.array(["a", "b", "c"]), {}, {}, Labels.from_texts(np.array(["y", "x", "y"])))
     assert read_units(tmp_path / "l.parquet", labelled.write(tmp_path / "l.parquet")).clusters.tolist() == ["y", "x", "y"]
+
+
+def test_pooling_a_coded_list_with_a_plain_text_one_and_numeric_with_text_clusters() -> None:
+    offsets = np.array([0, 2, 3])
+    coded = Units("query", "toy", np.array(["a", "b"]), {"r": ListColumn.coded(np.array(["y", "x", "y"]), offsets)},
+                  METRICS, np.array([1, 2]))
+    plain = Units("query", "toy", np.array(["c", "d"]), {"r": ListColumn(np.array(["z", "x", "w"]), offsets)},
+                  METRICS, np.array(["g", "h"]))
+    for first, second, texts, clusters in ((coded, plain, [["y", "x"], ["y"], ["z", "x"], ["w"]], ["1", "2", "g", "h"]),
+                                           (plain, coded, [["z", "x"], ["w"], ["y", "x"], ["y"]], ["g", "h", "1", "2"])):
+        pool = first.concat(second)
+        assert _lists(pool.columns["r"]) == texts and pool.clusters.tolist() == clusters
+    both_plain = plain.concat(plain).columns["r"]
+    assert both_plain.categories is None and both_plain.values.tolist() == ["z", "x", "w", "z", "x", "w"]
+
+
+def test_each_list_column_gets_the_owner_of_its_own_offsets() -> None:
+    units = Units("query", "toy", np.array(["a", "b"]), {"s": ListColumn.from_lists([[1, 2, 3], [4]]),
+                                                         "t": ListColumn.from_lists([[5], [6, 7, 8]]),
+                                                         "u": ListColumn.from_lists([[9, 9, 9], [9]])}, METRICS)
+    assert units.lists("s")[1].tolist() == [0, 0, 0, 1]
+    assert units.lists("t")[1].tolist() == [0, 1, 1, 1]
+    assert units.lists("t", np.int64)[0].dtype == np.int64 and units.lists("t")[0].dtype == np.float64
+    assert units.take(np.array([1])).benchmark == "toy"
