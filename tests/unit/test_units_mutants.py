@@ -249,3 +249,21 @@ def test_each_list_column_gets_the_owner_of_its_own_offsets() -> None:
     assert units.lists("t")[1].tolist() == [0, 1, 1, 1]
     assert units.lists("t", np.int64)[0].dtype == np.int64 and units.lists("t")[0].dtype == np.float64
     assert units.take(np.array([1])).benchmark == "toy"
+
+
+def test_groups_refuse_links_that_do_not_fit_in_one_line() -> None:
+    from vsbench.stats.units import coded_groups, groups_of
+
+    with pytest.raises(ValueError) as caught:
+        groups_of(3, [0, 1], ["a"])
+    assert str(caught.value) == "2 linked units for 1 sources"
+    with pytest.raises(ValueError) as caught:
+        coded_groups(3, [0, 1], np.array([0]), np.array(["a"]))
+    assert str(caught.value) == "2 linked units for 1 sources"
+    with pytest.raises(ValueError) as caught:
+        coded_groups(3, [0, 3], np.array([0, 0]), np.array(["a"]))
+    assert str(caught.value) == "a linked unit row is outside 0..2"
+    assert groups_of(3, [0, 1], ["a", "b"]) is None  # every unit its own group
+    grouped = groups_of(3, [0, 1], ["a", "a"], unit_ids=["x", "y", "z"], prefix="source:")
+    assert grouped is not None and grouped.tolist() == ["source:a", "source:a", "unit:z"]
+    assert groups_of(3, [0, 1], ["a", "a"]).tolist() == ["a", "a", "unit:2"]
