@@ -267,3 +267,9 @@ def test_groups_refuse_links_that_do_not_fit_in_one_line() -> None:
     grouped = groups_of(3, [0, 1], ["a", "a"], unit_ids=["x", "y", "z"], prefix="source:")
     assert grouped is not None and grouped.tolist() == ["source:a", "source:a", "unit:z"]
     assert groups_of(3, [0, 1], ["a", "a"]).tolist() == ["a", "a", "unit:2"]
+
+
+def test_a_unit_file_without_units_reads_back(tmp_path: Path) -> None:
+    empty = Units("query", "toy", np.array([], dtype=str), {"x": np.zeros(0)}, METRICS, np.array([], dtype=str))
+    back = read_units(tmp_path / "e.parquet", empty.write(tmp_path / "e.parquet"))
+    assert len(back) == 0 and back.clusters is not None and len(back.clusters) == 0
