@@ -115,3 +115,25 @@ def test_tagged_pairs_refuse_lists_that_do_not_pair_or_hold_bad_values() -> None
                                                      "label": ListColumn.from_lists(labels, dtype=np.int64)}, {})
         with pytest.raises(ValueError, match=r"^tagged pair scores must be finite and labels 0 or 1$"):
             tagged_average_precision(bad, np.ones((1, 1)))
+
+
+def test_one_side_named_keeps_every_pair_of_the_other() -> None:
+    files = _files(np.random.default_rng(5))
+    every = patch_pair_units({p: files[p] for p in POS}, {n: files[n] for n in NEG})["mean"]
+    weights = np.random.default_rng(6).integers(0, 3, (6, len(every)))
+    where = {unit: k for k, unit in enumerate(every.ids.tolist())}
+    for positives, negatives, asked in ((["easy"], list(NEG), {"positive": "easy"}),
+                                        (list(POS), [NEG[1]], {"negative": NEG[1]})):
+        subset = patch_pair_units({p: files[p] for p in positives}, {n: files[n] for n in negatives})["mean"]
+        w = weights[:, [where[unit] for unit in subset.ids.tolist()]]
+        np.testing.assert_array_equal(pair_roc_auc(every, weights, **asked), pair_roc_auc(subset, w))
+
+
+def test_tagged_pairs_all_tied_are_one_threshold() -> None:
+    scores = [np.full(3, 0.5), np.full(2, 0.5)]
+    labels = [np.array([1, 0, 1]), np.array([0, 0])]
+    units = Units("seed", "vsd", np.array(["a", "b"]), {"score": ListColumn.from_lists(scores),
+                                                         "label": ListColumn.from_lists(labels, dtype=np.int64)}, {})
+    y, s = np.concatenate(labels), np.concatenate(scores)
+    assert tagged_roc_auc(units, np.ones((1, 2)))[0] == pytest.approx(roc_auc_score(y, s)) == pytest.approx(0.5)
+    assert tagged_average_precision(units, np.ones((1, 2)))[0] == pytest.approx(average_precision_score(y, s))
