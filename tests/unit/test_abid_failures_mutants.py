@@ -1,0 +1,31 @@
+"""`vsbench.abid.failures`' titles and its verification sheet's edges, exactly (issue 56: `make
+mutate` found the default model names and a task entry without a training bin reached by no fast
+test). Each test was seen failing with its mutant planted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from vsbench.abid.failures import task_models, verification_sheet
+
+
+def test_each_tasks_model_as_a_title_names_it() -> None:
+    assert task_models() == {"counting": "counting network", "verification": "siamese network",
+                             "quantity": "asin prior + counting network"}
+    assert task_models("resnet34", "siamese-resnet34") == {
+        "counting": "resnet34 counting network", "verification": "siamese-resnet34 network",
+        "quantity": "asin prior + resnet34 counting network"}
+
+
+def test_a_verification_question_without_a_training_bin_says_so(tmp_path: Path) -> None:
+    entries = [[3, "B00X", 1], [4, "B00Y", 0, "not a list"], [5, "B00Z", 1, [7, 8]]]
+    sheet = verification_sheet(entries, np.array([0, 1, 0]), np.array([1, 0, 1]), ["q3", "q4", "q5"], tmp_path, 10)
+    assert sheet.total == 3 and len(sheet.rows) == 3
+    for row in sheet.rows[:2]:
+        assert row.tiles[1].caption == ("no training bin",) and row.tiles[1].missing == (
+            "the task file lists no training bin with this asin")
+    assert sheet.rows[2].tiles[1].caption != ("no training bin",)
+    assert sheet.rows[0].title.startswith("is asin B00X in ") and sheet.rows[0].title.endswith(
+        "? said no, truth yes (question q3)")
