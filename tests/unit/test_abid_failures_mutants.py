@@ -29,3 +29,23 @@ def test_a_verification_question_without_a_training_bin_says_so(tmp_path: Path) 
     assert sheet.rows[2].tiles[1].caption != ("no training bin",)
     assert sheet.rows[0].title.startswith("is asin B00X in ") and sheet.rows[0].title.endswith(
         "? said no, truth yes (question q3)")
+
+
+def test_the_verification_sheet_word_for_word(tmp_path: Path) -> None:
+    from vsbench.abid.failures import LEGENDS
+    from vsbench.abid.ids import local_name
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
+    (images / local_name(4, "image")).symlink_to(tmp_path / "elsewhere.jpg")  # bin 3's photo: out of the root
+    entries = [[3, "B00X", 1], [5, "B00Z", 1, [7, 8]]]
+    sheet = verification_sheet(entries, np.array([0, 1]), np.array([1, 0]), ["q3", "q5"], images, 1)
+    assert sheet.title == "ABID object verification: the wrong answers"
+    assert sheet.what == "wrong answers" and sheet.total == 2 and len(sheet.rows) == 1
+    assert sheet.legend == dict(LEGENDS["verification"])
+    assert len(sheet.notes) == 1 and "outside" in sheet.notes[0]
+    query, reference = sheet.rows[0].tiles
+    assert query.mark == "query" and reference.mark == "true" and reference.image is None
+    shown = verification_sheet(entries[1:], np.array([1]), np.array([0]), ["q5"], tmp_path, 5)
+    assert [t.mark for t in shown.rows[0].tiles] == ["query", "true"]
