@@ -49,3 +49,23 @@ def test_the_verification_sheet_word_for_word(tmp_path: Path) -> None:
     assert query.mark == "query" and reference.mark == "true" and reference.image is None
     shown = verification_sheet(entries[1:], np.array([1]), np.array([0]), ["q5"], tmp_path, 5)
     assert [t.mark for t in shown.rows[0].tiles] == ["query", "true"]
+
+
+def test_the_quantity_sheet_word_for_word(tmp_path: Path) -> None:
+    from vsbench.abid.failures import LEGENDS, quantity_sheet
+    from vsbench.abid.ids import local_name
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
+    (images / local_name(4, "image")).symlink_to(tmp_path / "elsewhere.jpg")  # bin 3's photo: out of the root
+    entries = [[3, "B00X", 1, 2, 3], [5, "B00Z", 1, 1, 1]]
+    sheet = quantity_sheet(entries, np.array([1, 1]), np.array([0, 0]), ["q3", "q5"], images, 1)
+    assert sheet.title == "ABID quantity verification: the wrong answers"
+    assert sheet.what == "wrong answers" and sheet.total == 2 and len(sheet.rows) == 1
+    assert sheet.legend == dict(LEGENDS["quantity"])
+    assert len(sheet.notes) == 1 and "outside" in sheet.notes[0]
+    (tile,) = sheet.rows[0].tiles
+    assert tile.mark == "query" and tile.caption == (sheet.rows[0].title.split(" in ")[1].split("?")[0],)
+    assert sheet.rows[0].title.startswith("3 of asin B00X in ") and sheet.rows[0].title.endswith(
+        "? said yes, truth no (holds 2; question q3)")
