@@ -69,3 +69,20 @@ def test_the_quantity_sheet_word_for_word(tmp_path: Path) -> None:
     assert tile.mark == "query" and tile.caption == (sheet.rows[0].title.split(" in ")[1].split("?")[0],)
     assert sheet.rows[0].title.startswith("3 of asin B00X in ") and sheet.rows[0].title.endswith(
         "? said yes, truth no (holds 2; question q3)")
+
+
+def test_the_counting_sheet_word_for_word(tmp_path: Path) -> None:
+    from vsbench.abid.failures import LEGENDS, counting_sheet
+    from vsbench.abid.ids import local_name
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
+    (images / local_name(4, "image")).symlink_to(tmp_path / "elsewhere.jpg")  # bin 3's photo: out of the root
+    sheet = counting_sheet([[3], [5], [6]], np.array([1, 4, 2]), np.array([4, 4, 1]), ["a", "b", "c"], images, 1)
+    assert sheet.title == "ABID counting: the bins counted wrong"
+    assert sheet.what == "counting errors" and sheet.total == 2 and len(sheet.rows) == 1
+    assert sheet.legend == dict(LEGENDS["counting"])
+    assert len(sheet.notes) == 1 and "outside" in sheet.notes[0]
+    (tile,) = sheet.rows[0].tiles
+    assert tile.mark == "false" and sheet.rows[0].title.endswith(": true count 4, predicted 1 (off by 3)")
