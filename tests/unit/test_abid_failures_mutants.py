@@ -86,3 +86,14 @@ def test_the_counting_sheet_word_for_word(tmp_path: Path) -> None:
     assert len(sheet.notes) == 1 and "outside" in sheet.notes[0]
     (tile,) = sheet.rows[0].tiles
     assert tile.mark == "false" and sheet.rows[0].title.endswith(": true count 4, predicted 1 (off by 3)")
+
+
+def test_an_entry_that_is_not_a_bin_index_is_a_tile_saying_so(tmp_path: Path) -> None:
+    from vsbench.abid.failures import bin_label, bin_tile
+
+    for index in ("x" * 50, -1, True, 2.0):
+        tile = bin_tile(tmp_path, index, "query")
+        assert tile.image is None and tile.mark == "query"
+        assert tile.caption == (f"entry {str(index)[:40]!r}",) == (bin_label(index),)
+        assert tile.missing == f"image index {str(index)[:40]!r} is not a bin index"
+    assert bin_label(0) == "bin 00001" and bin_tile(tmp_path, 0, "true").caption == ("bin 00001",)
