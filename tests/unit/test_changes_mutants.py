@@ -125,3 +125,19 @@ def test_count_words() -> None:
         "0 units whose true match ranked higher in the first, 2 in the second")
     assert count_words({"first_only": 2, "by_rank": 1, "by_ap": 1}) == (
         "2 units whose AP was higher in the first, 0 in the second")
+
+
+def test_units_judged_alike_are_counted_and_sections_sort_by_each_runs_own_rows() -> None:
+    from vsbench.abid.units import counting_units
+    from vsbench.stats.outcomes import changed
+
+    alike = changed(_accuracy(["a", "b", "c", "d"], [1, 1, 0, 1]), _accuracy(["d", "c", "b", "a"], [1, 0, 1, 1]))
+    assert alike.same == 4 and alike.first_only == [] and alike.second_only == []
+    truth = [1, 2, 3, 1, 2, 3]
+    first = outcomes_of(counting_units([1, 2, 3, 4, 9, 5], truth, ["0", "1", "2", "3", "4", "5"]))
+    order = [5, 4, 3, 2, 1, 0]  # the second run holds its units the other way round
+    second = outcomes_of(counting_units([[3, 8, 4, 1, 2, 3][k] for k in order], [truth[k] for k in order],
+                                        [str(k) for k in order]))
+    found = changed(first, second)
+    assert [str(first.units.ids[i]) for i, _ in found.second_only] == ["4", "3", "5"]  # first's errors: 7, 3, 2
+    assert [str(first.units.ids[i]) for i, _ in found.first_only] == ["1", "0", "2"]  # second's errors: 6, 2, 1
