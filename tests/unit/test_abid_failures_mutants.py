@@ -11,6 +11,17 @@ import numpy as np
 from vsbench.abid.failures import task_models, verification_sheet
 
 
+def _bin_3_outside(tmp_path: Path) -> Path:
+    """An image folder whose bin 3 photo is a link out of it: refused, and noted on the sheet."""
+    from vsbench.abid.ids import local_name
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
+    (images / local_name(4, "image")).symlink_to(tmp_path / "elsewhere.jpg")
+    return images
+
+
 def test_each_tasks_model_as_a_title_names_it() -> None:
     assert task_models() == {"counting": "counting network", "verification": "siamese network",
                              "quantity": "asin prior + counting network"}
@@ -33,12 +44,7 @@ def test_a_verification_question_without_a_training_bin_says_so(tmp_path: Path) 
 
 def test_the_verification_sheet_word_for_word(tmp_path: Path) -> None:
     from vsbench.abid.failures import LEGENDS
-    from vsbench.abid.ids import local_name
-
-    images = tmp_path / "images"
-    images.mkdir()
-    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
-    (images / local_name(4, "image")).symlink_to(tmp_path / "elsewhere.jpg")  # bin 3's photo: out of the root
+    images = _bin_3_outside(tmp_path)
     entries = [[3, "B00X", 1], [5, "B00Z", 1, [7, 8]]]
     sheet = verification_sheet(entries, np.array([0, 1]), np.array([1, 0]), ["q3", "q5"], images, 1)
     assert sheet.title == "ABID object verification: the wrong answers"
@@ -53,12 +59,7 @@ def test_the_verification_sheet_word_for_word(tmp_path: Path) -> None:
 
 def test_the_quantity_sheet_word_for_word(tmp_path: Path) -> None:
     from vsbench.abid.failures import LEGENDS, quantity_sheet
-    from vsbench.abid.ids import local_name
-
-    images = tmp_path / "images"
-    images.mkdir()
-    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
-    (images / local_name(4, "image")).symlink_to(tmp_path / "elsewhere.jpg")  # bin 3's photo: out of the root
+    images = _bin_3_outside(tmp_path)
     entries = [[3, "B00X", 1, 2, 3], [5, "B00Z", 1, 1, 1]]
     sheet = quantity_sheet(entries, np.array([1, 1]), np.array([0, 0]), ["q3", "q5"], images, 1)
     assert sheet.title == "ABID quantity verification: the wrong answers"
@@ -73,12 +74,7 @@ def test_the_quantity_sheet_word_for_word(tmp_path: Path) -> None:
 
 def test_the_counting_sheet_word_for_word(tmp_path: Path) -> None:
     from vsbench.abid.failures import LEGENDS, counting_sheet
-    from vsbench.abid.ids import local_name
-
-    images = tmp_path / "images"
-    images.mkdir()
-    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
-    (images / local_name(4, "image")).symlink_to(tmp_path / "elsewhere.jpg")  # bin 3's photo: out of the root
+    images = _bin_3_outside(tmp_path)
     sheet = counting_sheet([[3], [5], [6]], np.array([1, 4, 2]), np.array([4, 4, 1]), ["a", "b", "c"], images, 1)
     assert sheet.title == "ABID counting: the bins counted wrong"
     assert sheet.what == "counting errors" and sheet.total == 2 and len(sheet.rows) == 1
