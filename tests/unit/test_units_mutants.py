@@ -273,3 +273,83 @@ def test_a_unit_file_without_units_reads_back(tmp_path: Path) -> None:
     empty = Units("query", "toy", np.array([], dtype=str), {"x": np.zeros(0)}, METRICS, np.array([], dtype=str))
     back = read_units(tmp_path / "e.parquet", empty.write(tmp_path / "e.parquet"))
     assert len(back) == 0 and back.clusters is not None and len(back.clusters) == 0
+
+
+def _pages(data: bytes) -> dict[str, bool]:
+    """Each Parquet leaf column of a file: whether it has a dictionary page."""
+    import io
+
+    meta = pq.read_metadata(io.BytesIO(data)).row_group(0)
+    return {meta.column(i).path_in_schema: meta.column(i).has_dictionary_page for i in range(meta.num_columns)}
+
+
+def test_text_columns_and_coded_lists_get_dictionary_pages_numbers_do_not() -> None:
+    # The coded list's values were written without their dictionary until issue 56 (its leaf path
+    # is "r.list.element", and the writer named it "r"): this test failed on that writer.
+    units = Units("query", "toy", np.array(["a", "b", "c"]), {
+        "x": np.array([0.5, 1.0, 2.0]), "s": ListColumn.from_lists([[1.0], [2.0], [3.0]]),
+        "r": ListColumn.coded(np.array(["b", "a", "b"]), np.array([0, 1, 2, 3]))}, METRICS, np.array(["p", "q", "p"]))
+    assert _pages(units.to_parquet_bytes()) == {"unit": True, "cluster": True, "x": False, "s.list.element": False,
+                                                 "r.list.element": True}
+    assert _pages(Units("query", "toy", np.array([1, 2]), {"x": np.zeros(2)}, METRICS).to_parquet_bytes()) == {
+        "unit": True, "x": False}
+
+
+def test_the_same_units_give_the_same_bytes_whatever_order_their_metrics_were_given() -> None:
+    ids, x = np.array(["a", "b"]), {"x": np.array([0.5, 1.0])}
+    one = Units("query", "toy", ids, x, {"m": {"statistic": "ratio", "num": "x"}, "n": {"num": "x", "statistic": "ratio"}})
+    two = Units("query", "toy", ids, x, {"n": {"statistic": "ratio", "num": "x"}, "m": {"num": "x", "statistic": "ratio"}})
+    assert one.to_parquet_bytes() == two.to_parquet_bytes()
+    raw = pq.read_schema(pa.BufferReader(one.to_parquet_bytes())).metadata[b"vsbench.units"]
+    assert raw == json.dumps(json.loads(raw), sort_keys=True).encode()
+
+
+def _with_clusters(tmp_path: Path, clusters: pa.Array, name: str) -> Units:
+    """A unit file written by hand with this ``cluster`` column, read back."""
+    units = Units("query", "toy", np.array([str(i) for i in range(len(clusters))]), {"x": np.zeros(len(clusters))},
+                  METRICS)
+    table = pq.read_table(pa.BufferReader(units.to_parquet_bytes()))
+    table = table.append_column("cluster", clusters)
+    path = tmp_path / name
+    pq.write_table(table, path)
+    return read_units(path)
+
+
+def test_cluster_labels_read_back_as_labels_when_arrow_text_else_as_numpy(tmp_path: Path) -> None:
+    # Text (string or large_string): coded labels, numbered as sorted_codes numbers them.
+    for kind in (pa.string(), pa.large_string()):
+        back = _with_clusters(tmp_path, pa.array(["q", "p", "q", "r"], type=kind), f"{kind}.parquet")
+        assert isinstance(back.clusters, Labels), kind
+        assert back.clusters.codes.tolist() == [1, 0, 1, 2] and back.clusters.count == 3
+        assert back.clusters.tolist() == ["q", "p", "q", "r"]
+    one = _with_clusters(tmp_path, pa.array(["only"]), "one.parquet")
+    assert isinstance(one.clusters, Labels) and one.cluster_index()[1] == 1 and one.clusters.tolist() == ["only"]
+    # A null label keeps the numpy way (Arrow would rank the null as one more label).
+    nulls = _with_clusters(tmp_path, pa.array(["p", None, "p"]), "nulls.parquet")
+    assert not isinstance(nulls.clusters, Labels) and nulls.clusters.tolist() == ["p", None, "p"]
+    # Numbers are not text: kept as they are.
+    numbers = _with_clusters(tmp_path, pa.array([7, 3, 7]), "numbers.parquet")
+    assert not isinstance(numbers.clusters, Labels) and numbers.clusters.tolist() == [7, 3, 7]
+    assert numbers.cluster_index()[1] == 2
+
+
+def test_labels_with_a_nul_are_clustered_as_the_units_written_were(tmp_path: Path) -> None:
+    # numpy drops a trailing NUL: in memory "a" and "a\x00" are one cluster; read back they must be too.
+    units = Units("query", "toy", np.array(["1", "2", "3"]), {"x": np.zeros(3)}, METRICS,
+                  np.array(["a", "a\x00", "b"], dtype=object))
+    assert units.cluster_index()[1] == 2
+    back = read_units(tmp_path / "nul.parquet", units.write(tmp_path / "nul.parquet"))
+    assert not isinstance(back.clusters, Labels) and back.clusters.tolist() == ["a", "a\x00", "b"]
+    index, count = back.cluster_index()
+    assert count == 2 and index.tolist() == [0, 0, 1]
+    inside = _with_clusters(tmp_path, pa.array(["a\x00b", "a", "a\x00b"]), "inside.parquet")
+    assert not isinstance(inside.clusters, Labels)
+
+
+def test_labels_of_an_arrow_array_not_chunked() -> None:
+    from vsbench.stats.units import _read_labels
+
+    labels = _read_labels(pa.array(["y", "x", "y"]))
+    assert isinstance(labels, Labels) and labels.codes.tolist() == [1, 0, 1] and labels.tolist() == ["y", "x", "y"]
+    chunked = _read_labels(pa.chunked_array([["y"], ["x", "y"]]))
+    assert isinstance(chunked, Labels) and chunked.codes.tolist() == [1, 0, 1] and chunked.tolist() == ["y", "x", "y"]
