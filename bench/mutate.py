@@ -172,7 +172,9 @@ GUARDS: tuple[Guard, ...] = (
                                                          "tests/unit/test_compare_sheets.py")),
     Guard("abid_failures", "src/vsbench/abid/failures.py", ("tests/unit/test_abid_failures_mutants.py",
                                                            "tests/unit/test_failure_sheets_abid_pairs.py")),
-    Guard("batched_decode", "src/vsbench/imaging/batched.py", ("tests/unit/test_batched_decode.py",)),
+    Guard("batched_decode", "src/vsbench/imaging/batched.py", ("tests/unit/test_batched_mutants.py",
+                                                               "tests/unit/test_decode_choice.py",
+                                                               "tests/unit/test_batched_decode.py")),
     # the cluster-run lease files (claim, renew, release, check); test_lease_files.py starts runs in subprocesses: not here;
     # test_lease_commands.py is the one that reaches check_lease (its subprocess test, 8 s, runs last: the slowest)
     Guard("leases", "src/vsbench/io/locks.py", ("tests/unit/test_locks_mutants.py", "tests/unit/test_decision_mutants.py",

@@ -1,0 +1,207 @@
+"""`vsbench.imaging.batched`'s plumbing pinned value for value (issue 56: `make mutate` found the
+header rule, the byte packing, the collate, `stack` and the device probe reached by no fast test, or
+only through whole decodes that did not notice a shifted offset or a lost flag).
+
+Each test was seen failing with its mutant planted."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vsbench.imaging import batched, jpeg
+from vsbench.models.registry import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def _jpeg(size: tuple[int, int] = (32, 24), mode: str = "RGB", color: object = (200, 30, 60)) -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, size, color).save(out, format="JPEG", quality=95)
+    return out.getvalue()
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _header(fmt: str = "JPEG", mode: str = "RGB", **info: object) -> SimpleNamespace:
+    return SimpleNamespace(format=fmt, mode=mode, info=info)
+
+
+def test_only_plain_rgb_or_grey_jpegs_go_to_the_device() -> None:
+    assert jpeg.FAST_MODES == ("RGB", "L")
+    assert batched.device_decodable(_header())
+    assert batched.device_decodable(_header(mode="L"))
+    assert not batched.device_decodable(_header(fmt="PNG"))
+    assert not batched.device_decodable(_header(fmt="MPO"))
+    assert not batched.device_decodable(_header(mode="CMYK"))
+    assert not batched.device_decodable(_header(mode="YCbCr"))
+    assert not batched.device_decodable(_header(fmt="PNG", mode="L"))
+    # Adobe's marker with transform 0 means RGB stored as is: not for the device. Other transforms are.
+    assert not batched.device_decodable(_header(adobe=100, adobe_transform=0))
+    assert batched.device_decodable(_header(adobe=100, adobe_transform=1))
+    assert batched.device_decodable(_header(adobe=100))
+    assert batched.device_decodable(_header(adobe_transform=0))  # no Adobe marker: the flag is not read
+
+
+def test_a_file_is_read_once_and_its_flag_comes_from_its_header(tmp_path: Path) -> None:
+    photo, grey, png = tmp_path / "a.jpg", tmp_path / "g.jpg", tmp_path / "b.png"
+    photo.write_bytes(_jpeg())
+    grey.write_bytes(_jpeg(mode="L", color=90))
+    png.write_bytes(_png())
+    for path, flag in ((photo, True), (grey, True), (png, False)):
+        data, decodable = batched.read_encoded(path, check_complete=True)
+        assert data.dtype == np.uint8 and data.tobytes() == path.read_bytes() and decodable is flag
+    item = batched.Encoded.read([photo, png, grey])
+    assert [a.tobytes() for a in item.data] == [photo.read_bytes(), png.read_bytes(), grey.read_bytes()]
+    assert item.decodable == (True, False, True)
+    assert batched.Encoded.read([]) == batched.Encoded((), ())
+
+
+def test_the_completeness_check_runs_only_when_asked_and_names_the_file(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.jpg"
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(out, format="JPEG")
+    whole = out.getvalue()
+    cut.write_bytes(whole[: len(whole) * 2 // 3])  # the scan ends early, the header is whole
+    data, decodable = batched.read_encoded(cut, check_complete=False)
+    assert decodable and data.tobytes() == cut.read_bytes()
+    with pytest.raises(jpeg.TruncatedJpeg):
+        batched.read_encoded(cut, check_complete=True)
+    with pytest.raises(jpeg.TruncatedJpeg):
+        batched.Encoded.read([cut], check_complete=True)
+    assert batched.Encoded.read([cut]).decodable == (True,)  # Encoded.read checks only when asked
+    junk = tmp_path / "junk.jpg"
+    junk.write_bytes(b"not an image")
+    with pytest.raises(Exception) as caught:
+        batched.read_encoded(junk, check_complete=False)
+    assert "junk.jpg" in str(caught.value)
+
+
+def _item(*sizes: int, decodable: tuple[bool, ...] | None = None) -> batched.Encoded:
+    data = tuple(np.arange(n, dtype=np.uint8) + 10 * k for k, n in enumerate(sizes))
+    return batched.Encoded(data, decodable if decodable is not None else tuple(k % 2 == 0 for k in range(len(sizes))))
+
+
+def test_a_batch_is_one_buffer_with_each_files_offsets_and_flags_in_order() -> None:
+    first, second = _item(3, 2), _item(1, 4, decodable=(False, True))
+    batch = batched.EncodedBatch.pack([first, second])
+    assert batch.data.dtype == torch.uint8
+    assert batch.data.tolist() == [0, 1, 2, 10, 11, 0, 10, 11, 12, 13]
+    assert batch.offsets.tolist() == [0, 3, 5, 6, 10] and batch.offsets.dtype == torch.int64
+    assert batch.decodable.tolist() == [True, False, False, True] and batch.decodable.dtype == torch.bool
+    assert batch.per_item == 2 and batch.count == 4 and len(batch) == 2 and batch.shape == (2, 2)
+    files = batch.files()
+    assert [f.tolist() for f in files] == [[0, 1, 2], [10, 11], [0], [10, 11, 12, 13]]
+    assert all(f.data_ptr() == batch.data.data_ptr() + start for f, start in zip(files, [0, 3, 5, 6]))
+    single = batched.EncodedBatch.pack([_item(2, 1, 1)])
+    assert len(single) == 1 and single.shape == (1, 3) and single.count == 3
+    empty = batched.EncodedBatch.pack([batched.Encoded((np.zeros(0, np.uint8),), (True,))])
+    assert empty.data.tolist() == [] and empty.offsets.tolist() == [0, 0] and [f.numel() for f in empty.files()] == [0]
+
+
+def test_a_batch_of_items_with_other_image_counts_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError) as caught:
+        batched.EncodedBatch.pack([_item(1, 1), _item(1), _item(1, 1, 1)])
+    assert str(caught.value) == "items of one batch hold [1, 2, 3] images each: need one count"
+    with pytest.raises(ValueError) as caught:
+        batched.EncodedBatch.pack([])
+    assert str(caught.value) == "items of one batch hold [] images each: need one count"
+
+
+def test_pinning_a_batch_pins_its_bytes_and_keeps_the_rest() -> None:
+    batch = batched.EncodedBatch.pack([_item(2), _item(3)])
+    calls: list[tuple[object, ...]] = []
+
+    class Pinnable:
+        def pin_memory(self, *args: object) -> str:
+            calls.append(args)
+            return "pinned"
+
+    batch.data = Pinnable()  # type: ignore[assignment]
+    pinned = batch.pin_memory("cuda:1")
+    assert isinstance(pinned, batched.EncodedBatch) and pinned.data == "pinned" and calls == [("cuda:1",)]
+    assert pinned.offsets is batch.offsets and pinned.decodable is batch.decodable and pinned.per_item == 1
+
+
+def test_collate_packs_the_encoded_leaves_and_collates_the_rest() -> None:
+    items = [(_item(2), 3, "a"), (_item(1, decodable=(False,)), 5, "b")]
+    packed, labels, names = batched.collate_encoded(items)
+    assert isinstance(packed, batched.EncodedBatch) and packed.offsets.tolist() == [0, 2, 3]
+    assert packed.decodable.tolist() == [True, False] and packed.data.tolist() == [0, 1, 0]
+    assert labels.tolist() == [3, 5] and list(names) == ["a", "b"]
+    assert batched.collate_encoded([1, 2]).tolist() == [1, 2]
+
+
+def _decoder(fallback=None) -> batched.BatchDecoder:
+    preprocessing = Preprocessing(16, 16, IMAGENET_MEAN, IMAGENET_STD)
+    return batched.BatchDecoder(CPU, preprocessing, fallback or (lambda data: np.zeros((16, 16, 3), np.uint8)))
+
+
+def _batch(*files: bytes) -> batched.EncodedBatch:
+    return batched.EncodedBatch.pack([batched.Encoded((np.frombuffer(f, np.uint8),), (True,)) for f in files])
+
+
+def test_stack_gives_one_tensor_of_the_inputs_size_or_refuses_naming_a_reason() -> None:
+    decoder = _decoder()
+    stacked = decoder.stack(_batch(_jpeg((16, 16)), _jpeg((16, 16), color=(0, 0, 255))))
+    assert stacked.shape == (2, 3, 16, 16) and stacked.dtype == torch.uint8
+    assert decoder.stats() == {"device_decoded": 2, "cpu_fallbacks": 0}
+    assert abs(int(stacked[1, 2].float().mean()) - 254) <= 2 and int(stacked[1, 0].float().mean()) <= 2
+
+    def refuse(data: bytes) -> np.ndarray:
+        raise OSError(f"cannot identify image file of {len(data)} bytes")
+
+    failing = _decoder(refuse)
+    with pytest.raises(ValueError) as caught:
+        failing.stack(_batch(_jpeg((16, 16)), b"\xff\xd8junk", b"\xff\xd8junk too"))
+    assert str(caught.value) == "2 image(s) of a batch could not be decoded, e.g. OSError: cannot identify image file of 6 bytes"
+    assert failing.stats() == {"device_decoded": 1, "cpu_fallbacks": 2}
+    with pytest.raises(ValueError) as caught:
+        _decoder(refuse).stack(_batch(b"\xff\xd8bad", _jpeg((16, 16))))
+    assert str(caught.value) == "1 image(s) of a batch could not be decoded, e.g. OSError: cannot identify image file of 5 bytes"
+
+
+def test_the_device_probe_asks_for_the_cuda_op_on_cuda_and_the_cpu_op_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchvision.io  # noqa: F401 - registers torch.ops.image before it is replaced
+
+    cpu_only = SimpleNamespace(image=SimpleNamespace(decode_jpeg=object()))
+    both = SimpleNamespace(image=SimpleNamespace(decode_jpeg=object(), decode_jpegs_cuda=object()))
+    cuda_only = SimpleNamespace(image=SimpleNamespace(decode_jpegs_cuda=object()))
+    for ops, on_cpu, on_cuda in ((cpu_only, True, False), (both, True, True), (cuda_only, False, True)):
+        monkeypatch.setattr(torch, "ops", ops)
+        assert batched.device_decode_available(CPU) is on_cpu
+        assert batched.device_decode_available(CUDA) is on_cuda
+
+    class Broken:
+        def __getattr__(self, name: str) -> object:
+            raise RuntimeError("no image ops in this build")
+
+    monkeypatch.setattr(torch, "ops", Broken())
+    assert batched.device_decode_available(CPU) is False and batched.device_decode_available(CUDA) is False
+    monkeypatch.setattr(torch, "ops", SimpleNamespace())
+    assert batched.device_decode_available(CPU) is False
+
+
+def test_the_choice_passes_the_device_kind_the_workload_and_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[object, ...]] = []
+
+    def resolve(mode: str, kind: str, workload: str, *, device_decode_available: bool) -> SimpleNamespace:
+        seen.append((mode, kind, workload, device_decode_available))
+        return SimpleNamespace(on_device=mode == "gpu")
+
+    monkeypatch.setattr(batched, "resolve_decode", resolve)
+    monkeypatch.setattr(batched, "device_decode_available", lambda device: device.type == "cpu")
+    assert batched.decode_choice("auto", CUDA, "train").on_device is False
+    assert batched.uses_device_decode("gpu", CPU, "embed") is True
+    assert batched.uses_device_decode("cpu", CPU, "train") is False
+    assert seen == [("auto", "cuda", "train", False), ("gpu", "cpu", "embed", True), ("cpu", "cpu", "train", True)]
