@@ -205,3 +205,145 @@ def test_the_choice_passes_the_device_kind_the_workload_and_the_probe(monkeypatc
     assert batched.uses_device_decode("gpu", CPU, "embed") is True
     assert batched.uses_device_decode("cpu", CPU, "train") is False
     assert seen == [("auto", "cuda", "train", False), ("gpu", "cpu", "embed", True), ("cpu", "cpu", "train", True)]
+
+
+# --- the geometry, against torchvision's own transforms (the Pillow path shares these two functions
+# with the tensor path, so comparing the two paths cannot see a wrong box: issue 56's mutants did) ---
+
+
+def _torchvision_size(width: int, height: int, size: int) -> tuple[int, int]:
+    from torchvision.transforms.v2 import functional as TF
+
+    resized = TF.resize(torch.zeros(1, height, width), [size], antialias=True)
+    return resized.shape[-1], resized.shape[-2]
+
+
+@pytest.mark.parametrize("width,height", [(300, 200), (200, 300), (257, 256), (256, 257), (640, 480), (223, 1000)])
+def test_the_shorter_side_resize_gives_torchvisions_size(width: int, height: int) -> None:
+    shorter = Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD)
+    assert batched.resized_size(width, height, shorter) == _torchvision_size(width, height, 256)
+    square = Preprocessing(224, 240, IMAGENET_MEAN, IMAGENET_STD, resize_mode="square")
+    assert batched.resized_size(width, height, square) == (240, 240)
+
+
+def _coordinates(width: int, height: int) -> torch.Tensor:
+    """A (2, H, W) image whose pixels are their own (x + 1, y + 1): a crop's first pixel names its corner."""
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    return torch.stack([xs + 1, ys + 1]).to(torch.int64)
+
+
+@pytest.mark.parametrize("target", [(256, 256), (256, 341), (341, 256), (257, 300), (300, 257), (259, 262)])
+def test_the_center_crop_is_torchvisions_rounding_half_to_even_and_hugging_faces_floor(target) -> None:
+    from torchvision.transforms.v2 import functional as TF
+
+    rounded = Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD)
+    cropped = TF.center_crop(_coordinates(*target), [224, 224])
+    left, top, right, bottom = batched.crop_box(target, rounded)
+    assert (right - left, bottom - top) == (224, 224)
+    assert (left + 1, top + 1) == (int(cropped[0, 0, 0]), int(cropped[1, 0, 0]))
+    floored = Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD, crop_offset="floor")
+    assert batched.crop_box(target, floored) == ((target[0] - 224) // 2, (target[1] - 224) // 2,
+                                                 (target[0] - 224) // 2 + 224, (target[1] - 224) // 2 + 224)
+
+
+def test_hugging_faces_floor_and_torchvisions_rounding_differ_where_the_margin_is_odd() -> None:
+    rounded = Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD)
+    floored = Preprocessing(224, 256, IMAGENET_MEAN, IMAGENET_STD, crop_offset="floor")
+    # margins 35 and 37: halves 17.5 and 18.5, which round half to even gives as 18 and 18; floor as 17 and 18
+    assert batched.crop_box((259, 261), rounded) == (18, 18, 242, 242)
+    assert batched.crop_box((259, 261), floored) == (17, 18, 241, 242)
+    whole = Preprocessing(48, 48, IMAGENET_MEAN, IMAGENET_STD, preserve_aspect_ratio=True)
+    assert batched.crop_box((48, 70), whole) == (0, 0, 48, 70)
+
+
+def test_a_draft_scale_without_a_resize_after_it_still_gives_uint8_block_means() -> None:
+    # 32 x 32 to a 16 x 16 square: Pillow's draft decodes at 1/2, so a 2 x 2 block mean, and nothing else
+    preprocessing = Preprocessing(16, 16, IMAGENET_MEAN, IMAGENET_STD)
+    images = torch.zeros(1, 3, 32, 32, dtype=torch.uint8)
+    images[..., 0::2, :] = 10
+    images[..., 1::2, :] = 13  # each 2 x 2 block: mean 11.5, rounded half to even: 12
+    out = batched.resize_and_crop(images, preprocessing)
+    assert out.dtype == torch.uint8 and out.shape == (1, 3, 16, 16) and bool((out == 12).all())
+
+
+def test_bicubic_overshoot_is_clamped_to_0_and_255_not_wrapped() -> None:
+    # a black-to-white step upscaled with bicubic rings below 0 and above 255 beside the step
+    preprocessing = Preprocessing(40, 40, IMAGENET_MEAN, IMAGENET_STD, "bicubic")
+    images = torch.zeros(1, 3, 10, 10, dtype=torch.uint8)
+    images[..., 5:] = 255
+    out = batched.resize_and_crop(images, preprocessing)
+    raw = torch.nn.functional.interpolate(images.float(), size=(40, 40), mode="bicubic", antialias=True,
+                                          align_corners=False)
+    assert float(raw.min()) < -1 and float(raw.max()) > 256  # the ringing this test is about
+    row = out[0, 0, 20].to(torch.int64)
+    assert out.dtype == torch.uint8 and int(out.min()) == 0 and int(out.max()) == 255
+    assert bool((row[1:] >= row[:-1]).all()), row.tolist()  # one rise, no wrapped values
+
+
+def test_the_device_decode_waits_for_the_stream_decodes_in_one_call_then_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    import torchvision.io
+
+    calls: list[tuple[object, dict]] = []
+
+    def decode_jpeg(data, **options):
+        calls.append((data, options))
+        warnings.warn("The decoding and encoding capabilities of TorchVision are deprecated", UserWarning, stacklevel=2)
+        if isinstance(data, list):
+            raise RuntimeError("one of the files is not decodable")
+        if bytes(data.numpy()).startswith(b"bad"):
+            raise RuntimeError("not a JPEG")
+        warnings.warn("another warning", RuntimeWarning, stacklevel=2)
+        return torch.full((3, 1, 1), len(data))
+
+    synced: list[object] = []
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", decode_jpeg)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: SimpleNamespace(synchronize=lambda: synced.append(device)))
+    files = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in (b"good1", b"bad", b"good22")]
+    with pytest.warns(RuntimeWarning, match="another warning"):
+        out = batched.decode_files(files, CUDA)
+    assert [None if o is None else int(o.flatten()[0]) for o in out] == [5, None, 6]
+    assert synced == [CUDA]
+    assert [(type(data).__name__, options) for data, options in calls] == [
+        ("list", {"mode": torchvision.io.ImageReadMode.RGB, "device": CUDA})] + [
+        ("Tensor", {"mode": torchvision.io.ImageReadMode.RGB, "device": CUDA})] * 3
+    assert calls[1][0] is files[0] and calls[3][0] is files[2]
+    synced.clear()
+    with pytest.warns(RuntimeWarning, match="another warning"):
+        assert len(batched.decode_files(files[:1], CPU)) == 1 and synced == []  # no stream to wait for on the CPU
+    assert batched.decode_files([], CUDA) == [] and synced == []
+
+
+def test_only_three_channel_device_images_are_kept_the_rest_go_to_the_fallback_counted(monkeypatch) -> None:
+    preprocessing = Preprocessing(4, 4, IMAGENET_MEAN, IMAGENET_STD)
+    device_out = {b"rgb": torch.full((3, 4, 4), 7, dtype=torch.uint8), b"big": torch.full((3, 8, 8), 9, dtype=torch.uint8),
+                  b"grey": torch.full((1, 4, 4), 5, dtype=torch.uint8), b"four": torch.full((4, 4, 4), 5, dtype=torch.uint8),
+                  b"flat": torch.full((3, 12), 5, dtype=torch.uint8), b"refused": None,
+                  b"wide": torch.full((3, 4, 8), 6, dtype=torch.uint8)}
+    sent: list[bytes] = []
+
+    def decode_files(files, device):
+        sent.extend(bytes(f.numpy()) for f in files)
+        return [device_out[bytes(f.numpy())] for f in files]
+
+    def fallback(data: bytes) -> np.ndarray:
+        if data == b"broken":
+            raise OSError(f"cannot read {data!r}")
+        return np.full((4, 4, 3), len(data), dtype=np.uint8)
+
+    monkeypatch.setattr(batched, "decode_files", decode_files)
+    names = [b"rgb", b"png", b"grey", b"four", b"big", b"flat", b"refused", b"wide", b"broken"]
+    flags = (True, False, True, True, True, True, True, True, False)
+    batch = batched.EncodedBatch.pack([batched.Encoded((np.frombuffer(n, np.uint8),), (ok,)) for n, ok in zip(names, flags)])
+    decoder = batched.BatchDecoder(CPU, preprocessing, fallback)
+    images, reasons = decoder.decode(batch)
+    assert sent == [b"rgb", b"grey", b"four", b"big", b"flat", b"refused", b"wide"]  # what the header rule allows
+    assert reasons == ["", "", "", "", "", "", "", "", "OSError: cannot read b'broken'"]
+    assert images[-1] is None
+    # device images resized (the 8 x 8 one to 4 x 4: block means of 9), the others the fallback's pixels (their byte count)
+    assert [int(i[0, 0, 0]) for i in images[:-1]] == [7, 3, 4, 4, 9, 4, 7, 6]
+    assert all(i.shape == (3, 4, 4) and i.dtype == torch.uint8 for i in images[:-1])
+    assert decoder.stats() == {"device_decoded": 3, "cpu_fallbacks": 6}
+    decoder.decode(batch)
+    assert decoder.stats() == {"device_decoded": 6, "cpu_fallbacks": 12}
