@@ -162,7 +162,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard("regression_decision", "src/vsbench/reporting/regression.py", ("tests/unit/test_reporting_intervals.py",
                                                                          "tests/unit/test_decision_mutants.py"),
           ("x_judge_drops", "x_deciding_tests")),
-    Guard("sheets", "src/vsbench/reporting/sheets.py", ("tests/unit/test_sheets.py",
+    Guard("sheets", "src/vsbench/reporting/sheets.py", ("tests/unit/test_sheets_mutants.py", "tests/unit/test_sheets.py",
                                                        "tests/unit/test_failure_sheets_retrieval.py")),
     # test_record_sheets.py first in cost: it checks what each record hands the writer without drawing (milliseconds)
     Guard("record_sheets", "src/vsbench/reporting/record_sheets.py", ("tests/unit/test_record_sheets.py",
