@@ -105,3 +105,123 @@ def test_write_sheet_says_what_it_wrote(tmp_path: Path) -> None:
                                             "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     assert written["rows"] == {"png": 1, "html": 1} and written["total"] == 1 and written["title"] == "t"
     assert sorted(os.listdir(tmp_path / "out")) == ["stem.html", "stem.png"]
+
+
+# --- the PNG's layout: where each tile, frame, caption and line of text is drawn, in which colour ---
+
+SIZE, PAD, TITLE_H = 32, 6, 18
+
+
+def _png_pixels(sheet: Sheet, size: int = SIZE):
+    import io
+
+    import numpy as np
+
+    png, rows = sheets.render_png(sheet, size)
+    with Image.open(io.BytesIO(png)) as picture:
+        assert picture.mode == "RGB"
+        return np.asarray(picture), rows
+
+
+def _colours(pixels, box) -> set[tuple[int, int, int]]:
+    left, top, right, bottom = box
+    return {tuple(int(v) for v in p) for p in pixels[top:bottom, left:right].reshape(-1, 3)}
+
+
+def _ink_top(font, text: str) -> int:
+    """The first row of ink of ``text`` drawn at (0, 0) in ``font``."""
+    import numpy as np
+    from PIL import ImageDraw
+
+    canvas = Image.new("RGB", (60, 20), "white")
+    ImageDraw.Draw(canvas).text((0, 0), text, fill="black", font=font)
+    return int(np.flatnonzero((np.asarray(canvas) == 0).all(axis=2).any(axis=1))[0])
+
+
+def test_the_png_draws_each_tile_framed_in_its_marks_colour_with_its_picture_centred(tmp_path: Path) -> None:
+    colours = {"red": (250, 0, 0), "green": (0, 250, 0), "blue": (0, 0, 250)}
+    for name, colour in colours.items():
+        Image.new("RGB", (64, 32), colour).save(tmp_path / f"{name}.png")  # thumbnail 32 x 16: centred, 8 px above and below
+
+    def tile(name: str | None, mark: str, caption: tuple[str, ...]) -> Tile:
+        path, why = image_in_root(tmp_path, f"{name}.png") if name else (None, "gone")
+        return Tile(path, caption, mark, why)
+
+    rows = (Row("first row", (tile("red", "query", ("q1", "0.9")), tile("green", "true", ("t1", "0.8")),
+                              tile(None, "false", ("f1", "0.7")))),
+            Row("second row", (tile("blue", "", ("o1",)), tile("red", "unknown", ("u1",)))))
+    sheet = Sheet("The title", rows, total=5)
+    import numpy as np
+    from PIL import ImageFont
+
+    small = ImageFont.load_default_imagefont()
+    pixels, drawn = _png_pixels(sheet)
+    assert drawn == 2
+    lines = 2  # the longest caption drawn
+    header = 3 * TITLE_H + PAD  # title, summary, legend
+    row_h = TITLE_H + SIZE + 13 * lines + 4 + PAD
+    assert pixels.shape[0] == header + 2 * row_h + PAD
+    assert PAD + 3 * (SIZE + PAD) <= pixels.shape[1] <= 640
+    for n, row in enumerate(rows):
+        top = header + n * row_h
+        assert (0, 0, 0) in _colours(pixels, (PAD, top, PAD + 60, top + TITLE_H)), row.title  # the row's title
+        for m, t in enumerate(row.tiles):
+            left, y = PAD + m * (SIZE + PAD), top + TITLE_H
+            mark = sheets.MARKS.get(t.mark, (150, 150, 150))  # a mark the sheet does not know: grey
+            frame = [(left - 2, y - 2), (left - 2, y + SIZE + 1), (left + SIZE + 1, y - 2), (left + SIZE + 1, y + SIZE + 1),
+                     (left - 1, y + 5), (left + SIZE, y + 5)]
+            if t.image:  # the frame's third, inner ring shows where the picture leaves the tile white (a grey tile covers it)
+                frame += [(left, y + 5), (left + SIZE - 1, y + 5), (left + 5, y)]
+            assert {tuple(int(v) for v in pixels[b, a]) for a, b in frame} == {mark}, (n, m)  # 3 px wide
+            outside = [(left - 3, y + 5), (left + SIZE + 2, y + 5), (left + 5, y - 3)]
+            assert {tuple(int(v) for v in pixels[b, a]) for a, b in outside} == {(255, 255, 255)}, (n, m)
+            assert tuple(pixels[y + SIZE // 2, left + SIZE // 2]) == (
+                colours[t.image.stem] if t.image else (225, 225, 225)), (n, m)
+            if t.image:  # the 32 x 16 picture centred: white above and below it
+                # (the frame, 3 px wide, covers the tile's outermost pixel)
+                assert _colours(pixels, (left + 1, y + 1, left + SIZE - 1, y + 8)) == {(255, 255, 255)}
+                assert _colours(pixels, (left + 1, y + 8, left + SIZE - 1, y + 24)) == {colours[t.image.stem]}
+                assert _colours(pixels, (left + 1, y + 24, left + SIZE - 1, y + SIZE - 1)) == {(255, 255, 255)}
+            else:  # the grey tile, its reason drawn in dark grey at its top left
+                assert (225, 225, 225) in _colours(pixels, (left, y, left + SIZE, y + SIZE))
+                assert (90, 90, 90) in _colours(pixels, (left + 4, y + 4, left + SIZE, y + 17))
+            first = _colours(pixels, (left, y + SIZE + 3, left + SIZE, y + SIZE + 3 + 13))
+            assert mark in first and (0, 0, 0) not in first, (n, m)  # the caption's first line in the mark's colour
+            if len(t.caption) > 1:
+                second = _colours(pixels, (left, y + SIZE + 16, left + SIZE, y + SIZE + 29))
+                assert (0, 0, 0) in second and mark not in second, (n, m)
+                # the second line's ink starts where the bitmap font puts it, 13 px under the first's
+                ink = np.flatnonzero((pixels[y + SIZE + 16:y + SIZE + 29, left:left + SIZE] == 0).all(axis=2).any(axis=1))
+                assert ink[0] == _ink_top(small, t.caption[1]), (n, m)
+        beyond = PAD + len(row.tiles) * (SIZE + PAD)
+        assert _colours(pixels, (beyond, top + TITLE_H - 2, beyond + SIZE, top + TITLE_H + SIZE + 2)) == {(255, 255, 255)}
+    assert (0, 0, 0) in _colours(pixels, (PAD, PAD, PAD + 80, PAD + TITLE_H))  # the title in black
+    summary = _colours(pixels, (PAD, PAD + TITLE_H, 300, PAD + 2 * TITLE_H))
+    assert (80, 80, 80) in summary and min(summary) == (80, 80, 80)  # the summary in grey, nothing darker
+    legend = _colours(pixels, (PAD, PAD + 2 * TITLE_H, 300, PAD + 3 * TITLE_H))
+    assert (80, 80, 80) in legend and min(legend) == (80, 80, 80)
+
+
+def test_captions_lines_and_the_legend_take_room_only_when_drawn(tmp_path: Path) -> None:
+    Image.new("RGB", (32, 32), "red").save(tmp_path / "r.png")
+    path, _ = image_in_root(tmp_path, "r.png")
+    for captions, legend, header_lines in ((("a", "b", "c", "d"), None, 3), ((), {}, 2), (("a",), {"true": ""}, 2)):
+        kwargs = {} if legend is None else {"legend": legend}
+        sheet = Sheet("t", (Row("r", (Tile(path, captions, "query", ""),)),), total=1, **kwargs)
+        pixels, _ = _png_pixels(sheet)
+        lines = min(len(captions), 3)
+        assert pixels.shape[0] == header_lines * TITLE_H + PAD + TITLE_H + SIZE + 13 * lines + 4 + PAD + PAD, captions
+    empty, rows = _png_pixels(Sheet("nothing", (), total=0))
+    assert rows == 0 and empty.shape[0] == 3 * TITLE_H + PAD + TITLE_H + SIZE + 4 + PAD + PAD
+
+
+def test_the_png_is_as_wide_as_its_tiles_and_its_title_at_most_four_lines(tmp_path: Path) -> None:
+    Image.new("RGB", (32, 32), "red").save(tmp_path / "r.png")
+    path, _ = image_in_root(tmp_path, "r.png")
+    tiles = tuple(Tile(path, ("c",), "false", "") for _ in range(6))
+    wide, _ = _png_pixels(Sheet("t", (Row("r", tiles),), total=1, legend={}), size=128)
+    assert wide.shape[1] == PAD + 6 * (128 + PAD)  # wider than any text: the tiles decide
+    long_title = " ".join(["word"] * 120)  # 599 characters: cut at 400, seven lines of 90 would be drawn, four are
+    assert len(sheets._title_lines(long_title)) == 4
+    tall, _ = _png_pixels(Sheet(long_title, (Row("r", tiles[:1]),), total=1, legend={}))
+    assert tall.shape[0] == (4 + 1) * TITLE_H + PAD + TITLE_H + SIZE + 13 + 4 + PAD + PAD
