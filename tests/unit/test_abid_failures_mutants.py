@@ -93,3 +93,34 @@ def test_an_entry_that_is_not_a_bin_index_is_a_tile_saying_so(tmp_path: Path) ->
         assert tile.caption == (f"entry {str(index)[:40]!r}",) == (bin_label(index),)
         assert tile.missing == f"image index {str(index)[:40]!r} is not a bin index"
     assert bin_label(0) == "bin 00001" and bin_tile(tmp_path, 0, "true").caption == ("bin 00001",)
+
+
+def test_a_sheet_notes_five_refused_pictures_at_most_each_once(tmp_path: Path) -> None:
+    from vsbench.abid.failures import counting_sheet
+    from vsbench.abid.ids import local_name
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (tmp_path / "elsewhere.jpg").write_bytes(b"x")
+    for index in range(7):
+        (images / local_name(index + 1, "image")).symlink_to(tmp_path / "elsewhere.jpg")
+    entries = [[index] for index in range(7)] + [[0]]  # bin 0 twice: noted once
+    sheet = counting_sheet(entries, np.full(8, 2), np.ones(8), [str(n) for n in range(8)], images, 10)
+    assert len(sheet.rows) == 8 and len(sheet.notes) == 5 and len(set(sheet.notes)) == 5
+    assert list(sheet.notes) == sorted(sheet.notes) and all("outside" in note for note in sheet.notes)
+
+
+def test_a_task_file_the_sheet_cannot_read_is_one_warning_naming_the_task(tmp_path: Path, capsys) -> None:
+    import json
+
+    from vsbench.abid.failures import write_abid_failure_sheets
+
+    (tmp_path / "images").mkdir()
+    task_file = tmp_path / "counting_val.json"
+    task_file.write_text(json.dumps([[3]]))  # a counting question needs an image index and a quantity
+    made = write_abid_failure_sheets({"counting": task_file}, {"counting": np.array([1])}, {"counting": np.array([2])},
+                                     {"counting": ["3"]}, tmp_path / "images", tmp_path / "out", {"counting": "c"}, 5)
+    assert made == {}
+    err = capsys.readouterr().err
+    assert err.startswith("vsbench: abid counting: no failure sheet (InputError: ") and err.count("\n") == 1
+    assert "counting_val.json: entry 1: expected an ABID counting question, got '[3]'" in err
