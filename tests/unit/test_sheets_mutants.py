@@ -225,3 +225,25 @@ def test_the_png_is_as_wide_as_its_tiles_and_its_title_at_most_four_lines(tmp_pa
     assert len(sheets._title_lines(long_title)) == 4
     tall, _ = _png_pixels(Sheet(long_title, (Row("r", tiles[:1]),), total=1, legend={}))
     assert tall.shape[0] == (4 + 1) * TITLE_H + PAD + TITLE_H + SIZE + 13 + 4 + PAD + PAD
+
+
+def test_a_failure_sheets_entry_names_both_files_its_rows_total_and_digests(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    sheet = _sheet(tmp_path)
+    made: list[int] = []
+    real = sheets.thumbnail
+    monkeypatch.setattr(sheets, "thumbnail", lambda path, size=sheets.THUMB: (made.append(size), real(path, size))[1])
+    shared = sheets.thumbnails(48)
+    entry = sheets.write_failure_sheet(lambda: sheet, tmp_path / "out" / "failures", "disc.Flat", "disc Flat",
+                                       base=tmp_path / "out", size=48, thumbs=shared)
+    files = {kind: (tmp_path / "out" / "failures" / f"disc.Flat.{kind}").read_bytes() for kind in ("png", "html")}
+    assert entry == {"png": "failures/disc.Flat.png", "html": "failures/disc.Flat.html", "rows": 1, "total": 1,
+                     "sha256": {kind: hashlib.sha256(data).hexdigest() for kind, data in files.items()}}
+    sheets.write_failure_sheet(lambda: sheet, tmp_path / "again", "s", "disc Flat", size=48, thumbs=shared)
+    assert made == [48]  # the score's cache, passed on: one thumbnail for both sheets
+    big = sheets.write_failure_sheet(lambda: sheet, tmp_path / "big", "s", "disc Flat", size=96)
+    with Image.open(tmp_path / "big" / "s.png") as wide, Image.open(tmp_path / "out" / "failures" / "disc.Flat.png") as narrow:
+        assert wide.size[1] - narrow.size[1] == 96 - 48  # the size asked, passed on
+    assert big is not None and big["png"] == str(tmp_path / "big" / "s.png")  # no base: as written
