@@ -353,3 +353,95 @@ def test_labels_of_an_arrow_array_not_chunked() -> None:
     assert isinstance(labels, Labels) and labels.codes.tolist() == [1, 0, 1] and labels.tolist() == ["y", "x", "y"]
     chunked = _read_labels(pa.chunked_array([["y"], ["x", "y"]]))
     assert isinstance(chunked, Labels) and chunked.codes.tolist() == [1, 0, 1] and chunked.tolist() == ["y", "x", "y"]
+
+
+# --- the second run's survivors (issue 56): other inputs than numpy text, empty inputs, the caches ---
+
+
+def test_ids_and_clusters_that_are_not_numpy_text_are_written_as_text(tmp_path: Path) -> None:
+    for ids, clusters in ((np.array([], dtype=object), np.array([], dtype=object)),
+                          (np.array([5, 300], dtype=np.uint16), np.array([7, 7], dtype=np.uint8)),
+                          (["a", "b"], ["c", "d"])):
+        units = Units("query", "toy", ids, {"x": np.zeros(len(ids))}, METRICS, clusters)
+        table = pq.read_table(pa.BufferReader(units.to_parquet_bytes()))
+        assert table.schema.field("unit").type == pa.string() and table.schema.field("cluster").type == pa.string()
+        assert table.column("unit").to_pylist() == [str(i) for i in ids]
+        assert table.column("cluster").to_pylist() == [str(c) for c in clusters]
+
+
+def test_a_unit_file_that_cannot_be_read_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "u.parquet"
+    path.write_bytes(b"PAR1 but not parquet")
+    with pytest.raises(UnitsError) as caught:
+        read_units(path)
+    assert str(caught.value).startswith(f"{path}: not a Parquet file (ArrowInvalid: ")
+    meta = {"kind": "query", "benchmark": "toy", "metrics": {}, "version": 2}
+    with pytest.raises(UnitsError) as caught:
+        parse_metadata(json.dumps({**meta, "version": "v" * 30}).encode(), "f")
+    assert str(caught.value) == f"f: unit file version {'v' * 20!r}, this vsbench reads 1"
+
+
+def test_a_list_column_written_with_32_bit_offsets_reads_back_with_64_bit_ones(tmp_path: Path) -> None:
+    units = Units("query", "toy", np.array(["a", "b"]), {"x": np.zeros(2)}, METRICS)
+    table = pq.read_table(pa.BufferReader(units.to_parquet_bytes()))
+    table = table.append_column("s", pa.array([[1.0, 2.0], [3.0]], type=pa.list_(pa.float64())))
+    pq.write_table(table, tmp_path / "u.parquet")
+    back = read_units(tmp_path / "u.parquet")
+    assert back.columns["s"].offsets.dtype == np.int64 and back.columns["s"].offsets.tolist() == [0, 2, 3]
+    assert back.lists("s")[0].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_labels_of_numbers_are_numbered_as_their_texts_sort() -> None:
+    labels = Labels.from_texts(np.array([9, 10, 9]))  # as text "10" sorts before "9"
+    assert labels.codes.tolist() == [1, 0, 1] and labels.tolist() == ["9", "10", "9"]
+    assert labels.codes.tolist() == sorted_codes(np.array(["9", "10", "9"]))[0].tolist()
+
+
+def test_labels_from_chunked_arrow_pieces_and_no_pieces() -> None:
+    labels = Labels(np.array([1, 0], dtype=np.int32), 2, (("", pa.chunked_array([["a"], ["b"]])),))
+    assert labels.categories().type == pa.large_string() and labels.tolist() == ["b", "a"]
+    nothing = Labels(np.zeros(0, dtype=np.int32), 0, ())
+    assert nothing.categories().type == pa.large_string() and len(nothing.categories()) == 0
+    as_array = np.asarray(nothing)
+    assert as_array.dtype == np.dtype("U1") and as_array.shape == (0,)
+    assert np.asarray(Labels.from_texts(np.array(["x", "y"])), dtype=object).dtype == object
+    assert np.asarray(Labels.from_texts(np.array(["x", "y"])), dtype=object).tolist() == ["x", "y"]
+
+
+def test_columns_as_statistics_read_them_have_the_dtype_asked_and_share_owners() -> None:
+    offsets = np.array([0, 2, 3])
+    units = Units("query", "toy", np.array(["a", "b"]), {
+        "k": np.array([1, 2]), "s": ListColumn(np.array([0.5, 0.25, 1.0]), offsets),
+        "t": ListColumn(np.array([1, 0, 1]), offsets)}, METRICS)
+    assert units.values("k").dtype == np.float64 and units.values("k").tolist() == [1.0, 2.0]
+    assert units.values("k", np.int64).dtype == np.int64  # its own cache entry, not the float one
+    assert units.lists("s")[1] is units.lists("t", np.int64)[1]  # one owner array for one offsets array
+
+
+def test_values_grouped_by_owner_keep_their_order_within_a_unit() -> None:
+    rng = np.random.default_rng(0)
+    owner = rng.integers(0, 3, 2000)
+    values = np.arange(2000)
+    column = ListColumn.from_owner(values, owner, 4)
+    assert np.diff(column.offsets).tolist() == [*np.bincount(owner, minlength=3).tolist(), 0]
+    for unit in range(3):
+        assert column[unit].tolist() == np.flatnonzero(owner == unit).tolist()  # in the order given
+
+
+def test_arrow_categories_give_numpy_text() -> None:
+    column = ListColumn(np.array([1, 0, 1]), np.array([0, 2, 3]), pa.array(["p", "q"]))
+    assert column[0].dtype.kind == "U" and column[0].tolist() == ["q", "p"]
+    assert column.category_texts().dtype.kind == "U" and column.category_texts().tolist() == ["p", "q"]
+    assert column.texts().tolist() == ["q", "p", "q"]
+
+
+def test_groups_of_numeric_sources_and_of_arrow_names_spelled_under_a_prefix_unit_starts() -> None:
+    from vsbench.stats.units import coded_groups, groups_of
+
+    grouped = groups_of(4, [0, 1, 2], [10, 10, 9], prefix="source:")  # sources 10 and 9 as text: "10" < "9"
+    assert grouped is not None and grouped.tolist() == ["source:10", "source:10", "source:9", "unit:3"]
+    assert grouped.codes.tolist() == sorted_codes(np.asarray(grouped, dtype=str))[0].tolist()
+    spelled = coded_groups(3, [0, 1], np.array([1, 1]), pa.array(["a", "b"]), prefix="u")
+    assert spelled is not None and spelled.tolist() == ["ub", "ub", "unit:2"]
+    plain = coded_groups(3, [0, 1], np.array([0, 0]), np.array(["s"]))
+    assert plain is not None and plain.tolist() == ["s", "s", "unit:2"]
