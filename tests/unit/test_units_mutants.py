@@ -445,3 +445,15 @@ def test_groups_of_numeric_sources_and_of_arrow_names_spelled_under_a_prefix_uni
     assert spelled is not None and spelled.tolist() == ["ub", "ub", "unit:2"]
     plain = coded_groups(3, [0, 1], np.array([0, 0]), np.array(["s"]))
     assert plain is not None and plain.tolist() == ["s", "s", "unit:2"]
+
+
+def test_codes_are_int32_below_2_to_the_31_labels_and_int64_from_there_kept_in_place_when_they_fit() -> None:
+    from vsbench.stats.units import _narrow, code_type
+
+    assert code_type(0) is np.int32 and code_type(2**31 - 1) is np.int32 and code_type(2**31) is np.int64
+    wide = np.array([0, 5, 2], dtype=np.int64)
+    assert _narrow(wide, 2**31 - 1).dtype == np.int32 and _narrow(wide, 2**31 - 1).tolist() == [0, 5, 2]
+    assert _narrow(wide, 2**31).dtype == np.int64 and _narrow(wide, 2**31 + 1).dtype == np.int64
+    assert _narrow(wide, 2**31) is wide  # no copy of a million codes that already fit
+    narrow = wide.astype(np.int32)
+    assert _narrow(narrow, 6) is narrow

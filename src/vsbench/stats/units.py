@@ -77,8 +77,7 @@ class ListColumn:
 
     def owner(self) -> np.ndarray:
         """The unit row of each value (int32 where the units fit: half the memory of a 10M-value column)."""
-        dtype = np.int32 if len(self) < 2**31 else np.int64
-        return np.repeat(np.arange(len(self), dtype=dtype), np.diff(self.offsets))
+        return np.repeat(np.arange(len(self), dtype=code_type(len(self))), np.diff(self.offsets))
 
     def texts(self) -> np.ndarray:
         """The values as text: the categories of coded values, else the values themselves."""
@@ -94,7 +93,7 @@ class ListColumn:
     def coded(cls, texts: Any, offsets: np.ndarray) -> ListColumn:
         """A text list column kept as int32 codes into its distinct texts (``categories``)."""
         categories, codes = np.unique(np.asarray(texts), return_inverse=True)
-        return cls(codes.ravel().astype(np.int32 if categories.size < 2**31 else np.int64), offsets, categories)
+        return cls(codes.ravel().astype(code_type(categories.size)), offsets, categories)
 
     def take(self, rows: np.ndarray) -> ListColumn:
         lengths = np.diff(self.offsets)[rows]
@@ -185,9 +184,15 @@ class Labels:
                       (("", self.categories().filter(pa.array(used))),))
 
 
+def code_type(count: int) -> type[np.signedinteger]:
+    """The integer type of numbers below ``count`` (codes, rows): int32 while ``count`` fits (4 bytes
+    a unit, half of int64's), else int64. One rule for every code array of a unit file."""
+    return np.int32 if count < 2**31 else np.int64
+
+
 def _narrow(codes: np.ndarray, count: int) -> np.ndarray:
-    """Codes as int32 while ``count`` fits (4 bytes a unit)."""
-    return codes.astype(np.int32 if count < 2**31 else np.int64, copy=False)
+    """Codes as :func:`code_type` of ``count``, not copied when they are so already."""
+    return codes.astype(code_type(count), copy=False)
 
 
 class UnitsError(ValueError):
@@ -457,7 +462,7 @@ def coded_groups(n_units: int, linked_units: Any, source_codes: np.ndarray, name
     lone_names = np.empty(n_lone, dtype=lone_ids.dtype)
     lone_names[lone_code] = lone_ids
     del lone_ids
-    codes = np.empty(n_units, dtype=np.int32 if n_sourced + n_lone < 2**31 else np.int64)
+    codes = np.empty(n_units, dtype=code_type(n_sourced + n_lone))
     place = np.cumsum(used) - 1  # a source's place among the groups' sources
     codes[has_source] = place[unit_source[has_source]] + (0 if below else n_lone)
     del place, unit_source
