@@ -347,3 +347,51 @@ def test_only_three_channel_device_images_are_kept_the_rest_go_to_the_fallback_c
     assert decoder.stats() == {"device_decoded": 3, "cpu_fallbacks": 6}
     decoder.decode(batch)
     assert decoder.stats() == {"device_decoded": 6, "cpu_fallbacks": 12}
+
+
+@pytest.mark.parametrize("side", [20, 21])
+def test_a_crop_past_the_image_is_padded_with_zeros_as_pillows_crop_pads(side: int) -> None:
+    """No preprocessing vsbench builds crops past its resize (``Preprocessing`` refuses a resize
+    smaller than the crop); should one ever, the tensor path pads as the Pillow path's ``crop`` does,
+    not a smaller input. Forced here on a valid preprocessing whose crop is then widened."""
+    import dataclasses
+
+    preprocessing = Preprocessing(side, side, IMAGENET_MEAN, IMAGENET_STD, resize_mode="square")
+    object.__setattr__(preprocessing, "input_size", 24)  # past the checks: the crop 24, the image side
+    assert preprocessing.crops and dataclasses.is_dataclass(preprocessing)
+    rng = np.random.default_rng(side)
+    pixels = rng.integers(1, 256, (side, side, 3), dtype=np.uint8)
+    out = batched.resize_and_crop(torch.from_numpy(pixels).permute(2, 0, 1)[None], preprocessing)
+    box = batched.crop_box((side, side), preprocessing)
+    expected = np.asarray(Image.fromarray(pixels).crop(box))
+    assert out.shape == (1, 3, 24, 24) and np.array_equal(out[0].permute(1, 2, 0).numpy(), expected)
+
+
+@pytest.mark.parametrize("size", [(20, 30), (30, 20)])
+def test_a_crop_past_one_side_of_an_oblong_image_is_padded_on_that_side_only(size: tuple[int, int]) -> None:
+    preprocessing = Preprocessing(20, 20, IMAGENET_MEAN, IMAGENET_STD, resize_mode="shorter")
+    object.__setattr__(preprocessing, "input_size", 24)  # wider than the short side, narrower than the long one
+    rng = np.random.default_rng(sum(size))
+    pixels = rng.integers(1, 256, (size[1], size[0], 3), dtype=np.uint8)
+    out = batched.resize_and_crop(torch.from_numpy(pixels).permute(2, 0, 1)[None], preprocessing)
+    expected = np.asarray(Image.fromarray(pixels).crop(batched.crop_box(size, preprocessing)))
+    assert out.shape == (1, 3, 24, 24) and np.array_equal(out[0].permute(1, 2, 0).numpy(), expected)
+
+
+def test_items_of_no_images_pack_into_an_empty_uint8_batch() -> None:
+    batch = batched.EncodedBatch.pack([batched.Encoded((), ()), batched.Encoded((), ())])
+    assert batch.data.dtype == torch.uint8 and batch.data.numel() == 0
+    assert batch.decodable.dtype == torch.bool and batch.decodable.numel() == 0
+    assert batch.offsets.tolist() == [0] and batch.count == 0 and batch.per_item == 0 and batch.files() == []
+
+
+def test_the_resize_runs_in_float32_under_the_callers_autocast() -> None:
+    preprocessing = Preprocessing(24, 24, IMAGENET_MEAN, IMAGENET_STD, "bicubic")
+    rng = np.random.default_rng(3)
+    photo = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)).save(photo, format="JPEG", quality=95)
+    batch = batched.EncodedBatch.pack([batched.Encoded((np.frombuffer(photo.getvalue(), np.uint8),), (True,))])
+    plain, _ = batched.BatchDecoder(CPU, preprocessing, lambda data: None).decode(batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under, _ = batched.BatchDecoder(CPU, preprocessing, lambda data: None).decode(batch)
+    assert torch.equal(plain[0], under[0])

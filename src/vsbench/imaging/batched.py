@@ -244,11 +244,11 @@ def resize_and_crop(images: torch.Tensor, preprocessing: Preprocessing) -> torch
     left, top, right, bottom = crop_box(target, preprocessing)
     if (left, top, right, bottom) == (0, 0, target[0], target[1]):
         return images
+    height, width = bottom - top, right - left  # the crop's size, before the padding moves its corner
     padding = (max(0, -left), max(0, right - target[0]), max(0, -top), max(0, bottom - target[1]))
     if any(padding):
         images = F.pad(images, padding)
         left, top = left + padding[0], top + padding[2]
-    height, width = bottom - top, right - left
     return images[..., top:top + height, left:left + width]
 
 
