@@ -88,7 +88,8 @@ STATS_TESTS = tuple(f"tests/unit/test_{name}.py" for name in (
 
 GUARDS: tuple[Guard, ...] = (
     Guard("digests", "src/vsbench/io/digests.py", ("tests/unit/test_digests_locks.py",
-                                                  "tests/unit/test_digests_mutants.py")),
+                                                  "tests/unit/test_digests_mutants.py",
+                                                  "tests/unit/test_memo_damage.py")),
     # not test_digests_locks.py, test_download_lock.py or test_run_lease.py: they hold locks from other
     # processes and wait in real time (seconds a mutant); these hold them from open files and count the waits
     Guard("locks", "src/vsbench/io/locks.py", ("tests/unit/test_locks_mutants.py",)),

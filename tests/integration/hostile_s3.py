@@ -37,6 +37,7 @@ class HostileS3:
         self.bucket, self.objects = bucket, objects
         self.mode, self.healthy_gets, self.listing = mode, healthy_gets, listing
         self.object_gets = 0  # object GETs received
+        self.keys_got: list[str] = []  # the key of each, in order (a retry after a client timeout repeats one)
         self.served = 0  # objects answered whole
         self.lock = threading.Lock()
         self.closing = threading.Event()
@@ -75,6 +76,7 @@ class HostileS3:
                 key = unquote(url.path).removeprefix(f"/{fake.bucket}/")
                 with fake.lock:
                     fake.object_gets += 1
+                    fake.keys_got.append(key)
                     misbehave = fake.object_gets > fake.healthy_gets and fake.mode != "ok"
                     mode = fake.mode
                 if fake.killed or (misbehave and mode == "kill"):

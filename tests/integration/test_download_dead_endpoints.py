@@ -96,9 +96,13 @@ def test_resets_part_way_keep_a_manifest_and_a_rerun_resumes(small_limits, tmp_p
     assert manifest["fetched"] + manifest["failed"] == manifest["planned"] == N and not manifest["complete"]
     assert manifest["not_tried"] > 200 and len(manifest["failures"]) < 40  # the untried are counted, not listed
 
+    kept = {k["key"] for k in keys if k["status"] == "fetched"}
     with HostileS3("bucket", objects) as healthy:
         again = download_abid("s3://bucket", dest, endpoint_url=healthy.url, progress=False)
-    assert again.complete and again.skipped == 40 and again.fetched == N - 40 and healthy.object_gets == N - 40
+    assert again.complete and again.skipped == 40 and again.fetched == N - 40
+    # every missing object asked for, no kept one: counted by key, since under load a GET can pass the
+    # 1 s read timeout of small_limits and be retried (275 GETs for 260 keys once, in a make test on 2 cores)
+    assert len(kept) == 40 and set(healthy.keys_got) == set(objects) - kept
 
 
 @pytest.mark.parametrize("mode", ["reset", "kill", "silent"])

@@ -26,7 +26,11 @@ The digest is sha256, the one the embedding cache keys each image on and the one
 each input is read once per run: the same digest serves the reuse key and the cache (hashlib's
 sha256 uses the CPU's SHA extensions where present; the memo makes its speed matter only for
 changed files). The memo file is the caller's (one per output it keys, so one writer each); it is
-a cache, never a source of truth: an unreadable or foreign memo is no memo (everything is hashed).
+a cache, never a source of truth: an unreadable or foreign memo is no memo (everything is hashed),
+an entry whose digest is not 64 lowercase hex digits is dropped (its file is hashed), and an entry
+that names other bytes than its unchanged file holds (a bit flipped inside a digest) is found by
+:meth:`DigestMemo.stale` when the caller's second read disagrees, so that the caller can hash
+everything again instead of blaming the file.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -50,6 +56,9 @@ __all__ = ["MEMO_VERSION", "RACY_NS", "DigestMemo", "StatRecord", "combine", "pa
 MEMO_VERSION = 3
 RACY_NS = 2_000_000_000  # entries changed this close to their hashing are hashed again next time
 RECORD_LENGTH = 5
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # how every digest the memo keeps is written
+
+logger = logging.getLogger(__name__)
 
 
 class DigestMemo:
@@ -88,8 +97,13 @@ class DigestMemo:
             if not (isinstance(names, list) and isinstance(stats, list) and isinstance(digests, list)
                     and len(names) == len(stats) == len(digests)):
                 return {}
-            return {name: (tuple(stat), digest) for name, stat, digest in zip(names, stats, digests)
-                    if isinstance(name, str) and isinstance(stat, list) and len(stat) == RECORD_LENGTH and isinstance(digest, str)}
+            known = {name: (tuple(stat), digest) for name, stat, digest in zip(names, stats, digests)
+                     if isinstance(name, str) and isinstance(stat, list) and len(stat) == RECORD_LENGTH
+                     and isinstance(digest, str) and SHA256_HEX.fullmatch(digest)}
+            if len(known) < len(names):
+                logger.warning("%s: %d of %d entries are not a file, its stat record and a sha256 (damaged?); "
+                               "their files are hashed again", self.path, len(names) - len(known), len(names))
+            return known
         except (OSError, ValueError, KeyError, TypeError):
             return {}
         finally:
@@ -169,6 +183,34 @@ class DigestMemo:
         again = DigestMemo(None)
         again._known = dict(self._used)
         return again
+
+    def stale(self, files: Sequence[str | os.PathLike[str]], read: Sequence[str | None]) -> list[tuple[str, str, str]]:
+        """The entries that lied: of ``files`` (with ``read``, the sha256 of the bytes the caller read
+        from each afterwards), those this run answered from a remembered record, whose file still has
+        that record and whose bytes hash now to what the caller read, not to the remembered digest.
+        (name, remembered, actual) each. A real change between two reads changes the record (the
+        ctime cannot be set back), so these are a damaged memo, not a changing dataset: the caller
+        hashes everything again rather than telling the user to wait for a sync. One hash per file
+        asked about (only files whose two reads disagreed)."""
+        lied = []
+        for file, digest in zip(files, read):
+            name = os.path.abspath(file)
+            entry = self._used.get(name)
+            if digest is None or entry is None or entry is not self._known.get(name) or entry[1] == digest:
+                continue  # hashed this run (a real race), or not a disagreement
+            try:
+                if stat_record(os.stat(name)) != entry[0] or file_sha256(name) != digest:
+                    continue
+            except OSError:
+                continue
+            lied.append((name, entry[1], digest))
+        return lied
+
+    def discard(self) -> None:
+        """Forget every entry and delete the memo's file: what it said is not to be believed again."""
+        self._known, self._used = {}, {}
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
     def forget(self, files: Iterable[str | os.PathLike[str]]) -> None:
         """Drop the entries of ``files`` (the next :meth:`save` leaves them out): files found to

@@ -421,9 +421,10 @@ class InputsChanged(WordedInputError):
     one_line = True
     exit_code = 2
 
-    def __init__(self, message: str, paths: Sequence[Path] = ()) -> None:
+    def __init__(self, message: str, paths: Sequence[Path] = (), read: Sequence[str | None] = ()) -> None:
         super().__init__(message)
         self.paths = list(paths)
+        self.read = list(read)  # the sha256 of the bytes the second read saw, per path (images only)
 
 
 def changed_while_read(paths: Sequence[Path], hashed: Sequence[str | None], used: Sequence[str | None],
@@ -440,7 +441,8 @@ def changed_while_read(paths: Sequence[Path], hashed: Sequence[str | None], used
 
     return InputsChanged(f"{path}: changed while {desc} read it (hashed as {said(old)}, then read as {said(new)})"
                          f"{more}; stopped: nothing was recorded or cached under the old bytes. Run again once the "
-                         f"files stop changing (a sync still writing the dataset?)", [p for p, _, _ in changed])
+                         f"files stop changing (a sync still writing the dataset?)", [p for p, _, _ in changed],
+                         [u for _, _, u in changed])
 
 
 def embed_with_cache(
@@ -669,7 +671,7 @@ def embed_image_set(
     model: str, images: ImageSet, out_dir: Path, *, set_name: str, shard: int = 0, num_shards: int = 1,
     batch_size: int = 64, device: str = "auto", workers: int | None = None, model_options: dict[str, Any] | None = None,
     progress: bool = True, amp: bool = True, max_failure_rate: float | None = None, seed: int = RANDOM_SEED,
-    compile: str = "auto", reuse: dict[str, Any] | None = None, decode: str = "auto",
+    compile: str = "auto", reuse: dict[str, Any] | None = None, decode: str = "auto", verify_inputs: bool = False,
 ) -> Path:
     """Embed shard ``shard`` of ``num_shards`` of ``images`` with the registered ``model``.
 
@@ -687,6 +689,10 @@ def embed_image_set(
     (:data:`~vsbench.imaging.modes.DECODE_MODES`): where the JPEGs are decoded; the manifest's
     ``decode`` says which path they took (``path``: device or workers), why (``reason``: for auto, the
     measurement :data:`~vsbench.imaging.modes.AUTO_DECODE` cites) and how many fell back to the CPU one by one.
+
+    ``verify_inputs`` hashes every image whatever the shard's digest memo says. A memo found wrong
+    (:meth:`~vsbench.io.digests.DigestMemo.stale`) is deleted with a warning naming it and the shard
+    run again so: a damaged memo costs a hash of the shard, never an error blaming the dataset.
 
     Unreadable images are left out and listed; when their share passes ``max_failure_rate``
     (default :func:`vsbench.imaging.limits.max_failure_rate`: 1%) the manifest is written
@@ -709,7 +715,7 @@ def embed_image_set(
     seed = check_seed(seed)
     choice = batched.decode_choice(decode, resolve_device(device), "embed")  # auto: the path measured faster
     device_decode = choice.on_device
-    memo = DigestMemo(inputs_path(features_path))
+    memo = DigestMemo(inputs_path(features_path), trust_stat=False if verify_inputs else None)
     workers = loader_workers(workers)
     inputs, digests = input_key(paths, ids, options, memo, threads=max(2, workers))
     key = _resume_key(model, options, ids, amp, seed, inputs, device_decode=device_decode)
@@ -754,6 +760,19 @@ def embed_image_set(
                         "decode": {**choice.as_dict(), **(decoder.stats() if decoder is not None else {})},
                         "stages": stages.summary()}
     except InputsChanged as exc:  # the manifest stays incomplete; the changed files are hashed again next time
+        lied = memo.stale(exc.paths, exc.read)
+        if lied:
+            name, remembered, actual = lied[0]
+            more = f" (and {len(lied) - 1} more)" if len(lied) > 1 else ""
+            logger.warning("embed %s: %s is damaged: it remembers sha256 %s for %s%s, whose bytes, unchanged since, are "
+                           "sha256 %s; deleted, and the shard's images hashed again", stem, memo.path, remembered[:12],
+                           name, more, actual[:12])
+            memo.discard()
+            return embed_image_set(
+                model, images, out_dir, set_name=set_name, shard=shard, num_shards=num_shards, batch_size=batch_size,
+                device=device, workers=workers, model_options=model_options, progress=progress, amp=amp,
+                max_failure_rate=max_failure_rate, seed=seed, compile=compile, reuse=reuse, decode=decode,
+                verify_inputs=True)
         memo.forget(f for p in exc.paths for f in (sorted(p.rglob("*")) if p.is_dir() else [p]))
         memo.save()
         manifest.update({"stopped": str(exc), "changed": [str(p) for p in exc.paths]})
