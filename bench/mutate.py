@@ -186,7 +186,8 @@ GUARDS: tuple[Guard, ...] = (
     Guard("origin", "src/vsbench/retrieval/origin.py", ("tests/unit/test_origin_checked.py",
                                                         "tests/unit/test_embed_keys.py")),
     # the embed's one read, its hash and the decode of those bytes (the race inside a worker)
-    Guard("embed_read", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed_race.py",),
+    Guard("embed_read", "src/vsbench/retrieval/embed.py", ("tests/unit/test_embed_race.py",
+                                                         "tests/unit/test_memo_damage.py"),
           ("x_read_image_file", "xǁImageFilesǁ__getitem__", "xǁEncodedFilesǁ__getitem__", "x_collate_encoded_files",
            "x_collate_by_shape", "x_changed_while_read")),
 )
