@@ -85,6 +85,9 @@ def test_a_digest_that_is_not_sha256_hex_is_no_entry_and_the_memo_is_named(
     memo = DigestMemo(memo_path, trust_stat=True)
     truth = memo.digests(files, threads=1)
     memo.save()
+    with caplog.at_level(logging.WARNING, logger="vsbench.io.digests"):
+        assert DigestMemo(memo_path, trust_stat=True).digests(files, threads=1) == truth
+    assert caplog.records == [], "an undamaged memo loads without a word"
     data = json.loads(memo_path.read_text())
     data["digests"][1] = truth[1][:5] + truth[1][5].upper() + truth[1][6:] if truth[1][5].isalpha() else \
         truth[1][:5] + "g" + truth[1][6:]
@@ -99,30 +102,34 @@ def test_a_digest_that_is_not_sha256_hex_is_no_entry_and_the_memo_is_named(
 
 def test_stale_names_only_remembered_entries_whose_unchanged_file_holds_the_bytes_read(tmp_path: Path,
                                                                                     settled: None) -> None:
-    files = [tmp_path / f"f{n}" for n in range(4)]
+    files = [tmp_path / f"f{n}" for n in range(6)]
     for n, file in enumerate(files):
         file.write_bytes(bytes([n]) * 10)
     truth = [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
     memo_path = tmp_path / "memo.json"
     first = DigestMemo(memo_path, trust_stat=True)
-    first.digests(files[:3], threads=1)
+    first.digests(files[:5], threads=1)
     first.save()
     data = json.loads(memo_path.read_text())
-    data["digests"] = [_other_hex(d) for d in data["digests"]]  # every remembered entry lies
+    data["digests"] = [_other_hex(d) for d in data["digests"][:4]] + data["digests"][4:]  # four lie, one is true
     memo_path.write_text(json.dumps(data))
     memo = DigestMemo(memo_path, trust_stat=True)
     said = memo.digests(files, threads=1)
-    assert said[:3] == [_other_hex(d) for d in truth[:3]] and said[3] == truth[3] and memo.hashed == 1
+    assert said == [_other_hex(d) for d in truth[:4]] + truth[4:] and memo.hashed == 1
     files[1].write_bytes(b"changed since")  # a real change: the record moves
-    os.utime(files[2], ns=(1, 1))  # its record moves, its bytes stay: the memo may have been right then
+    files[2].unlink()  # a real change: no record
     other = hashlib.sha256(b"something else").hexdigest()
-    read = [truth[0], truth[1], truth[2], other]
-    assert memo.stale(files, read) == [(os.path.abspath(files[0]), _other_hex(truth[0]), truth[0])]
-    assert memo.stale(files[1:2], [hashlib.sha256(b"changed since").hexdigest()]) == []
-    assert memo.stale(files, [None, None, None, None]) == []
+    # in order: no second read, changed, deleted, the lie, truthful, hashed this run (then changed)
+    read = [None, hashlib.sha256(b"changed since").hexdigest(), truth[2], truth[3], truth[4], other]
+    assert memo.stale(files, read) == [(os.path.abspath(files[3]), _other_hex(truth[3]), truth[3])]
     assert memo.stale(files, said) == []  # no disagreement
+    assert memo.stale(files[4:5], truth[4:5]) == []  # a true entry, read the same: nothing to say
+    os.utime(files[3], ns=(1, 1))  # its record moves, its bytes stay: the memo may have been right then
+    assert memo.stale(files, read) == []
     memo.discard()
     assert not memo_path.exists() and memo.stale(files, read) == []
+    memo.discard()  # twice, or a memo never saved: nothing to delete, no error
+    DigestMemo(tmp_path / "never-saved.json").discard()
     untrusting = DigestMemo(tmp_path / "other.json", trust_stat=False)
     untrusting.digests(files, threads=1)
-    assert untrusting.stale(files, [other] * 4) == []
+    assert untrusting.stale(files, [other] * 6) == []
