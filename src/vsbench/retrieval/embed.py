@@ -660,11 +660,11 @@ def _recheck_option_files(model: str, options: dict[str, Any], hashed: dict[str,
         return
     if reuse is not None:
         reuse.clear()  # the network kept for the next set may be of the other bytes
-    name = changed[0]
+    name, named = changed[0], [n for n in changed if isinstance(options.get(n), (str, Path))]
     raise InputsChanged(f"{options.get(name)}: the file model option {name!r} names changed while the model was "
                         f"loaded from it (hashed as {str(hashed.get(name))[:12]}, now {str(now.get(name))[:12]}); "
                         "stopped: nothing was recorded under the old bytes. Run again once the file stops changing",
-                        [Path(str(options[n])) for n in changed if isinstance(options.get(n), (str, Path))])
+                        [Path(str(options[n])) for n in named], [now.get(n) for n in named])
 
 
 def embed_image_set(
@@ -765,7 +765,7 @@ def embed_image_set(
             name, remembered, actual = lied[0]
             more = f" (and {len(lied) - 1} more)" if len(lied) > 1 else ""
             logger.warning("embed %s: %s is damaged: it remembers sha256 %s for %s%s, whose bytes, unchanged since, are "
-                           "sha256 %s; deleted, and the shard's images hashed again", stem, memo.path, remembered[:12],
+                           "sha256 %s; deleted, and the shard's inputs hashed again", stem, memo.path, remembered[:12],
                            name, more, actual[:12])
             memo.discard()
             return embed_image_set(
