@@ -353,3 +353,16 @@ def test_why_runs_with_numeric_and_text_ids_are_not_paired_counts_the_shared_as_
     text = Units("query", "toy", np.array(["2", "3", "4"]), {"x": np.zeros(3)}, MEAN)
     assert unpaired_reason(numeric, text) == "they scored different units (2 shared of 3 and 3)"
     assert unpaired_reason(text, numeric) == "they scored different units (2 shared of 3 and 3)"
+
+
+def test_a_paired_interval_is_drawn_at_the_confidence_asked() -> None:
+    """The same replicates at 80% and at 95%: the 80% interval is the narrower one, at the expanded
+    80% level (a paired interval once ignored the level and was drawn at the default 95%: found by
+    the 2026-12-07 clean-clone `make mutate`)."""
+    rng = np.random.default_rng(4)
+    ids = [f"q{i}" for i in range(60)]
+    first, second = _units(ids, rng.random(60).tolist()), _units(ids, (rng.random(60) + 0.1).tolist())
+    wide = compare(first, second, Resampling(400, 2, 0.95))["score"]
+    narrow = compare(first, second, Resampling(400, 2, 0.80))["score"]
+    assert wide.paired and narrow.paired and narrow.level == expanded_confidence(0.80, 60) < wide.level
+    assert wide.low < narrow.low < narrow.high < wide.high
