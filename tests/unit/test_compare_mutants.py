@@ -366,3 +366,35 @@ def test_a_paired_interval_is_drawn_at_the_confidence_asked() -> None:
     narrow = compare(first, second, Resampling(400, 2, 0.80))["score"]
     assert wide.paired and narrow.paired and narrow.level == expanded_confidence(0.80, 60) < wide.level
     assert wide.low < narrow.low < narrow.high < wide.high
+
+
+def test_each_swaps_statistic_is_the_swapped_runs_difference() -> None:
+    """The statistic of every swap, not only the p-value they add up to: with the second run's weights
+    `2 - s` for `1 - s` the statistics moved (-0.05 to -0.017) and the p-values of the tests above did
+    not (found by the 2026-12-07 clean-clone `make mutate`)."""
+    from vsbench.stats import compare as module
+
+    x1 = np.array([0.2, 0.5, 0.1, 0.9, 0.4, 0.3])
+    x2 = np.array([0.6, 0.3, 0.2, 0.8, 0.9, 0.1])
+    first, second = _units([f"u{i}" for i in range(6)], x1.tolist()), _units([f"u{i}" for i in range(6)], x2.tolist())
+    cluster, _ = first.cluster_index()
+    swaps = np.array(list(itertools.product((0, 1), repeat=6)), dtype=np.int32)
+    found = module._swapped(first.concat(second), swaps, cluster, MEAN)["score"]
+    expected = [np.where(r, x1, x2).mean() - np.where(r, x2, x1).mean() for r in swaps.astype(bool)]
+    np.testing.assert_allclose(found, expected, rtol=0, atol=1e-12)
+
+
+def test_a_grouped_ratio_without_a_denominator_is_counted_in_groups() -> None:
+    """A class accuracy (a ratio with no `den`) of grouped units is drawn in groups: its word is `group`;
+    only a ratio with a denominator counts units (found by the 2026-12-07 clean-clone `make mutate`)."""
+    spec = {"cls_acc": {"statistic": "ratio", "num": "x", "where": "c", "equals": "p"}}
+    ids, groups = np.array([f"u{i}" for i in range(8)]), np.array([f"g{i // 2}" for i in range(8)])
+    classes = np.array(["p", "q"] * 4)
+    first = Units("query", "toy", ids, {"x": np.array([1.0, 0, 1, 0, 0, 1, 1, 0]), "c": classes}, spec, groups)
+    second = Units("query", "toy", ids, {"x": np.array([0.0, 0, 1, 1, 1, 1, 0, 0]), "c": classes}, spec, groups)
+    assert compare(first, second, Resampling(50, 0))["cls_acc"].kind == "group"
+    for units in (first, second):
+        assert intervals(units, Resampling(50, 0))["cls_acc"].kind == "group"
+    ungrouped = Units("query", "toy", ids, {"x": first.values("x"), "c": classes}, spec)
+    assert compare(ungrouped, ungrouped, Resampling(50, 0))["cls_acc"].kind == "query"
+    assert intervals(ungrouped, Resampling(50, 0))["cls_acc"].kind == "query"
