@@ -398,3 +398,18 @@ def test_a_grouped_ratio_without_a_denominator_is_counted_in_groups() -> None:
     ungrouped = Units("query", "toy", ids, {"x": first.values("x"), "c": classes}, spec)
     assert compare(ungrouped, ungrouped, Resampling(50, 0))["cls_acc"].kind == "query"
     assert intervals(ungrouped, Resampling(50, 0))["cls_acc"].kind == "query"
+
+
+def test_two_runs_sharing_no_metric_are_refused_in_those_words() -> None:
+    """Not "toy units have no column 'x'" from evaluating the first run's metrics on the second (the
+    shared-spec filter was skipped when the runs shared no metric name: found by the 2026-12-07
+    clean-clone `make mutate`, whose `&` -> `|` mutant gave the better message)."""
+    ids = np.array(["a", "b", "c"])
+    a = Units("query", "toy", ids, {"x": np.array([1.0, 0, 1])}, {"s1": {"statistic": "ratio", "num": "x"}})
+    b = Units("query", "toy", ids, {"y": np.array([1.0, 0, 1])}, {"s2": {"statistic": "ratio", "num": "y"}})
+    other = Units("query", "toy", ids, {"x": np.array([1.0, 0, 1]), "y": np.array([1.0, 1, 1])},
+                  {"s1": {"statistic": "ratio", "num": "y"}})
+    for second in (b, other):
+        with pytest.raises(UnitsError, match="^the two evaluations share no metric computed the same way$"):
+            compare(a, second, Resampling(20, 0))
+    assert set(compare(a, a, Resampling(20, 0))) == {"s1"}

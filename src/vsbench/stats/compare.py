@@ -260,10 +260,7 @@ def compare(first: Units, second: Units, resampling: Resampling, metrics: list[s
     """Every shared metric of two evaluations: paired when they scored the same units (the same ids),
     else unpaired, the test saying why (``unpaired_because``: a reason the caller knows, such as
     ground truths of another content under the same ids)."""
-    if first.metrics != second.metrics and set(first.metrics) & set(second.metrics):
-        specs = {m: first.metrics[m] for m in first.metrics if second.metrics.get(m) == first.metrics[m]}
-    else:
-        specs = dict(first.metrics)
+    specs = {m: spec for m, spec in first.metrics.items() if second.metrics.get(m) == spec}  # computed alike
     names = [m for m in (metrics or list(specs)) if m in specs]
     if not names:
         raise UnitsError("the two evaluations share no metric computed the same way")
