@@ -413,3 +413,15 @@ def test_two_runs_sharing_no_metric_are_refused_in_those_words() -> None:
         with pytest.raises(UnitsError, match="^the two evaluations share no metric computed the same way$"):
             compare(a, second, Resampling(20, 0))
     assert set(compare(a, a, Resampling(20, 0))) == {"s1"}
+
+
+def test_only_a_metric_mcnemar_would_judge_carries_the_not_mcnemar_note() -> None:
+    """A ratio with a denominator of right-or-wrong values is tested by permutation, and McNemar's test
+    was never the one for it: no note saying why it is not McNemar's (found by the 2026-12-07
+    clean-clone `make mutate`: the note's `and` -> `or` survived)."""
+    spec = {"r": {"statistic": "ratio", "num": "x", "den": "d"}}
+    ids = np.array([f"u{i}" for i in range(10)])
+    a = Units("query", "toy", ids, {"x": np.array([1.0, 0, 1, 0, 1, 0, 1, 1, 0, 0]), "d": np.ones(10)}, spec)
+    b = Units("query", "toy", ids, {"x": np.array([1.0, 1, 1, 0, 1, 1, 1, 1, 0, 1]), "d": np.ones(10)}, spec)
+    assert choose_test(spec["r"]) == "permutation"
+    assert compare(a, b, Resampling(50, 0))["r"].test == "exact paired permutation test (1024 swaps)"
