@@ -40,14 +40,13 @@ import hashlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from vsbench.io.storage import StatRecord, atomic_write_text, file_sha256, stat_record, stat_trusted
+from vsbench.io.storage import SHA256_HEX, StatRecord, atomic_write_text, file_sha256, stat_record, stat_trusted
 
 __all__ = ["MEMO_VERSION", "RACY_NS", "DigestMemo", "StatRecord", "combine", "path_digest", "stat_record"]
 
@@ -56,7 +55,6 @@ __all__ = ["MEMO_VERSION", "RACY_NS", "DigestMemo", "StatRecord", "combine", "pa
 MEMO_VERSION = 3
 RACY_NS = 2_000_000_000  # entries changed this close to their hashing are hashed again next time
 RECORD_LENGTH = 5
-SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # how every digest the memo keeps is written
 
 logger = logging.getLogger(__name__)
 

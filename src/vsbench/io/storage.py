@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,9 @@ from vsbench.io.inputs import WordedInputError
 
 TMP_MARKER = ".tmp-"
 DIGEST_BLOCK = 8 << 20  # bytes hashed per read: large enough that the hash, not the calls, costs the time
+
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # how vsbench writes every sha256 it keeps or checks (fullmatch it)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

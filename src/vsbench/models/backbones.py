@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vsbench.io.storage import file_sha256
+from vsbench.io.storage import SHA256_HEX, file_sha256
 from vsbench.models.choices import DINO_HUB_COMMIT, DINO_HUB_REPO, DINO_VITS16_URL
 from vsbench.models.registry import (
     IMAGENET_MEAN,
@@ -142,7 +142,6 @@ def resnet50(weights: str = "imagenet") -> Embedder:
 # recorded (weights_source, the embedding cache key); pass {"weights_sha256": ...} to check it now.
 DINO_VITS16_SHA256: str | None = None
 _FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def pinned_hub_repo(repo: str, commit: str) -> str:
@@ -187,7 +186,7 @@ def dino_vits16(weights: str = "pretrained", weights_sha256: str | None = None) 
     checked against ``weights_sha256`` or ``DINO_VITS16_SHA256``), ``random``, or a local file (read
     with ``weights_only=True``, checked against ``weights_sha256`` when given)."""
     choice = weights_choice(weights)
-    if weights_sha256 is not None and (not isinstance(weights_sha256, str) or not _SHA256.fullmatch(weights_sha256)):
+    if weights_sha256 is not None and (not isinstance(weights_sha256, str) or not SHA256_HEX.fullmatch(weights_sha256)):
         raise ValueError(f"dino_vits16: weights_sha256 must be 64 lowercase hex characters, got {weights_sha256!r}")
     if weights_sha256 is not None and choice == "random":
         raise ValueError("dino_vits16: weights_sha256 checks a weights file; it means nothing with weights='random'")

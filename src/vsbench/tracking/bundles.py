@@ -46,6 +46,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from vsbench.io.inputs import InputError, _env_int, human_bytes, parse_json, quote, read_text
+from vsbench.io.storage import SHA256_HEX
 from vsbench.tracking.evaluations import Evaluation
 from vsbench.tracking.names import NOTE_TAG
 from vsbench.tracking.provenance import MLFLOW_GIT_COMMIT_TAG
@@ -258,7 +259,7 @@ def _missing_digests(raw: dict[str, Any]) -> str:
         if key not in holder or value is None or value == "":
             state = "missing" if key not in holder else "null" if value is None else "blank"
             return f"{field}: {what} is {state}, so nothing vouches for the bundle; {_NO_DIGEST}"
-        if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{64}", value):
+        if not isinstance(value, str) or not SHA256_HEX.fullmatch(value):
             return f"{field}: {quote(value)} is not a sha256 (64 lowercase hex digits); {_NO_DIGEST}"
     return ""
 

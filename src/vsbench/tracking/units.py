@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vsbench.io.storage import SHA256_HEX
 from vsbench.stats.units import ListColumn, Units, UnitsError, digest_of, units_from_bytes
 
 UNITS_TAG = "vsbench.units"
 UNITS_DIR = "units"
 TOLERANCE = 1e-9  # a unit file's recomputed metric and the run's logged one agree this closely
 _ARTIFACT = re.compile(r"units/(?!\.\.?$)[^/\\\x00-\x1f]{1,250}")  # one file right under units/
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # List columns read value by value together (a query's predictions: reference, score, true or not; a
 # copy's results; a seed's tagged pairs; a seed's neighbours), by the statistics, the compare sheets'
 # verdicts, the failure sheets and ``vsbench export``. Their lists must have one length per unit, or
@@ -63,7 +63,7 @@ def named_files(run: Any) -> dict[str, str]:
     except ValueError:
         named = None
     if not isinstance(named, dict) or not all(
-            isinstance(k, str) and _ARTIFACT.fullmatch(k) and isinstance(v, str) and _SHA256.fullmatch(v)
+            isinstance(k, str) and _ARTIFACT.fullmatch(k) and isinstance(v, str) and SHA256_HEX.fullmatch(v)
             for k, v in named.items()):
         raise UnitsError(f"run {run.info.run_id}: its {UNITS_TAG} tag is not a JSON object of "
                          f"{{'{UNITS_DIR}/<file>.parquet': sha256}} ({raw[:60]!r}); score the run again")
@@ -155,7 +155,7 @@ def folder_units(out: Path, manifest: Any) -> list[tuple[str, Units] | None]:
         file = entry.get("file") if isinstance(entry, dict) else None
         sha256 = entry.get("sha256") if isinstance(entry, dict) else None
         if not (isinstance(file, str) and _ARTIFACT.fullmatch(file) and isinstance(sha256, str)
-                and _SHA256.fullmatch(sha256) and isinstance(record, dict)):
+                and SHA256_HEX.fullmatch(sha256) and isinstance(record, dict)):
             raise UnitsError(f"{where}: metrics.json's units entry {index} is not {{'file': "
                              f"'{UNITS_DIR}/<file>.parquet', 'sha256': <64 hex digits>}} ({str(entry)[:60]!r}); "
                              "score the run again")
